@@ -1,0 +1,29 @@
+"""Reconstruction attacks as plain torch code, found by name through the registry.
+
+Importing this package registers the built-in attacks.
+"""
+
+from fedleak.attacks import dlg, inverting_gradients  # noqa: F401  (registers the attacks)
+from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.registry import (
+    AttackConfigError,
+    attack_class,
+    attack_names,
+    create_attack,
+    describe_options,
+    register_attack,
+)
+
+__all__ = [
+    "Attack",
+    "AttackConfigError",
+    "Observation",
+    "Progress",
+    "Reconstruction",
+    "attack_class",
+    "attack_names",
+    "create_attack",
+    "describe_options",
+    "register_attack",
+]

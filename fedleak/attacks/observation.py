@@ -1,0 +1,66 @@
+"""What the honest-but-curious server holds after one round: the threat model as a data type.
+
+An attack sees only an :class:`Observation`: the global parameters it sent, the update it
+received, the public protocol settings and data description, and a callable that replays the
+user's local update (the same code the user ran). Never the private images or labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+#: ``simulate(images, labels) -> update``: the user's local update at the global parameters,
+#: differentiable with respect to ``images`` (normalised space, [n, C, H, W]).
+UpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+
+
+@dataclass
+class Observation:
+    """One observed update and the public facts a server knows about it.
+
+    ``update_kind`` is ``gradient`` (FedSGD: ∇_θ L) or ``delta`` (FedAvg: θ_{k+l} − θ_k, which
+    points along −∇_θ L). ``mean``/``std`` are the per-channel normalisation, so the image box
+    [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in.
+    """
+
+    parameter_names: list[str]
+    parameters: list[torch.Tensor]
+    update: list[torch.Tensor]
+    update_kind: str
+    num_images: int
+    image_shape: tuple[int, int, int]
+    num_classes: int
+    mean: Sequence[float]
+    std: Sequence[float]
+    simulate: UpdateFn
+    local_steps: int = 1
+    learning_rate: float | None = None
+    labels: torch.Tensor | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def image_bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Lower and upper bounds of valid images in normalised space, shaped [1, C, 1, 1]."""
+        mean = torch.as_tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        std = torch.as_tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        return (0 - mean) / std, (1 - mean) / std
+
+    def gradient_direction(self) -> list[torch.Tensor]:
+        """The update oriented like a loss gradient (a FedAvg delta is negated)."""
+        if self.update_kind == "delta":
+            return [-u for u in self.update]
+        return list(self.update)
+
+
+@dataclass
+class Reconstruction:
+    """An attack's answer: images in normalised space, labels, and how it got there."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    objective: float
+    iterations: int
+    restart_objectives: list[float] = field(default_factory=list)
+    extras: dict[str, float] = field(default_factory=dict)

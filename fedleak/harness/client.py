@@ -1,0 +1,139 @@
+"""The server role's view of a victim: a thin typed client over ``fedleak.v1.Victim``.
+
+Tensors come back as CPU torch tensors; RPC failures surface as :class:`VictimError` with the
+victim's status code and message, or a hint when the victim cannot be reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+import torch
+
+from fedleak.harness.codec import decode_tensor, encode_tensor
+from fedleak.harness.server import DEFAULT_MAX_MESSAGE_BYTES, TOKEN_METADATA_KEY, message_options
+from fedleak.v1 import victim_pb2 as pb
+from fedleak.v1 import victim_pb2_grpc as pb_grpc
+
+
+class VictimError(RuntimeError):
+    """A failed call to the victim; ``code`` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.details = message
+
+
+@dataclass
+class ReceivedUpdate:
+    """What the server receives for one round."""
+
+    round_id: str
+    names: list[str]
+    update: list[torch.Tensor]
+    update_kind: str
+    protocol: pb.ProtocolSpec
+    num_images: int
+    local_steps: int
+    metadata: dict[str, str]
+
+
+class VictimClient:
+    """Connect to a victim at ``address`` (``host:port``)."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls_ca: bytes | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        options = message_options(max_message_bytes)
+        if tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=tls_ca)
+            self.channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self.channel = grpc.insecure_channel(address, options=options)
+        self.stub = pb_grpc.VictimStub(self.channel)
+        self.address = address
+        self.token = token
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> VictimClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: object, guarded: bool = False) -> object:
+        metadata = [(TOKEN_METADATA_KEY, self.token)] if guarded and self.token else None
+        try:
+            return getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
+        except grpc.RpcError as err:
+            code, details = err.code(), err.details()
+            if code == grpc.StatusCode.UNAVAILABLE:
+                details = (f"cannot reach the victim at {self.address} ({details}); is "
+                           "`fedleak victim serve` running there?")
+            raise VictimError(code, details) from None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the channel is connected, or raise :class:`VictimError`."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise VictimError(grpc.StatusCode.UNAVAILABLE,
+                              f"no victim answered at {self.address} within {timeout:.0f} s") \
+                from None
+
+    def describe(self) -> pb.DescribeResponse:
+        return self._call("Describe", pb.DescribeRequest())
+
+    def global_model(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        reply = self._call("GetGlobalModel", pb.GetGlobalModelRequest())
+        return _named(reply.parameters), _named(reply.buffers)
+
+    def compute_update(
+        self,
+        parameters: Mapping[str, torch.Tensor],
+        buffers: Mapping[str, torch.Tensor],
+        protocol: pb.ProtocolSpec | None = None,
+    ) -> ReceivedUpdate:
+        request = pb.ComputeUpdateRequest(
+            parameters=[encode_tensor(t, n) for n, t in parameters.items()],
+            buffers=[encode_tensor(t, n) for n, t in buffers.items()],
+            protocol=protocol,
+        )
+        reply = self._call("ComputeUpdate", request)
+        return ReceivedUpdate(
+            round_id=reply.round_id,
+            names=[t.name for t in reply.update],
+            update=[decode_tensor(t, "update") for t in reply.update],
+            update_kind=reply.update_kind,
+            protocol=reply.protocol,
+            num_images=reply.num_images,
+            local_steps=reply.local_steps,
+            metadata=dict(reply.metadata),
+        )
+
+    def score(
+        self, round_id: str, images: torch.Tensor, labels: list[int] | None = None
+    ) -> pb.ScoreResponse:
+        request = pb.ScoreRequest(
+            round_id=round_id, images=encode_tensor(images.float(), "images"), labels=labels or []
+        )
+        return self._call("Score", request)
+
+    def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
+        reply = self._call("Reveal", pb.RevealRequest(round_id=round_id), guarded=True)
+        return decode_tensor(reply.images, "images"), torch.tensor(list(reply.labels))
+
+
+def _named(messages: object) -> dict[str, torch.Tensor]:
+    return {m.name: decode_tensor(m, m.name) for m in messages}

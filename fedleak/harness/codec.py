@@ -1,0 +1,95 @@
+"""Tensors on the wire: raw little-endian bytes with dtype and shape, never pickle.
+
+:func:`decode_tensor` checks everything a peer could get wrong (unknown dtype, negative or
+inconsistent shape, byte count) and raises :class:`CodecError` with a message naming the
+tensor, so the server can answer ``INVALID_ARGUMENT``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedleak.v1 import victim_pb2 as pb
+
+
+class CodecError(ValueError):
+    """A received tensor message that does not describe a valid tensor."""
+
+
+_TORCH_TO_PB = {
+    torch.float32: pb.FLOAT32,
+    torch.float64: pb.FLOAT64,
+    torch.float16: pb.FLOAT16,
+    torch.bfloat16: pb.BFLOAT16,
+    torch.int64: pb.INT64,
+    torch.int32: pb.INT32,
+    torch.uint8: pb.UINT8,
+    torch.bool: pb.BOOL,
+}
+_PB_TO_TORCH = {v: k for k, v in _TORCH_TO_PB.items()}
+# numpy has no bfloat16: it travels as its raw 16-bit pattern.
+_NUMPY = {
+    pb.FLOAT32: np.dtype("<f4"),
+    pb.FLOAT64: np.dtype("<f8"),
+    pb.FLOAT16: np.dtype("<f2"),
+    pb.BFLOAT16: np.dtype("<i2"),
+    pb.INT64: np.dtype("<i8"),
+    pb.INT32: np.dtype("<i4"),
+    pb.UINT8: np.dtype("u1"),
+    pb.BOOL: np.dtype("?"),
+}
+
+
+def dtype_to_pb(dtype: torch.dtype) -> int:
+    """The wire enum for a torch dtype."""
+    if dtype not in _TORCH_TO_PB:
+        raise CodecError(f"dtype {dtype} cannot travel; use one of {list(_TORCH_TO_PB)}")
+    return _TORCH_TO_PB[dtype]
+
+
+def dtype_from_pb(value: int) -> torch.dtype:
+    """The torch dtype for a wire enum value."""
+    if value not in _PB_TO_TORCH:
+        raise CodecError(f"unknown dtype enum {value}")
+    return _PB_TO_TORCH[value]
+
+
+def dtype_name(value: int) -> str:
+    """A readable name for a wire dtype (``FLOAT32``)."""
+    try:
+        return pb.DType.Name(value)
+    except ValueError:
+        return str(value)
+
+
+def encode_tensor(tensor: torch.Tensor, name: str = "") -> pb.Tensor:
+    """Serialise ``tensor`` (moved to CPU, made contiguous) as little-endian bytes."""
+    wire = dtype_to_pb(tensor.dtype)
+    cpu = tensor.detach().to("cpu").contiguous()
+    if cpu.dtype == torch.bfloat16:
+        cpu = cpu.view(torch.int16)
+    array = cpu.numpy()
+    array = array.astype(_NUMPY[wire], copy=False)
+    return pb.Tensor(name=name, dtype=wire, shape=list(cpu.shape), data=array.tobytes())
+
+
+def decode_tensor(message: pb.Tensor, what: str = "tensor") -> torch.Tensor:
+    """Rebuild a CPU tensor from a wire message, validating dtype, shape and byte count."""
+    label = f"{what} {message.name!r}" if message.name else what
+    if message.dtype not in _NUMPY:
+        raise CodecError(f"{label}: dtype {dtype_name(message.dtype)} is not supported; "
+                         f"send one of {', '.join(pb.DType.Name(v) for v in _NUMPY)}")
+    shape = tuple(int(s) for s in message.shape)
+    if any(s < 0 for s in shape):
+        raise CodecError(f"{label}: shape {list(shape)} has a negative dimension")
+    np_dtype = _NUMPY[message.dtype]
+    expected = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    if len(message.data) != expected:
+        raise CodecError(f"{label}: shape {list(shape)} of {dtype_name(message.dtype)} needs "
+                         f"{expected} bytes, got {len(message.data)}")
+    array = np.frombuffer(message.data, dtype=np_dtype).reshape(shape)
+    tensor = torch.from_numpy(array.copy())
+    if message.dtype == pb.BFLOAT16:
+        tensor = tensor.view(torch.bfloat16)
+    return tensor

@@ -1,0 +1,156 @@
+"""The federated user's local update, written once and used by both sides.
+
+The victim calls :func:`local_update` without a graph to produce what it sends; an attack
+receives :meth:`UpdateSimulator.__call__` and calls it with a graph to differentiate the same
+computation with respect to candidate images. A loss defined twice drifts, so this is the only
+place the user's loss and optimiser live.
+
+FedSGD (one gradient over the n private images, mean cross-entropy):
+
+    g = ∇_θ (1/n) Σ_i CE(f_θ(x_i), y_i)
+
+FedAvg (Inverting Gradients supplement eq. 1): E local epochs over the n images in mini-batches
+of B taken in order (no shuffling, so the server can replay them), plain SGD at learning rate τ,
+and the user sends the parameter delta
+
+    Δ = θ_{k+l} − θ_k = −τ Σ_{m=1}^{l} ∇_θ L_{θ_{k+m−1}}(x_{b(m)}, y_{b(m)}).
+
+Buffers (BatchNorm running statistics) are used as given; the model runs in training mode, as
+a user's local training does, so BatchNorm normalises with batch statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+FEDSGD = "fedsgd"
+FEDAVG = "fedavg"
+PROTOCOLS = (FEDSGD, FEDAVG)
+
+
+class ProtocolError(ValueError):
+    """Protocol settings that cannot describe a local update; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How the user turns global parameters and private data into an update.
+
+    ``kind``: ``fedsgd`` (one gradient) or ``fedavg`` (parameter delta after local SGD).
+    ``local_epochs`` E, ``batch_size`` B (0 = all n images in one batch) and ``learning_rate``
+    τ only matter for FedAvg.
+    """
+
+    kind: str = FEDSGD
+    local_epochs: int = 1
+    batch_size: int = 0
+    learning_rate: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROTOCOLS:
+            raise ProtocolError(f"unknown protocol {self.kind!r}; choose one of {PROTOCOLS}")
+        if self.local_epochs < 1:
+            raise ProtocolError(f"local_epochs must be >= 1, got {self.local_epochs}")
+        if self.batch_size < 0:
+            raise ProtocolError(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
+        if not (self.learning_rate > 0 and self.learning_rate < float("inf")):
+            raise ProtocolError(f"learning_rate must be positive, got {self.learning_rate}")
+
+    def local_steps(self, num_images: int) -> int:
+        """Number of SGD steps the user takes over ``num_images`` images."""
+        if self.kind == FEDSGD:
+            return 1
+        return self.local_epochs * len(_batches(num_images, self.batch_size))
+
+    def update_kind(self) -> str:
+        """``gradient`` for FedSGD, ``delta`` for FedAvg."""
+        return "gradient" if self.kind == FEDSGD else "delta"
+
+
+def _batches(n: int, batch_size: int) -> list[slice]:
+    size = n if batch_size in (0, None) or batch_size >= n else batch_size
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def user_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The user's training loss: mean cross-entropy over the batch."""
+    return F.cross_entropy(logits, labels)
+
+
+def local_update(
+    model: nn.Module,
+    parameters: Mapping[str, torch.Tensor],
+    buffers: Mapping[str, torch.Tensor],
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    protocol: Protocol,
+    create_graph: bool = False,
+) -> list[torch.Tensor]:
+    """The update the user sends, one tensor per parameter in ``parameters`` order.
+
+    With ``create_graph`` the result is differentiable with respect to ``images`` (and the
+    parameters); without it, the parameters are detached and the result carries no graph.
+    """
+    names = list(parameters)
+    if create_graph:
+        params = dict(parameters)
+    else:
+        params = {k: v.detach().requires_grad_(True) for k, v in parameters.items()}
+    model.train()
+    if protocol.kind == FEDSGD:
+        return _gradient(model, params, buffers, images, labels, create_graph)
+    start = params
+    for _ in range(protocol.local_epochs):
+        for batch in _batches(images.shape[0], protocol.batch_size):
+            grads = _gradient(model, params, buffers, images[batch], labels[batch], True)
+            params = {k: params[k] - protocol.learning_rate * g for k, g in zip(names, grads)}
+            if not create_graph:
+                params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+    return [(params[k] - start[k]) if create_graph else (params[k] - start[k]).detach()
+            for k in names]
+
+
+def _gradient(
+    model: nn.Module,
+    params: dict[str, torch.Tensor],
+    buffers: Mapping[str, torch.Tensor],
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    create_graph: bool,
+) -> list[torch.Tensor]:
+    logits = functional_call(model, {**params, **buffers}, (images,))
+    loss = user_loss(logits, labels)
+    return list(torch.autograd.grad(loss, list(params.values()), create_graph=create_graph))
+
+
+class UpdateSimulator:
+    """The server's differentiable replay of the user's local update at fixed global parameters.
+
+    ``simulator(images, labels)`` returns what the user would have sent for that data, with a
+    graph back to ``images``. Buffers are copied so the replay never moves the server's state.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        parameters: Mapping[str, torch.Tensor],
+        buffers: Mapping[str, torch.Tensor],
+        protocol: Protocol,
+    ) -> None:
+        self.model = model
+        self.parameters = {k: v.detach() for k, v in parameters.items()}
+        for v in self.parameters.values():
+            v.requires_grad_(True)
+        self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
+        self.protocol = protocol
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        return local_update(
+            self.model, self.parameters, self.buffers, images, labels, self.protocol, True
+        )

@@ -1,0 +1,242 @@
+"""The victim's gRPC service: translates ``fedleak.v1`` messages to :class:`Victim` calls.
+
+Every RPC validates what it receives; a bad request is answered with a status code and a
+message a person can act on, and the server keeps serving. Health checking and reflection are
+enabled so generic gRPC tools (grpcurl, grpc_health_probe) work. ``Reveal`` requires the
+victim's token in the ``x-fedleak-token`` metadata entry, compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+import torch
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from fedleak.harness.codec import CodecError, decode_tensor, dtype_to_pb, encode_tensor
+from fedleak.harness.errors import InvalidArgument, RequestError, Unauthenticated
+from fedleak.harness.victim import Victim
+from fedleak.v1 import victim_pb2 as pb
+from fedleak.v1 import victim_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+TOKEN_METADATA_KEY = "x-fedleak-token"
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: a ResNet-152 update (~60M float32) is ~240 MB
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Victim"].full_name
+
+R = TypeVar("R")
+
+
+def _handled(method: Callable[..., R]) -> Callable[..., R]:
+    """Turn :class:`RequestError` into the matching status; log and hide anything unexpected."""
+
+    def wrapper(self: VictimServicer, request: Any, context: grpc.ServicerContext) -> R:
+        try:
+            return method(self, request, context)
+        except RequestError as err:
+            context.abort(err.code, str(err))
+        except CodecError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        except Exception as err:  # noqa: BLE001 - the server must keep serving
+            log.exception("internal error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+        raise AssertionError("unreachable")  # context.abort raises
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class VictimServicer(pb_grpc.VictimServicer):
+    """``fedleak.v1.Victim`` backed by a :class:`Victim`."""
+
+    def __init__(self, victim: Victim, token: str | None, max_message_bytes: int) -> None:
+        self.victim = victim
+        self.token = token
+        self.max_message_bytes = max_message_bytes
+
+    @_handled
+    def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
+        v = self.victim
+        info = v.info
+        return pb.DescribeResponse(
+            victim_version=v.version(),
+            model=pb.ModelSpec(name=v.config.model.name, options=dict(v.config.model.options)),
+            data=pb.DataSpec(
+                dataset=info.name,
+                shape=list(info.shape),
+                num_classes=info.num_classes,
+                mean=list(info.mean),
+                std=list(info.std),
+                class_names=list(info.class_names),
+            ),
+            protocol=protocol_to_pb(v.config.protocol, v.config.num_images),
+            defenses=[],
+            parameters=[_info(*i) for i in v.parameter_infos()],
+            buffers=[_info(*i) for i in v.buffer_infos()],
+            num_private_images=len(v.data.labels),
+            reveal_enabled=v.config.reveal_enabled,
+            max_message_bytes=self.max_message_bytes,
+        )
+
+    @_handled
+    def GetGlobalModel(self, request: Any, context: Any) -> pb.GetGlobalModelResponse:
+        params, buffers = self.victim.global_model()
+        return pb.GetGlobalModelResponse(
+            parameters=[encode_tensor(t, n) for n, t in params.items()],
+            buffers=[encode_tensor(t, n) for n, t in buffers.items()],
+        )
+
+    @_handled
+    def ComputeUpdate(
+        self, request: pb.ComputeUpdateRequest, context: Any
+    ) -> pb.ComputeUpdateResponse:
+        if not request.parameters:
+            raise InvalidArgument("the request carries no parameters: send every parameter that "
+                           "Describe lists (the global model θ)")
+        params = _decode_named(request.parameters, "parameter")
+        buffers = _decode_named(request.buffers, "buffer")
+        override = {}
+        if request.HasField("protocol"):
+            p = request.protocol
+            if p.num_images not in (0, self.victim.config.num_images):
+                raise InvalidArgument(f"num_images is fixed at {self.victim.config.num_images} by the "
+                               "victim; leave it 0")
+            override = {"kind": p.kind, "local_epochs": p.local_epochs,
+                        "batch_size": p.batch_size, "learning_rate": p.learning_rate}
+        result = self.victim.compute_update(params, buffers, override)
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        return pb.ComputeUpdateResponse(
+            round_id=result.round_id,
+            update=[encode_tensor(u, n) for n, u in zip(names, result.update, strict=True)],
+            update_kind=result.update_kind,
+            protocol=protocol_to_pb(result.protocol, result.num_images),
+            num_images=result.num_images,
+            local_steps=result.local_steps,
+            metadata=result.metadata,
+        )
+
+    @_handled
+    def Score(self, request: pb.ScoreRequest, context: Any) -> pb.ScoreResponse:
+        if not request.round_id:
+            raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate returned")
+        if not request.HasField("images"):
+            raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor")
+        images = decode_tensor(request.images, "images")
+        score = self.victim.score(request.round_id, images, list(request.labels))
+        return pb.ScoreResponse(
+            images=[
+                pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
+                              ssim=s.ssim, mse=s.mse)
+                for s in score.images
+            ],
+            mean_psnr=score.mean_psnr,
+            mean_ssim=score.mean_ssim,
+            mean_mse=score.mean_mse,
+            labels_scored=score.label_accuracy is not None,
+            label_accuracy=score.label_accuracy or 0.0,
+        )
+
+    @_handled
+    def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:
+        self._require_token(context)
+        images, labels = self.victim.reveal(request.round_id)
+        return pb.RevealResponse(images=encode_tensor(images, "images"), labels=labels.tolist())
+
+    def _require_token(self, context: grpc.ServicerContext) -> None:
+        sent = dict(context.invocation_metadata()).get(TOKEN_METADATA_KEY, "")
+        if not self.token:
+            raise Unauthenticated("this victim has no token, so token-guarded calls are off; "
+                                  "start it with --token or --allow-reveal")
+        if not hmac.compare_digest(str(sent).encode(), self.token.encode()):
+            raise Unauthenticated(f"missing or wrong token: send the victim's token in the "
+                                  f"{TOKEN_METADATA_KEY!r} metadata entry (--token)")
+
+
+def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:
+    return pb.TensorInfo(name=name, shape=list(shape), dtype=dtype_to_pb(dtype))
+
+
+def _decode_named(messages: Iterable[pb.Tensor], what: str) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for message in messages:
+        if not message.name:
+            raise InvalidArgument(f"a {what} tensor has no name: name each tensor as Describe lists it")
+        if message.name in out:
+            raise InvalidArgument(f"{what} {message.name!r} is sent twice")
+        out[message.name] = decode_tensor(message, what)
+    return out
+
+
+def protocol_to_pb(protocol: Any, num_images: int) -> pb.ProtocolSpec:
+    return pb.ProtocolSpec(
+        kind=protocol.kind,
+        num_images=num_images,
+        local_epochs=protocol.local_epochs,
+        batch_size=protocol.batch_size,
+        learning_rate=protocol.learning_rate,
+    )
+
+
+def message_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Channel/server options raising both message limits to ``max_message_bytes``."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def start_server(
+    victim: Victim,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    tls_cert: bytes | None = None,
+    tls_key: bytes | None = None,
+    workers: int = 4,
+) -> tuple[grpc.Server, int]:
+    """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one)."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers),
+        options=message_options(max_message_bytes),
+    )
+    pb_grpc.add_VictimServicer_to_server(
+        VictimServicer(victim, token, max_message_bytes), server
+    )
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if tls_cert and tls_key:
+        creds = grpc.ssl_server_credentials([(tls_key, tls_cert)])
+        bound = server.add_secure_port(address, creds)
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"could not bind {address}: the port is taken or the host is not local")
+    server.start()
+    return server, bound
+
+
+def serve_until_signal(server: grpc.Server, grace: float = 2.0) -> None:
+    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace).wait()

@@ -1,0 +1,222 @@
+"""The federated user: private images, a model architecture, and the local update it sends.
+
+:class:`Victim` is the user's logic without any RPC: it validates what a server sends, runs the
+shared local update (:mod:`fedleak.harness.protocol`), remembers which private images each
+round used, and scores reconstructions against them without letting them out. The gRPC layer
+(:mod:`fedleak.harness.server`) only translates messages and errors.
+
+Private batches: round k uses images ``pool[k·n mod |pool| : … + n]`` of the private pool (the
+chosen split, optionally restricted to ``--images`` and shuffled with the seed), so a server that
+asks for |pool|/n rounds sees every private image once.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+
+from fedleak import __version__
+from fedleak.harness.datasets import DatasetInfo, ImageDataset, normalize
+from fedleak.harness.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.metrics import BatchScore, score_reconstruction
+from fedleak.harness.models import ModelSpec
+from fedleak.harness.protocol import Protocol, ProtocolError, local_update
+
+MAX_REMEMBERED_ROUNDS = 4096
+
+
+@dataclass(frozen=True)
+class VictimConfig:
+    """Everything that defines a victim; public except the data itself and the token."""
+
+    model: ModelSpec
+    protocol: Protocol
+    num_images: int = 1
+    reveal_enabled: bool = False
+    device: str = "cpu"
+
+
+@dataclass
+class Round:
+    """What the victim remembers of a round: which private images it used."""
+
+    round_id: str
+    indices: torch.Tensor
+    protocol: Protocol
+
+
+@dataclass
+class UpdateResult:
+    round_id: str
+    update: list[torch.Tensor]
+    update_kind: str
+    protocol: Protocol
+    num_images: int
+    local_steps: int
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class Victim:
+    """A federated user holding ``data`` (its private pool) and a model of ``config.model``."""
+
+    def __init__(self, config: VictimConfig, data: ImageDataset, model: nn.Module) -> None:
+        if not 1 <= config.num_images <= len(data.labels):
+            raise ValueError(f"batch size {config.num_images} must be between 1 and the "
+                             f"{len(data.labels)} private images")
+        self.config = config
+        self.data = data
+        self.model = model.to(config.device)
+        self._parameter_names = [name for name, _ in model.named_parameters()]
+        self._buffer_names = [name for name, _ in model.named_buffers()]
+        self._rounds: OrderedDict[str, Round] = OrderedDict()
+        self._round_counter = 0
+        self._lock = threading.Lock()
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self.data.info
+
+    def parameter_infos(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
+
+    def buffer_infos(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return [(n, tuple(b.shape), b.dtype) for n, b in self.model.named_buffers()]
+
+    def global_model(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The federation's public starting model (seeded init or checkpoint)."""
+        params = {n: p.detach().cpu() for n, p in self.model.named_parameters()}
+        buffers = {n: b.detach().cpu() for n, b in self.model.named_buffers()}
+        return params, buffers
+
+    # -- ComputeUpdate -------------------------------------------------------------------
+
+    def compute_update(
+        self,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        protocol_override: dict[str, float | int | str] | None = None,
+    ) -> UpdateResult:
+        """Run the user's local update at the server's ``parameters`` on the next private batch."""
+        params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
+        bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
+        protocol = self._protocol_for_round(protocol_override or {})
+        with self._lock:
+            indices = self._next_indices()
+            round_id = uuid.uuid4().hex
+            self._remember(Round(round_id, indices, protocol))
+        images = normalize(self.data.images[indices], self.info).to(self.config.device)
+        labels = self.data.labels[indices].to(self.config.device)
+        update = local_update(self.model, params, bufs, images, labels, protocol)
+        if not all(torch.isfinite(u).all() for u in update):
+            raise FailedPrecondition(
+                "the local update is not finite at these parameters (training diverged); "
+                "send smaller parameters or a smaller learning rate"
+            )
+        return UpdateResult(
+            round_id=round_id,
+            update=[u.cpu() for u in update],
+            update_kind=protocol.update_kind(),
+            protocol=protocol,
+            num_images=len(indices),
+            local_steps=protocol.local_steps(len(indices)),
+        )
+
+    def _checked(
+        self, what: str, received: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        missing = [n for n in expected if n not in received]
+        extra = [n for n in received if n not in expected]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {what}s {_names(missing)}")
+            if extra:
+                parts.append(f"unknown {what}s {_names(extra)}")
+            raise InvalidArgument(f"{'; '.join(parts)}: send exactly the {len(expected)} "
+                                  f"{what}s that Describe lists")
+        out = {}
+        for name, ref in expected.items():
+            tensor = received[name]
+            if tuple(tensor.shape) != tuple(ref.shape):
+                raise InvalidArgument(f"{what} {name!r} has shape {list(tensor.shape)}, the "
+                                      f"model needs {list(ref.shape)}")
+            if tensor.dtype != ref.dtype:
+                raise InvalidArgument(f"{what} {name!r} has dtype {tensor.dtype}, the model "
+                                      f"needs {ref.dtype}")
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise InvalidArgument(f"{what} {name!r} contains NaN or infinite values")
+            out[name] = tensor.to(self.config.device)
+        return out
+
+    def _protocol_for_round(self, override: dict[str, float | int | str]) -> Protocol:
+        changes = {k: v for k, v in override.items() if v not in (0, 0.0, "", None)}
+        try:
+            return replace(self.config.protocol, **changes)
+        except ProtocolError as err:
+            raise InvalidArgument(f"protocol: {err}") from err
+
+    def _next_indices(self) -> torch.Tensor:
+        pool = len(self.data.labels)
+        n = self.config.num_images
+        start = (self._round_counter * n) % pool
+        self._round_counter += 1
+        return torch.arange(start, start + n) % pool
+
+    def _remember(self, round_: Round) -> None:
+        self._rounds[round_.round_id] = round_
+        while len(self._rounds) > MAX_REMEMBERED_ROUNDS:
+            self._rounds.popitem(last=False)
+
+    def _round(self, round_id: str) -> Round:
+        with self._lock:
+            found = self._rounds.get(round_id)
+        if found is None:
+            raise NotFound(f"unknown round id {round_id!r}: use a round_id that ComputeUpdate "
+                           f"returned (the victim remembers the last {MAX_REMEMBERED_ROUNDS})")
+        return found
+
+    # -- Score and Reveal ----------------------------------------------------------------
+
+    def score(
+        self, round_id: str, images: torch.Tensor, labels: list[int] | None = None
+    ) -> BatchScore:
+        """Match ``images`` (on [0, 1]) one-to-one to the round's private batch and score them."""
+        round_ = self._round(round_id)
+        truth = self.data.images[round_.indices]
+        if tuple(images.shape) != tuple(truth.shape):
+            raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; this round "
+                                  f"had {list(truth.shape)} (n, C, H, W) on [0, 1]")
+        if not images.is_floating_point():
+            raise InvalidArgument(f"reconstruction dtype {images.dtype} must be floating point")
+        if not torch.isfinite(images).all():
+            raise InvalidArgument("reconstruction contains NaN or infinite values")
+        true_labels = self.data.labels[round_.indices]
+        if labels is not None and len(labels) not in (0, len(true_labels)):
+            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
+        if labels is not None and any(not 0 <= y < self.info.num_classes for y in labels):
+            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
+        predicted = labels if labels else None
+        return score_reconstruction(
+            images.float().clamp(0, 1), truth, predicted_labels=predicted, true_labels=true_labels
+        )
+
+    def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's private images on [0, 1] and labels (the caller checks the token)."""
+        if not self.config.reveal_enabled:
+            raise FailedPrecondition("this victim was started without --allow-reveal; ground "
+                                     "truth stays inside it")
+        round_ = self._round(round_id)
+        return self.data.images[round_.indices], self.data.labels[round_.indices]
+
+    def version(self) -> str:
+        return __version__
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

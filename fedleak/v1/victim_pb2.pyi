@@ -1,0 +1,242 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DTYPE_UNSPECIFIED: _ClassVar[DType]
+    FLOAT32: _ClassVar[DType]
+    FLOAT64: _ClassVar[DType]
+    FLOAT16: _ClassVar[DType]
+    BFLOAT16: _ClassVar[DType]
+    INT64: _ClassVar[DType]
+    INT32: _ClassVar[DType]
+    UINT8: _ClassVar[DType]
+    BOOL: _ClassVar[DType]
+DTYPE_UNSPECIFIED: DType
+FLOAT32: DType
+FLOAT64: DType
+FLOAT16: DType
+BFLOAT16: DType
+INT64: DType
+INT32: DType
+UINT8: DType
+BOOL: DType
+
+class Tensor(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: DType
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ModelSpec(_message.Message):
+    __slots__ = ("name", "options")
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    options: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DataSpec(_message.Message):
+    __slots__ = ("dataset", "shape", "num_classes", "mean", "std", "class_names")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    STD_FIELD_NUMBER: _ClassVar[int]
+    CLASS_NAMES_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    num_classes: int
+    mean: _containers.RepeatedScalarFieldContainer[float]
+    std: _containers.RepeatedScalarFieldContainer[float]
+    class_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ProtocolSpec(_message.Message):
+    __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    num_images: int
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    def __init__(self, kind: _Optional[str] = ..., num_images: _Optional[int] = ..., local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+
+class DefenseSpec(_message.Message):
+    __slots__ = ("name", "params", "stage")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _containers.ScalarMap[str, str]
+    stage: str
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., stage: _Optional[str] = ...) -> None: ...
+
+class TensorInfo(_message.Message):
+    __slots__ = ("name", "shape", "dtype")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: DType
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeResponse(_message.Message):
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes")
+    VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    DEFENSES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PRIVATE_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    REVEAL_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    victim_version: str
+    model: ModelSpec
+    data: DataSpec
+    protocol: ProtocolSpec
+    defenses: _containers.RepeatedCompositeFieldContainer[DefenseSpec]
+    parameters: _containers.RepeatedCompositeFieldContainer[TensorInfo]
+    buffers: _containers.RepeatedCompositeFieldContainer[TensorInfo]
+    num_private_images: int
+    reveal_enabled: bool
+    max_message_bytes: int
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+
+class GetGlobalModelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetGlobalModelResponse(_message.Message):
+    __slots__ = ("parameters", "buffers")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class ComputeUpdateRequest(_message.Message):
+    __slots__ = ("parameters", "buffers", "protocol")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    protocol: ProtocolSpec
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ...) -> None: ...
+
+class ComputeUpdateResponse(_message.Message):
+    __slots__ = ("round_id", "update", "update_kind", "protocol", "num_images", "local_steps", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    update: _containers.RepeatedCompositeFieldContainer[Tensor]
+    update_kind: str
+    protocol: ProtocolSpec
+    num_images: int
+    local_steps: int
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ScoreRequest(_message.Message):
+    __slots__ = ("round_id", "images", "labels")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    images: Tensor
+    labels: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ImageScore(_message.Message):
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PSNR_FIELD_NUMBER: _ClassVar[int]
+    SSIM_FIELD_NUMBER: _ClassVar[int]
+    MSE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    matched_index: int
+    psnr: float
+    ssim: float
+    mse: float
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ...) -> None: ...
+
+class ScoreResponse(_message.Message):
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
+    MEAN_MSE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_SCORED_FIELD_NUMBER: _ClassVar[int]
+    LABEL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedCompositeFieldContainer[ImageScore]
+    mean_psnr: float
+    mean_ssim: float
+    mean_mse: float
+    labels_scored: bool
+    label_accuracy: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ...) -> None: ...
+
+class RevealRequest(_message.Message):
+    __slots__ = ("round_id",)
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    def __init__(self, round_id: _Optional[str] = ...) -> None: ...
+
+class RevealResponse(_message.Message):
+    __slots__ = ("images", "labels")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    images: Tensor
+    labels: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ...) -> None: ...
