@@ -1,0 +1,296 @@
+"""The ``fedleak`` command: victim and attacker as separate processes, and the demo that runs both.
+
+    fedleak victim serve --dataset photos --model lenet-zhu --port 0 --allow-reveal
+    fedleak attack --victim 127.0.0.1:PORT --attack inverting-gradients --out runs/x
+    fedleak demo
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fedleak.harness.protocol import PROTOCOLS, Protocol, ProtocolError
+
+TOKEN_ENV = "FEDLEAK_TOKEN"
+DEFAULT_PORT = 50051
+
+
+def _option_pairs(pairs: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} must look like key=value", param_hint=flag)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _attack_epilog() -> str:
+    from fedleak.attacks import attack_names, describe_options
+
+    lines = ["\b", "Attacks and their options (-o key=value):"]
+    for name in attack_names():
+        lines.append(f"  {name}")
+        lines += [f"    {line}" for line in describe_options(name).splitlines()]
+    return "\n".join(lines)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="fedleak")
+def main() -> None:
+    """Measure how much private data leaks out of federated learning.
+
+    A victim process plays the federated user; an attacker process plays the
+    honest-but-curious server and reconstructs the user's images from what it receives.
+    """
+
+
+@main.group()
+def victim() -> None:
+    """The federated user (victim) process."""
+
+
+@victim.command("serve")
+@click.option("--dataset", default="photos", show_default=True,
+              help="Private data: digits, faces, photos (bundled) or cifar10, cifar100, "
+                   "imagefolder (under --data-root).")
+@click.option("--split", default="train", show_default=True, help="train, test or all.")
+@click.option("--images", default=None,
+              help="Restrict the private pool to these indices of the split, e.g. 0-3,7.")
+@click.option("--shuffle/--no-shuffle", default=False, show_default=True,
+              help="Shuffle the private pool with --seed.")
+@click.option("--data-root", type=click.Path(file_okay=False), default=None,
+              help="Folder holding cifar10/cifar100/imagefolder data.")
+@click.option("--download", is_flag=True, help="Download cifar10/cifar100 into --data-root.")
+@click.option("--model", default="lenet-zhu", show_default=True,
+              help="Model name[:key=value,...], e.g. convnet:width=64. See `fedleak list`.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="State dict of a trained model: the federation's global model.")
+@click.option("--batch-size", "-n", default=1, show_default=True, type=click.IntRange(1),
+              help="Private images per round (n).")
+@click.option("--seed", default=0, show_default=True, help="Seeds model init and shuffling.")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default="fedsgd", show_default=True,
+              help="fedsgd: send one gradient; fedavg: send the parameter delta after local SGD.")
+@click.option("--local-epochs", default=1, show_default=True, type=click.IntRange(1),
+              help="FedAvg: local epochs E.")
+@click.option("--local-batch-size", default=0, show_default=True, type=click.IntRange(0),
+              help="FedAvg: mini-batch size B (0 = all n images).")
+@click.option("--lr", default=1e-4, show_default=True, type=float,
+              help="FedAvg: local learning rate τ.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to bind; 0 picks a free one (the bound address is printed).")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"Secret for token-guarded calls (Reveal); also read from ${TOKEN_ENV}.")
+@click.option("--allow-reveal", is_flag=True,
+              help="Allow Reveal (ground truth for reports) to callers holding the token.")
+@click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
+              help="Largest gRPC message accepted or sent.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM certificate for TLS (with --tls-key); use for non-loopback hosts.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
+def victim_serve(**kw: Any) -> None:
+    """Serve a federated user over gRPC until SIGTERM or SIGINT."""
+    from fedleak.harness.server import serve_until_signal, start_server
+    from fedleak.harness.victim_setup import create_victim
+
+    try:
+        protocol = Protocol(kw["protocol"], kw["local_epochs"], kw["local_batch_size"], kw["lr"])
+    except ProtocolError as err:
+        raise click.UsageError(str(err)) from None
+    token = kw["token"]
+    if kw["allow_reveal"] and not token:
+        token = secrets.token_hex(16)
+        click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
+    try:
+        v = create_victim(
+            kw["dataset"], kw["model"], split=kw["split"], images=kw["images"],
+            shuffle=kw["shuffle"], data_root=kw["data_root"], download=kw["download"],
+            checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
+            protocol=protocol, reveal=kw["allow_reveal"], device=kw["device"],
+        )
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    if bool(kw["tls_cert"]) != bool(kw["tls_key"]):
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key")
+    cert = Path(kw["tls_cert"]).read_bytes() if kw["tls_cert"] else None
+    key = Path(kw["tls_key"]).read_bytes() if kw["tls_key"] else None
+    try:
+        server, port = start_server(v, kw["host"], kw["port"], token,
+                                    kw["max_message_mb"] << 20, cert, key)
+    except (OSError, RuntimeError) as err:
+        raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
+            from None
+    click.echo(f"fedleak victim listening on {kw['host']}:{port} "
+               f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
+               f"{protocol.kind}, n={v.config.num_images})", err=False)
+    sys.stdout.flush()
+    serve_until_signal(server)
+    click.echo("fedleak victim stopped", err=True)
+
+
+def _default_out(attack: str) -> Path:
+    return Path("runs") / f"{attack}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def _settings(kw: dict[str, Any]) -> Any:
+    from fedleak.harness.attacker import AttackSettings
+
+    options: dict[str, Any] = _option_pairs(kw["option"], "--option")
+    for key in ("iterations", "restarts"):
+        if kw.get(key) is not None:
+            options[key] = kw[key]
+    protocol = {}
+    for key, flag in (("kind", "protocol"), ("local_epochs", "local_epochs"),
+                      ("batch_size", "local_batch_size"), ("learning_rate", "lr")):
+        if kw.get(flag) is not None:
+            protocol[key] = kw[flag]
+    return AttackSettings(
+        attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
+        rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
+        protocol=protocol, show_progress=not kw.get("quiet", False),
+    )
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda asked for, but this torch sees no CUDA GPU; "
+                               "use --device cpu or install a CUDA build of torch 2.13.0")
+
+
+@main.command(epilog=_attack_epilog())
+@click.option("--victim", "address", required=True, help="Victim address HOST:PORT.")
+@click.option("--attack", default="inverting-gradients", show_default=True,
+              help="Attack name (listed below).")
+@click.option("--option", "-o", multiple=True, help="Attack option key=value (repeatable).")
+@click.option("--iterations", type=click.IntRange(1), default=None,
+              help="Optimisation steps per restart (attack default if unset).")
+@click.option("--restarts", type=click.IntRange(1), default=None,
+              help="Random restarts; the lowest objective wins (attack default if unset).")
+@click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
+              help="Rounds to attack, each on the victim's next private batch.")
+@click.option("--seed", default=0, show_default=True, help="Seeds the attack's initialisation.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Send these trained parameters instead of the victim's global model.")
+@click.option("--model-seed", type=int, default=None,
+              help="Send a fresh model initialised with this seed instead.")
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
+              help="Ask for this protocol (server's choice; victim default if unset).")
+@click.option("--local-epochs", type=click.IntRange(1), default=None, help="FedAvg: E.")
+@click.option("--local-batch-size", type=click.IntRange(0), default=None, help="FedAvg: B.")
+@click.option("--lr", type=float, default=None, help="FedAvg: local learning rate τ.")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The victim's token, to reveal ground truth for pictures (${TOKEN_ENV}).")
+@click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM root certificate to verify a TLS victim.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default runs/ATTACK-TIMESTAMP).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def attack(**kw: Any) -> None:
+    """Attack a victim as an honest-but-curious server and write the run to --out."""
+    from fedleak.attacks import AttackConfigError, create_attack
+    from fedleak.harness.attacker import run_attack
+    from fedleak.harness.client import VictimClient, VictimError
+
+    _check_device(kw["device"])
+    settings = _settings(kw)
+    try:
+        create_attack(settings.attack, settings.options)
+    except AttackConfigError as err:
+        raise click.UsageError(str(err)) from None
+    out = Path(kw["out"]) if kw["out"] else _default_out(settings.attack)
+    ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
+    with VictimClient(kw["address"], token=kw["token"], tls_ca=ca) as client:
+        try:
+            client.wait_ready(timeout=15)
+            record = run_attack(client, settings, out, log=click.echo)
+        except VictimError as err:
+            raise click.ClickException(f"victim at {kw['address']}: {err}") from None
+    _print_summary(record, out)
+
+
+def _print_summary(record: dict[str, Any], out: Path) -> None:
+    click.echo("")
+    click.echo(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  {'MSE':>8}  {'time s':>7}")
+    for i, r in enumerate(record["rounds"]):
+        for img in r["images"]:
+            click.echo(f"{i:>5}  {img['index']:>5}  {img['psnr']:>8.2f}  {img['ssim']:>6.3f}  "
+                       f"{img['mse']:>8.5f}  {r['wall_time_s']:>7.1f}")
+    s = record["summary"]
+    acc = "n/a" if s["label_accuracy"] is None else f"{s['label_accuracy']:.0%}"
+    click.echo(f"mean PSNR {s['mean_psnr']:.2f} dB, mean SSIM {s['mean_ssim']:.3f}, "
+               f"label accuracy {acc} over {s['images']} image(s)")
+    click.echo(f"metrics: {out / 'metrics.json'}")
+    for r in record["rounds"]:
+        picture = r["files"].get("comparison") or r["files"].get("reconstruction")
+        click.echo(f"picture: {out / picture}")
+
+
+@main.command()
+@click.option("--dataset", default="photos", show_default=True)
+@click.option("--model", default="lenet-zhu", show_default=True)
+@click.option("--attack", "attack_name", default="inverting-gradients", show_default=True)
+@click.option("--images", default="0,2", show_default=True,
+              help="Which private images the victim holds; one round each.")
+@click.option("--iterations", default=4800, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default runs/demo-TIMESTAMP).")
+def demo(**kw: Any) -> None:
+    """Start a victim on a free loopback port, attack it, print the scores, stop it.
+
+    The victim runs as its own process; the attacker (this process) only talks to it over gRPC.
+    """
+    from fedleak.harness.attacker import AttackSettings, run_attack
+    from fedleak.harness.client import VictimClient, VictimError
+    from fedleak.harness.victim_process import VictimProcess
+    from fedleak.harness.victim_setup import parse_indices
+
+    _check_device(kw["device"])
+    rounds = len(parse_indices(kw["images"], 10**9))
+    out = Path(kw["out"]) if kw["out"] else Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}"
+    token = secrets.token_hex(16)
+    args = ["--dataset", kw["dataset"], "--split", "all", "--images", kw["images"],
+            "--model", kw["model"], "--seed", str(kw["seed"]), "--allow-reveal"]
+    started = time.perf_counter()
+    with VictimProcess(args, token=token) as proc:
+        click.echo(f"victim started at {proc.address} (pid {proc.pid})")
+        settings = AttackSettings(attack=kw["attack_name"],
+                                  options={"iterations": kw["iterations"]},
+                                  device=kw["device"], seed=kw["seed"], rounds=rounds)
+        with VictimClient(proc.address, token=token) as client:
+            try:
+                record = run_attack(client, settings, out, log=click.echo)
+            except VictimError as err:
+                raise click.ClickException(str(err)) from None
+    _print_summary(record, out)
+    click.echo(f"demo finished in {time.perf_counter() - started:.0f} s")
+
+
+@main.command("list")
+def list_names() -> None:
+    """List data sets, models and attacks."""
+    from fedleak.attacks import attack_names
+    from fedleak.harness.datasets import DATASET_NAMES
+    from fedleak.harness.models import model_names
+
+    click.echo("data sets: " + ", ".join(DATASET_NAMES))
+    click.echo("models:    " + ", ".join(model_names()))
+    click.echo("attacks:   " + ", ".join(attack_names()))
+
+
+if __name__ == "__main__":
+    main(prog_name=os.path.basename(sys.argv[0]))

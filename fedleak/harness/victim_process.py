@@ -1,0 +1,98 @@
+"""Run ``fedleak victim serve`` as a child process on a free loopback port.
+
+Used by ``fedleak demo``, sweeps and the integration tests: the victim is a real separate
+process; this only starts it, reads the address it bound, and stops it with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Sequence
+
+_READY = re.compile(r"listening on (\S+:\d+)")
+
+
+class VictimProcessError(RuntimeError):
+    """The victim process exited or did not report its address in time."""
+
+
+class VictimProcess:
+    """Context manager: start the victim with ``args`` (``victim serve`` options), stop it after."""
+
+    def __init__(self, args: Sequence[str], token: str | None = None,
+                 start_timeout: float = 120.0) -> None:
+        self.args = list(args)
+        self.token = token
+        self.start_timeout = start_timeout
+        self.address = ""
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: deque[str] = deque(maxlen=50)
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def start(self) -> VictimProcess:
+        env = dict(os.environ)
+        if self.token:
+            env["FEDLEAK_TOKEN"] = self.token
+        command = [sys.executable, "-m", "fedleak", "victim", "serve", "--host", "127.0.0.1",
+                   "--port", "0", *self.args]
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env)
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        found = threading.Event()
+        threading.Thread(target=self._read_address, args=(found,), daemon=True).start()
+        if not found.wait(self.start_timeout) or not self.address:
+            self.stop()
+            raise VictimProcessError(
+                "the victim process did not start: " + ("".join(self._stderr)[-2000:] or
+                                                        "no output")
+            )
+        return self
+
+    def _read_address(self, found: threading.Event) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            match = _READY.search(line)
+            if match:
+                self.address = match.group(1)
+                found.set()
+        found.set()  # stdout closed: the process ended
+
+    def _drain_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        for line in self._proc.stderr:
+            self._stderr.append(line)
+
+    def stderr_tail(self) -> str:
+        return "".join(self._stderr)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait for a graceful shutdown, SIGKILL if it hangs; returns the exit code."""
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        return self._proc.returncode
+
+    def __enter__(self) -> VictimProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

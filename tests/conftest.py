@@ -1,0 +1,29 @@
+"""Shared fixtures: real victim processes on free loopback ports."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from fedleak.harness.client import VictimClient
+from fedleak.harness.victim_process import VictimProcess
+
+TOKEN = secrets.token_hex(8)
+
+
+@pytest.fixture(scope="module")
+def victim_process() -> Iterator[VictimProcess]:
+    """A lenet-zhu victim on the bundled photos, reveal enabled, 1 MiB message limit."""
+    args = ["--dataset", "photos", "--split", "all", "--images", "0-3", "--model", "lenet-zhu",
+            "--batch-size", "2", "--allow-reveal", "--max-message-mb", "1"]
+    with VictimProcess(args, token=TOKEN) as proc:
+        yield proc
+
+
+@pytest.fixture()
+def client(victim_process: VictimProcess) -> Iterator[VictimClient]:
+    with VictimClient(victim_process.address, token=TOKEN, max_message_bytes=64 << 20,
+                      timeout=60) as c:
+        yield c
