@@ -1,0 +1,66 @@
+"""Build an in-process :class:`Observation` from the harness's model zoo and protocol.
+
+The victim's side (``local_update`` without a graph) produces the update; the attacker's side
+(``UpdateSimulator``) is the callable the attack replays. Images are given on [0, 1] and
+normalised with ``mean``/``std`` (the same value for every channel; 0.5/0.5 maps [0, 1] to
+[−1, 1], 0/1 is the identity).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedleak.attacks.observation import Observation
+from fedleak.harness.models import build_model
+from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+
+
+def make_observation(
+    model_name: str,
+    shape: tuple[int, int, int],
+    num_classes: int,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    protocol: Protocol = Protocol(),  # noqa: B008  (frozen dataclass, immutable)
+    *,
+    mean: float = 0.5,
+    std: float = 0.5,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    give_labels: bool = False,
+) -> Observation:
+    """The server's view of one round in which the user trained on ``images`` ([0, 1]).
+
+    The model is built after ``torch.manual_seed(seed)``; ``give_labels`` puts the true labels
+    into the observation (a threat model where they are known).
+    """
+    torch.manual_seed(seed)
+    model = build_model(model_name, shape, num_classes).to(device)
+    parameters = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    channels = shape[0]
+    normalised = ((images.to(device) - mean) / std).float()
+    labels = labels.to(device)
+    update = local_update(model, parameters, buffers, normalised, labels, protocol)
+    return Observation(
+        parameter_names=list(parameters),
+        parameters=[p.detach() for p in parameters.values()],
+        update=update,
+        update_kind=protocol.update_kind(),
+        num_images=int(images.shape[0]),
+        image_shape=tuple(shape),
+        num_classes=num_classes,
+        mean=[mean] * channels,
+        std=[std] * channels,
+        simulate=UpdateSimulator(model, parameters, buffers, protocol),
+        local_steps=protocol.local_steps(int(images.shape[0])),
+        learning_rate=protocol.learning_rate if protocol.kind == "fedavg" else None,
+        labels=labels.clone() if give_labels else None,
+    )
+
+
+def to_unit(observation: Observation, images: torch.Tensor) -> torch.Tensor:
+    """Undo the observation's normalisation: images in normalised space back onto [0, 1]."""
+    mean = torch.as_tensor(observation.mean, device=images.device).view(1, -1, 1, 1)
+    std = torch.as_tensor(observation.std, device=images.device).view(1, -1, 1, 1)
+    return images * std + mean
