@@ -13,6 +13,7 @@ asks for |pool|/n rounds sees every private image once.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -111,7 +112,15 @@ class Victim:
             self._remember(Round(round_id, indices, protocol))
         images = normalize(self.data.images[indices], self.info).to(self.config.device)
         labels = self.data.labels[indices].to(self.config.device)
-        update = local_update(self.model, params, bufs, images, labels, protocol)
+        started = time.perf_counter()
+        try:
+            update = local_update(self.model, params, bufs, images, labels, protocol)
+        except ValueError as err:  # e.g. BatchNorm in training mode on a single value
+            raise FailedPrecondition(
+                f"local training failed for {self.config.model} on {len(indices)} image(s): "
+                f"{err}; start the victim with a larger --batch-size or another model"
+            ) from err
+        compute_seconds = time.perf_counter() - started
         if not all(torch.isfinite(u).all() for u in update):
             raise FailedPrecondition(
                 "the local update is not finite at these parameters (training diverged); "
@@ -124,6 +133,7 @@ class Victim:
             protocol=protocol,
             num_images=len(indices),
             local_steps=protocol.local_steps(len(indices)),
+            metadata={"compute_seconds": f"{compute_seconds:.6f}"},
         )
 
     def _checked(
