@@ -10,7 +10,8 @@ Names:
   biases drawn from U(-0.5, 0.5) as in that paper's code.
 - ``convnet``: the 8-layer ConvNet of Inverting Gradients (supplement Fig. 2), width ``D``
   (option ``width``, default 64): conv-BN-ReLU blocks with D, 2D, 2D, 4D, 4D, 4D channels, a
-  3×3 max-pool, two more 4D blocks, another 3×3 max-pool, and a linear classifier.
+  3×3 max-pool, two more 4D blocks, another 3×3 max-pool, and a linear classifier (pools round
+  up for inputs under 27 px, so it also takes 8×8 digits and 25×25 faces).
 - ``resnet20-4``: the CIFAR ResNet-20 (He et al. 2016, three stages of three basic blocks) with
   every width multiplied by 4 (option ``width`` changes the multiplier).
 - ``resnet18`` … ``resnet152``: torchvision's ImageNet ResNets, first convolution adapted to the
@@ -104,7 +105,7 @@ def _check_forward(model: nn.Module, spec: ModelSpec, shape: Shape) -> None:
     try:
         with torch.no_grad():
             model(torch.zeros(1, *shape))
-    except RuntimeError as err:
+    except (RuntimeError, ValueError) as err:
         raise ModelError(f"model {spec} cannot take inputs of shape {shape}: {err}") from err
     finally:
         model.train(was_training)
@@ -118,11 +119,14 @@ def _int(options: dict[str, str], key: str, default: int) -> int:
 
 
 def _flat_features(body: nn.Module, shape: Shape) -> int:
-    with torch.no_grad():
-        try:
+    body.eval()
+    try:
+        with torch.no_grad():
             return int(body(torch.zeros(1, *shape)).flatten(1).shape[1])
-        except RuntimeError as err:
-            raise ModelError(f"input shape {shape} is too small for this model: {err}") from err
+    except (RuntimeError, ValueError) as err:
+        raise ModelError(f"input shape {shape} is too small for this model: {err}") from err
+    finally:
+        body.train()
 
 
 class LeNetZhu(nn.Module):
@@ -169,9 +173,12 @@ class ConvNet(nn.Module):
         layers: list[nn.Module] = []
         for c_in, c_out in zip(widths[:-1], widths[1:], strict=True):
             layers += _conv_bn_relu(c_in, c_out)
-        layers.append(nn.MaxPool2d(3))
+        # Below 27 px two floor-rounded 3×3 pools would leave nothing (8×8 digits: 8→2→0), so
+        # small inputs round up (8→3→1); at 32×32 the network is exactly the paper's.
+        ceil = min(shape[1:]) < 27
+        layers.append(nn.MaxPool2d(3, ceil_mode=ceil))
         layers += _conv_bn_relu(4 * d, 4 * d) + _conv_bn_relu(4 * d, 4 * d)
-        layers += [nn.MaxPool2d(3), nn.Flatten()]
+        layers += [nn.MaxPool2d(3, ceil_mode=ceil), nn.Flatten()]
         self.body = nn.Sequential(*layers)
         self.fc = nn.Linear(_flat_features(self.body, shape), num_classes)
 
