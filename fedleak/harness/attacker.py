@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from fedleak import __version__
 from fedleak.attacks import Observation, Reconstruction, create_attack
+from fedleak.attacks.dishonest import flip_labels
 from fedleak.harness.client import VictimClient, VictimError
 from fedleak.harness.datasets import DatasetInfo, denormalize
 from fedleak.harness.models import ModelSpec, build_model, load_checkpoint
@@ -48,6 +49,7 @@ class AttackSettings:
     checkpoint: str | None = None
     model_seed: int | None = None
     protocol: dict[str, Any] = field(default_factory=dict)
+    flip_labels: tuple[int, int] | None = None
     show_progress: bool = True
 
 
@@ -143,6 +145,8 @@ def run_attack(
     info = info_from_describe(described)
     model = server_model(described)
     params, buffers = global_parameters(client, described, settings)
+    if settings.flip_labels is not None:
+        params = flip_labels(params, info.num_classes, *settings.flip_labels)
     attack = create_attack(settings.attack, settings.options)
     request_protocol = pb.ProtocolSpec(**settings.protocol) if settings.protocol else None
     record: dict[str, Any] = {

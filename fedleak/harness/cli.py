@@ -154,7 +154,16 @@ def _settings(kw: dict[str, Any]) -> Any:
                       ("batch_size", "local_batch_size"), ("learning_rate", "lr")):
         if kw.get(flag) is not None:
             protocol[key] = kw[flag]
+    flip = None
+    if kw.get("flip_labels"):
+        try:
+            a, b = (int(v) for v in kw["flip_labels"].split(","))
+        except ValueError:
+            raise click.BadParameter("give two class indices, e.g. 3,5",
+                                     param_hint="--flip-labels") from None
+        flip = (a, b)
     return AttackSettings(
+        flip_labels=flip,
         attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
         rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
         protocol=protocol, show_progress=not kw.get("quiet", False),
@@ -186,6 +195,9 @@ def _check_device(device: str) -> None:
               help="Send these trained parameters instead of the victim's global model.")
 @click.option("--model-seed", type=int, default=None,
               help="Send a fresh model initialised with this seed instead.")
+@click.option("--flip-labels", default=None, metavar="A,B",
+              help="Dishonest server: swap classifier rows A and B of θ before sending "
+                   "(label flipping, Inverting Gradients supplement A.2).")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
               help="Ask for this protocol (server's choice; victim default if unset).")
 @click.option("--local-epochs", type=click.IntRange(1), default=None, help="FedAvg: E.")
@@ -218,6 +230,8 @@ def attack(**kw: Any) -> None:
             record = run_attack(client, settings, out, log=click.echo)
         except VictimError as err:
             raise click.ClickException(f"victim at {kw['address']}: {err}") from None
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
     _print_summary(record, out)
 
 
