@@ -1,0 +1,32 @@
+"""Defenses as plain torch/numpy/cryptography code, found by name through the registry.
+
+Importing this package registers the built-in defenses.
+"""
+
+from fedleak.defenses import clip, dpsgd, noise, prune, quantize  # noqa: F401  (registers)
+from fedleak.defenses.base import STAGES, Defense, PerExampleDefense, UpdateDefense
+from fedleak.defenses.chain import DefenseChain, build_chain, load_defense_toml, \
+    parse_defense_spec
+from fedleak.defenses.registry import (
+    DEFENSES,
+    DefenseConfigError,
+    create_defense,
+    defense_names,
+    register_defense,
+)
+
+__all__ = [
+    "DEFENSES",
+    "STAGES",
+    "Defense",
+    "DefenseChain",
+    "DefenseConfigError",
+    "PerExampleDefense",
+    "UpdateDefense",
+    "build_chain",
+    "create_defense",
+    "defense_names",
+    "load_defense_toml",
+    "parse_defense_spec",
+    "register_defense",
+]

@@ -1,0 +1,67 @@
+"""The interfaces defenses implement, by the stage at which they act.
+
+- ``per-example``: inside the user's local training, on per-example gradients (DP-SGD).
+- ``update``: on the finished update before it leaves the user (clip, noise, prune, quantise).
+- ``transport``: on the way to the server (secure aggregation across several users).
+
+A defense's mechanism and parameters are public (Kerckhoffs): ``Describe`` reports them. Its
+randomness is not: it draws from the ``torch.Generator`` the victim hands it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+STAGES = ("per-example", "update", "transport")
+
+
+class Defense(ABC):
+    """A defense with a typed ``Config`` dataclass."""
+
+    name: ClassVar[str] = ""
+    stage: ClassVar[str] = "update"
+    Config: ClassVar[type[Any]]
+
+    def __init__(self, config: Any | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    def public_params(self) -> dict[str, str]:
+        """The configuration as strings, as ``DefenseSpec.params`` carries it."""
+        return {k.replace("_", "-"): str(v) for k, v in dataclasses.asdict(self.config).items()}
+
+
+class UpdateDefense(Defense):
+    """Transforms the finished update ``[Δ_l]`` (one tensor per parameter) before it is sent."""
+
+    stage: ClassVar[str] = "update"
+
+    @abstractmethod
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        """The defended update; must not modify ``update`` in place."""
+
+
+class PerExampleDefense(Defense):
+    """Turns per-example gradients of one local step into the gradient the step uses."""
+
+    stage: ClassVar[str] = "per-example"
+
+    @abstractmethod
+    def privatise(
+        self,
+        per_example: list[torch.Tensor],
+        expected_batch_size: int,
+        generator: torch.Generator,
+    ) -> list[torch.Tensor]:
+        """``per_example[l]`` has shape [B, *θ_l.shape]; returns one tensor per parameter."""
+
+    def sample_rate(self, num_images: int, batch_size: int) -> float | None:
+        """Poisson sampling rate q for local batches, or None for fixed in-order batches."""
+        return None
+
+    def account(self, steps: int, sample_rate: float) -> dict[str, str]:
+        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries)."""
+        return {}

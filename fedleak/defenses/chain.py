@@ -1,0 +1,82 @@
+"""A defense chain: the user's defenses in order, grouped by the stage at which they act.
+
+Specs come as ``name:key=value,key=value`` (``--defense``, repeatable) or from a TOML file::
+
+    [[defense]]
+    name = "dpsgd"
+    noise_multiplier = 0.5
+
+At most one per-example defense (it owns local training's gradient) and at most one transport
+defense; update defenses apply in the order given.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedleak.defenses.base import Defense, PerExampleDefense, UpdateDefense
+from fedleak.defenses.registry import DefenseConfigError, create_defense
+
+
+@dataclass
+class DefenseChain:
+    defenses: list[Defense] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for stage in ("per-example", "transport"):
+            named = [d.name for d in self.defenses if d.stage == stage]
+            if len(named) > 1:
+                raise DefenseConfigError(f"at most one {stage} defense, got {named}")
+
+    @property
+    def per_example(self) -> PerExampleDefense | None:
+        return next((d for d in self.defenses if isinstance(d, PerExampleDefense)), None)
+
+    @property
+    def update(self) -> list[UpdateDefense]:
+        return [d for d in self.defenses if isinstance(d, UpdateDefense)]
+
+    @property
+    def transport(self) -> Defense | None:
+        return next((d for d in self.defenses if d.stage == "transport"), None)
+
+    def describe(self) -> list[tuple[str, dict[str, str], str]]:
+        """(name, public params, stage) per defense, for ``Describe``."""
+        return [(d.name, d.public_params(), d.stage) for d in self.defenses]
+
+
+def parse_defense_spec(text: str) -> tuple[str, dict[str, str]]:
+    """``dpsgd:noise-multiplier=0.5,max-grad-norm=1`` → (``dpsgd``, {…})."""
+    name, _, rest = text.partition(":")
+    params: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise DefenseConfigError(f"defense parameter {item!r} in {text!r} must look like "
+                                     "key=value")
+        params[key.strip()] = value.strip()
+    if not name.strip():
+        raise DefenseConfigError(f"defense spec {text!r} has no name")
+    return name.strip(), params
+
+
+def load_defense_toml(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """The ``[[defense]]`` tables of a TOML file as (name, params) pairs."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise DefenseConfigError(f"cannot read defense file {path}: {err}") from err
+    tables = data.get("defense", [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) and "name" in t
+                                               for t in tables):
+        raise DefenseConfigError(f"{path}: write each defense as a [[defense]] table with a "
+                                 "name")
+    return [(t["name"], {k: v for k, v in t.items() if k != "name"}) for t in tables]
+
+
+def build_chain(specs: list[tuple[str, dict[str, Any]]]) -> DefenseChain:
+    """Instantiate every (name, params); unknown names or keys raise with the valid ones."""
+    return DefenseChain([create_defense(name, params) for name, params in specs])

@@ -1,0 +1,43 @@
+"""Additive noise on the update: Δ ← Δ + ξ, ξ ~ N(0, σ²) or Laplace(0, σ) per coordinate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.registry import register_defense
+
+DISTRIBUTIONS = ("gaussian", "laplace")
+
+
+@dataclass
+class NoiseConfig:
+    sigma: float = field(default=0.01, metadata={"help": "scale σ (Gaussian std, Laplace b)"})
+    distribution: str = field(default="gaussian", metadata={"help": "gaussian or laplace"})
+
+    def __post_init__(self) -> None:
+        if not self.sigma >= 0:
+            raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
+                             f"got {self.distribution!r}")
+
+
+@register_defense("noise")
+class Noise(UpdateDefense):
+    """Add i.i.d. Gaussian (std σ) or Laplacian (scale b = σ, std √2·σ) noise to every entry."""
+
+    Config = NoiseConfig
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        out = []
+        for u in update:
+            if self.config.distribution == "gaussian":
+                xi = torch.randn(u.shape, generator=generator, dtype=u.dtype, device=u.device)
+            else:  # Laplace by inverse CDF of a uniform on (-1/2, 1/2)
+                v = torch.rand(u.shape, generator=generator, dtype=u.dtype, device=u.device) - 0.5
+                xi = -torch.sign(v) * torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
+            out.append(u + self.config.sigma * xi)
+        return out

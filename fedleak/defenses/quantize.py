@@ -1,0 +1,46 @@
+"""Stochastic uniform quantisation of the update (QSGD-style, Alistarh et al. 2017).
+
+Per tensor with scale m = max|Δ| and s = 2^{bits−1} − 1 levels per sign, each entry becomes
+m/s · (⌊s|Δ|/m⌋ + Bernoulli(frac(s|Δ|/m))) · sign(Δ): unbiased (E[q(Δ)] = Δ), with at most
+m/s error per entry, and only ``bits`` bits per entry on the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.registry import register_defense
+
+
+@dataclass
+class QuantizeConfig:
+    bits: int = field(default=4, metadata={"help": "bits per entry, sign included (2..16)"})
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.bits <= 16:
+            raise ValueError(f"bits must lie in 2..16, got {self.bits}")
+
+
+@register_defense("quantize")
+class Quantize(UpdateDefense):
+    """Unbiased stochastic rounding of every tensor onto 2^bits − 1 uniform levels."""
+
+    Config = QuantizeConfig
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        levels = 2 ** (self.config.bits - 1) - 1
+        out = []
+        for u in update:
+            scale = u.abs().max()
+            if scale == 0:
+                out.append(u.clone())
+                continue
+            scaled = u.abs() / scale * levels
+            lower = scaled.floor()
+            up = torch.rand(u.shape, generator=generator, dtype=u.dtype, device=u.device)
+            rounded = lower + (up < scaled - lower).to(u.dtype)
+            out.append(torch.sign(u) * rounded * scale / levels)
+        return out
