@@ -12,7 +12,8 @@ from fedleak.harness.models import ModelError, ModelSpec, build_model, model_nam
 @pytest.mark.parametrize(
     "name, shape",
     [("lenet-zhu", (3, 32, 32)), ("lenet-zhu", (1, 8, 8)), ("convnet:width=8", (3, 32, 32)),
-     ("convnet:width=8", (1, 25, 25)), ("convnet:width=8", (1, 8, 8)), ("resnet20-4:width=1", (3, 32, 32)),
+     ("convnet:width=8", (1, 25, 25)),
+     ("convnet:width=8", (1, 8, 8)), ("resnet20-4:width=1", (3, 32, 32)),
      ("resnet18", (1, 32, 32)), ("mlp:width=16,depth=1", (1, 8, 8))],
 )
 def test_models_build_for_data_shapes(name: str, shape: tuple[int, int, int]) -> None:

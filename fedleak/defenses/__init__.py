@@ -5,8 +5,7 @@ Importing this package registers the built-in defenses.
 
 from fedleak.defenses import clip, dpsgd, noise, prune, quantize  # noqa: F401  (registers)
 from fedleak.defenses.base import STAGES, Defense, PerExampleDefense, UpdateDefense
-from fedleak.defenses.chain import DefenseChain, build_chain, load_defense_toml, \
-    parse_defense_spec
+from fedleak.defenses.chain import DefenseChain, build_chain, load_defense_toml, parse_defense_spec
 from fedleak.defenses.registry import (
     DEFENSES,
     DefenseConfigError,

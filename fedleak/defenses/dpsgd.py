@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-from opacus.accountants import PRVAccountant, RDPAccountant
-from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
 
 from fedleak.defenses.base import PerExampleDefense
 from fedleak.defenses.registry import register_defense
 
-ACCOUNTANTS = {"rdp": RDPAccountant, "prv": PRVAccountant}
+ACCOUNTANTS = ("rdp", "prv")
+
+
+def make_accountant(kind: str) -> Any:
+    """A fresh Opacus accountant (imported lazily: Opacus takes a second to import)."""
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    return {"rdp": RDPAccountant, "prv": PRVAccountant}[kind]()
 
 
 @dataclass
@@ -59,7 +65,7 @@ class DPSGD(PerExampleDefense):
 
     def __init__(self, config: DPSGDConfig | None = None) -> None:
         super().__init__(config)
-        self._total = ACCOUNTANTS[self.config.accountant]()
+        self._total = make_accountant(self.config.accountant)
 
     def privatise(
         self,
@@ -67,6 +73,8 @@ class DPSGD(PerExampleDefense):
         expected_batch_size: int,
         generator: torch.Generator,
     ) -> list[torch.Tensor]:
+        from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
+
         params = [torch.zeros(g.shape[1:], dtype=g.dtype, device=g.device, requires_grad=True)
                   for g in per_example]
         for p, g in zip(params, per_example, strict=True):
@@ -94,7 +102,7 @@ class DPSGD(PerExampleDefense):
 
     def account(self, steps: int, sample_rate: float) -> dict[str, str]:
         """ε of this round alone and cumulated over every round this defense has served."""
-        this_round = ACCOUNTANTS[self.config.accountant]()
+        this_round = make_accountant(self.config.accountant)
         for accountant in (this_round, self._total):
             accountant.history.append((self.config.noise_multiplier, sample_rate, steps))
         delta = self.config.delta
@@ -108,7 +116,7 @@ class DPSGD(PerExampleDefense):
         }
 
 
-def epsilon(accountant: RDPAccountant | PRVAccountant, delta: float) -> float:
+def epsilon(accountant: Any, delta: float) -> float:
     """ε at ``delta``; infinite when there was no noise."""
     if any(sigma == 0 for sigma, _, _ in accountant.history):
         return math.inf

@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from fedleak.harness.protocol import PROTOCOLS, Protocol, ProtocolError
+from fedleak.defenses import defense_names
+from fedleak.harness.protocol import PROTOCOLS, Protocol
 
 TOKEN_ENV = "FEDLEAK_TOKEN"
 DEFAULT_PORT = 50051
@@ -97,15 +98,24 @@ def victim() -> None:
 @click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
               help="PEM certificate for TLS (with --tls-key); use for non-loopback hosts.")
 @click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option("--defense", "defense_specs", multiple=True, metavar="NAME:KEY=VALUE,...",
+              help="A defense of the chain, e.g. dpsgd:noise-multiplier=0.5 or prune:p=0.9 "
+                   "(repeatable, applied in order). Defenses: " + ", ".join(defense_names())
+                   + "; `fedleak list` shows their parameters.")
+@click.option("--defense-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="TOML file with [[defense]] tables (name = ..., then parameters).")
+@click.option("--defense-seed", type=int, default=None,
+              help="Fix the defenses' randomness (reproducible experiments; default: secret).")
 @click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
 def victim_serve(**kw: Any) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
     from fedleak.harness.server import serve_until_signal, start_server
-    from fedleak.harness.victim_setup import create_victim
+    from fedleak.harness.victim_setup import create_victim, parse_defenses
 
     try:
+        chain = parse_defenses(kw["defense_specs"], kw["defense_file"])
         protocol = Protocol(kw["protocol"], kw["local_epochs"], kw["local_batch_size"], kw["lr"])
-    except ProtocolError as err:
+    except ValueError as err:  # ProtocolError, DefenseConfigError
         raise click.UsageError(str(err)) from None
     token = kw["token"]
     if kw["allow_reveal"] and not token:
@@ -117,6 +127,7 @@ def victim_serve(**kw: Any) -> None:
             shuffle=kw["shuffle"], data_root=kw["data_root"], download=kw["download"],
             checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
             protocol=protocol, reveal=kw["allow_reveal"], device=kw["device"],
+            defenses=chain, defense_seed=kw["defense_seed"],
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
@@ -132,7 +143,8 @@ def victim_serve(**kw: Any) -> None:
             from None
     click.echo(f"fedleak victim listening on {kw['host']}:{port} "
                f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
-               f"{protocol.kind}, n={v.config.num_images})", err=False)
+               f"{protocol.kind}, n={v.config.num_images}, defenses: "
+               f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
     sys.stdout.flush()
     serve_until_signal(server)
     click.echo("fedleak victim stopped", err=True)
@@ -237,7 +249,8 @@ def attack(**kw: Any) -> None:
 
 def _print_summary(record: dict[str, Any], out: Path) -> None:
     click.echo("")
-    click.echo(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  {'MSE':>8}  {'time s':>7}")
+    click.echo(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  {'MSE':>8}  "
+               f"{'time s':>7}")
     for i, r in enumerate(record["rounds"]):
         for img in r["images"]:
             click.echo(f"{i:>5}  {img['index']:>5}  {img['psnr']:>8.2f}  {img['ssim']:>6.3f}  "
@@ -363,6 +376,13 @@ def list_names() -> None:
     click.echo("data sets: " + ", ".join(DATASET_NAMES))
     click.echo("models:    " + ", ".join(model_names()))
     click.echo("attacks:   " + ", ".join(attack_names()))
+    click.echo("defenses (--defense NAME:key=value,...):")
+    from fedleak.defenses import DEFENSES
+
+    for name in defense_names():
+        click.echo(f"  {name} [{DEFENSES.get(name).stage}]")
+        for line in DEFENSES.describe(name).splitlines():
+            click.echo(f"    {line}")
 
 
 if __name__ == "__main__":

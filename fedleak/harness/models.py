@@ -62,6 +62,7 @@ class ModelSpec:
 
 
 Shape = tuple[int, int, int]
+OPACUS_OPTION = "opacus"
 Builder = Callable[[Shape, int, dict[str, str]], nn.Module]
 _BUILDERS: dict[str, Builder] = {}
 _OPTIONS: dict[str, tuple[str, ...]] = {}
@@ -90,13 +91,32 @@ def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Mod
         spec = ModelSpec.parse(spec)
     if spec.name not in _BUILDERS:
         raise ModelError(f"unknown model {spec.name!r}; choose one of {', '.join(_BUILDERS)}")
-    unknown = set(spec.options) - set(_OPTIONS[spec.name])
+    options = dict(spec.options)
+    opacus = options.pop(OPACUS_OPTION, "false").lower() in ("true", "1")
+    unknown = set(options) - set(_OPTIONS[spec.name])
     if unknown:
-        valid = ", ".join(_OPTIONS[spec.name]) or "none"
+        valid = ", ".join((*_OPTIONS[spec.name], OPACUS_OPTION))
         raise ModelError(f"model {spec.name!r} has no option {sorted(unknown)}; valid: {valid}")
-    model = _BUILDERS[spec.name](tuple(shape), int(num_classes), dict(spec.options))
+    model = _BUILDERS[spec.name](tuple(shape), int(num_classes), options)
+    if opacus:
+        model = opacus_compatible(model)
     _check_forward(model, spec, tuple(shape))
     return model
+
+
+def opacus_compatible(model: nn.Module) -> nn.Module:
+    """Opacus's ``ModuleValidator.fix``: BatchNorm → GroupNorm, so per-example gradients exist.
+
+    Any model accepts the option ``opacus=true`` to be built this way; a victim running DP-SGD
+    publishes its model spec with it, so the attacker builds the same architecture.
+    """
+    from opacus.validators import ModuleValidator
+
+    fixed = ModuleValidator.fix(model)
+    errors = ModuleValidator.validate(fixed, strict=False)
+    if errors:
+        raise ModelError(f"model cannot be made Opacus-compatible: {errors}")
+    return fixed
 
 
 def _check_forward(model: nn.Module, spec: ModelSpec, shape: Shape) -> None:
@@ -303,3 +323,57 @@ def load_checkpoint(model: nn.Module, path: str) -> None:
         model.load_state_dict(state)
     except RuntimeError as err:
         raise ModelError(f"checkpoint {path} does not fit the model: {err}") from err
+
+
+class KKTMLP(nn.Module):
+    """The binary classifier of Haim et al. (2022, Sec. 5.1): d–width–…–width–1 ReLU MLP.
+
+    ``depth`` hidden layers of ``width`` units (paper: 2 of 1000). Only the first layer has a
+    bias; the others have none, so Φ(c·θ; x) = c^{depth+1} Φ(θ; x): the network is homogeneous
+    in *all* its parameters, first-layer bias included (Theorem 3.1's assumption). Init: the
+    first layer's weight and bias ~ N(0, init_std²) (paper: 1e-4, Sec. 5.2 explains why small
+    helps); every other weight keeps PyTorch's Kaiming-uniform default for ``nn.Linear``
+    (``kaiming_uniform_(a=√5)``, i.e. U(±1/√fan_in)), the "standard Kaiming He
+    initialization" the paper names and its authors' code uses. The output is
+    the single logit Φ(θ; x), shape ``[n, 1]``; its sign is the label y ∈ {±1}. Inputs are
+    flattened, so any ``(C, H, W)`` or ``(d,)`` shape works; the KKT attack expects them scaled
+    to [-1, 1] (see :mod:`fedleak.harness.release_training`).
+    """
+
+    def __init__(
+        self, in_features: int, width: int = 1000, depth: int = 2, init_std: float = 1e-4
+    ) -> None:
+        super().__init__()
+        if width < 1 or depth < 1 or not init_std > 0:
+            raise ModelError(
+                f"kkt-mlp needs width >= 1, depth >= 1, init-std > 0; got {width}, {depth}, "
+                f"{init_std}"
+            )
+        layers: list[nn.Module] = [nn.Flatten(), nn.Linear(in_features, width), nn.ReLU()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, width, bias=False), nn.ReLU()]
+        layers.append(nn.Linear(width, 1, bias=False))
+        self.layers = nn.Sequential(*layers)
+        linears = [m for m in self.layers if isinstance(m, nn.Linear)]
+        nn.init.normal_(linears[0].weight, std=init_std)
+        nn.init.normal_(linears[0].bias, std=init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+@_register("kkt-mlp", options=("width", "depth", "init-std"))
+def _kkt_mlp(shape: Shape, num_classes: int, options: dict[str, str]) -> nn.Module:
+    """Haim et al.'s binary MLP; ``num_classes`` is ignored (one logit, labels ±1)."""
+    try:
+        init_std = float(options.get("init-std", 1e-4))
+    except ValueError as err:
+        text = options["init-std"]
+        raise ModelError(f"model option init-std must be a number, got {text!r}") from err
+    in_features = 1
+    for size in shape:
+        in_features *= int(size)
+    return KKTMLP(
+        in_features, width=_int(options, "width", 1000), depth=_int(options, "depth", 2),
+        init_std=init_std,
+    )

@@ -80,7 +80,8 @@ class VictimServicer(pb_grpc.VictimServicer):
                 class_names=list(info.class_names),
             ),
             protocol=protocol_to_pb(v.config.protocol, v.config.num_images),
-            defenses=[],
+            defenses=[pb.DefenseSpec(name=name, params=params, stage=stage)
+                      for name, params, stage in v.config.defenses.describe()],
             parameters=[_info(*i) for i in v.parameter_infos()],
             buffers=[_info(*i) for i in v.buffer_infos()],
             num_private_images=len(v.data.labels),
@@ -109,8 +110,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if request.HasField("protocol"):
             p = request.protocol
             if p.num_images not in (0, self.victim.config.num_images):
-                raise InvalidArgument(f"num_images is fixed at {self.victim.config.num_images} by the "
-                               "victim; leave it 0")
+                fixed = self.victim.config.num_images
+                raise InvalidArgument(f"num_images is fixed at {fixed} by the victim; leave it 0")
             override = {"kind": p.kind, "local_epochs": p.local_epochs,
                         "batch_size": p.batch_size, "learning_rate": p.learning_rate}
         result = self.victim.compute_update(params, buffers, override)
@@ -170,7 +171,8 @@ def _decode_named(messages: Iterable[pb.Tensor], what: str) -> dict[str, torch.T
     out: dict[str, torch.Tensor] = {}
     for message in messages:
         if not message.name:
-            raise InvalidArgument(f"a {what} tensor has no name: name each tensor as Describe lists it")
+            raise InvalidArgument(f"a {what} tensor has no name: name each tensor as Describe "
+                                  "lists it")
         if message.name in out:
             raise InvalidArgument(f"{what} {message.name!r} is sent twice")
         out[message.name] = decode_tensor(message, what)

@@ -12,6 +12,7 @@ asks for |pool|/n rounds sees every private image once.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 import uuid
@@ -22,11 +23,12 @@ import torch
 from torch import nn
 
 from fedleak import __version__
+from fedleak.defenses import DefenseChain
 from fedleak.harness.datasets import DatasetInfo, ImageDataset, normalize
 from fedleak.harness.errors import FailedPrecondition, InvalidArgument, NotFound
 from fedleak.harness.metrics import BatchScore, score_reconstruction
 from fedleak.harness.models import ModelSpec
-from fedleak.harness.protocol import Protocol, ProtocolError, local_update
+from fedleak.harness.protocol import Protocol, ProtocolError, local_update, private_local_update
 
 MAX_REMEMBERED_ROUNDS = 4096
 
@@ -40,6 +42,7 @@ class VictimConfig:
     num_images: int = 1
     reveal_enabled: bool = False
     device: str = "cpu"
+    defenses: DefenseChain = field(default_factory=DefenseChain)
 
 
 @dataclass
@@ -65,7 +68,13 @@ class UpdateResult:
 class Victim:
     """A federated user holding ``data`` (its private pool) and a model of ``config.model``."""
 
-    def __init__(self, config: VictimConfig, data: ImageDataset, model: nn.Module) -> None:
+    def __init__(
+        self,
+        config: VictimConfig,
+        data: ImageDataset,
+        model: nn.Module,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if not 1 <= config.num_images <= len(data.labels):
             raise ValueError(f"batch size {config.num_images} must be between 1 and the "
                              f"{len(data.labels)} private images")
@@ -77,6 +86,9 @@ class Victim:
         self._rounds: OrderedDict[str, Round] = OrderedDict()
         self._round_counter = 0
         self._lock = threading.Lock()
+        self._compute_lock = threading.Lock()
+        # The defenses' randomness: secret from the server unless the experiment fixes it.
+        self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
 
     @property
     def info(self) -> DatasetInfo:
@@ -113,14 +125,10 @@ class Victim:
         images = normalize(self.data.images[indices], self.info).to(self.config.device)
         labels = self.data.labels[indices].to(self.config.device)
         started = time.perf_counter()
-        try:
-            update = local_update(self.model, params, bufs, images, labels, protocol)
-        except ValueError as err:  # e.g. BatchNorm in training mode on a single value
-            raise FailedPrecondition(
-                f"local training failed for {self.config.model} on {len(indices)} image(s): "
-                f"{err}; start the victim with a larger --batch-size or another model"
-            ) from err
-        compute_seconds = time.perf_counter() - started
+        with self._compute_lock:  # defenses keep state (accountant, generator)
+            update, metadata = self._defended_update(params, bufs, images, labels, protocol,
+                                                     len(indices))
+        metadata["compute_seconds"] = f"{time.perf_counter() - started:.6f}"
         if not all(torch.isfinite(u).all() for u in update):
             raise FailedPrecondition(
                 "the local update is not finite at these parameters (training diverged); "
@@ -133,8 +141,37 @@ class Victim:
             protocol=protocol,
             num_images=len(indices),
             local_steps=protocol.local_steps(len(indices)),
-            metadata={"compute_seconds": f"{compute_seconds:.6f}"},
+            metadata=metadata,
         )
+
+    def _defended_update(
+        self,
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        protocol: Protocol,
+        n: int,
+    ) -> tuple[list[torch.Tensor], dict[str, str]]:
+        """Local training (per-example defense inside it), then the update defenses in order."""
+        chain = self.config.defenses
+        metadata: dict[str, str] = {}
+        try:
+            if chain.per_example is not None:
+                private = private_local_update(self.model, params, buffers, images, labels,
+                                               protocol, chain.per_example, self._generator)
+                update = private.update
+                metadata.update(chain.per_example.account(private.steps, private.sample_rate))
+            else:
+                update = local_update(self.model, params, buffers, images, labels, protocol)
+        except ValueError as err:  # e.g. BatchNorm in training mode on a single value
+            raise FailedPrecondition(
+                f"local training failed for {self.config.model} on {n} image(s): "
+                f"{err}; start the victim with a larger --batch-size or another model"
+            ) from err
+        for defense in chain.update:
+            update = defense.apply(update, self._generator)
+        return update, metadata
 
     def _checked(
         self, what: str, received: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]

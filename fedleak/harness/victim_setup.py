@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
+from fedleak.defenses import DefenseChain, build_chain, load_defense_toml, parse_defense_spec
 from fedleak.harness.datasets import ImageDataset, load_dataset
-from fedleak.harness.models import ModelSpec, build_model, load_checkpoint
+from fedleak.harness.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.protocol import Protocol
 from fedleak.harness.victim import Victim, VictimConfig
 
@@ -49,6 +50,13 @@ def private_pool(
     return ImageDataset(images=data.images[order], labels=data.labels[order], info=data.info)
 
 
+def parse_defenses(specs: tuple[str, ...] | list[str], toml_file: str | None) -> DefenseChain:
+    """``--defense`` specs and an optional ``--defense-file`` as one chain (file first)."""
+    pairs = load_defense_toml(toml_file) if toml_file else []
+    pairs += [parse_defense_spec(s) for s in specs]
+    return build_chain(pairs)
+
+
 def create_victim(
     dataset: str,
     model: str,
@@ -64,6 +72,8 @@ def create_victim(
     protocol: Protocol | None = None,
     reveal: bool = False,
     device: str = "cpu",
+    defenses: DefenseChain | None = None,
+    defense_seed: int | None = None,
 ) -> Victim:
     """Load the private pool, build the model (seeded init or checkpoint) and the victim."""
     data = private_pool(load_dataset(dataset, split, data_root, download), images, shuffle, seed)
@@ -71,6 +81,9 @@ def create_victim(
         raise SetupError(f"--batch-size {batch_size} exceeds the {len(data.labels)} private "
                          "images; lower it or select more with --images")
     spec = ModelSpec.parse(model)
+    chain = defenses or DefenseChain()
+    if chain.per_example is not None:  # per-example gradients need Opacus-compatible layers
+        spec = ModelSpec(spec.name, {**spec.options, OPACUS_OPTION: "true"})
     torch.manual_seed(seed)
     net = build_model(spec, data.info.shape, data.info.num_classes)
     if checkpoint is not None:
@@ -81,5 +94,7 @@ def create_victim(
         num_images=batch_size,
         reveal_enabled=reveal,
         device=device,
+        defenses=chain,
     )
-    return Victim(config, data, net)
+    generator = None if defense_seed is None else torch.Generator().manual_seed(defense_seed)
+    return Victim(config, data, net, generator)
