@@ -3,7 +3,14 @@
 Importing this package registers the built-in defenses.
 """
 
-from fedleak.defenses import clip, dpsgd, noise, prune, quantize  # noqa: F401  (registers)
+from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
+    clip,
+    dpsgd,
+    noise,
+    prune,
+    quantize,
+    secure_aggregation,
+)
 from fedleak.defenses.base import STAGES, Defense, PerExampleDefense, UpdateDefense
 from fedleak.defenses.chain import DefenseChain, build_chain, load_defense_toml, parse_defense_spec
 from fedleak.defenses.registry import (

@@ -34,6 +34,7 @@ from fedleak.harness.datasets import DatasetInfo, denormalize
 from fedleak.harness.models import ModelSpec, build_model, load_checkpoint
 from fedleak.harness.pictures import save_grid
 from fedleak.harness.protocol import Protocol, UpdateSimulator
+from fedleak.harness.secagg_server_role import as_received_update, run_secure_aggregation
 from fedleak.v1 import victim_pb2 as pb
 
 
@@ -50,6 +51,7 @@ class AttackSettings:
     model_seed: int | None = None
     protocol: dict[str, Any] = field(default_factory=dict)
     flip_labels: tuple[int, int] | None = None
+    secagg_target: str = "sum"
     show_progress: bool = True
 
 
@@ -163,19 +165,26 @@ def run_attack(
         "threads": torch.get_num_threads(),
         "rounds": [],
     }
+    secagg = any(d.name == "secagg" for d in described.defenses)
     for index in range(settings.rounds):
-        received = client.compute_update(params, buffers, request_protocol)
+        if secagg:
+            aggregation = run_secure_aggregation(client, params, buffers, request_protocol)
+            received = as_received_update(aggregation, list(params),
+                                          [tuple(t.shape) for t in params.values()],
+                                          settings.secagg_target)
+        else:
+            received = client.compute_update(params, buffers, request_protocol)
         observation = observation_for(model, params, buffers, received, info, settings.device)
         started = time.perf_counter()
         reconstruction = _reconstruct(attack, observation, settings, index)
         wall = time.perf_counter() - started
         images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
         labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
-        score = client.score(received.round_id, images, labels)
+        score = client.score(received.round_id, images, labels, received.user_ids)
         round_dir = out / f"round-{index:03d}"
         entry = _round_record(received, reconstruction, score, wall, round_dir, out)
         _save_pictures(client, described, received.round_id, images, score, round_dir, entry,
-                       out)
+                       out, received.user_ids)
         record["rounds"].append(entry)
         record["summary"] = _summary(record["rounds"])
         (out / "metrics.json").write_text(json.dumps(record, indent=2))
@@ -249,6 +258,7 @@ def _save_pictures(
     round_dir: Path,
     entry: dict[str, Any],
     out: Path,
+    user_ids: list[int] | None = None,
 ) -> None:
     np.save(round_dir / "reconstruction.npy", images.numpy())
     save_grid(round_dir / "reconstruction.png", images)
@@ -260,6 +270,9 @@ def _save_pictures(
     except VictimError as err:
         entry["reveal_error"] = str(err)
         return
+    if user_ids:  # secure aggregation: the truth of the users whose data was attacked
+        per_user = truth.shape[0] // described.num_users
+        truth = torch.cat([truth[u * per_user:(u + 1) * per_user] for u in sorted(user_ids)])
     matched = torch.stack([images[s.matched_index] for s in score.images])
     captions = [f"{s.psnr:.1f} dB" for s in score.images]
     path = save_grid(round_dir / "comparison.png", matched, truth, captions,

@@ -106,9 +106,16 @@ def victim() -> None:
               help="TOML file with [[defense]] tables (name = ..., then parameters).")
 @click.option("--defense-seed", type=int, default=None,
               help="Fix the defenses' randomness (reproducible experiments; default: secret).")
+@click.option("--users", default=1, show_default=True, type=click.IntRange(1),
+              help="Federated users behind this victim, each with its own shard of the pool "
+                   "(more than one needs --defense secagg).")
+@click.option("--secagg-drop", multiple=True, metavar="USER@PHASE",
+              help="Simulate a user going offline in secure aggregation from PHASE on "
+                   "(advertise-keys, share-keys, masked-input, unmasking); repeatable.")
 @click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
 def victim_serve(**kw: Any) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
+    from fedleak.harness.secagg_users import parse_drops
     from fedleak.harness.server import serve_until_signal, start_server
     from fedleak.harness.victim_setup import create_victim, parse_defenses
 
@@ -127,7 +134,8 @@ def victim_serve(**kw: Any) -> None:
             shuffle=kw["shuffle"], data_root=kw["data_root"], download=kw["download"],
             checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
             protocol=protocol, reveal=kw["allow_reveal"], device=kw["device"],
-            defenses=chain, defense_seed=kw["defense_seed"],
+            defenses=chain, defense_seed=kw["defense_seed"], users=kw["users"],
+            secagg_drops=parse_drops(kw["secagg_drop"]),
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
@@ -174,7 +182,11 @@ def _settings(kw: dict[str, Any]) -> Any:
             raise click.BadParameter("give two class indices, e.g. 3,5",
                                      param_hint="--flip-labels") from None
         flip = (a, b)
+    target = kw.get("secagg_target") or "sum"
+    if target != "sum" and not (target.startswith("user:") and target[5:].isdigit()):
+        raise click.BadParameter("use sum or user:U", param_hint="--secagg-target")
     return AttackSettings(
+        secagg_target=target,
         flip_labels=flip,
         attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
         rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
@@ -210,6 +222,9 @@ def _check_device(device: str) -> None:
 @click.option("--flip-labels", default=None, metavar="A,B",
               help="Dishonest server: swap classifier rows A and B of θ before sending "
                    "(label flipping, Inverting Gradients supplement A.2).")
+@click.option("--secagg-target", default="sum", show_default=True,
+              help="Against a secure-aggregation victim: attack the unmasked 'sum' of the "
+                   "survivors' updates, or one masked vector 'user:U'.")
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
               help="Ask for this protocol (server's choice; victim default if unset).")
 @click.option("--local-epochs", type=click.IntRange(1), default=None, help="FedAvg: E.")

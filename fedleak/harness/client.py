@@ -7,7 +7,7 @@ victim's status code and message, or a hint when the victim cannot be reached.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import torch
@@ -39,6 +39,7 @@ class ReceivedUpdate:
     num_images: int
     local_steps: int
     metadata: dict[str, str]
+    user_ids: list[int] = field(default_factory=list)  # secure aggregation: whose data is in it
 
 
 class VictimClient:
@@ -78,7 +79,7 @@ class VictimClient:
             return getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as err:
             code, details = err.code(), err.details()
-            if code == grpc.StatusCode.UNAVAILABLE:
+            if code == grpc.StatusCode.UNAVAILABLE and "dropped out" not in (details or ""):
                 details = (f"cannot reach the victim at {self.address} ({details}); is "
                            "`fedleak victim serve` running there?")
             raise VictimError(code, details) from None
@@ -123,12 +124,35 @@ class VictimClient:
         )
 
     def score(
-        self, round_id: str, images: torch.Tensor, labels: list[int] | None = None
+        self,
+        round_id: str,
+        images: torch.Tensor,
+        labels: list[int] | None = None,
+        user_ids: list[int] | None = None,
     ) -> pb.ScoreResponse:
         request = pb.ScoreRequest(
-            round_id=round_id, images=encode_tensor(images.float(), "images"), labels=labels or []
+            round_id=round_id, images=encode_tensor(images.float(), "images"),
+            labels=labels or [], user_ids=user_ids or [],
         )
         return self._call("Score", request)
+
+    def begin_secagg(
+        self,
+        parameters: Mapping[str, torch.Tensor],
+        buffers: Mapping[str, torch.Tensor],
+        protocol: pb.ProtocolSpec | None = None,
+    ) -> pb.BeginSecAggResponse:
+        request = pb.BeginSecAggRequest(
+            parameters=[encode_tensor(t, n) for n, t in parameters.items()],
+            buffers=[encode_tensor(t, n) for n, t in buffers.items()],
+            protocol=protocol,
+        )
+        return self._call("BeginSecAgg", request)
+
+    def secagg_step(self, round_id: str, user_id: int, phase: int, message: bytes = b"") -> bytes:
+        request = pb.SecAggStepRequest(round_id=round_id, user_id=user_id, phase=phase,
+                                       message=message)
+        return self._call("SecAggStep", request).message
 
     def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
         reply = self._call("Reveal", pb.RevealRequest(round_id=round_id), guarded=True)

@@ -29,3 +29,7 @@ class NotFound(RequestError):
 
 class Unauthenticated(RequestError):
     code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class Unavailable(RequestError):
+    code = grpc.StatusCode.UNAVAILABLE

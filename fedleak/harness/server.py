@@ -87,6 +87,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             num_private_images=len(v.data.labels),
             reveal_enabled=v.config.reveal_enabled,
             max_message_bytes=self.max_message_bytes,
+            num_users=v.config.num_users,
         )
 
     @_handled
@@ -104,16 +105,7 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.parameters:
             raise InvalidArgument("the request carries no parameters: send every parameter that "
                            "Describe lists (the global model θ)")
-        params = _decode_named(request.parameters, "parameter")
-        buffers = _decode_named(request.buffers, "buffer")
-        override = {}
-        if request.HasField("protocol"):
-            p = request.protocol
-            if p.num_images not in (0, self.victim.config.num_images):
-                fixed = self.victim.config.num_images
-                raise InvalidArgument(f"num_images is fixed at {fixed} by the victim; leave it 0")
-            override = {"kind": p.kind, "local_epochs": p.local_epochs,
-                        "batch_size": p.batch_size, "learning_rate": p.learning_rate}
+        params, buffers, override = self._round_inputs(request)
         result = self.victim.compute_update(params, buffers, override)
         names = [name for name, *_ in self.victim.parameter_infos()]
         return pb.ComputeUpdateResponse(
@@ -126,6 +118,53 @@ class VictimServicer(pb_grpc.VictimServicer):
             metadata=result.metadata,
         )
 
+    def _round_inputs(self, request: Any) -> tuple[dict, dict, dict]:
+        """Decoded parameters, buffers and protocol override of a round-starting request."""
+        if not request.parameters:
+            raise InvalidArgument("the request carries no parameters: send every parameter "
+                                  "that Describe lists (the global model θ)")
+        params = _decode_named(request.parameters, "parameter")
+        buffers = _decode_named(request.buffers, "buffer")
+        override = {}
+        if request.HasField("protocol"):
+            p = request.protocol
+            if p.num_images not in (0, self.victim.config.num_images):
+                fixed = self.victim.config.num_images
+                raise InvalidArgument(f"num_images is fixed at {fixed} by the victim; leave it 0")
+            override = {"kind": p.kind, "local_epochs": p.local_epochs,
+                        "batch_size": p.batch_size, "learning_rate": p.learning_rate}
+        return params, buffers, override
+
+    @_handled
+    def BeginSecAgg(self, request: pb.BeginSecAggRequest, context: Any) -> Any:
+        params, buffers, override = self._round_inputs(request)
+        round_, result = self.victim.begin_secagg(params, buffers, override)
+        config = round_.secagg.config
+        return pb.BeginSecAggResponse(
+            round_id=round_.round_id,
+            user_ids=sorted(round_.user_indices),
+            threshold=config.threshold,
+            clip=config.clip,
+            vector_length=config.vector_length,
+            session=config.session,
+            update_kind=result.update_kind,
+            protocol=protocol_to_pb(result.protocol, result.num_images),
+            images_per_user=result.num_images,
+            local_steps=result.local_steps,
+            metadata=result.metadata,
+        )
+
+    @_handled
+    def SecAggStep(self, request: pb.SecAggStepRequest, context: Any) -> Any:
+        phases = {pb.ADVERTISE_KEYS: "advertise-keys", pb.SHARE_KEYS: "share-keys",
+                  pb.MASKED_INPUT: "masked-input", pb.UNMASKING: "unmasking"}
+        if request.phase not in phases:
+            raise InvalidArgument("phase is unset or unknown: use ADVERTISE_KEYS, SHARE_KEYS, "
+                                  "MASKED_INPUT or UNMASKING")
+        reply = self.victim.secagg_step(request.round_id, request.user_id,
+                                        phases[request.phase], request.message)
+        return pb.SecAggStepResponse(message=reply)
+
     @_handled
     def Score(self, request: pb.ScoreRequest, context: Any) -> pb.ScoreResponse:
         if not request.round_id:
@@ -133,7 +172,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.HasField("images"):
             raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor")
         images = decode_tensor(request.images, "images")
-        score = self.victim.score(request.round_id, images, list(request.labels))
+        score = self.victim.score(request.round_id, images, list(request.labels),
+                                  list(request.user_ids))
         return pb.ScoreResponse(
             images=[
                 pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,

@@ -29,6 +29,7 @@ from fedleak.harness.errors import FailedPrecondition, InvalidArgument, NotFound
 from fedleak.harness.metrics import BatchScore, score_reconstruction
 from fedleak.harness.models import ModelSpec
 from fedleak.harness.protocol import Protocol, ProtocolError, local_update, private_local_update
+from fedleak.harness.secagg_users import SecAggSession
 
 MAX_REMEMBERED_ROUNDS = 4096
 
@@ -43,15 +44,19 @@ class VictimConfig:
     reveal_enabled: bool = False
     device: str = "cpu"
     defenses: DefenseChain = field(default_factory=DefenseChain)
+    num_users: int = 1
+    secagg_drops: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
 class Round:
-    """What the victim remembers of a round: which private images it used."""
+    """What the victim remembers of a round: which private images each user used."""
 
     round_id: str
     indices: torch.Tensor
     protocol: Protocol
+    user_indices: dict[int, torch.Tensor] = field(default_factory=dict)
+    secagg: SecAggSession | None = None
 
 
 @dataclass
@@ -75,9 +80,15 @@ class Victim:
         model: nn.Module,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not 1 <= config.num_images <= len(data.labels):
-            raise ValueError(f"batch size {config.num_images} must be between 1 and the "
-                             f"{len(data.labels)} private images")
+        if not 1 <= config.num_images * config.num_users <= len(data.labels):
+            raise ValueError(f"{config.num_users} user(s) × batch size {config.num_images} "
+                             f"must fit in the {len(data.labels)} private images")
+        secagg = config.defenses.transport
+        if (config.num_users > 1) != (secagg is not None):
+            raise ValueError("several --users need a secure-aggregation defense "
+                             "(--defense secagg) and secagg needs --users >= 2")
+        if secagg is not None:
+            secagg.threshold(config.num_users)  # refuse an impossible threshold at start
         self.config = config
         self.data = data
         self.model = model.to(config.device)
@@ -85,6 +96,8 @@ class Victim:
         self._buffer_names = [name for name, _ in model.named_buffers()]
         self._rounds: OrderedDict[str, Round] = OrderedDict()
         self._round_counter = 0
+        # each user's private shard: contiguous slices of the pool
+        self._shards = list(torch.arange(len(data.labels)).chunk(config.num_users))
         self._lock = threading.Lock()
         self._compute_lock = threading.Lock()
         # The defenses' randomness: secret from the server unless the experiment fixes it.
@@ -115,6 +128,9 @@ class Victim:
         protocol_override: dict[str, float | int | str] | None = None,
     ) -> UpdateResult:
         """Run the user's local update at the server's ``parameters`` on the next private batch."""
+        if self.config.defenses.transport is not None:
+            raise FailedPrecondition("this victim's users aggregate securely: call BeginSecAgg "
+                                     "(fedleak attack does when Describe lists secagg)")
         params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(protocol_override or {})
@@ -207,12 +223,13 @@ class Victim:
         except ProtocolError as err:
             raise InvalidArgument(f"protocol: {err}") from err
 
-    def _next_indices(self) -> torch.Tensor:
-        pool = len(self.data.labels)
+    def _next_indices(self, user: int = 0, advance: bool = True) -> torch.Tensor:
+        shard = self._shards[user]
         n = self.config.num_images
-        start = (self._round_counter * n) % pool
-        self._round_counter += 1
-        return torch.arange(start, start + n) % pool
+        start = (self._round_counter * n) % len(shard)
+        if advance:
+            self._round_counter += 1
+        return shard[torch.arange(start, start + n) % len(shard)]
 
     def _remember(self, round_: Round) -> None:
         self._rounds[round_.round_id] = round_
@@ -230,11 +247,19 @@ class Victim:
     # -- Score and Reveal ----------------------------------------------------------------
 
     def score(
-        self, round_id: str, images: torch.Tensor, labels: list[int] | None = None
+        self,
+        round_id: str,
+        images: torch.Tensor,
+        labels: list[int] | None = None,
+        user_ids: list[int] | None = None,
     ) -> BatchScore:
-        """Match ``images`` (on [0, 1]) one-to-one to the round's private batch and score them."""
+        """Match ``images`` (on [0, 1]) one-to-one to the round's private batch and score them.
+
+        In a secure-aggregation round ``user_ids`` restricts the truth to those users' images.
+        """
         round_ = self._round(round_id)
-        truth = self.data.images[round_.indices]
+        indices = self._scored_indices(round_, user_ids or [])
+        truth = self.data.images[indices]
         if tuple(images.shape) != tuple(truth.shape):
             raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; this round "
                                   f"had {list(truth.shape)} (n, C, H, W) on [0, 1]")
@@ -242,7 +267,7 @@ class Victim:
             raise InvalidArgument(f"reconstruction dtype {images.dtype} must be floating point")
         if not torch.isfinite(images).all():
             raise InvalidArgument("reconstruction contains NaN or infinite values")
-        true_labels = self.data.labels[round_.indices]
+        true_labels = self.data.labels[indices]
         if labels is not None and len(labels) not in (0, len(true_labels)):
             raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
         if labels is not None and any(not 0 <= y < self.info.num_classes for y in labels):
@@ -252,6 +277,17 @@ class Victim:
             images.float().clamp(0, 1), truth, predicted_labels=predicted, true_labels=true_labels
         )
 
+    def _scored_indices(self, round_: Round, user_ids: list[int]) -> torch.Tensor:
+        if not user_ids:
+            return round_.indices
+        if not round_.user_indices:
+            raise InvalidArgument("user_ids only apply to secure-aggregation rounds")
+        unknown = sorted(set(user_ids) - set(round_.user_indices))
+        if unknown:
+            raise InvalidArgument(f"no users {unknown} in this round; users are "
+                                  f"{sorted(round_.user_indices)}")
+        return torch.cat([round_.user_indices[u] for u in sorted(set(user_ids))])
+
     def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The round's private images on [0, 1] and labels (the caller checks the token)."""
         if not self.config.reveal_enabled:
@@ -259,6 +295,52 @@ class Victim:
                                      "truth stays inside it")
         round_ = self._round(round_id)
         return self.data.images[round_.indices], self.data.labels[round_.indices]
+
+    # -- secure aggregation ---------------------------------------------------------------
+
+    def begin_secagg(
+        self,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        protocol_override: dict[str, float | int | str] | None = None,
+    ) -> tuple[Round, UpdateResult]:
+        """Every user computes its defended update on its next private batch and keeps it."""
+        secagg = self.config.defenses.transport
+        if secagg is None:
+            raise FailedPrecondition("this victim does not run secure aggregation; start it "
+                                     "with --defense secagg and --users K, or use ComputeUpdate")
+        params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
+        bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
+        protocol = self._protocol_for_round(protocol_override or {})
+        with self._lock:
+            user_indices = {u: self._next_indices(u, advance=False)
+                            for u in range(self.config.num_users)}
+            self._round_counter += 1
+            session_number = self._round_counter
+        updates, metadata = {}, {}
+        for user, indices in user_indices.items():
+            images = normalize(self.data.images[indices], self.info).to(self.config.device)
+            labels = self.data.labels[indices].to(self.config.device)
+            with self._compute_lock:
+                update, metadata = self._defended_update(params, bufs, images, labels,
+                                                         protocol, len(indices))
+            updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
+        config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
+        round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
+                       user_indices, SecAggSession(config, updates, self.config.secagg_drops))
+        with self._lock:
+            self._remember(round_)
+        result = UpdateResult(round_.round_id, [], protocol.update_kind(), protocol,
+                              self.config.num_images,
+                              protocol.local_steps(self.config.num_images), metadata)
+        return round_, result
+
+    def secagg_step(self, round_id: str, user_id: int, phase: str, message: bytes) -> bytes:
+        """One user's message of one protocol phase."""
+        round_ = self._round(round_id)
+        if round_.secagg is None:
+            raise FailedPrecondition(f"round {round_id} is not a secure-aggregation round")
+        return round_.secagg.step(user_id, phase, message)
 
     def version(self) -> str:
         return __version__

@@ -74,12 +74,15 @@ def create_victim(
     device: str = "cpu",
     defenses: DefenseChain | None = None,
     defense_seed: int | None = None,
+    users: int = 1,
+    secagg_drops: dict[int, str] | None = None,
 ) -> Victim:
     """Load the private pool, build the model (seeded init or checkpoint) and the victim."""
     data = private_pool(load_dataset(dataset, split, data_root, download), images, shuffle, seed)
-    if batch_size > len(data.labels):
-        raise SetupError(f"--batch-size {batch_size} exceeds the {len(data.labels)} private "
-                         "images; lower it or select more with --images")
+    if batch_size * users > len(data.labels):
+        raise SetupError(f"{users} user(s) × --batch-size {batch_size} exceed the "
+                         f"{len(data.labels)} private images; lower them or select more with "
+                         "--images")
     spec = ModelSpec.parse(model)
     chain = defenses or DefenseChain()
     if chain.per_example is not None:  # per-example gradients need Opacus-compatible layers
@@ -95,6 +98,8 @@ def create_victim(
         reveal_enabled=reveal,
         device=device,
         defenses=chain,
+        num_users=users,
+        secagg_drops=dict(secagg_drops or {}),
     )
     generator = None if defense_seed is None else torch.Generator().manual_seed(defense_seed)
     return Victim(config, data, net, generator)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65\x64leak/v1/victim.proto\x12\nfedleak.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.fedleak.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"~\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x07options\x18\x02 \x03(\x0b\x32\".fedleak.v1.ModelSpec.OptionsEntry\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x08\x44\x61taSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x05\x12\x13\n\x0bnum_classes\x18\x03 \x01(\x05\x12\x0c\n\x04mean\x18\x04 \x03(\x01\x12\x0b\n\x03std\x18\x05 \x03(\x01\x12\x13\n\x0b\x63lass_names\x18\x06 \x03(\t\"q\n\x0cProtocolSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x12\n\nnum_images\x18\x02 \x01(\x05\x12\x14\n\x0clocal_epochs\x18\x03 \x01(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x15\n\rlearning_rate\x18\x05 \x01(\x01\"\x8e\x01\n\x0b\x44\x65\x66\x65nseSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x06params\x18\x02 \x03(\x0b\x32#.fedleak.v1.DefenseSpec.ParamsEntry\x12\r\n\x05stage\x18\x03 \x01(\t\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\nTensorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12 \n\x05\x64type\x18\x03 \x01(\x0e\x32\x11.fedleak.v1.DType\"\x11\n\x0f\x44\x65scribeRequest\"\xef\x02\n\x10\x44\x65scribeResponse\x12\x16\n\x0evictim_version\x18\x01 \x01(\t\x12$\n\x05model\x18\x02 \x01(\x0b\x32\x15.fedleak.v1.ModelSpec\x12\"\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x14.fedleak.v1.DataSpec\x12*\n\x08protocol\x18\x04 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\x12)\n\x08\x64\x65\x66\x65nses\x18\x05 \x03(\x0b\x32\x17.fedleak.v1.DefenseSpec\x12*\n\nparameters\x18\x06 \x03(\x0b\x32\x16.fedleak.v1.TensorInfo\x12\'\n\x07\x62uffers\x18\x07 \x03(\x0b\x32\x16.fedleak.v1.TensorInfo\x12\x1a\n\x12num_private_images\x18\x08 \x01(\x05\x12\x16\n\x0ereveal_enabled\x18\t \x01(\x08\x12\x19\n\x11max_message_bytes\x18\n \x01(\x03\"\x17\n\x15GetGlobalModelRequest\"e\n\x16GetGlobalModelResponse\x12&\n\nparameters\x18\x01 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12#\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\"\x8f\x01\n\x14\x43omputeUpdateRequest\x12&\n\nparameters\x18\x01 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12#\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12*\n\x08protocol\x18\x03 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\"\xab\x02\n\x15\x43omputeUpdateResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\"\n\x06update\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12\x13\n\x0bupdate_kind\x18\x03 \x01(\t\x12*\n\x08protocol\x18\x04 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\x12\x12\n\nnum_images\x18\x05 \x01(\x05\x12\x13\n\x0blocal_steps\x18\x06 \x01(\x05\x12\x41\n\x08metadata\x18\x07 \x03(\x0b\x32/.fedleak.v1.ComputeUpdateResponse.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\x0cScoreRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\"\n\x06images\x18\x02 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06labels\x18\x03 \x03(\x03\"[\n\nImageScore\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x15\n\rmatched_index\x18\x02 \x01(\x05\x12\x0c\n\x04psnr\x18\x03 \x01(\x01\x12\x0c\n\x04ssim\x18\x04 \x01(\x01\x12\x0b\n\x03mse\x18\x05 \x01(\x01\"\x9e\x01\n\rScoreResponse\x12&\n\x06images\x18\x01 \x03(\x0b\x32\x16.fedleak.v1.ImageScore\x12\x11\n\tmean_psnr\x18\x02 \x01(\x01\x12\x11\n\tmean_ssim\x18\x03 \x01(\x01\x12\x10\n\x08mean_mse\x18\x04 \x01(\x01\x12\x15\n\rlabels_scored\x18\x05 \x01(\x08\x12\x16\n\x0elabel_accuracy\x18\x06 \x01(\x01\"!\n\rRevealRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\"D\n\x0eRevealResponse\x12\"\n\x06images\x18\x01 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06labels\x18\x02 \x03(\x03*~\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\x0b\n\x07\x46LOAT16\x10\x03\x12\x0c\n\x08\x42\x46LOAT16\x10\x04\x12\t\n\x05INT64\x10\x05\x12\t\n\x05INT32\x10\x06\x12\t\n\x05UINT8\x10\x07\x12\x08\n\x04\x42OOL\x10\x08\x32\xfd\x02\n\x06Victim\x12\x45\n\x08\x44\x65scribe\x12\x1b.fedleak.v1.DescribeRequest\x1a\x1c.fedleak.v1.DescribeResponse\x12W\n\x0eGetGlobalModel\x12!.fedleak.v1.GetGlobalModelRequest\x1a\".fedleak.v1.GetGlobalModelResponse\x12T\n\rComputeUpdate\x12 .fedleak.v1.ComputeUpdateRequest\x1a!.fedleak.v1.ComputeUpdateResponse\x12<\n\x05Score\x12\x18.fedleak.v1.ScoreRequest\x1a\x19.fedleak.v1.ScoreResponse\x12?\n\x06Reveal\x12\x19.fedleak.v1.RevealRequest\x1a\x1a.fedleak.v1.RevealResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65\x64leak/v1/victim.proto\x12\nfedleak.v1\"U\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.fedleak.v1.DType\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"~\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x07options\x18\x02 \x03(\x0b\x32\".fedleak.v1.ModelSpec.OptionsEntry\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x08\x44\x61taSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x05\x12\x13\n\x0bnum_classes\x18\x03 \x01(\x05\x12\x0c\n\x04mean\x18\x04 \x03(\x01\x12\x0b\n\x03std\x18\x05 \x03(\x01\x12\x13\n\x0b\x63lass_names\x18\x06 \x03(\t\"q\n\x0cProtocolSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x12\n\nnum_images\x18\x02 \x01(\x05\x12\x14\n\x0clocal_epochs\x18\x03 \x01(\x05\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x15\n\rlearning_rate\x18\x05 \x01(\x01\"\x8e\x01\n\x0b\x44\x65\x66\x65nseSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x06params\x18\x02 \x03(\x0b\x32#.fedleak.v1.DefenseSpec.ParamsEntry\x12\r\n\x05stage\x18\x03 \x01(\t\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"K\n\nTensorInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12 \n\x05\x64type\x18\x03 \x01(\x0e\x32\x11.fedleak.v1.DType\"\x11\n\x0f\x44\x65scribeRequest\"\x82\x03\n\x10\x44\x65scribeResponse\x12\x16\n\x0evictim_version\x18\x01 \x01(\t\x12$\n\x05model\x18\x02 \x01(\x0b\x32\x15.fedleak.v1.ModelSpec\x12\"\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x14.fedleak.v1.DataSpec\x12*\n\x08protocol\x18\x04 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\x12)\n\x08\x64\x65\x66\x65nses\x18\x05 \x03(\x0b\x32\x17.fedleak.v1.DefenseSpec\x12*\n\nparameters\x18\x06 \x03(\x0b\x32\x16.fedleak.v1.TensorInfo\x12\'\n\x07\x62uffers\x18\x07 \x03(\x0b\x32\x16.fedleak.v1.TensorInfo\x12\x1a\n\x12num_private_images\x18\x08 \x01(\x05\x12\x16\n\x0ereveal_enabled\x18\t \x01(\x08\x12\x19\n\x11max_message_bytes\x18\n \x01(\x03\x12\x11\n\tnum_users\x18\x0b \x01(\x05\"\x17\n\x15GetGlobalModelRequest\"e\n\x16GetGlobalModelResponse\x12&\n\nparameters\x18\x01 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12#\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\"\x8f\x01\n\x14\x43omputeUpdateRequest\x12&\n\nparameters\x18\x01 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12#\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12*\n\x08protocol\x18\x03 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\"\xab\x02\n\x15\x43omputeUpdateResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\"\n\x06update\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12\x13\n\x0bupdate_kind\x18\x03 \x01(\t\x12*\n\x08protocol\x18\x04 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\x12\x12\n\nnum_images\x18\x05 \x01(\x05\x12\x13\n\x0blocal_steps\x18\x06 \x01(\x05\x12\x41\n\x08metadata\x18\x07 \x03(\x0b\x32/.fedleak.v1.ComputeUpdateResponse.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"f\n\x0cScoreRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\"\n\x06images\x18\x02 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06labels\x18\x03 \x03(\x03\x12\x10\n\x08user_ids\x18\x04 \x03(\x05\"[\n\nImageScore\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x15\n\rmatched_index\x18\x02 \x01(\x05\x12\x0c\n\x04psnr\x18\x03 \x01(\x01\x12\x0c\n\x04ssim\x18\x04 \x01(\x01\x12\x0b\n\x03mse\x18\x05 \x01(\x01\"\x9e\x01\n\rScoreResponse\x12&\n\x06images\x18\x01 \x03(\x0b\x32\x16.fedleak.v1.ImageScore\x12\x11\n\tmean_psnr\x18\x02 \x01(\x01\x12\x11\n\tmean_ssim\x18\x03 \x01(\x01\x12\x10\n\x08mean_mse\x18\x04 \x01(\x01\x12\x15\n\rlabels_scored\x18\x05 \x01(\x08\x12\x16\n\x0elabel_accuracy\x18\x06 \x01(\x01\"!\n\rRevealRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\"D\n\x0eRevealResponse\x12\"\n\x06images\x18\x01 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06labels\x18\x02 \x03(\x03\"\x8d\x01\n\x12\x42\x65ginSecAggRequest\x12&\n\nparameters\x18\x01 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12#\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\x12.fedleak.v1.Tensor\x12*\n\x08protocol\x18\x03 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\"\xe3\x02\n\x13\x42\x65ginSecAggResponse\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x10\n\x08user_ids\x18\x02 \x03(\x05\x12\x11\n\tthreshold\x18\x03 \x01(\x05\x12\x0c\n\x04\x63lip\x18\x04 \x01(\x01\x12\x15\n\rvector_length\x18\x05 \x01(\x03\x12\x0f\n\x07session\x18\x06 \x01(\x04\x12\x13\n\x0bupdate_kind\x18\x07 \x01(\t\x12*\n\x08protocol\x18\x08 \x01(\x0b\x32\x18.fedleak.v1.ProtocolSpec\x12\x17\n\x0fimages_per_user\x18\t \x01(\x05\x12\x13\n\x0blocal_steps\x18\n \x01(\x05\x12?\n\x08metadata\x18\x0b \x03(\x0b\x32-.fedleak.v1.BeginSecAggResponse.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x11SecAggStepRequest\x12\x10\n\x08round_id\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\x05\x12&\n\x05phase\x18\x03 \x01(\x0e\x32\x17.fedleak.v1.SecAggPhase\x12\x0f\n\x07message\x18\x04 \x01(\x0c\"%\n\x12SecAggStepResponse\x12\x0f\n\x07message\x18\x01 \x01(\x0c*~\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT64\x10\x02\x12\x0b\n\x07\x46LOAT16\x10\x03\x12\x0c\n\x08\x42\x46LOAT16\x10\x04\x12\t\n\x05INT64\x10\x05\x12\t\n\x05INT32\x10\x06\x12\t\n\x05UINT8\x10\x07\x12\x08\n\x04\x42OOL\x10\x08*p\n\x0bSecAggPhase\x12\x1c\n\x18SECAGG_PHASE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x41\x44VERTISE_KEYS\x10\x01\x12\x0e\n\nSHARE_KEYS\x10\x02\x12\x10\n\x0cMASKED_INPUT\x10\x03\x12\r\n\tUNMASKING\x10\x04\x32\x9a\x04\n\x06Victim\x12\x45\n\x08\x44\x65scribe\x12\x1b.fedleak.v1.DescribeRequest\x1a\x1c.fedleak.v1.DescribeResponse\x12W\n\x0eGetGlobalModel\x12!.fedleak.v1.GetGlobalModelRequest\x1a\".fedleak.v1.GetGlobalModelResponse\x12T\n\rComputeUpdate\x12 .fedleak.v1.ComputeUpdateRequest\x1a!.fedleak.v1.ComputeUpdateResponse\x12<\n\x05Score\x12\x18.fedleak.v1.ScoreRequest\x1a\x19.fedleak.v1.ScoreResponse\x12?\n\x06Reveal\x12\x19.fedleak.v1.RevealRequest\x1a\x1a.fedleak.v1.RevealResponse\x12N\n\x0b\x42\x65ginSecAgg\x12\x1e.fedleak.v1.BeginSecAggRequest\x1a\x1f.fedleak.v1.BeginSecAggResponse\x12K\n\nSecAggStep\x12\x1d.fedleak.v1.SecAggStepRequest\x1a\x1e.fedleak.v1.SecAggStepResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,8 +37,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEFENSESPEC_PARAMSENTRY']._serialized_options = b'8\001'
   _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._loaded_options = None
   _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_DTYPE']._serialized_start=2114
-  _globals['_DTYPE']._serialized_end=2240
+  _globals['_BEGINSECAGGRESPONSE_METADATAENTRY']._loaded_options = None
+  _globals['_BEGINSECAGGRESPONSE_METADATAENTRY']._serialized_options = b'8\001'
+  _globals['_DTYPE']._serialized_start=2805
+  _globals['_DTYPE']._serialized_end=2931
+  _globals['_SECAGGPHASE']._serialized_start=2933
+  _globals['_SECAGGPHASE']._serialized_end=3045
   _globals['_TENSOR']._serialized_start=39
   _globals['_TENSOR']._serialized_end=124
   _globals['_MODELSPEC']._serialized_start=126
@@ -58,27 +62,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBEREQUEST']._serialized_start=704
   _globals['_DESCRIBEREQUEST']._serialized_end=721
   _globals['_DESCRIBERESPONSE']._serialized_start=724
-  _globals['_DESCRIBERESPONSE']._serialized_end=1091
-  _globals['_GETGLOBALMODELREQUEST']._serialized_start=1093
-  _globals['_GETGLOBALMODELREQUEST']._serialized_end=1116
-  _globals['_GETGLOBALMODELRESPONSE']._serialized_start=1118
-  _globals['_GETGLOBALMODELRESPONSE']._serialized_end=1219
-  _globals['_COMPUTEUPDATEREQUEST']._serialized_start=1222
-  _globals['_COMPUTEUPDATEREQUEST']._serialized_end=1365
-  _globals['_COMPUTEUPDATERESPONSE']._serialized_start=1368
-  _globals['_COMPUTEUPDATERESPONSE']._serialized_end=1667
-  _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._serialized_start=1620
-  _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._serialized_end=1667
-  _globals['_SCOREREQUEST']._serialized_start=1669
-  _globals['_SCOREREQUEST']._serialized_end=1753
-  _globals['_IMAGESCORE']._serialized_start=1755
-  _globals['_IMAGESCORE']._serialized_end=1846
-  _globals['_SCORERESPONSE']._serialized_start=1849
-  _globals['_SCORERESPONSE']._serialized_end=2007
-  _globals['_REVEALREQUEST']._serialized_start=2009
-  _globals['_REVEALREQUEST']._serialized_end=2042
-  _globals['_REVEALRESPONSE']._serialized_start=2044
-  _globals['_REVEALRESPONSE']._serialized_end=2112
-  _globals['_VICTIM']._serialized_start=2243
-  _globals['_VICTIM']._serialized_end=2624
+  _globals['_DESCRIBERESPONSE']._serialized_end=1110
+  _globals['_GETGLOBALMODELREQUEST']._serialized_start=1112
+  _globals['_GETGLOBALMODELREQUEST']._serialized_end=1135
+  _globals['_GETGLOBALMODELRESPONSE']._serialized_start=1137
+  _globals['_GETGLOBALMODELRESPONSE']._serialized_end=1238
+  _globals['_COMPUTEUPDATEREQUEST']._serialized_start=1241
+  _globals['_COMPUTEUPDATEREQUEST']._serialized_end=1384
+  _globals['_COMPUTEUPDATERESPONSE']._serialized_start=1387
+  _globals['_COMPUTEUPDATERESPONSE']._serialized_end=1686
+  _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._serialized_start=1639
+  _globals['_COMPUTEUPDATERESPONSE_METADATAENTRY']._serialized_end=1686
+  _globals['_SCOREREQUEST']._serialized_start=1688
+  _globals['_SCOREREQUEST']._serialized_end=1790
+  _globals['_IMAGESCORE']._serialized_start=1792
+  _globals['_IMAGESCORE']._serialized_end=1883
+  _globals['_SCORERESPONSE']._serialized_start=1886
+  _globals['_SCORERESPONSE']._serialized_end=2044
+  _globals['_REVEALREQUEST']._serialized_start=2046
+  _globals['_REVEALREQUEST']._serialized_end=2079
+  _globals['_REVEALRESPONSE']._serialized_start=2081
+  _globals['_REVEALRESPONSE']._serialized_end=2149
+  _globals['_BEGINSECAGGREQUEST']._serialized_start=2152
+  _globals['_BEGINSECAGGREQUEST']._serialized_end=2293
+  _globals['_BEGINSECAGGRESPONSE']._serialized_start=2296
+  _globals['_BEGINSECAGGRESPONSE']._serialized_end=2651
+  _globals['_BEGINSECAGGRESPONSE_METADATAENTRY']._serialized_start=1639
+  _globals['_BEGINSECAGGRESPONSE_METADATAENTRY']._serialized_end=1686
+  _globals['_SECAGGSTEPREQUEST']._serialized_start=2653
+  _globals['_SECAGGSTEPREQUEST']._serialized_end=2764
+  _globals['_SECAGGSTEPRESPONSE']._serialized_start=2766
+  _globals['_SECAGGSTEPRESPONSE']._serialized_end=2803
+  _globals['_VICTIM']._serialized_start=3048
+  _globals['_VICTIM']._serialized_end=3586
 # @@protoc_insertion_point(module_scope)

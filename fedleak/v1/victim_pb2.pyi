@@ -18,6 +18,14 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INT32: _ClassVar[DType]
     UINT8: _ClassVar[DType]
     BOOL: _ClassVar[DType]
+
+class SecAggPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SECAGG_PHASE_UNSPECIFIED: _ClassVar[SecAggPhase]
+    ADVERTISE_KEYS: _ClassVar[SecAggPhase]
+    SHARE_KEYS: _ClassVar[SecAggPhase]
+    MASKED_INPUT: _ClassVar[SecAggPhase]
+    UNMASKING: _ClassVar[SecAggPhase]
 DTYPE_UNSPECIFIED: DType
 FLOAT32: DType
 FLOAT64: DType
@@ -27,6 +35,11 @@ INT64: DType
 INT32: DType
 UINT8: DType
 BOOL: DType
+SECAGG_PHASE_UNSPECIFIED: SecAggPhase
+ADVERTISE_KEYS: SecAggPhase
+SHARE_KEYS: SecAggPhase
+MASKED_INPUT: SecAggPhase
+UNMASKING: SecAggPhase
 
 class Tensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "data")
@@ -117,7 +130,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +141,7 @@ class DescribeResponse(_message.Message):
     NUM_PRIVATE_IMAGES_FIELD_NUMBER: _ClassVar[int]
     REVEAL_ENABLED_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_USERS_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -138,7 +152,8 @@ class DescribeResponse(_message.Message):
     num_private_images: int
     reveal_enabled: bool
     max_message_bytes: int
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    num_users: int
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ...) -> None: ...
 
 class GetGlobalModelRequest(_message.Message):
     __slots__ = ()
@@ -188,14 +203,16 @@ class ComputeUpdateResponse(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("round_id", "images", "labels")
+    __slots__ = ("round_id", "images", "labels", "user_ids")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    USER_IDS_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ...) -> None: ...
+    user_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ImageScore(_message.Message):
     __slots__ = ("index", "matched_index", "psnr", "ssim", "mse")
@@ -240,3 +257,64 @@ class RevealResponse(_message.Message):
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BeginSecAggRequest(_message.Message):
+    __slots__ = ("parameters", "buffers", "protocol")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    protocol: ProtocolSpec
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ...) -> None: ...
+
+class BeginSecAggResponse(_message.Message):
+    __slots__ = ("round_id", "user_ids", "threshold", "clip", "vector_length", "session", "update_kind", "protocol", "images_per_user", "local_steps", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_IDS_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CLIP_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_PER_USER_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    user_ids: _containers.RepeatedScalarFieldContainer[int]
+    threshold: int
+    clip: float
+    vector_length: int
+    session: int
+    update_kind: str
+    protocol: ProtocolSpec
+    images_per_user: int
+    local_steps: int
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, round_id: _Optional[str] = ..., user_ids: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., clip: _Optional[float] = ..., vector_length: _Optional[int] = ..., session: _Optional[int] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., images_per_user: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SecAggStepRequest(_message.Message):
+    __slots__ = ("round_id", "user_id", "phase", "message")
+    ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    round_id: str
+    user_id: int
+    phase: SecAggPhase
+    message: bytes
+    def __init__(self, round_id: _Optional[str] = ..., user_id: _Optional[int] = ..., phase: _Optional[_Union[SecAggPhase, str]] = ..., message: _Optional[bytes] = ...) -> None: ...
+
+class SecAggStepResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    def __init__(self, message: _Optional[bytes] = ...) -> None: ...

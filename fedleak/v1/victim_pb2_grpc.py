@@ -61,6 +61,16 @@ class VictimStub:
                 request_serializer=fedleak_dot_v1_dot_victim__pb2.RevealRequest.SerializeToString,
                 response_deserializer=fedleak_dot_v1_dot_victim__pb2.RevealResponse.FromString,
                 _registered_method=True)
+        self.BeginSecAgg = channel.unary_unary(
+                '/fedleak.v1.Victim/BeginSecAgg',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.BeginSecAggRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginSecAggResponse.FromString,
+                _registered_method=True)
+        self.SecAggStep = channel.unary_unary(
+                '/fedleak.v1.Victim/SecAggStep',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.FromString,
+                _registered_method=True)
 
 
 class VictimServicer:
@@ -98,6 +108,18 @@ class VictimServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginSecAgg(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SecAggStep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VictimServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +147,16 @@ def add_VictimServicer_to_server(servicer, server):
                     servicer.Reveal,
                     request_deserializer=fedleak_dot_v1_dot_victim__pb2.RevealRequest.FromString,
                     response_serializer=fedleak_dot_v1_dot_victim__pb2.RevealResponse.SerializeToString,
+            ),
+            'BeginSecAgg': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginSecAgg,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginSecAggRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.BeginSecAggResponse.SerializeToString,
+            ),
+            'SecAggStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.SecAggStep,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +296,60 @@ class Victim:
             '/fedleak.v1.Victim/Reveal',
             fedleak_dot_v1_dot_victim__pb2.RevealRequest.SerializeToString,
             fedleak_dot_v1_dot_victim__pb2.RevealResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginSecAgg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/BeginSecAgg',
+            fedleak_dot_v1_dot_victim__pb2.BeginSecAggRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.BeginSecAggResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SecAggStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/SecAggStep',
+            fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.FromString,
             options,
             channel_credentials,
             insecure,
