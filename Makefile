@@ -31,3 +31,4 @@ protos: install
 bench: install
 	$(PY) bench/attack_speed.py
 	$(PY) bench/transport.py
+	$(PY) bench/sweep_quick.py

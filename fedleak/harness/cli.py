@@ -400,5 +400,11 @@ def list_names() -> None:
             click.echo(f"    {line}")
 
 
+from fedleak.harness.cli_sweep import report, sweep  # noqa: E402
+
+main.add_command(sweep)
+main.add_command(report)
+
+
 if __name__ == "__main__":
     main(prog_name=os.path.basename(sys.argv[0]))

@@ -1,0 +1,11 @@
+"""Defense sweeps: a grid of defense settings measured against real victim processes.
+
+- :mod:`~fedleak.harness.sweep.spec`: a TOML spec expanded into :class:`Point` s.
+- :mod:`~fedleak.harness.sweep.store`: the crash-safe SQLite results store of a run folder.
+- :mod:`~fedleak.harness.sweep.utility`: test accuracy of federated training through the
+  defended path (the utility a defense costs).
+- :mod:`~fedleak.harness.sweep.runner`: measures the points (attack, then utility), skipping
+  what the store already holds, optionally in parallel.
+- :mod:`~fedleak.harness.sweep.results`: the store read back as one flat row per point.
+- :mod:`~fedleak.harness.sweep.report`: privacy–utility charts, image grids, CSV and HTML.
+"""

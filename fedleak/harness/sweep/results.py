@@ -1,0 +1,139 @@
+"""A sweep's store read back as one flat result per point, and the summary table of them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedleak.harness.sweep.spec import Point
+from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+
+
+@dataclass
+class PointResult:
+    """A point with its status and whatever of its measurements the store holds."""
+
+    point: Point
+    status: str
+    error: str | None
+    attack: dict[str, Any] | None
+    utility: dict[str, Any] | None
+
+    @property
+    def point_id(self) -> str:
+        return self.point.point_id
+
+    @property
+    def label(self) -> str:
+        measured = self.attack or self.utility
+        if not self.point.victim or not measured:
+            return self.point.label
+        chain = measured.get("defenses") or ["no defense"]
+        return f"{self.point.victim}: {' + '.join(chain)}"
+
+    @property
+    def group(self) -> str:
+        """The curve this point belongs to: the swept defense, or what a user's victim ran."""
+        if not self.point.victim:
+            return self.point.group
+        chain = (self.attack or self.utility or {}).get("defenses") or []
+        return " + ".join(d.split(":", 1)[0] for d in chain) or "none"
+
+    @property
+    def reference(self) -> bool:
+        if self.point.victim:
+            return self.group == "none"
+        return self.point.reference
+
+    @property
+    def context(self) -> str:
+        """Everything but the defense: points of one context share a chart."""
+        p = self.point
+        if p.victim:
+            return f"{p.attack} vs victims"
+        trained = ("trained" if p.trained is True else "untrained" if p.trained is False
+                   else f"checkpoint {Path(str(p.trained)).name}")
+        return f"{p.attack} · {p.model} · {p.dataset} · {p.protocol.get('kind')} · {trained}"
+
+    @property
+    def psnr(self) -> float | None:
+        return self.attack.get("mean_psnr") if self.attack else None
+
+    @property
+    def ssim(self) -> float | None:
+        return self.attack.get("mean_ssim") if self.attack else None
+
+    @property
+    def label_accuracy(self) -> float | None:
+        return self.attack.get("label_accuracy") if self.attack else None
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.utility.get("test_accuracy") if self.utility else None
+
+    @property
+    def epsilon(self) -> float | None:
+        """ε the defense claims: after utility training if measured, else after the attack."""
+        for record in (self.utility, self.attack):
+            if record and record.get("epsilon") is not None:
+                return float(record["epsilon"])
+        return None
+
+    @property
+    def delta(self) -> float | None:
+        for record in (self.utility, self.attack):
+            if record and record.get("delta") is not None:
+                return float(record["delta"])
+        return None
+
+    def picture_files(self, kind: str = "comparison") -> list[str]:
+        """Per attacked round, the comparison picture (else the reconstruction), run-relative."""
+        if not self.attack:
+            return []
+        files = []
+        for r in self.attack.get("rounds", []):
+            found = r.get("files", {})
+            path = found.get(kind) or found.get("reconstruction")
+            if path:
+                files.append(path)
+        return files
+
+
+def load_results(run_dir: Path) -> list[PointResult]:
+    """Every point of the run folder's store, in spec order, with its measurements."""
+    path = Path(run_dir) / STORE_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"no sweep results at {path}; run `fedleak sweep` first")
+    with ResultStore(path) as store:
+        stored = store.points()
+        measured: dict[tuple[str, str], dict[str, Any]] = {
+            (m.point_id, m.kind): m.metrics for m in store.measurements()}
+    return [PointResult(s.point, s.status, s.error,
+                        measured.get((s.point.point_id, "attack")),
+                        measured.get((s.point.point_id, "utility")))
+            for s in stored]
+
+
+def format_epsilon(epsilon: float | None) -> str:
+    if epsilon is None:
+        return "–"
+    if math.isinf(epsilon):
+        return "∞"
+    return f"{epsilon:.3g}"
+
+
+def summary_table(results: list[PointResult]) -> str:
+    """A plain-text table: one line per point with PSNR, SSIM, labels, accuracy, ε, status."""
+    header = (f"{'point':<16}  {'defense':<34}  {'PSNR dB':>7}  {'SSIM':>6}  {'labels':>6}  "
+              f"{'test acc':>8}  {'ε':>8}  status")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        psnr = "–" if r.psnr is None else f"{r.psnr:.2f}"
+        ssim = "–" if r.ssim is None else f"{r.ssim:.3f}"
+        labels = "–" if r.label_accuracy is None else f"{r.label_accuracy:.0%}"
+        acc = "–" if r.accuracy is None else f"{r.accuracy:.1%}"
+        lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>6}  "
+                     f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  {r.status}")
+    return "\n".join(lines)

@@ -1,0 +1,337 @@
+"""Run a sweep: measure every point the store does not hold yet, one measurement per commit.
+
+Per point, in this order, each skipped when the store already has it:
+
+1. **attack**: start a victim process for the point (its defense chain, the first K·n images
+   of the split, n per round, ``--allow-reveal`` with a fresh token), run
+   :func:`fedleak.harness.attacker.run_attack` for K rounds into
+   ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
+2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim).
+
+Against victims the user already runs (``victims``), no process is started: the attack and the
+utility training talk to that address, and the defense is whatever that victim runs (its
+``Describe`` is recorded). A point that fails is marked ``failed`` with the error and the sweep
+goes on; a re-run retries it. ``jobs > 1`` measures points in a pool of worker processes, each
+point with its own victim processes; every worker writes its own measurements to the store.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import multiprocessing
+import os
+import queue as queue_module
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
+from fedleak.harness.sweep.spec import Point, SweepSpec
+from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+
+SPEC_NAME = "spec.toml"
+
+
+@dataclass
+class SweepOptions:
+    """How to run: parallel jobs, torch threads per job, user-run victims, progress bars."""
+
+    jobs: int = 1
+    threads: int | None = None
+    victims: tuple[str, ...] = ()
+    token: str | None = None
+    show_progress: bool = True
+
+
+@dataclass
+class SweepOutcome:
+    """What one invocation did."""
+
+    run_dir: Path
+    points: int
+    skipped: int
+    measured: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+
+def default_run_dir(spec: SweepSpec) -> Path:
+    return Path("runs") / f"sweep-{spec.name}"
+
+
+def run_sweep(
+    spec: SweepSpec,
+    run_dir: Path,
+    options: SweepOptions | None = None,
+    echo: Callable[[str], Any] = print,
+) -> SweepOutcome:
+    """Measure what ``run_dir``'s store lacks of ``spec``'s grid; returns what was done."""
+    options = options or SweepOptions()
+    started = time.perf_counter()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SPEC_NAME).write_text(spec.source)
+    points = spec.points(options.victims)
+    with ResultStore(run_dir / STORE_NAME) as store:
+        store.add_points(points)
+        store.set_meta("name", spec.name)
+        todo = [p for p in points if _missing(store, p)]
+    outcome = SweepOutcome(run_dir, len(points), len(points) - len(todo))
+    if outcome.skipped:
+        echo(f"{outcome.skipped} of {len(points)} point(s) already measured in "
+             f"{run_dir / STORE_NAME}; measuring the other {len(todo)}")
+    for point in todo:
+        ensure_checkpoint(point, run_dir, echo)
+    progress = TqdmProgress(len(points), outcome.skipped, options.show_progress, echo)
+    threads = options.threads or max(1, (os.cpu_count() or 1) // max(1, options.jobs))
+    try:
+        if options.jobs <= 1 or len(todo) <= 1:
+            saved = os.environ.get("OMP_NUM_THREADS")
+            previous = _set_threads(threads)
+            try:
+                results = [measure_point(p.to_json(), str(run_dir), options.token, progress)
+                           for p in todo]
+            finally:
+                _set_threads(previous)
+                if saved is None:
+                    os.environ.pop("OMP_NUM_THREADS", None)
+                else:
+                    os.environ["OMP_NUM_THREADS"] = saved
+        else:
+            results = _run_pool(todo, run_dir, options, threads, progress)
+    finally:
+        progress.close()
+    for point_id, label, status, error in results:
+        if status == "failed":
+            outcome.failed.append((point_id, label, error))
+        else:
+            outcome.measured.append(point_id)
+    outcome.wall_time_s = time.perf_counter() - started
+    return outcome
+
+
+def _missing(store: ResultStore, point: Point) -> bool:
+    if not store.done(point.point_id, "attack"):
+        return True
+    return point.utility_settings.enabled and not store.done(point.point_id, "utility")
+
+
+def _set_threads(threads: int) -> int:
+    """Torch threads here and, through OMP_NUM_THREADS, in victims started from here."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return previous
+
+
+# --------------------------------------------------------------------------- the pool
+
+_worker_sink: ProgressSink | None = None
+
+
+def _init_worker(events: Any, threads: int) -> None:
+    global _worker_sink
+    _worker_sink = QueueProgress(events)
+    _set_threads(threads)
+
+
+def _pool_task(point_json: str, run_dir: str, token: str | None) -> tuple[str, str, str, str]:
+    assert _worker_sink is not None
+    return measure_point(point_json, run_dir, token, _worker_sink)
+
+
+def _run_pool(todo: list[Point], run_dir: Path, options: SweepOptions, threads: int,
+              progress: TqdmProgress) -> list[tuple[str, str, str, str]]:
+    context = multiprocessing.get_context("spawn")
+    events = context.Queue()
+    results = []
+    with futures.ProcessPoolExecutor(options.jobs, mp_context=context,
+                                     initializer=_init_worker,
+                                     initargs=(events, threads)) as pool:
+        pending = {pool.submit(_pool_task, p.to_json(), str(run_dir), options.token): p
+                   for p in todo}
+        try:
+            while pending:
+                _drain(events, progress, wait=0.2)
+                for done in [f for f in pending if f.done()]:
+                    point = pending.pop(done)
+                    try:
+                        results.append(done.result())
+                    except Exception as err:  # the worker process itself died
+                        results.append((point.point_id, point.label, "failed",
+                                        f"{type(err).__name__}: {err}"))
+            _drain(events, progress, wait=0.0)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    _drain(events, progress, wait=0.0)
+    return results
+
+
+def _drain(events: Any, progress: TqdmProgress, wait: float) -> None:
+    try:
+        replay(events.get(timeout=wait) if wait else events.get_nowait(), progress)
+        while True:
+            replay(events.get_nowait(), progress)
+    except queue_module.Empty:
+        pass
+
+
+# --------------------------------------------------------------------------- one point
+
+
+def measure_point(point_json: str, run_dir: str, token: str | None,
+                  progress: ProgressSink) -> tuple[str, str, str, str]:
+    """Measure what the store lacks for one point; returns (id, label, status, error)."""
+    from fedleak.harness.sweep.utility import measure_utility
+
+    point = Point.from_json(point_json)
+    pid, root = point.point_id, Path(run_dir)
+    with ResultStore(root / STORE_NAME) as store:
+        need_attack = not store.done(pid, "attack")
+        need_utility = point.utility_settings.enabled and not store.done(pid, "utility")
+        total = (point.rounds if need_attack else 0) + \
+            (point.utility_settings.rounds if need_utility else 0)
+        progress.start(pid, point.label, total)
+        store.set_status(pid, "running")
+        checkpoint = checkpoint_path(point, root)
+        try:
+            if need_attack:
+                started = time.time()
+                metrics = measure_attack(point, root, checkpoint, token,
+                                         lambda text: progress.advance(pid, "attack " + text))
+                store.record(pid, "attack", metrics, started)
+            if need_utility:
+                started = time.time()
+                metrics = measure_utility(point, checkpoint,
+                                          lambda _, text: progress.advance(pid, text), token)
+                store.record(pid, "utility", metrics, started)
+        except Exception as err:  # recorded with the point; the sweep goes on
+            error = f"{type(err).__name__}: {err}"
+            store.set_status(pid, "failed", error)
+            progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
+            return pid, point.label, "failed", error
+        store.set_status(pid, "done")
+        progress.end(pid, _done_line(point, store))
+        return pid, point.label, "done", ""
+
+
+def _done_line(point: Point, store: ResultStore) -> str:
+    found = {m.kind: m.metrics for m in store.measurements(point.point_id)}
+    attack, utility = found.get("attack", {}), found.get("utility", {})
+    parts = [f"PSNR {attack['mean_psnr']:.2f} dB, SSIM {attack['mean_ssim']:.3f}"
+             if attack else "no attack"]
+    if utility:
+        parts.append(f"test accuracy {utility['test_accuracy']:.1%}")
+    eps = utility.get("epsilon") or attack.get("epsilon")
+    if eps is not None:
+        parts.append(f"ε {eps:.4g}")
+    return f"done {point.label} [{point.point_id}]: " + ", ".join(parts)
+
+
+def attack_victim_args(point: Point, checkpoint: str | None) -> list[str]:
+    """The attack victim: the first K·n images of the split, n per round, reveal allowed."""
+    args = [*point.victim_args(), "--split", point.split, "--images", point.images,
+            "--batch-size", str(point.batch_size), "--allow-reveal",
+            "--defense-seed", str(point.seed)]
+    if checkpoint:
+        args += ["--checkpoint", checkpoint]
+    return args
+
+
+def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: str | None,
+                   on_round: Callable[[str], None]) -> dict[str, Any]:
+    """Attack K rounds of the point's victim; the stored record (paths relative to run_dir)."""
+    from fedleak.harness.attacker import AttackSettings, run_attack
+    from fedleak.harness.client import VictimClient
+    from fedleak.harness.sweep.utility import described_defenses
+    from fedleak.harness.victim_process import VictimProcess
+
+    out = run_dir / "points" / point.point_id / "attack"
+    if out.exists():  # left by an interrupted attempt: nothing of it was stored
+        shutil.rmtree(out)
+    settings = AttackSettings(attack=point.attack, options=dict(point.attack_options),
+                              seed=point.seed, rounds=point.rounds, show_progress=False)
+    started = time.perf_counter()
+    if point.victim:
+        with VictimClient(point.victim, token=token) as client:
+            client.wait_ready(timeout=15)
+            described = client.describe()
+            record = run_attack(client, settings, out, log=on_round)
+    else:
+        secret = secrets.token_hex(16)
+        with VictimProcess(attack_victim_args(point, checkpoint), token=secret) as process, \
+                VictimClient(process.address, token=secret) as client:
+            described = client.describe()
+            record = run_attack(client, settings, out, log=on_round)
+    rounds = []
+    for entry in record["rounds"]:
+        meta = entry["victim_metadata"]
+        rounds.append({
+            "mean_psnr": entry["mean_psnr"],
+            "mean_ssim": entry["mean_ssim"],
+            "label_accuracy": entry["label_accuracy"],
+            "epsilon_total": _float(meta.get("epsilon_total")),
+            "files": {k: str((out / v).relative_to(run_dir)) for k, v in entry["files"].items()},
+        })
+    last = record["rounds"][-1]["victim_metadata"]
+    return {
+        **record["summary"],
+        "rounds": rounds,
+        "epsilon": _float(last.get("epsilon_total")),
+        "delta": _float(last.get("delta")),
+        "defenses": described_defenses(described),
+        "model": record["victim_model"],
+        "dataset": record["dataset"],
+        "attack": point.attack,
+        "run": str(out.relative_to(run_dir)),
+        "measure_time_s": time.perf_counter() - started,
+    }
+
+
+def checkpoint_path(point: Point, run_dir: Path) -> str | None:
+    """The state dict the point's victims start from, or None for the seeded init."""
+    if isinstance(point.trained, str):
+        return point.trained
+    if not point.trained or point.victim:
+        return None
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in point.model)
+    name = f"{point.dataset}-{slug}-seed{point.seed}-e{point.train_epochs}.pt"
+    return str((run_dir / "checkpoints" / name).resolve())
+
+
+def ensure_checkpoint(point: Point, run_dir: Path, echo: Callable[[str], Any] = print) -> None:
+    """Train the checkpoint of a ``trained = true`` point once (written atomically)."""
+    path = checkpoint_path(point, run_dir)
+    if point.trained is not True or path is None or Path(path).exists():
+        return
+    import torch
+
+    from fedleak.harness.datasets import load_dataset
+    from fedleak.harness.models import ModelSpec, build_model
+    from fedleak.harness.training import train_classifier
+
+    echo(f"training {point.model} on {point.dataset} for {point.train_epochs} epochs "
+         f"(checkpoint for trained points)")
+    train = load_dataset(point.dataset, "train", point.data_root)
+    test = load_dataset(point.dataset, "test", point.data_root)
+    torch.manual_seed(point.seed)
+    model = build_model(ModelSpec.parse(point.model), train.info.shape, train.info.num_classes)
+    result = train_classifier(model, train, test, epochs=point.train_epochs, seed=point.seed)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(path + ".partial")
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, partial)
+    partial.replace(path)
+    echo(f"checkpoint {path}: test accuracy {result.test_accuracy:.1%}")
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None

@@ -1,0 +1,518 @@
+"""A sweep spec (TOML) and the grid of points it expands to.
+
+A spec names the data set and the axes of the grid; every combination of attack × model ×
+protocol × trained/untrained × defense setting is one :class:`Point`::
+
+    [sweep]
+    name = "quick"
+    dataset = "digits"              # digits, faces, photos, or cifar10/... with data_root
+    models = ["mlp:width=64,depth=1"]
+    trained = [false]               # false: seeded init; true: the sweep trains a checkpoint;
+                                    # "path.pt": that state dict
+    rounds = 3                      # K: private batches attacked per point
+    batch_size = 1                  # n: private images per batch
+    seed = 0
+
+    [[sweep.attack]]                # one table per attack; other keys are its options
+    name = "inverting-gradients"
+    iterations = 500
+
+    [[sweep.protocol]]              # optional; default FedSGD
+    kind = "fedsgd"                 # or fedavg with local_epochs, local_batch_size, lr
+
+    [sweep.utility]                 # federated training through the same defended path
+    rounds = 150
+    batch_size = 4
+    lr = 0.5
+
+    [[sweep.defense]]
+    reference = true                # the no-defense point
+
+    [[sweep.defense]]
+    name = "dpsgd"
+    param = "noise-multiplier"      # the swept parameter ...
+    values = [0.03, 0.3, 1.0]       # ... and its values, weakest first
+    params = { max-grad-norm = 1.0 }  # fixed parameters of this defense
+
+    [[sweep.defense]]
+    chain = ["clip:max-norm=1", "noise:sigma=0.01"]   # a fixed chain, one point
+    label = "clip+noise"
+
+Every name is checked against its registry (data sets, models, attacks, defenses) and every
+option against the config it configures; an error names the table and lists the valid
+choices. A point's ``point_id`` is a hash of the canonical JSON of everything that is measured,
+so the same spec always yields the same ids and a results store can skip finished points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fedleak.harness.protocol import Protocol
+
+PRESETS_PACKAGE = "fedleak.harness.sweep"
+PRESETS_FOLDER = "presets"
+SCHEDULES = ("cosine", "constant")
+_TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
+             "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
+             "defense"}
+_PROTOCOL_KEYS = {"kind", "local_epochs", "local_batch_size", "lr"}
+_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
+# Point fields that label a point for the report but do not change what is measured.
+_LABEL_FIELDS = ("label", "group", "param", "strength", "reference")
+
+
+class SpecError(ValueError):
+    """A spec that cannot be expanded; the message names the table and what to change."""
+
+
+@dataclass(frozen=True)
+class UtilitySettings:
+    """Federated training for the utility measurement: R rounds of B images at rate η.
+
+    FedSGD: θ ← θ − η_r·g with η_r = η·½(1 + cos(π r/R)) (``cosine``) or η (``constant``).
+    FedAvg: θ ← θ + Δ (the user's local learning rate is the protocol's ``lr``).
+    """
+
+    enabled: bool = True
+    rounds: int = 150
+    batch_size: int = 4
+    lr: float = 0.5
+    schedule: str = "cosine"
+    evaluations: int = 10
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.batch_size < 1 or self.evaluations < 1:
+            raise SpecError("sweep.utility: rounds, batch_size and evaluations must be >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise SpecError(f"sweep.utility: lr must be positive, got {self.lr}")
+        if self.schedule not in SCHEDULES:
+            raise SpecError(f"sweep.utility: schedule must be one of {', '.join(SCHEDULES)}, "
+                            f"got {self.schedule!r}")
+
+
+@dataclass(frozen=True)
+class DefenseSetting:
+    """One value of the defense axis: a chain of ``name:key=value`` specs and its labels."""
+
+    chain: tuple[str, ...]
+    label: str
+    group: str
+    param: str | None = None
+    strength: float | None = None
+    reference: bool = False
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement setting: attack K private batches, train for utility, read ε."""
+
+    attack: str
+    attack_options: dict[str, Any]
+    model: str
+    dataset: str
+    split: str
+    images: str
+    protocol: dict[str, Any]
+    defenses: tuple[str, ...]
+    trained: bool | str
+    rounds: int
+    batch_size: int
+    seed: int
+    utility: dict[str, Any]
+    train_epochs: int = 20
+    data_root: str | None = None
+    victim: str | None = None
+    label: str = ""
+    group: str = "none"
+    param: str | None = None
+    strength: float | None = None
+    reference: bool = False
+
+    def measured(self) -> dict[str, Any]:
+        """Everything that determines the measurement, as plain JSON values."""
+        data = asdict(self)
+        for key in _LABEL_FIELDS:
+            data.pop(key)
+        data["defenses"] = list(self.defenses)
+        return data
+
+    @property
+    def point_id(self) -> str:
+        """A stable id: the first 16 hex digits of SHA-256 over :meth:`measured` as JSON."""
+        text = json.dumps(self.measured(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def utility_settings(self) -> UtilitySettings:
+        return UtilitySettings(**self.utility)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["defenses"] = list(self.defenses)
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Point:
+        data = json.loads(text)
+        data["defenses"] = tuple(data["defenses"])
+        return cls(**data)
+
+    def victim_args(self) -> list[str]:
+        """``fedleak victim serve`` options shared by the attack and the utility victims."""
+        p = self.protocol
+        args = ["--dataset", self.dataset, "--model", self.model, "--seed", str(self.seed),
+                "--protocol", p["kind"], "--local-epochs", str(p["local_epochs"]),
+                "--local-batch-size", str(p["local_batch_size"]), "--lr", repr(p["lr"])]
+        if self.data_root:
+            args += ["--data-root", self.data_root]
+        for spec in self.defenses:
+            args += ["--defense", spec]
+        return args
+
+
+@dataclass
+class SweepSpec:
+    """A parsed spec: the axes of the grid; :meth:`points` expands them."""
+
+    name: str
+    dataset: str
+    split: str
+    models: list[str]
+    attacks: list[tuple[str, dict[str, Any]]]
+    protocols: list[dict[str, Any]]
+    trained: list[bool | str]
+    defenses: list[DefenseSetting]
+    rounds: int
+    batch_size: int
+    seed: int
+    utility: UtilitySettings
+    images: str | None = None
+    data_root: str | None = None
+    train_epochs: int = 20
+    source: str = field(default="", repr=False)
+
+    def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
+        """The grid in a stable order, duplicates removed.
+
+        With ``victims`` (addresses of victims the user runs), the points are attack × victim:
+        model, data and defenses are whatever each victim runs (read from ``Describe``).
+        """
+        images = self.images or f"0-{self.rounds * self.batch_size - 1}"
+        common = dict(split=self.split, images=images, rounds=self.rounds,
+                      batch_size=self.batch_size, seed=self.seed,
+                      utility=asdict(self.utility), data_root=self.data_root,
+                      train_epochs=self.train_epochs)
+        out: dict[str, Point] = {}
+        if victims:
+            for attack, options in self.attacks:
+                for address in victims:
+                    point = Point(attack=attack, attack_options=options, model="", dataset="",
+                                  protocol={}, defenses=(), trained=False, victim=address,
+                                  label=f"victim {address}", group=address, **common)
+                    out.setdefault(point.point_id, point)
+            return list(out.values())
+        grid = itertools.product(self.attacks, self.models, self.protocols, self.trained,
+                                 self.defenses)
+        for (attack, options), model, protocol, trained, d in grid:
+            point = Point(attack=attack, attack_options=options, model=model,
+                          dataset=self.dataset, protocol=protocol, defenses=d.chain,
+                          trained=trained, label=d.label, group=d.group, param=d.param,
+                          strength=d.strength, reference=d.reference, **common)
+            out.setdefault(point.point_id, point)
+        return list(out.values())
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def preset_names() -> list[str]:
+    """Names of the bundled presets (``fedleak sweep --preset NAME``)."""
+    folder = resources.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER)
+    if not folder.is_dir():
+        raise SpecError("this installation lacks the bundled presets (fedleak/harness/sweep/"
+                        "presets/*.toml must be installed as package data); pass a spec file")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    """The TOML text of preset ``name``."""
+    if name not in preset_names():
+        raise SpecError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
+    return resources.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER, f"{name}.toml").read_text()
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and expand-check the spec at ``path``."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise SpecError(f"cannot read sweep spec {path}: {err}") from None
+    return parse_spec(text, str(path))
+
+
+def load_preset(name: str) -> SweepSpec:
+    return parse_spec(preset_text(name), f"preset {name}")
+
+
+def parse_spec(text: str, source: str = "spec") -> SweepSpec:
+    """Parse TOML ``text``; every name and option is validated against its registry."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{source}: not valid TOML: {err}") from None
+    if set(data) != {"sweep"}:
+        raise SpecError(f"{source}: put everything under a [sweep] table (found "
+                        f"{', '.join(sorted(data)) or 'nothing'})")
+    sweep = _keys(data["sweep"], "sweep")
+    _no_unknown(sweep, _TOP_KEYS, "sweep")
+    name = str(sweep.get("name", Path(source).stem or "sweep"))
+    dataset = _dataset(sweep.get("dataset", "digits"))
+    split = str(sweep.get("split", "train"))
+    if split not in ("train", "test", "all"):
+        raise SpecError(f"sweep.split must be train, test or all, got {split!r}")
+    rounds = _positive_int(sweep.get("rounds", 1), "sweep.rounds")
+    batch_size = _positive_int(sweep.get("batch_size", 1), "sweep.batch_size")
+    defenses = _defenses(sweep.get("defense", []))
+    if not defenses:
+        raise SpecError("sweep: list at least one [[sweep.defense]] (reference = true for the "
+                        "no-defense point)")
+    return SweepSpec(
+        name=name,
+        dataset=dataset,
+        split=split,
+        models=_models(sweep),
+        attacks=_attacks(sweep.get("attack", [{"name": "inverting-gradients"}])),
+        protocols=_protocols(sweep.get("protocol", [{}])),
+        trained=_trained(sweep.get("trained", [False])),
+        defenses=defenses,
+        rounds=rounds,
+        batch_size=batch_size,
+        seed=int(sweep.get("seed", 0)),
+        utility=_utility(sweep.get("utility", {})),
+        images=str(sweep["images"]) if "images" in sweep else None,
+        data_root=str(sweep["data_root"]) if sweep.get("data_root") else None,
+        train_epochs=_positive_int(sweep.get("train_epochs", 20), "sweep.train_epochs"),
+        source=text,
+    )
+
+
+# --------------------------------------------------------------------------- axes
+
+
+def _keys(table: Any, where: str) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where} must be a table")
+    return {k.replace("-", "_"): v for k, v in table.items()}
+
+
+def _no_unknown(table: dict[str, Any], valid: set[str], where: str) -> None:
+    unknown = sorted(set(table) - valid)
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: "
+                        f"{', '.join(sorted(valid))}")
+
+
+def _tables(value: Any, where: str) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else [value]
+    return [_keys(item, f"{where}[{i}]") for i, item in enumerate(items)]
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SpecError(f"{where} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _dataset(name: Any) -> str:
+    from fedleak.harness.datasets import DATASET_NAMES
+
+    if name not in DATASET_NAMES:
+        raise SpecError(f"sweep.dataset: unknown data set {name!r}; choose one of "
+                        f"{', '.join(DATASET_NAMES)}")
+    return str(name)
+
+
+def _models(sweep: dict[str, Any]) -> list[str]:
+    from fedleak.harness.models import ModelSpec, model_names
+
+    if "model" in sweep and "models" in sweep:
+        raise SpecError("sweep: give model or models, not both")
+    raw = sweep.get("models", sweep.get("model", ["lenet-zhu"]))
+    names = [raw] if isinstance(raw, str) else list(raw)
+    out = []
+    for text in names:
+        try:
+            spec = ModelSpec.parse(str(text))
+        except ValueError as err:
+            raise SpecError(f"sweep.models: {err}") from None
+        if spec.name not in model_names():
+            raise SpecError(f"sweep.models: unknown model {spec.name!r}; choose one of "
+                            f"{', '.join(model_names())}")
+        out.append(str(spec))
+    if not out:
+        raise SpecError("sweep.models: list at least one model")
+    return out
+
+
+def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    from fedleak.attacks import AttackConfigError, create_attack
+
+    out = []
+    for i, table in enumerate(_tables(value, "sweep.attack")):
+        where = f"sweep.attack[{i}]"
+        if "name" not in table:
+            raise SpecError(f"{where}: give the attack's name")
+        name = str(table.pop("name"))
+        options = {**_keys(table.pop("options", {}), f"{where}.options"), **table}
+        options = {k.replace("_", "-"): v for k, v in sorted(options.items())}
+        try:
+            create_attack(name, options)
+        except AttackConfigError as err:
+            raise SpecError(f"{where}: {err}") from None
+        out.append((name, options))
+    return out
+
+
+def _protocols(value: Any) -> list[dict[str, Any]]:
+    out = []
+    for i, table in enumerate(_tables(value, "sweep.protocol")):
+        where = f"sweep.protocol[{i}]"
+        _no_unknown(table, _PROTOCOL_KEYS, where)
+        canonical = {"kind": str(table.get("kind", "fedsgd")),
+                     "local_epochs": table.get("local_epochs", 1),
+                     "local_batch_size": table.get("local_batch_size", 0),
+                     "lr": float(table.get("lr", 1e-4))}
+        try:
+            Protocol(canonical["kind"], canonical["local_epochs"], canonical["local_batch_size"],
+                     canonical["lr"])
+        except (ValueError, TypeError) as err:
+            raise SpecError(f"{where}: {err}") from None
+        out.append(canonical)
+    return out
+
+
+def _trained(value: Any) -> list[bool | str]:
+    items = value if isinstance(value, list) else [value]
+    out: list[bool | str] = []
+    for item in items:
+        if isinstance(item, bool):
+            out.append(item)
+        elif isinstance(item, str) and Path(item).is_file():
+            out.append(str(Path(item).resolve()))
+        else:
+            raise SpecError(f"sweep.trained: {item!r} is neither true/false nor an existing "
+                            "checkpoint file")
+    return out
+
+
+def _utility(value: Any) -> UtilitySettings:
+    table = _keys(value, "sweep.utility")
+    valid = {f.name for f in fields(UtilitySettings)}
+    _no_unknown(table, valid, "sweep.utility")
+    try:
+        return UtilitySettings(**table)
+    except TypeError as err:
+        raise SpecError(f"sweep.utility: {err}") from None
+
+
+def _defenses(value: Any) -> list[DefenseSetting]:
+    out: list[DefenseSetting] = []
+    for i, table in enumerate(_tables(value, "sweep.defense")):
+        where = f"sweep.defense[{i}]"
+        _no_unknown(table, _DEFENSE_KEYS, where)
+        if table.get("reference"):
+            if set(table) - {"reference", "label"}:
+                raise SpecError(f"{where}: a reference table takes no other keys than label")
+            out.append(DefenseSetting((), str(table.get("label", "no defense")), "none",
+                                      strength=0.0, reference=True))
+        elif "chain" in table:
+            out.append(_fixed_chain(table, where))
+        elif "name" in table:
+            out.extend(_swept(table, where))
+        else:
+            raise SpecError(f"{where}: give reference = true, a name (with param and values), "
+                            "or a chain")
+    return out
+
+
+def _fixed_chain(table: dict[str, Any], where: str) -> DefenseSetting:
+    if set(table) - {"chain", "label"}:
+        raise SpecError(f"{where}: a chain table takes only chain and label")
+    specs = [str(s) for s in (table["chain"] if isinstance(table["chain"], list)
+                              else [table["chain"]])]
+    chain = tuple(_canonical(*_parse(s, where)) for s in specs)
+    _check_chain(chain, where)
+    label = str(table.get("label", " + ".join(chain) or "no defense"))
+    return DefenseSetting(chain, label, label, reference=not chain,
+                          strength=0.0 if not chain else None)
+
+
+def _swept(table: dict[str, Any], where: str) -> list[DefenseSetting]:
+    name = str(table["name"])
+    fixed = _keys(table.get("params", {}), f"{where}.params")
+    param = table.get("param")
+    values = table.get("values")
+    if (param is None) != (values is None):
+        raise SpecError(f"{where}: give param and values together")
+    if param is None:
+        chain = (_canonical(name, fixed),)
+        _check_chain(chain, where)
+        return [DefenseSetting(chain, str(table.get("label", chain[0])), name)]
+    if not isinstance(values, list) or not values:
+        raise SpecError(f"{where}: values must be a non-empty list")
+    param = str(param).replace("_", "-")
+    group = str(table.get("label", name))
+    out = []
+    for index, value in enumerate(values):
+        chain = (_canonical(name, {**fixed, param: value}),)
+        _check_chain(chain, where)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        strength = float(value) if numeric else float(index + 1)
+        out.append(DefenseSetting(chain, f"{name} {param}={_format(value)}", group, param,
+                                  strength))
+    return out
+
+
+def _parse(text: str, where: str) -> tuple[str, dict[str, Any]]:
+    from fedleak.defenses import DefenseConfigError, parse_defense_spec
+
+    try:
+        return parse_defense_spec(text)
+    except DefenseConfigError as err:
+        raise SpecError(f"{where}: {err}") from None
+
+
+def _canonical(name: str, params: dict[str, Any]) -> str:
+    """``name:key=value,...`` with keys in hyphen form, sorted."""
+    items = sorted((k.replace("_", "-"), _format(v)) for k, v in params.items())
+    return name + (":" + ",".join(f"{k}={v}" for k, v in items) if items else "")
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _check_chain(chain: tuple[str, ...], where: str) -> None:
+    """Build the chain as the victim will: unknown names, keys or values fail here."""
+    from fedleak.defenses import DefenseConfigError, build_chain, parse_defense_spec
+
+    try:
+        build_chain([parse_defense_spec(s) for s in chain])
+    except DefenseConfigError as err:
+        raise SpecError(f"{where}: {err}") from None
+    if any(s.split(":", 1)[0] == "secagg" for s in chain):
+        raise SpecError(f"{where}: secagg needs several users; sweep it against victims you "
+                        "start yourself (--victim HOST:PORT)")

@@ -1,0 +1,190 @@
+"""The results store of one sweep run folder: SQLite in WAL mode, one commit per measurement.
+
+Tables::
+
+    points(id TEXT PRIMARY KEY, spec TEXT, label TEXT, position INTEGER,
+           status TEXT,            -- pending | running | done | failed
+           error TEXT, updated_at REAL)
+    measurements(id INTEGER PRIMARY KEY AUTOINCREMENT, point_id TEXT,
+                 kind TEXT,        -- attack | utility
+                 metrics TEXT, started_at REAL, finished_at REAL, UNIQUE(point_id, kind))
+    meta(key TEXT PRIMARY KEY, value TEXT)
+
+A measurement is inserted, and committed, the moment it finishes; nothing is ever updated or
+deleted, so a process killed at any instant (SIGKILL included) leaves every finished
+measurement intact and :meth:`ResultStore.done` tells a re-run what to skip. The
+``UNIQUE(point_id, kind)`` constraint makes a repeated measurement an error rather than a
+silent duplicate. Several processes (``--jobs N``) may write at once; each opens its own
+connection and waits up to ``timeout`` seconds for the write lock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedleak.harness.sweep.spec import Point
+
+KINDS = ("attack", "utility")
+STORE_NAME = "results.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+    id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    label TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    error TEXT,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    point_id TEXT NOT NULL REFERENCES points(id),
+    kind TEXT NOT NULL CHECK (kind IN ('attack', 'utility')),
+    metrics TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    UNIQUE (point_id, kind)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class DuplicateMeasurement(RuntimeError):
+    """A measurement of a (point, kind) the store already holds."""
+
+
+@dataclass
+class Measurement:
+    """One finished measurement as stored."""
+
+    id: int
+    point_id: str
+    kind: str
+    metrics: dict[str, Any]
+    started_at: float
+    finished_at: float
+
+
+@dataclass
+class StoredPoint:
+    """A point as stored, with its status."""
+
+    point: Point
+    position: int
+    status: str
+    error: str | None
+
+
+class ResultStore:
+    """The SQLite store at ``path`` (created with its tables if missing)."""
+
+    def __init__(self, path: str | Path, timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # autocommit: every statement below is its own transaction, committed on return
+        self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- points ----------------------------------------------------------------------------
+
+    def add_points(self, points: Iterable[Point]) -> None:
+        """Register points (known ones keep their status and measurements)."""
+        now = time.time()
+        with self._transaction():
+            for position, point in enumerate(points):
+                self._db.execute(
+                    "INSERT INTO points (id, spec, label, position, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                    "spec = excluded.spec, label = excluded.label, position = excluded.position",
+                    (point.point_id, point.to_json(), point.label, position, now),
+                )
+
+    def set_status(self, point_id: str, status: str, error: str | None = None) -> None:
+        self._db.execute("UPDATE points SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+                         (status, error, time.time(), point_id))
+
+    def points(self) -> list[StoredPoint]:
+        rows = self._db.execute(
+            "SELECT spec, position, status, error FROM points ORDER BY position, id").fetchall()
+        return [StoredPoint(Point.from_json(spec), pos, status, error)
+                for spec, pos, status, error in rows]
+
+    # -- measurements ----------------------------------------------------------------------
+
+    def done(self, point_id: str, kind: str) -> bool:
+        """Whether ``kind`` has been measured for ``point_id``."""
+        row = self._db.execute("SELECT 1 FROM measurements WHERE point_id = ? AND kind = ?",
+                               (point_id, kind)).fetchone()
+        return row is not None
+
+    def record(self, point_id: str, kind: str, metrics: dict[str, Any],
+               started_at: float) -> int:
+        """Insert and commit one finished measurement; returns its row id."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        try:
+            cursor = self._db.execute(
+                "INSERT INTO measurements (point_id, kind, metrics, started_at, finished_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (point_id, kind, json.dumps(metrics, default=str), started_at, time.time()),
+            )
+        except sqlite3.IntegrityError as err:
+            if "UNIQUE" in str(err):
+                raise DuplicateMeasurement(f"point {point_id} already has a {kind} "
+                                           "measurement") from None
+            raise
+        return int(cursor.lastrowid or 0)
+
+    def measurements(self, point_id: str | None = None) -> list[Measurement]:
+        query = ("SELECT id, point_id, kind, metrics, started_at, finished_at FROM measurements")
+        args: tuple[Any, ...] = ()
+        if point_id is not None:
+            query += " WHERE point_id = ?"
+            args = (point_id,)
+        rows = self._db.execute(query + " ORDER BY id", args).fetchall()
+        return [Measurement(i, p, k, json.loads(m), s, f) for i, p, k, m, s, f in rows]
+
+    # -- meta ------------------------------------------------------------------------------
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) "
+                         "DO UPDATE SET value = excluded.value", (key, value))
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,143 @@
+"""Utility: test accuracy of a model trained through the defended path, over the wire.
+
+The sweep plays the federated server against a victim that runs the point's defense chain on
+a labelled training split, B images per round. For R rounds it sends θ, receives the defended
+update and applies it:
+
+    FedSGD:  θ ← θ − η_r · g̃          η_r = η · ½(1 + cos(π r / R))   (or η, ``constant``)
+    FedAvg:  θ ← θ + Δ̃                (the user's local rate τ is the protocol's)
+
+then scores the model on the test split (:func:`fedleak.harness.training.accuracy`). The
+privacy budget is the victim's own claim: ``epsilon_total`` of the last update's metadata, as
+its accountant computed it over every round it served.
+
+Buffers (BatchNorm running statistics) are never part of an update, so a BatchNorm model is
+evaluated with the global model's buffers; prefer models without BatchNorm (mlp, lenet-zhu)
+for utility.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fedleak.harness.attacker import server_model
+from fedleak.harness.client import VictimClient
+from fedleak.harness.datasets import load_dataset
+from fedleak.harness.sweep.spec import Point, UtilitySettings
+from fedleak.harness.training import accuracy
+from fedleak.harness.victim_process import VictimProcess
+
+RoundCallback = Callable[[int, str], None]
+
+
+def utility_victim_args(point: Point, checkpoint: str | None) -> list[str]:
+    """A victim holding the whole training split, shuffled, B images per round."""
+    settings = point.utility_settings
+    args = [*point.victim_args(), "--split", "train", "--shuffle",
+            "--batch-size", str(settings.batch_size), "--defense-seed", str(point.seed + 1)]
+    if checkpoint:
+        args += ["--checkpoint", checkpoint]
+    return args
+
+
+def learning_rate(settings: UtilitySettings, round_index: int) -> float:
+    """η_r of round ``round_index`` (0-based) under the settings' schedule."""
+    if settings.schedule == "constant":
+        return settings.lr
+    return settings.lr * 0.5 * (1 + math.cos(math.pi * round_index / settings.rounds))
+
+
+def federated_training(
+    client: VictimClient,
+    settings: UtilitySettings,
+    data_root: str | None = None,
+    on_round: RoundCallback | None = None,
+) -> dict[str, Any]:
+    """Train the victim's global model for ``settings.rounds`` rounds; return the utility record.
+
+    ``on_round(r, text)`` is called after every round. The test split is that of the data set
+    the victim describes.
+    """
+    started = time.perf_counter()
+    described = client.describe()
+    model = server_model(described)
+    params, buffers = client.global_model()
+    test = load_dataset(described.data.dataset, "test", data_root)
+    curve = [(0, _evaluate(model, params, buffers, test))]
+    checkpoints = {round(settings.rounds * (i + 1) / settings.evaluations)
+                   for i in range(settings.evaluations)}
+    metadata: dict[str, str] = {}
+    for r in range(settings.rounds):
+        received = client.compute_update(params, buffers)
+        metadata = received.metadata
+        eta = learning_rate(settings, r)
+        if received.update_kind == "delta":
+            params = {k: p + u for (k, p), u in zip(params.items(), received.update, strict=True)}
+        else:
+            params = {k: p - eta * u
+                      for (k, p), u in zip(params.items(), received.update, strict=True)}
+        text = f"round {r + 1}/{settings.rounds}"
+        if r + 1 in checkpoints:
+            curve.append((r + 1, _evaluate(model, params, buffers, test)))
+            text += f", test accuracy {curve[-1][1]:.1%}"
+        if on_round is not None:
+            on_round(r, text)
+    return {
+        "test_accuracy": curve[-1][1],
+        "initial_accuracy": curve[0][1],
+        "curve": curve,
+        "rounds": settings.rounds,
+        "batch_size": settings.batch_size,
+        "lr": settings.lr,
+        "schedule": settings.schedule,
+        "protocol": described.protocol.kind,
+        "epsilon": _float_or_none(metadata.get("epsilon_total")),
+        "delta": _float_or_none(metadata.get("delta")),
+        "defenses": described_defenses(described),
+        "test_images": len(test),
+        "training_time_s": time.perf_counter() - started,
+    }
+
+
+def measure_utility(
+    point: Point,
+    checkpoint: str | None = None,
+    on_round: RoundCallback | None = None,
+    token: str | None = None,
+) -> dict[str, Any]:
+    """Start the utility victim for ``point`` (or use ``point.victim``) and train against it."""
+    settings = point.utility_settings
+    if point.victim:
+        with VictimClient(point.victim, token=token) as client:
+            client.wait_ready(timeout=15)
+            return federated_training(client, settings, point.data_root, on_round)
+    with VictimProcess(utility_victim_args(point, checkpoint)) as process, \
+            VictimClient(process.address) as client:
+        return federated_training(client, settings, point.data_root, on_round)
+
+
+def described_defenses(described: Any) -> list[str]:
+    """The victim's published defense chain as ``name:key=value,...`` strings."""
+    return [d.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(d.params.items()))
+                      if d.params else "")
+            for d in described.defenses]
+
+
+def _evaluate(model: torch.nn.Module, params: dict[str, torch.Tensor],
+              buffers: dict[str, torch.Tensor], test: Any) -> float:
+    model.load_state_dict({**params, **buffers}, strict=True)
+    return accuracy(model, test)
+
+
+def _float_or_none(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None

@@ -1,0 +1,293 @@
+"""Sweeps: spec expansion and validation, the crash-safe store, and real sweeps via the CLI.
+
+The end-to-end tests run ``fedleak sweep`` as a person does, with victim processes on loopback;
+one of them SIGKILLs the whole sweep (process group: the sweep, its workers and its victims)
+half-way and checks that running it again finishes without repeating or losing a measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedleak.harness.sweep.spec import SpecError, load_preset, parse_spec
+from fedleak.harness.sweep.store import DuplicateMeasurement, ResultStore
+
+SPEC = """
+[sweep]
+name = "unit"
+dataset = "digits"
+models = ["mlp:width=16,depth=1"]
+rounds = 2
+batch_size = 1
+
+[[sweep.attack]]
+name = "inverting-gradients"
+iterations = 10
+
+[sweep.utility]
+rounds = 4
+batch_size = 4
+
+[[sweep.defense]]
+reference = true
+
+[[sweep.defense]]
+name = "dpsgd"
+param = "noise-multiplier"
+values = [0.1, 1.0]
+params = { max-grad-norm = 2.0 }
+
+[[sweep.defense]]
+chain = ["noise:sigma=0.01", "prune:p=0.5"]
+label = "noise+prune"
+
+[[sweep.defense]]
+reference = true
+"""
+
+
+def tiny_spec(defenses: str, iterations: int = 10, utility_rounds: int = 3,
+              rounds: int = 1) -> str:
+    return f"""
+[sweep]
+name = "tiny"
+dataset = "digits"
+models = ["mlp:width=16,depth=1"]
+rounds = {rounds}
+batch_size = 1
+
+[[sweep.attack]]
+name = "inverting-gradients"
+iterations = {iterations}
+
+[sweep.utility]
+rounds = {utility_rounds}
+batch_size = 4
+
+[[sweep.defense]]
+reference = true
+{defenses}
+"""
+
+
+def fedleak(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def rows(db: Path) -> list[tuple]:
+    """Every measurement row, read-only (an empty list while the store is being created)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return con.execute("SELECT id, point_id, kind, metrics, started_at, finished_at "
+                           "FROM measurements ORDER BY id").fetchall()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return []
+        raise
+    finally:
+        con.close()
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def test_spec_expands_the_grid_with_stable_ids() -> None:
+    spec = parse_spec(SPEC)
+    points = spec.points()
+    assert [p.label for p in points] == ["no defense", "dpsgd noise-multiplier=0.1",
+                                         "dpsgd noise-multiplier=1.0", "noise+prune"]
+    reference, weak, strong, chain = points  # the second reference table is the same point
+    assert reference.reference and reference.defenses == () and reference.strength == 0.0
+    assert weak.defenses == ("dpsgd:max-grad-norm=2.0,noise-multiplier=0.1",)
+    assert (weak.group, weak.param, weak.strength) == ("dpsgd", "noise-multiplier", 0.1)
+    assert chain.defenses == ("noise:sigma=0.01", "prune:p=0.5")
+    assert reference.images == "0-1" and reference.rounds == 2
+    assert reference.attack_options == {"iterations": 10}
+    assert len({p.point_id for p in points}) == 4
+    assert [p.point_id for p in parse_spec(SPEC).points()] == [p.point_id for p in points]
+    changed = parse_spec(SPEC.replace("iterations = 10", "iterations = 11")).points()
+    assert not {p.point_id for p in changed} & {p.point_id for p in points}
+    assert "--defense" in weak.victim_args() and weak.victim_args()[1] == "digits"
+
+
+def test_quick_preset_covers_dpsgd_prune_and_noise_against_a_reference() -> None:
+    points = load_preset("quick").points()
+    groups = [p.group for p in points]
+    assert groups.count("none") == 1 and points[0].reference
+    for name in ("dpsgd", "prune", "noise"):
+        strengths = [p.strength for p in points if p.group == name]
+        assert len(strengths) == 3 and strengths == sorted(strengths)
+
+
+@pytest.mark.parametrize("change, message", [
+    ('name = "dpsgd"', "unknown defense 'dpsgdx'; choose one of clip, dpsgd"),
+    ('param = "noise-multiplier"', "has no option 'sigmaa'; valid: noise-multiplier"),
+    ("values = [0.1, 1.0]", "noise-multiplier must be >= 0"),
+    ('name = "inverting-gradients"', "unknown attack 'ig'; choose one of dlg"),
+    ("iterations = 10", "has no option 'iterationz'; valid: iterations"),
+    ('models = ["mlp:width=16,depth=1"]', "unknown model 'vgg'; choose one of lenet-zhu"),
+    ('dataset = "digits"', "unknown data set 'mnist'; choose one of digits"),
+    ("batch_size = 4", "unknown key(s) batchsize; valid: batch_size"),
+    ("rounds = 2", "sweep.rounds must be an integer >= 1"),
+])
+def test_spec_errors_name_the_table_and_the_valid_choices(change: str, message: str) -> None:
+    bad = {
+        'name = "dpsgd"': 'name = "dpsgdx"',
+        'param = "noise-multiplier"': 'param = "sigmaa"',
+        "values = [0.1, 1.0]": "values = [-1.0]",
+        'name = "inverting-gradients"': 'name = "ig"',
+        "iterations = 10": "iterationz = 10",
+        'models = ["mlp:width=16,depth=1"]': 'models = ["vgg"]',
+        'dataset = "digits"': 'dataset = "mnist"',
+        "batch_size = 4": "batchsize = 4",
+        "rounds = 2": "rounds = 0",
+    }[change]
+    with pytest.raises(SpecError) as err:
+        parse_spec(SPEC.replace(change, bad, 1))
+    assert message in str(err.value)
+
+
+def test_spec_refuses_what_cannot_run() -> None:
+    with pytest.raises(SpecError, match="at least one"):
+        parse_spec('[sweep]\ndataset = "digits"\n')
+    with pytest.raises(SpecError, match="secagg"):
+        parse_spec(tiny_spec('[[sweep.defense]]\nchain = ["secagg"]'))
+    with pytest.raises(SpecError, match="at most one per-example"):
+        parse_spec(tiny_spec('[[sweep.defense]]\nchain = ["dpsgd", "dpsgd"]'))
+    with pytest.raises(SpecError, match="not valid TOML"):
+        parse_spec("[sweep")
+
+
+# --------------------------------------------------------------------------- store
+
+
+def test_store_commits_each_measurement_and_refuses_duplicates(tmp_path: Path) -> None:
+    points = parse_spec(SPEC).points()
+    db = tmp_path / "results.sqlite"
+    with ResultStore(db) as store:
+        store.add_points(points)
+        store.add_points(points)  # idempotent
+        first = points[0].point_id
+        assert not store.done(first, "attack")
+        row = store.record(first, "attack", {"mean_psnr": 12.5}, started_at=time.time())
+        assert store.done(first, "attack") and not store.done(first, "utility")
+        with pytest.raises(DuplicateMeasurement):
+            store.record(first, "attack", {"mean_psnr": 1.0}, started_at=time.time())
+        store.set_status(first, "running")
+    # another connection (a re-run) sees the committed row, untouched
+    with ResultStore(db) as store:
+        assert [p.point.point_id for p in store.points()] == [p.point_id for p in points]
+        (m,) = store.measurements()
+        assert (m.id, m.point_id, m.kind, m.metrics) == (row, first, "attack",
+                                                         {"mean_psnr": 12.5})
+        assert store.points()[0].status == "running"
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.e2e
+def test_tiny_sweep_end_to_end_via_the_cli(tmp_path: Path) -> None:
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prune"\nparam = "p"\nvalues = [0.9]'))
+    out = tmp_path / "run"
+    done = fedleak("sweep", str(spec), "--out", str(out), "--jobs", "2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "2 point(s) measured, 0 already done, 0 failed" in done.stdout
+    assert "no defense" in done.stdout and "prune p=0.9" in done.stdout  # summary table
+    measured = rows(out / "results.sqlite")
+    assert sorted((r[1], r[2]) for r in measured) == sorted(
+        (p.point_id, k) for p in parse_spec(spec.read_text()).points()
+        for k in ("attack", "utility"))
+    assert (out / "report.html").exists() and (out / "report" / "privacy-utility.png").exists()
+    csv = (out / "report" / "results.csv").read_text().splitlines()
+    assert len(csv) == 3 and csv[0].startswith("point_id,label")
+
+    again = fedleak("sweep", str(spec), "--out", str(out), "--quiet", "--no-report")
+    assert again.returncode == 0, again.stderr
+    assert "2 of 2 point(s) already measured" in again.stdout
+    assert rows(out / "results.sqlite") == measured
+    page = fedleak("report", str(out))
+    assert page.returncode == 0 and "report.html" in page.stdout
+
+    bad = fedleak("sweep", str(spec), "--preset", "quick")
+    assert bad.returncode == 2 and "SPEC.toml or --preset" in bad.stderr
+    spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prunex"'))
+    bad = fedleak("sweep", str(spec), "--out", str(out))
+    assert bad.returncode == 2 and "choose one of clip, dpsgd" in bad.stderr
+
+
+@pytest.mark.e2e
+def test_sigkill_half_way_then_rerun_repeats_and_loses_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "kill.toml"
+    spec.write_text(tiny_spec('[[sweep.defense]]\nname = "noise"\nparam = "sigma"\n'
+                              "values = [0.01, 0.1, 1.0]", iterations=30))
+    points = parse_spec(spec.read_text()).points()
+    expected = {(p.point_id, k) for p in points for k in ("attack", "utility")}
+    out = tmp_path / "run"
+    db = out / "results.sqlite"
+    command = [sys.executable, "-m", "fedleak", "sweep", str(spec), "--out", str(out),
+               "--quiet", "--no-report"]
+    sweep = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        before: list[tuple] = []
+        while time.monotonic() < deadline and sweep.poll() is None:
+            before = rows(db) if db.exists() else []
+            if before:
+                break
+            time.sleep(0.05)
+        assert before and sweep.poll() is None, "the sweep ended before it could be killed"
+        os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and its victim processes
+        sweep.wait(30)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    killed_at = time.time()
+    survived = rows(db)
+    assert before and set(before) <= set(survived)
+    assert len(survived) < len(expected), "the kill came too late to be half-way"
+
+    done = fedleak("sweep", str(spec), "--out", str(out), "--quiet", "--no-report")
+    assert done.returncode == 0, done.stderr
+    after = rows(db)
+    assert {(r[1], r[2]) for r in after} == expected
+    assert len(after) == len(expected)  # every point done exactly once
+    assert after[:len(survived)] == survived  # the finished ones untouched: ids, times, metrics
+    assert all(r[4] >= killed_at - 1 for r in after[len(survived):])  # only new work re-run
+    finished = {r[1] for r in survived if r[2] == "utility"}  # both measurements held
+    if finished:
+        assert f"{len(finished)} of {len(points)} point(s) already measured" in done.stdout
+
+
+@pytest.mark.e2e
+def test_sweep_against_a_victim_the_user_runs(tmp_path: Path) -> None:
+    from fedleak.harness.sweep.results import load_results
+    from fedleak.harness.sweep.runner import SweepOptions, run_sweep
+    from fedleak.harness.victim_process import VictimProcess
+
+    args = ["--dataset", "digits", "--images", "0-1", "--model", "mlp:width=16,depth=1",
+            "--allow-reveal", "--defense", "prune:p=0.5"]
+    spec = parse_spec(tiny_spec("", rounds=2, utility_rounds=2))
+    with VictimProcess(args, token="user-token") as victim:
+        options = SweepOptions(victims=(victim.address,), token="user-token",
+                               show_progress=False)
+        outcome = run_sweep(spec, tmp_path / "run", options, echo=lambda _: None)
+    assert not outcome.failed and len(outcome.measured) == 1
+    (result,) = load_results(tmp_path / "run")
+    assert result.group == "prune" and not result.reference  # what the victim runs
+    assert result.attack["defenses"] == ["prune:p=0.5,scope=layer"]
+    assert len(result.picture_files()) == 2 and result.accuracy is not None
+    assert "comparison" in result.picture_files()[0]  # the token let the sweep reveal
