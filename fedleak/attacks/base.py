@@ -22,6 +22,7 @@ class Attack(ABC):
     """
 
     name: ClassVar[str] = ""
+    threat_model: ClassVar[str] = "update"
     Config: ClassVar[type[Any]]
 
     def __init__(self, config: Any | None = None) -> None:

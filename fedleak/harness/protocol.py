@@ -30,6 +30,7 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from fedleak.defenses.base import PerExampleDefense
+from fedleak.harness.second_order import lean_second_order
 
 FEDSGD = "fedsgd"
 FEDAVG = "fedavg"
@@ -137,6 +138,9 @@ class UpdateSimulator:
 
     ``simulator(images, labels)`` returns what the user would have sent for that data, with a
     graph back to ``images``. Buffers are copied so the replay never moves the server's state.
+    The replay is :func:`local_update` itself; its convolutions and batch norms carry lean
+    second derivatives (:mod:`fedleak.harness.second_order`: same values, less work when an
+    attack differentiates the update with respect to the images; no third derivatives).
     """
 
     def __init__(
@@ -154,9 +158,10 @@ class UpdateSimulator:
         self.protocol = protocol
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
-        return local_update(
-            self.model, self.parameters, self.buffers, images, labels, self.protocol, True
-        )
+        with lean_second_order():
+            return local_update(
+                self.model, self.parameters, self.buffers, images, labels, self.protocol, True
+            )
 
 
 @dataclass

@@ -1,0 +1,136 @@
+"""Label recovery from the last linear layer of an observed update, usable by every attack.
+
+Let the classifier end in a linear layer ``z = W h + b`` (``W`` of shape [K, d], K classes)
+followed by softmax cross-entropy, and let the user average the loss over n images. With
+``p_i = softmax(z_i)`` and one-hot ``e_{y_i}``,
+
+    ∂L/∂b   = (1/n) Σ_i (p_i − e_{y_i})                       (a K-vector)
+    ∂L/∂W_c = (1/n) Σ_i (p_ic − 1[y_i = c]) · h_iᵀ             (row c, a d-vector)
+
+**One image (iDLG, Zhao et al. 2020).** ``p_ic − 1[y = c]`` is negative only for the true
+class ``c = y`` (``p_iy − 1 < 0`` while ``p_ic > 0`` for every other class). So the true class
+is the argmin of the bias gradient; without a bias, the features ``h`` after a sigmoid or ReLU
+are non-negative, row ``c`` of ``∂L/∂W`` is ``(p_c − 1[y = c])·h`` and its sum has the sign of
+``p_c − 1[y = c]``: the argmin of the row sums is the true class.
+
+**n images (a counting estimate, after Wainakh et al.'s LLG "impact").** Write ``k_c`` for the
+number of images of class c and assume the model predicts roughly the same probabilities
+``s_c ≈ p_ic`` for every image (true for an untrained model, approximate otherwise). Then
+
+    g_c := ∂L/∂b_c ≈ s_c − k_c / n.
+
+Absent classes (``k_c = 0``) have ``g_c = s_c > 0``; a class with ``g_c < 0`` is certainly
+present. Taking the mean ``s̄`` of the positive entries as the estimate of ``s_c`` for every
+class gives ``k_c ≈ n (s̄ − g_c)``. Every class with ``g_c < 0`` gets at least one label, and the
+remaining ``n − (#negative)`` labels go one at a time to the class with the largest remaining
+estimate ``k_c − assigned_c`` (largest remainder), so exactly n labels come back, most
+frequent first. Without a bias the same is done on the row sums of ``∂L/∂W``, which are
+``g_c`` scaled by the (positive) feature sums — a rougher estimate. A FedAvg delta is turned
+into a gradient direction first (:meth:`Observation.gradient_direction`); several local steps
+make all of this approximate. This is the honest simple baseline; it is exact for n = 1 and
+for n distinct classes whose probabilities are all below 1/n.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedleak.attacks.observation import Observation
+
+
+class LabelRecoveryError(ValueError):
+    """The update has no last linear layer to read labels from."""
+
+
+def last_layer_gradients(
+    observation: Observation,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gradient direction of the last linear layer: weight ``[K, d]`` and bias ``[K]`` or None.
+
+    The weight is the last 2-D parameter whose first dimension is ``num_classes``; its bias is
+    the parameter named like it with ``bias`` for ``weight``, else the next parameter when that
+    is a K-vector.
+    """
+    grads = observation.gradient_direction()
+    names = observation.parameter_names
+    k = observation.num_classes
+    for index in range(len(grads) - 1, -1, -1):
+        grad = grads[index]
+        if grad.dim() == 2 and grad.shape[0] == k:
+            return grad, _bias_of(names, grads, index, k)
+    raise LabelRecoveryError(
+        f"no 2-D parameter with {k} rows (one per class) in the update; cannot read labels"
+    )
+
+
+def _bias_of(
+    names: list[str], grads: list[torch.Tensor], index: int, k: int
+) -> torch.Tensor | None:
+    name = names[index] if index < len(names) else ""
+    if name.endswith("weight"):
+        bias_name = name[: -len("weight")] + "bias"
+        if bias_name in names:
+            bias = grads[names.index(bias_name)]
+            return bias if bias.shape == (k,) else None
+        if names:
+            return None
+    following = grads[index + 1] if index + 1 < len(grads) else None
+    if following is not None and following.shape == (k,):
+        return following
+    return None
+
+
+def class_scores(observation: Observation) -> torch.Tensor:
+    """Per-class score ``g_c`` whose sign says whether class c is present (negative: present).
+
+    The bias gradient when the layer has a bias, else the row sums of the weight gradient.
+    """
+    weight, bias = last_layer_gradients(observation)
+    scores = bias if bias is not None else weight.sum(dim=1)
+    return scores.detach().double()
+
+
+def idlg_label(observation: Observation) -> int:
+    """The label of a single image (iDLG): argmin of the last layer's bias or row-sum gradient."""
+    return int(torch.argmin(class_scores(observation)).item())
+
+
+def count_labels(scores: torch.Tensor, n: int) -> torch.Tensor:
+    """n labels from per-class scores ``g_c ≈ s_c − k_c/n`` (see the module docstring).
+
+    Classes with negative scores come first (most negative first), then the remaining labels by
+    largest remainder of the estimated counts ``k_c ≈ n (s̄ − g_c)``. Returns int64 ``[n]``.
+    """
+    scores = scores.detach().double().cpu()
+    order = torch.argsort(scores)
+    present = [int(c) for c in order if scores[c] < 0][:n]
+    positive = scores[scores > 0]
+    baseline = positive.mean() if positive.numel() else scores.new_zeros(())
+    estimate = n * (baseline - scores)
+    assigned = torch.zeros_like(scores)
+    for c in present:
+        assigned[c] += 1
+    labels = list(present)
+    while len(labels) < n:
+        c = int(torch.argmax(estimate - assigned))
+        assigned[c] += 1
+        labels.append(c)
+    return torch.tensor(labels, dtype=torch.long)
+
+
+def recover_labels(observation: Observation) -> torch.Tensor:
+    """The n labels an attack should use, int64 ``[n]`` on the update's device.
+
+    ``observation.labels`` when the threat model supplies them; iDLG for one image; the counting
+    estimate of :func:`count_labels` for several.
+    """
+    device = observation.update[0].device if observation.update else torch.device("cpu")
+    n = observation.num_images
+    if observation.labels is not None:
+        labels = observation.labels.to(device=device, dtype=torch.long).reshape(-1)
+        if labels.numel() != n:
+            raise LabelRecoveryError(f"observation has {labels.numel()} labels for {n} images")
+        return labels
+    if n == 1:
+        return torch.tensor([idlg_label(observation)], dtype=torch.long, device=device)
+    return count_labels(class_scores(observation), n).to(device)

@@ -1,0 +1,82 @@
+"""Label recovery from the last layer: iDLG for one image, the counting estimate for several."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedleak.attacks.labels import (
+    LabelRecoveryError,
+    count_labels,
+    idlg_label,
+    last_layer_gradients,
+    recover_labels,
+)
+from fedleak.harness.protocol import Protocol
+from tests.helpers import make_observation
+
+FEDSGD = Protocol()
+FEDAVG = Protocol(kind="fedavg", local_epochs=2, batch_size=1, learning_rate=1e-2)
+MODELS = [
+    ("lenet-zhu", (3, 16, 16)),
+    ("mlp:width=32,depth=2", (1, 6, 6)),
+    ("mlp:width=32,depth=2,bias=false", (1, 6, 6)),
+]
+
+
+def _image(shape: tuple[int, int, int], seed: int) -> torch.Tensor:
+    return torch.rand(1, *shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("protocol", [FEDSGD, FEDAVG], ids=["fedsgd", "fedavg"])
+@pytest.mark.parametrize(("model", "shape"), MODELS, ids=[m for m, _ in MODELS])
+def test_idlg_is_exact_for_one_image(model: str, shape: tuple[int, int, int], protocol: Protocol):
+    for label in (0, 3, 6, 9):
+        observation = make_observation(
+            model, shape, 10, _image(shape, label), torch.tensor([label]), protocol, seed=label
+        )
+        assert idlg_label(observation) == label
+        assert recover_labels(observation).tolist() == [label]
+
+
+def test_bias_free_model_uses_weight_rows():
+    observation = make_observation(
+        "mlp:width=16,depth=1,bias=false", (1, 4, 4), 10, _image((1, 4, 4), 0), torch.tensor([2])
+    )
+    weight, bias = last_layer_gradients(observation)
+    assert bias is None and weight.shape == (10, 16)
+
+
+def test_supplied_labels_are_returned():
+    observation = make_observation(
+        "lenet-zhu", (3, 16, 16), 10, torch.rand(2, 3, 16, 16), torch.tensor([4, 1]),
+        give_labels=True,
+    )
+    assert recover_labels(observation).tolist() == [4, 1]
+
+
+def test_count_labels_inverts_the_uniform_prediction_model():
+    # g_c = s - k_c / n with s = 0.1 for every class, counts k = {1: 2, 3: 1, 7: 1}, n = 4.
+    counts = torch.zeros(10)
+    counts[1], counts[3], counts[7] = 2, 1, 1
+    scores = 0.1 - counts / 4
+    labels = count_labels(scores, 4)
+    assert sorted(labels.tolist()) == [1, 1, 3, 7]
+    assert labels[0].item() == 1  # most negative first
+
+
+def test_distinct_labels_of_a_batch_are_found():
+    labels = torch.tensor([2, 5, 8])
+    observation = make_observation(
+        "mlp:width=32,depth=2", (1, 6, 6), 10, torch.rand(3, 1, 6, 6), labels
+    )
+    assert sorted(recover_labels(observation).tolist()) == [2, 5, 8]
+
+
+def test_update_without_a_class_layer_is_refused():
+    observation = make_observation(
+        "mlp:width=16,depth=1", (1, 4, 4), 10, _image((1, 4, 4), 0), torch.tensor([2])
+    )
+    observation.num_classes = 7
+    with pytest.raises(LabelRecoveryError, match="7 rows"):
+        recover_labels(observation)
