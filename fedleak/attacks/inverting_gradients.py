@@ -124,11 +124,16 @@ class CosineObjective:
         self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
 
     def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation)."""
-        a = torch.stack([torch.vdot(u.reshape(-1), o.reshape(-1))
-                         for u, o in zip(candidate, self.observed, strict=True)]).sum()
-        b = torch.stack(torch._foreach_norm(list(candidate))).square().sum()
-        return a, b
+        """``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation).
+
+        Both per tensor, one right after the other, so the second read of ``u_l`` hits the cache.
+        """
+        cross, square = [], []
+        for u, o in zip(candidate, self.observed, strict=True):
+            flat = u.reshape(-1)
+            cross.append(torch.vdot(flat, o.reshape(-1)))
+            square.append(torch.vdot(flat, flat))
+        return torch.stack(cross).sum(), torch.stack(square).sum()
 
     def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
         """``1 − a / (√b ‖u*‖)``."""

@@ -38,6 +38,8 @@ Whether a weight term is needed is asked from the engine
 gradient (inside the context) every parameter gradient is needed by definition. The second
 derivatives are not differentiable again: asking for third derivatives through the replay
 (``create_graph=True`` on the attack's backward pass) raises an error instead of being wrong.
+The functions use the ``forward(ctx, ...)`` form (``setup_context`` costs ~20 µs of argument
+binding per call), so they do not support ``torch.func`` transforms.
 """
 
 from __future__ import annotations
@@ -103,16 +105,12 @@ def _channel_shape(x: torch.Tensor) -> list[int]:
 
 class _Conv2d(torch.autograd.Function):
     @staticmethod
-    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
                 conv: tuple[list[int], list[int], list[int], int]) -> torch.Tensor:
         stride, padding, dilation, groups = conv
-        return aten.convolution(x, w, b, stride, padding, dilation, False, [0, 0], groups)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        x, w, b, conv = inputs
         ctx.save_for_backward(x, w, b)
         ctx.conv = conv
+        return aten.convolution(x, w, b, stride, padding, dilation, False, [0, 0], groups)
 
     @staticmethod
     def backward(ctx: Any, g_out: torch.Tensor) -> tuple[Any, ...]:
@@ -125,20 +123,16 @@ class _Conv2d(torch.autograd.Function):
 
 class _Conv2dBackward(torch.autograd.Function):
     @staticmethod
-    def forward(g_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+    def forward(ctx: Any, g_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                 conv: tuple[list[int], list[int], list[int], int],
                 mask: tuple[bool, bool, bool]) -> tuple[torch.Tensor | None, ...]:
         stride, padding, dilation, groups = conv
+        ctx.save_for_backward(g_out, x, w)
+        ctx.conv = conv
         bias_sizes = [w.shape[0]] if mask[2] else None
         return tuple(aten.convolution_backward(
             g_out, x, w, bias_sizes, stride, padding, dilation, False, [0, 0], groups, list(mask)
         ))
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        g_out, x, w, conv, _ = inputs
-        ctx.save_for_backward(g_out, x, w)
-        ctx.conv = conv
 
     @staticmethod
     def backward(ctx: Any, gg_x: torch.Tensor | None, gg_w: torch.Tensor | None,
@@ -171,23 +165,18 @@ class _Conv2dBackward(torch.autograd.Function):
 
 class _BatchNorm(torch.autograd.Function):
     @staticmethod
-    def forward(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
                 running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
-                momentum: float, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return tuple(aten.native_batch_norm(
+                momentum: float, eps: float) -> torch.Tensor:
+        y, mean, invstd = aten.native_batch_norm(
             x, w, b, running_mean, running_var, True, momentum, eps
-        ))
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        x, w, b, _, _, _, eps = inputs
-        _, mean, invstd = output
-        ctx.mark_non_differentiable(mean, invstd)
+        )
         ctx.save_for_backward(x, w, b, mean, invstd)
         ctx.eps = eps
+        return y
 
     @staticmethod
-    def backward(ctx: Any, g_y: torch.Tensor, _: Any, __: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, g_y: torch.Tensor) -> tuple[Any, ...]:
         x, w, b, mean, invstd = ctx.saved_tensors
         need = ctx.needs_input_grad
         mask = (_needed(need[0], x, False), _needed(need[1], w, True), _needed(need[2], b, True))
@@ -197,17 +186,13 @@ class _BatchNorm(torch.autograd.Function):
 
 class _BatchNormBackward(torch.autograd.Function):
     @staticmethod
-    def forward(g_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+    def forward(ctx: Any, g_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                 mean: torch.Tensor, invstd: torch.Tensor, eps: float,
                 mask: tuple[bool, bool, bool]) -> tuple[torch.Tensor | None, ...]:
+        ctx.save_for_backward(g_y, x, w, mean, invstd)
         return tuple(aten.native_batch_norm_backward(
             g_y, x, w, None, None, mean, invstd, True, eps, list(mask)
         ))
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        g_y, x, w, mean, invstd, _, _ = inputs
-        ctx.save_for_backward(g_y, x, w, mean, invstd)
 
     @staticmethod
     def backward(ctx: Any, gg_x: torch.Tensor | None, gg_w: torch.Tensor | None,
@@ -275,7 +260,7 @@ def _batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,
     if not training or weight is None or bias is None or input.dim() < 2 or not _plain_cpu(input):
         return F.batch_norm(input, running_mean, running_var, weight, bias, training,
                             momentum, eps)
-    return _BatchNorm.apply(input, weight, bias, running_mean, running_var, momentum, eps)[0]
+    return _BatchNorm.apply(input, weight, bias, running_mean, running_var, momentum, eps)
 
 
 class _LeanMode(TorchFunctionMode):
