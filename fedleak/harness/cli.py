@@ -284,7 +284,7 @@ def _print_summary(record: dict[str, Any], out: Path) -> None:
 @click.option("--dataset", default="photos", show_default=True)
 @click.option("--model", default="lenet-zhu", show_default=True)
 @click.option("--attack", "attack_name", default="inverting-gradients", show_default=True)
-@click.option("--images", default="0,2", show_default=True,
+@click.option("--images", default="2", show_default=True,
               help="Which private images the victim holds; one round each.")
 @click.option("--iterations", default=4800, show_default=True, type=click.IntRange(1))
 @click.option("--seed", default=0, show_default=True)
