@@ -23,8 +23,12 @@ Details, as in the paper (Sec. 5.2, App. B.2):
   derivative of a softplus of sharpness α), while the forward stays ReLU
   (:class:`SmoothBackwardReLU`). It acts both inside ∇_θ Φ and when L is differentiated again with
   respect to x. The caller's model is never touched: every ``nn.ReLU`` of a deep copy is swapped.
-- x_i ~ N(0, σ_x² I), λ_i ~ U[0, 1]; SGD with momentum 0.9 on (x, λ) with one learning rate
-  (``lambda_lr`` gives λ its own, as the authors' code does).
+- x_i ~ N(0, σ_x² I), λ_i ~ U[0, 1]; SGD with momentum 0.9 on (x, λ) with one learning rate.
+  Three options leave the paper, their defaults keep to it: ``lambda_lr`` gives λ its own step
+  (as the authors' code does), ``lambda_init`` scales λ's init (their code's Σ carries a 1/m),
+  and ``optimizer="adam"`` replaces SGD. The objective's curvature grows with ‖θ‖ and with α
+  near ReLU kinks, so SGD needs a step matched to the model (App. B.2 samples five decades of
+  lr for that); Adam's per-coordinate steps are insensitive to that scale.
 - A random search over the four hyperparameters, sampled per run from: lr log-uniform in
   [1e-5, 1], σ_x log-uniform in [1e-6, 1], α uniform in [10, 500], λ_min log-uniform in
   [1e-4, 1] (App. B.2; set low = high to fix one). Candidates of all runs are pooled.
@@ -242,7 +246,11 @@ class KKTConfig:
     num_candidates: int = field(
         default=0, metadata={"help": "m, candidates per run; 0 = 2n (needs n known)"}
     )
-    float64: bool = field(default=False, metadata={"help": "optimise in double precision"})
+    float64: bool = field(
+        default=False,
+        metadata={"help": "optimise in double precision (the authors' default; float32 with a "
+                  "tiny sigma_x meets subnormal numbers, slow on CPUs)"},
+    )
     log_every: int = field(
         default=100, metadata={"help": "report progress and check finiteness every k steps"}
     )

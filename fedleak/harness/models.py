@@ -19,6 +19,9 @@ Names:
 - ``mlp``: fully-connected ReLU network, ``depth`` hidden layers of ``width`` units (options
   ``width``, default 256, ``depth``, default 2, ``bias``, default true). With ``bias=false`` it
   is the homogeneous MLP of the KKT attack.
+- ``kkt-mlp``: Haim et al.'s (2022) binary classifier d–1000–1000–1 (:class:`KKTMLP`; options
+  ``width``, default 1000, ``depth``, default 2, ``init-std`` of the first layer, default 1e-4),
+  one output logit whatever the class count.
 """
 
 from __future__ import annotations
