@@ -16,6 +16,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from fedleak.harness.kkt_2d import (
     DEFAULT_ATTACK_OPTIONS,
     CircleExperimentConfig,
@@ -38,7 +40,10 @@ def main() -> None:
     parser.add_argument("--lambda-threshold", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench_out/kkt_2d.png"))
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     options = {**DEFAULT_ATTACK_OPTIONS, "iterations": args.iterations, "sigma_x_low": 1.0,
                "sigma_x_high": 1.0, **args.attack}

@@ -35,7 +35,8 @@ def seconds_per_1000(n: int, args: argparse.Namespace) -> float:
         stamps.append((done, time.perf_counter()))
 
     options = {"iterations": args.iterations, "log_every": args.window, "lr_low": 1e-5,
-               "lr_high": 1e-5, "float64": args.float64, "optimizer": args.optimizer}
+               "lr_high": 1e-5, "sigma_x_low": args.sigma_x, "sigma_x_high": args.sigma_x,
+               "float64": args.float64, "optimizer": args.optimizer}
     create_attack("kkt", options).reconstruct(released, device=args.device, progress=progress)
     (first, t0), (last, t1) = stamps[1], stamps[-1]
     return (t1 - t0) / (last - first) * 1000
@@ -51,7 +52,13 @@ def main() -> None:
     parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--float64", action="store_true")
     parser.add_argument("--n", type=int, nargs="+", default=[50, 100])
+    parser.add_argument("--sigma-x", type=float, default=0.01,
+                        help="init scale of the candidates (float32 with a tiny one meets "
+                        "subnormal numbers, which are slow on CPUs)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"device {args.device}, threads {torch.get_num_threads()}, d=64, "
           f"kkt-mlp width {args.width} depth {args.depth}, "
           f"{'float64' if args.float64 else 'float32'}, {args.optimizer}")
