@@ -23,6 +23,7 @@ sampling). The RDP accountant reports ε at ``dp_delta`` for the epochs run.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -218,7 +219,10 @@ def _train_dp(
         noise_generator=generator,
     )
     try:
-        result = _descend(model, private, optimiser, inputs, labels, config, on_epoch)
+        with warnings.catch_warnings():
+            # Opacus' per-sample hooks fire although the inputs need no gradient: harmless.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            result = _descend(model, private, optimiser, inputs, labels, config, on_epoch)
     finally:
         private.to_standard_module()
     for parameter in model.parameters():
