@@ -203,16 +203,32 @@ class ComputeUpdateResponse(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("round_id", "images", "labels", "user_ids")
+    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     USER_IDS_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_LAYER_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
     user_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    features: Tensor
+    feature_layer: str
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ...) -> None: ...
+
+class FeatureScore(_message.Message):
+    __slots__ = ("index", "matched_index", "cosine", "relative_error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COSINE_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    matched_index: int
+    cosine: float
+    relative_error: float
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
     __slots__ = ("index", "matched_index", "psnr", "ssim", "mse")
@@ -229,20 +245,28 @@ class ImageScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
     MEAN_MSE_FIELD_NUMBER: _ClassVar[int]
     LABELS_SCORED_FIELD_NUMBER: _ClassVar[int]
     LABEL_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_SCORED_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FEATURE_COSINE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FEATURE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
     mean_mse: float
     labels_scored: bool
     label_accuracy: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ...) -> None: ...
+    features_scored: bool
+    features: _containers.RepeatedCompositeFieldContainer[FeatureScore]
+    mean_feature_cosine: float
+    mean_feature_relative_error: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ...) -> None: ...
 
 class RevealRequest(_message.Message):
     __slots__ = ("round_id",)
