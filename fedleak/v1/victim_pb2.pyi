@@ -203,20 +203,22 @@ class ComputeUpdateResponse(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer")
+    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     USER_IDS_FIELD_NUMBER: _ClassVar[int]
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LAYER_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
     user_ids: _containers.RepeatedScalarFieldContainer[int]
     features: Tensor
     feature_layer: str
-    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ...) -> None: ...
+    recovered_ssim: float
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ..., recovered_ssim: _Optional[float] = ...) -> None: ...
 
 class FeatureScore(_message.Message):
     __slots__ = ("index", "matched_index", "cosine", "relative_error")
@@ -231,21 +233,25 @@ class FeatureScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
-    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse")
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PSNR_FIELD_NUMBER: _ClassVar[int]
     SSIM_FIELD_NUMBER: _ClassVar[int]
     MSE_FIELD_NUMBER: _ClassVar[int]
+    MARGIN_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
     index: int
     matched_index: int
     psnr: float
     ssim: float
     mse: float
-    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ...) -> None: ...
+    margin: float
+    voters: int
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -256,6 +262,8 @@ class ScoreResponse(_message.Message):
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     MEAN_FEATURE_COSINE_FIELD_NUMBER: _ClassVar[int]
     MEAN_FEATURE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -266,7 +274,9 @@ class ScoreResponse(_message.Message):
     features: _containers.RepeatedCompositeFieldContainer[FeatureScore]
     mean_feature_cosine: float
     mean_feature_relative_error: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ...) -> None: ...
+    recovered: int
+    recovered_ssim: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ...) -> None: ...
 
 class RevealRequest(_message.Message):
     __slots__ = ("round_id",)
@@ -342,3 +352,64 @@ class SecAggStepResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     def __init__(self, message: _Optional[bytes] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("learning_rate", "max_epochs", "target_loss", "report_every")
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_LOSS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_EVERY_FIELD_NUMBER: _ClassVar[int]
+    learning_rate: float
+    max_epochs: int
+    target_loss: float
+    report_every: int
+    def __init__(self, learning_rate: _Optional[float] = ..., max_epochs: _Optional[int] = ..., target_loss: _Optional[float] = ..., report_every: _Optional[int] = ...) -> None: ...
+
+class ReleasedModel(_message.Message):
+    __slots__ = ("release_id", "parameters", "num_train", "input_shape", "value_low", "value_high", "binary_task", "epochs", "loss", "train_accuracy", "reached_target", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RELEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TRAIN_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_LOW_FIELD_NUMBER: _ClassVar[int]
+    VALUE_HIGH_FIELD_NUMBER: _ClassVar[int]
+    BINARY_TASK_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    REACHED_TARGET_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    release_id: str
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    num_train: int
+    input_shape: _containers.RepeatedScalarFieldContainer[int]
+    value_low: float
+    value_high: float
+    binary_task: str
+    epochs: int
+    loss: float
+    train_accuracy: float
+    reached_target: bool
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, release_id: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., num_train: _Optional[int] = ..., input_shape: _Optional[_Iterable[int]] = ..., value_low: _Optional[float] = ..., value_high: _Optional[float] = ..., binary_task: _Optional[str] = ..., epochs: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., reached_target: _Optional[bool] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ReleaseProgress(_message.Message):
+    __slots__ = ("epoch", "max_epochs", "loss", "train_accuracy", "release")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    max_epochs: int
+    loss: float
+    train_accuracy: float
+    release: ReleasedModel
+    def __init__(self, epoch: _Optional[int] = ..., max_epochs: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., release: _Optional[_Union[ReleasedModel, _Mapping]] = ...) -> None: ...

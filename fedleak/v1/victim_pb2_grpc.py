@@ -71,6 +71,11 @@ class VictimStub:
                 request_serializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.SerializeToString,
                 response_deserializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.FromString,
                 _registered_method=True)
+        self.Release = channel.unary_stream(
+                '/fedleak.v1.Victim/Release',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
+                _registered_method=True)
 
 
 class VictimServicer:
@@ -120,6 +125,14 @@ class VictimServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Release(self, request, context):
+        """Train the model on the private training set and release it (Haim et al. 2022), streaming
+        progress; the last message carries the parameters. Cancelling the call stops training.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VictimServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +170,11 @@ def add_VictimServicer_to_server(servicer, server):
                     servicer.SecAggStep,
                     request_deserializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.FromString,
                     response_serializer=fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.SerializeToString,
+            ),
+            'Release': grpc.unary_stream_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +368,33 @@ class Victim:
             '/fedleak.v1.Victim/SecAggStep',
             fedleak_dot_v1_dot_victim__pb2.SecAggStepRequest.SerializeToString,
             fedleak_dot_v1_dot_victim__pb2.SecAggStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fedleak.v1.Victim/Release',
+            fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
             options,
             channel_credentials,
             insecure,
