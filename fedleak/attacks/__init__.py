@@ -3,7 +3,13 @@
 Importing this package registers the built-in attacks.
 """
 
-from fedleak.attacks import dlg, inverting_gradients, kkt  # noqa: F401  (registers the attacks)
+from fedleak.attacks import (  # noqa: F401  (registers the attacks)
+    analytic,
+    dlg,
+    inverting_gradients,
+    kkt,
+    qian,
+)
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import (

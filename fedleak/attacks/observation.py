@@ -57,7 +57,13 @@ class Observation:
 
 @dataclass
 class Reconstruction:
-    """An attack's answer: images in normalised space, labels, and how it got there."""
+    """An attack's answer: images in normalised space, labels, and how it got there.
+
+    An attack that recovers a layer's input rather than the image (analytic inversion of a
+    CNN's classifier) returns ``images`` with zero rows, the recovered vectors ``[m, d]`` as
+    ``features`` and the layer's module name as ``feature_layer``; ``warnings`` are messages
+    a person must see (the harness prints them and writes them to metrics.json).
+    """
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -65,3 +71,11 @@ class Reconstruction:
     iterations: int
     restart_objectives: list[float] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    features: torch.Tensor | None = None
+    feature_layer: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether the attack recovered images (not only a layer's input)."""
+        return self.images.shape[0] > 0

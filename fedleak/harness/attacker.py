@@ -178,18 +178,25 @@ def run_attack(
         started = time.perf_counter()
         reconstruction = _reconstruct(attack, observation, settings, index)
         wall = time.perf_counter() - started
-        images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
+        images = None
+        if reconstruction.has_images:
+            images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
         labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
-        score = client.score(received.round_id, images, labels, received.user_ids)
+        for warning in reconstruction.warnings:
+            log(f"warning: {warning}")
+        features = reconstruction.features
+        score = client.score(received.round_id, images, labels, received.user_ids,
+                             features=None if features is None else features.detach().cpu(),
+                             feature_layer=reconstruction.feature_layer)
         round_dir = out / f"round-{index:03d}"
         entry = _round_record(received, reconstruction, score, wall, round_dir, out)
-        _save_pictures(client, described, received.round_id, images, score, round_dir, entry,
-                       out, received.user_ids)
+        if images is not None:
+            _save_pictures(client, described, received.round_id, images, score, round_dir,
+                           entry, out, received.user_ids)
         record["rounds"].append(entry)
         record["summary"] = _summary(record["rounds"])
         (out / "metrics.json").write_text(json.dumps(record, indent=2))
-        log(f"round {index}: PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}, "
-            f"labels {score.label_accuracy:.0%}, {wall:.1f} s")
+        log(_round_line(index, score, wall))
     return record
 
 
@@ -236,9 +243,9 @@ def _round_record(
         "restart_objectives": reconstruction.restart_objectives,
         "wall_time_s": wall,
         "labels": [int(y) for y in reconstruction.labels.cpu().tolist()],
-        "mean_psnr": score.mean_psnr,
-        "mean_ssim": score.mean_ssim,
-        "mean_mse": score.mean_mse,
+        "mean_psnr": score.mean_psnr if score.images else None,
+        "mean_ssim": score.mean_ssim if score.images else None,
+        "mean_mse": score.mean_mse if score.images else None,
         "label_accuracy": score.label_accuracy if score.labels_scored else None,
         "images": [
             {"index": s.index, "matched_index": s.matched_index, "psnr": s.psnr,
@@ -246,7 +253,43 @@ def _round_record(
             for s in score.images
         ],
         "files": {},
+        "warnings": list(reconstruction.warnings),
+        **_feature_record(reconstruction, score, round_dir, out),
     }
+
+
+def _feature_record(
+    reconstruction: Reconstruction, score: pb.ScoreResponse, round_dir: Path, out: Path
+) -> dict[str, Any]:
+    """Recovered layer inputs: saved as ``features.npy``, with the victim's scores of them."""
+    if reconstruction.features is None:
+        return {}
+    path = round_dir / "features.npy"
+    np.save(path, reconstruction.features.detach().cpu().numpy())
+    return {
+        "feature_layer": reconstruction.feature_layer,
+        "features_file": str(path.relative_to(out)),
+        "mean_feature_cosine": score.mean_feature_cosine if score.features_scored else None,
+        "mean_feature_relative_error": (score.mean_feature_relative_error
+                                        if score.features_scored else None),
+        "features": [
+            {"index": f.index, "matched_index": f.matched_index, "cosine": f.cosine,
+             "relative_error": f.relative_error}
+            for f in score.features
+        ],
+    }
+
+
+def _round_line(index: int, score: pb.ScoreResponse, wall: float) -> str:
+    parts = []
+    if score.images:
+        parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")
+    if score.features_scored:
+        parts.append(f"features: cosine {score.mean_feature_cosine:.6f}, relative error "
+                     f"{score.mean_feature_relative_error:.2e}")
+    if score.labels_scored:
+        parts.append(f"labels {score.label_accuracy:.0%}")
+    return f"round {index}: " + ", ".join([*parts, f"{wall:.1f} s"])
 
 
 def _save_pictures(
@@ -284,14 +327,22 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     psnrs = [img["psnr"] for r in rounds for img in r["images"]]
     ssims = [img["ssim"] for r in rounds for img in r["images"]]
     accs = [r["label_accuracy"] for r in rounds if r["label_accuracy"] is not None]
-    return {
+    cosines = [r["mean_feature_cosine"] for r in rounds
+               if r.get("mean_feature_cosine") is not None]
+    summary = {
         "rounds": len(rounds),
         "images": len(psnrs),
-        "mean_psnr": float(np.mean(psnrs)),
-        "mean_ssim": float(np.mean(ssims)),
+        "mean_psnr": float(np.mean(psnrs)) if psnrs else None,
+        "mean_ssim": float(np.mean(ssims)) if ssims else None,
         "label_accuracy": float(np.mean(accs)) if accs else None,
         "wall_time_s": float(sum(r["wall_time_s"] for r in rounds)),
     }
+    if cosines:
+        summary["mean_feature_cosine"] = float(np.mean(cosines))
+        summary["mean_feature_relative_error"] = float(np.mean(
+            [r["mean_feature_relative_error"] for r in rounds
+             if r.get("mean_feature_relative_error") is not None]))
+    return summary
 
 
 def _jsonable(value: Any) -> Any:

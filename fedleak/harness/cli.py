@@ -264,20 +264,30 @@ def attack(**kw: Any) -> None:
 
 def _print_summary(record: dict[str, Any], out: Path) -> None:
     click.echo("")
-    click.echo(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  {'MSE':>8}  "
-               f"{'time s':>7}")
+    if any(r["images"] for r in record["rounds"]):
+        click.echo(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  {'MSE':>8}  "
+                   f"{'time s':>7}")
     for i, r in enumerate(record["rounds"]):
         for img in r["images"]:
             click.echo(f"{i:>5}  {img['index']:>5}  {img['psnr']:>8.2f}  {img['ssim']:>6.3f}  "
                        f"{img['mse']:>8.5f}  {r['wall_time_s']:>7.1f}")
     s = record["summary"]
     acc = "n/a" if s["label_accuracy"] is None else f"{s['label_accuracy']:.0%}"
-    click.echo(f"mean PSNR {s['mean_psnr']:.2f} dB, mean SSIM {s['mean_ssim']:.3f}, "
-               f"label accuracy {acc} over {s['images']} image(s)")
+    if s["mean_psnr"] is not None:
+        click.echo(f"mean PSNR {s['mean_psnr']:.2f} dB, mean SSIM {s['mean_ssim']:.3f}, "
+                   f"label accuracy {acc} over {s['images']} image(s)")
+    if "mean_feature_cosine" in s:
+        click.echo(f"recovered features: mean cosine {s['mean_feature_cosine']:.6f}, mean "
+                   f"relative error {s['mean_feature_relative_error']:.2e}, label accuracy {acc}")
     click.echo(f"metrics: {out / 'metrics.json'}")
     for r in record["rounds"]:
         picture = r["files"].get("comparison") or r["files"].get("reconstruction")
-        click.echo(f"picture: {out / picture}")
+        if picture:
+            click.echo(f"picture: {out / picture}")
+        if r.get("features_file"):
+            click.echo(f"features: {out / r['features_file']}")
+    for warning in sorted({w for r in record["rounds"] for w in r.get("warnings", [])}):
+        click.echo(f"warning: {warning}")
 
 
 @main.command()

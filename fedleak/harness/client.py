@@ -126,14 +126,21 @@ class VictimClient:
     def score(
         self,
         round_id: str,
-        images: torch.Tensor,
+        images: torch.Tensor | None,
         labels: list[int] | None = None,
         user_ids: list[int] | None = None,
+        features: torch.Tensor | None = None,
+        feature_layer: str = "",
     ) -> pb.ScoreResponse:
+        """Score images on [0, 1] and/or recovered inputs ``features`` of ``feature_layer``."""
         request = pb.ScoreRequest(
-            round_id=round_id, images=encode_tensor(images.float(), "images"),
-            labels=labels or [], user_ids=user_ids or [],
+            round_id=round_id, labels=labels or [], user_ids=user_ids or [],
+            feature_layer=feature_layer,
         )
+        if images is not None:
+            request.images.CopyFrom(encode_tensor(images.float(), "images"))
+        if features is not None:
+            request.features.CopyFrom(encode_tensor(features.float(), "features"))
         return self._call("Score", request)
 
     def begin_secagg(

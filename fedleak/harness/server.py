@@ -169,23 +169,38 @@ class VictimServicer(pb_grpc.VictimServicer):
     def Score(self, request: pb.ScoreRequest, context: Any) -> pb.ScoreResponse:
         if not request.round_id:
             raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate returned")
-        if not request.HasField("images"):
-            raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor")
-        images = decode_tensor(request.images, "images")
-        score = self.victim.score(request.round_id, images, list(request.labels),
-                                  list(request.user_ids))
-        return pb.ScoreResponse(
-            images=[
+        if not request.HasField("images") and not request.HasField("features"):
+            raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor "
+                                  "(or recovered layer inputs as features with feature_layer)")
+        reply = pb.ScoreResponse()
+        labels = list(request.labels)
+        if request.HasField("images"):
+            images = decode_tensor(request.images, "images")
+            score = self.victim.score(request.round_id, images, labels, list(request.user_ids))
+            reply.images.extend(
                 pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
                               ssim=s.ssim, mse=s.mse)
                 for s in score.images
-            ],
-            mean_psnr=score.mean_psnr,
-            mean_ssim=score.mean_ssim,
-            mean_mse=score.mean_mse,
-            labels_scored=score.label_accuracy is not None,
-            label_accuracy=score.label_accuracy or 0.0,
-        )
+            )
+            reply.mean_psnr, reply.mean_ssim = score.mean_psnr, score.mean_ssim
+            reply.mean_mse, accuracy = score.mean_mse, score.label_accuracy
+        else:
+            accuracy = self.victim.score_labels(request.round_id, labels, list(request.user_ids))
+        reply.labels_scored = accuracy is not None
+        reply.label_accuracy = accuracy or 0.0
+        if request.HasField("features"):
+            features = decode_tensor(request.features, "features")
+            scored = self.victim.score_features(request.round_id, features,
+                                                request.feature_layer)
+            reply.features_scored = True
+            reply.features.extend(
+                pb.FeatureScore(index=f.index, matched_index=f.matched_index, cosine=f.cosine,
+                                relative_error=f.relative_error)
+                for f in scored.features
+            )
+            reply.mean_feature_cosine = scored.mean_cosine
+            reply.mean_feature_relative_error = scored.mean_relative_error
+        return reply
 
     @_handled
     def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:

@@ -26,12 +26,20 @@ from fedleak import __version__
 from fedleak.defenses import DefenseChain
 from fedleak.harness.datasets import DatasetInfo, ImageDataset, normalize
 from fedleak.harness.errors import FailedPrecondition, InvalidArgument, NotFound
-from fedleak.harness.metrics import BatchScore, score_reconstruction
+from fedleak.harness.feature_scoring import (
+    FeatureBatchScore,
+    FeatureScoringError,
+    layer_inputs,
+    score_features,
+)
+from fedleak.harness.metrics import BatchScore, label_accuracy, score_reconstruction
 from fedleak.harness.models import ModelSpec
 from fedleak.harness.protocol import Protocol, ProtocolError, local_update, private_local_update
 from fedleak.harness.secagg_users import SecAggSession
 
 MAX_REMEMBERED_ROUNDS = 4096
+#: The round's parameters are kept (for scoring recovered features) for this many latest rounds.
+FEATURE_ROUNDS = 16
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ class Round:
     protocol: Protocol
     user_indices: dict[int, torch.Tensor] = field(default_factory=dict)
     secagg: SecAggSession | None = None
+    parameters: dict[str, torch.Tensor] | None = None
+    buffers: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
@@ -94,6 +104,8 @@ class Victim:
         self.model = model.to(config.device)
         self._parameter_names = [name for name, _ in model.named_parameters()]
         self._buffer_names = [name for name, _ in model.named_buffers()]
+        for defense in config.defenses.update:
+            defense.bind(self._parameter_names)
         self._rounds: OrderedDict[str, Round] = OrderedDict()
         self._round_counter = 0
         # each user's private shard: contiguous slices of the pool
@@ -137,7 +149,8 @@ class Victim:
         with self._lock:
             indices = self._next_indices()
             round_id = uuid.uuid4().hex
-            self._remember(Round(round_id, indices, protocol))
+            self._remember(Round(round_id, indices, protocol, parameters=params,
+                                 buffers=bufs))
         images = normalize(self.data.images[indices], self.info).to(self.config.device)
         labels = self.data.labels[indices].to(self.config.device)
         started = time.perf_counter()
@@ -235,6 +248,9 @@ class Victim:
         self._rounds[round_.round_id] = round_
         while len(self._rounds) > MAX_REMEMBERED_ROUNDS:
             self._rounds.popitem(last=False)
+        if len(self._rounds) > FEATURE_ROUNDS:
+            old = list(self._rounds.values())[-FEATURE_ROUNDS - 1]
+            old.parameters = old.buffers = None
 
     def _round(self, round_id: str) -> Round:
         with self._lock:
@@ -276,6 +292,44 @@ class Victim:
         return score_reconstruction(
             images.float().clamp(0, 1), truth, predicted_labels=predicted, true_labels=true_labels
         )
+
+    def score_labels(
+        self, round_id: str, labels: list[int], user_ids: list[int] | None = None
+    ) -> float | None:
+        """Label accuracy (multiset overlap) of ``labels`` alone; None when none are given."""
+        true_labels = self.data.labels[self._scored_indices(self._round(round_id),
+                                                            user_ids or [])]
+        if not labels:
+            return None
+        if len(labels) != len(true_labels):
+            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
+        if any(not 0 <= y < self.info.num_classes for y in labels):
+            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
+        return label_accuracy(labels, true_labels)
+
+    def score_features(
+        self, round_id: str, features: torch.Tensor, layer: str
+    ) -> FeatureBatchScore:
+        """Score recovered inputs ``[m, d]`` of linear layer ``layer`` against the true ones.
+
+        The true inputs are recomputed from the round's private images at the round's
+        parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds); they never leave.
+        """
+        round_ = self._round(round_id)
+        if round_.parameters is None or round_.buffers is None:
+            raise FailedPrecondition(
+                f"features can be scored only for the latest {FEATURE_ROUNDS} non-secure-"
+                "aggregation rounds; score right after ComputeUpdate"
+            )
+        if not layer:
+            raise InvalidArgument("feature_layer is empty: name the linear layer whose input "
+                                  "the features are (e.g. fc)")
+        images = normalize(self.data.images[round_.indices], self.info).to(self.config.device)
+        try:
+            truth = layer_inputs(self.model, round_.parameters, round_.buffers, images, layer)
+            return score_features(features.to(truth.device), truth)
+        except FeatureScoringError as err:
+            raise InvalidArgument(str(err)) from err
 
     def _scored_indices(self, round_: Round, user_ids: list[int]) -> torch.Tensor:
         if not user_ids:
