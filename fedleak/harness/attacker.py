@@ -53,6 +53,8 @@ class AttackSettings:
     flip_labels: tuple[int, int] | None = None
     secagg_target: str = "sum"
     show_progress: bool = True
+    # Release threat model (kkt): the server's training request and the recovery threshold.
+    release: dict[str, Any] = field(default_factory=dict)
 
 
 def info_from_describe(described: pb.DescribeResponse) -> DatasetInfo:
@@ -140,8 +142,15 @@ def run_attack(
     """Attack ``settings.rounds`` rounds of the victim behind ``client``; write and return metrics.
 
     ``metrics.json`` is rewritten after every round, so an interrupted run keeps what it
-    measured.
+    measured. Attacks on a released model (threat model "release", e.g. kkt) go through
+    :func:`fedleak.harness.release_attacker.run_release_attack` instead.
     """
+    from fedleak.attacks import attack_class
+
+    if attack_class(settings.attack).threat_model == "release":
+        from fedleak.harness.release_attacker import run_release_attack
+
+        return run_release_attack(client, settings, out, log)
     out.mkdir(parents=True, exist_ok=True)
     described = client.describe()
     info = info_from_describe(described)

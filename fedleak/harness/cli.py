@@ -113,14 +113,29 @@ def victim() -> None:
               help="Simulate a user going offline in secure aggregation from PHASE on "
                    "(advertise-keys, share-keys, masked-input, unmasking); repeatable.")
 @click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
+@click.option("--release-size", default=0, show_default=True, type=click.IntRange(0),
+              help="Model release (Release RPC, the kkt attack's threat model): training-set "
+                   "size n, balanced over the data set's binary task (0: the whole pool). "
+                   "Needs a one-output model such as kkt-mlp.")
+@click.option("--release-lr", default=0.5, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Release: gradient-descent step size (a server may ask for another).")
+@click.option("--release-epochs", default=20000, show_default=True, type=click.IntRange(1),
+              help="Release: epoch budget, also the most a server may ask for.")
+@click.option("--release-target-loss", default=1e-5, show_default=True,
+              type=click.FloatRange(0), help="Release: stop at this mean logistic loss.")
 def victim_serve(**kw: Any) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
+    from fedleak.harness.release_victim import ReleaseSettings
     from fedleak.harness.secagg_users import parse_drops
     from fedleak.harness.server import serve_until_signal, start_server
     from fedleak.harness.victim_setup import create_victim, parse_defenses
 
     try:
         chain = parse_defenses(kw["defense_specs"], kw["defense_file"])
+        release = ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
+                                  max_epochs=kw["release_epochs"],
+                                  target_loss=kw["release_target_loss"])
         protocol = Protocol(kw["protocol"], kw["local_epochs"], kw["local_batch_size"], kw["lr"])
     except ValueError as err:  # ProtocolError, DefenseConfigError
         raise click.UsageError(str(err)) from None
@@ -136,6 +151,7 @@ def victim_serve(**kw: Any) -> None:
             protocol=protocol, reveal=kw["allow_reveal"], device=kw["device"],
             defenses=chain, defense_seed=kw["defense_seed"], users=kw["users"],
             secagg_drops=parse_drops(kw["secagg_drop"]),
+            release=release,
         )
     except ValueError as err:
         raise click.UsageError(str(err)) from None
@@ -191,6 +207,10 @@ def _settings(kw: dict[str, Any]) -> Any:
         attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
         rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
         protocol=protocol, show_progress=not kw.get("quiet", False),
+        release={key: kw[flag] for key, flag in (
+            ("learning_rate", "release_lr"), ("max_epochs", "release_epochs"),
+            ("target_loss", "release_target_loss"), ("recovered_ssim", "recovered_ssim"))
+            if kw.get(flag) is not None},
     )
 
 
@@ -230,6 +250,15 @@ def _check_device(device: str) -> None:
 @click.option("--local-epochs", type=click.IntRange(1), default=None, help="FedAvg: E.")
 @click.option("--local-batch-size", type=click.IntRange(0), default=None, help="FedAvg: B.")
 @click.option("--lr", type=float, default=None, help="FedAvg: local learning rate τ.")
+@click.option("--release-lr", type=click.FloatRange(0, min_open=True), default=None,
+              help="Release attacks (kkt): ask the victim to train at this step size.")
+@click.option("--release-epochs", type=click.IntRange(1), default=None,
+              help="Release attacks: ask for this epoch budget (at most the victim's).")
+@click.option("--release-target-loss", type=click.FloatRange(0, min_open=True), default=None,
+              help="Release attacks: ask the victim to stop at this training loss.")
+@click.option("--recovered-ssim", type=click.FloatRange(-1, 1), default=None,
+              help="Release attacks: SSIM at which a training sample counts as recovered "
+                   "(victim default 0.4).")
 @click.option("--token", envvar=TOKEN_ENV, default=None,
               help=f"The victim's token, to reveal ground truth for pictures (${TOKEN_ENV}).")
 @click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -259,6 +288,11 @@ def attack(**kw: Any) -> None:
             raise click.ClickException(f"victim at {kw['address']}: {err}") from None
         except ValueError as err:
             raise click.ClickException(str(err)) from None
+    if record.get("threat_model") == "release":
+        from fedleak.harness.release_attacker import print_release_summary
+
+        print_release_summary(record, out, click.echo)
+        return
     _print_summary(record, out)
 
 

@@ -6,7 +6,7 @@ victim's status code and message, or a hint when the victim cannot be reached.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -164,6 +164,98 @@ class VictimClient:
     def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
         reply = self._call("Reveal", pb.RevealRequest(round_id=round_id), guarded=True)
         return decode_tensor(reply.images, "images"), torch.tensor(list(reply.labels))
+
+    def release(
+        self,
+        learning_rate: float = 0.0,
+        max_epochs: int = 0,
+        target_loss: float = 0.0,
+        report_every: int = 0,
+        *,
+        show_progress: bool = True,
+        on_progress: Callable[[pb.ReleaseProgress], bool | None] | None = None,
+        timeout: float | None = None,
+    ) -> ReceivedRelease:
+        """Ask the victim to train and release its model (0 keeps the victim's defaults).
+
+        Shows a tqdm bar over epochs. ``on_progress`` sees every progress message; returning
+        True cancels the call (as does Ctrl-C), which stops the victim's training. ``timeout``
+        None waits as long as training takes.
+        """
+        from tqdm import tqdm
+
+        request = pb.ReleaseRequest(learning_rate=learning_rate, max_epochs=max_epochs,
+                                    target_loss=target_loss, report_every=report_every)
+        stream = self.stub.Release(request, timeout=timeout)
+        bar: tqdm | None = None
+        history: list[tuple[int, float, float]] = []
+        try:
+            for message in stream:
+                if message.HasField("release"):
+                    return _received_release(message.release, history)
+                history.append((message.epoch, message.loss, message.train_accuracy))
+                if show_progress:
+                    if bar is None:
+                        bar = tqdm(total=message.max_epochs, desc="victim training the release",
+                                   unit="epoch", leave=False, dynamic_ncols=True)
+                    bar.update(message.epoch - bar.n)
+                    bar.set_postfix(loss=f"{message.loss:.2e}", acc=f"{message.train_accuracy:.0%}")
+                if on_progress is not None and on_progress(message):
+                    stream.cancel()
+        except KeyboardInterrupt:
+            stream.cancel()
+            raise
+        except grpc.RpcError as err:
+            raise VictimError(err.code(), err.details() or "") from None
+        finally:
+            if bar is not None:
+                bar.close()
+        raise VictimError(grpc.StatusCode.INTERNAL, "the release stream ended without a model")
+
+    def score_release(
+        self, release_id: str, candidates01: torch.Tensor, recovered_ssim: float = 0.0
+    ) -> pb.ScoreResponse:
+        """Score KKT candidates (on [0, 1]) against a release's training set (App. B.3)."""
+        request = pb.ScoreRequest(round_id=release_id, recovered_ssim=recovered_ssim,
+                                  images=encode_tensor(candidates01.float(), "images"))
+        return self._call("Score", request)
+
+
+@dataclass
+class ReceivedRelease:
+    """A released model as the server receives it (``ReleasedModel``) and the progress seen."""
+
+    release_id: str
+    parameters: dict[str, torch.Tensor]
+    num_train: int
+    input_shape: tuple[int, ...]
+    value_range: tuple[float, float]
+    binary_task: str
+    epochs: int
+    loss: float
+    train_accuracy: float
+    reached_target: bool
+    metadata: dict[str, str]
+    history: list[tuple[int, float, float]] = field(default_factory=list)
+
+
+def _received_release(
+    message: pb.ReleasedModel, history: list[tuple[int, float, float]]
+) -> ReceivedRelease:
+    return ReceivedRelease(
+        release_id=message.release_id,
+        parameters=_named(message.parameters),
+        num_train=message.num_train,
+        input_shape=tuple(message.input_shape),
+        value_range=(message.value_low, message.value_high),
+        binary_task=message.binary_task,
+        epochs=message.epochs,
+        loss=message.loss,
+        train_accuracy=message.train_accuracy,
+        reached_target=message.reached_target,
+        metadata=dict(message.metadata),
+        history=history,
+    )
 
 
 def _named(messages: object) -> dict[str, torch.Tensor]:

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from fedleak.harness.codec import CodecError, decode_tensor, dtype_to_pb, encode_tensor
 from fedleak.harness.errors import InvalidArgument, RequestError, Unauthenticated
+from fedleak.harness.release_service import release_stream, score_release
 from fedleak.harness.victim import Victim
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
@@ -169,6 +170,8 @@ class VictimServicer(pb_grpc.VictimServicer):
     def Score(self, request: pb.ScoreRequest, context: Any) -> pb.ScoreResponse:
         if not request.round_id:
             raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate returned")
+        if self.victim.releaser.get(request.round_id) is not None:  # KKT candidates
+            return score_release(self.victim.releaser, request)
         if not request.HasField("images") and not request.HasField("features"):
             raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor "
                                   "(or recovered layer inputs as features with feature_layer)")
@@ -201,6 +204,10 @@ class VictimServicer(pb_grpc.VictimServicer):
             reply.mean_feature_cosine = scored.mean_cosine
             reply.mean_feature_relative_error = scored.mean_relative_error
         return reply
+
+    def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> Any:
+        """Server-streaming model release; see :mod:`fedleak.harness.release_service`."""
+        yield from release_stream(self.victim.releaser, request, context)
 
     @_handled
     def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:

@@ -35,6 +35,7 @@ from fedleak.harness.feature_scoring import (
 from fedleak.harness.metrics import BatchScore, label_accuracy, score_reconstruction
 from fedleak.harness.models import ModelSpec
 from fedleak.harness.protocol import Protocol, ProtocolError, local_update, private_local_update
+from fedleak.harness.release_victim import ModelReleaser, ReleaseSettings
 from fedleak.harness.secagg_users import SecAggSession
 
 MAX_REMEMBERED_ROUNDS = 4096
@@ -54,6 +55,7 @@ class VictimConfig:
     defenses: DefenseChain = field(default_factory=DefenseChain)
     num_users: int = 1
     secagg_drops: dict[int, str] = field(default_factory=dict)
+    release: ReleaseSettings = field(default_factory=ReleaseSettings)
 
 
 @dataclass
@@ -114,6 +116,9 @@ class Victim:
         self._compute_lock = threading.Lock()
         # The defenses' randomness: secret from the server unless the experiment fixes it.
         self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
+        # Model release (Release RPC): trains copies of this seeded model on a training set.
+        self.releaser = ModelReleaser(data, self.model, config.defenses, config.release,
+                                      device=config.device)
 
     @property
     def info(self) -> DatasetInfo:
@@ -347,6 +352,8 @@ class Victim:
         if not self.config.reveal_enabled:
             raise FailedPrecondition("this victim was started without --allow-reveal; ground "
                                      "truth stays inside it")
+        if self.releaser.get(round_id) is not None:  # a release: its training set
+            return self.releaser.reveal(round_id)
         round_ = self._round(round_id)
         return self.data.images[round_.indices], self.data.labels[round_.indices]
 

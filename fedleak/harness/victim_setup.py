@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -10,6 +11,7 @@ from fedleak.defenses import DefenseChain, build_chain, load_defense_toml, parse
 from fedleak.harness.datasets import ImageDataset, load_dataset
 from fedleak.harness.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.protocol import Protocol
+from fedleak.harness.release_victim import ReleaseSettings
 from fedleak.harness.victim import Victim, VictimConfig
 
 
@@ -76,6 +78,7 @@ def create_victim(
     defense_seed: int | None = None,
     users: int = 1,
     secagg_drops: dict[int, str] | None = None,
+    release: ReleaseSettings | None = None,
 ) -> Victim:
     """Load the private pool, build the model (seeded init or checkpoint) and the victim."""
     data = private_pool(load_dataset(dataset, split, data_root, download), images, shuffle, seed)
@@ -100,6 +103,7 @@ def create_victim(
         defenses=chain,
         num_users=users,
         secagg_drops=dict(secagg_drops or {}),
+        release=replace(release or ReleaseSettings(), seed=seed),
     )
     generator = None if defense_seed is None else torch.Generator().manual_seed(defense_seed)
     return Victim(config, data, net, generator)
