@@ -32,6 +32,7 @@ class Registry(Generic[T]):
         self.group = entry_point_group
         self.error = error
         self._classes: dict[str, type[T]] = {}
+        self._broken: dict[str, str] = {}  # entry points that failed to load: why
 
     def register(self, name: str) -> Callable[[C], C]:
         """Class decorator: make ``cls`` available as ``name`` (sets ``cls.name``)."""
@@ -44,11 +45,24 @@ class Registry(Generic[T]):
         return wrap
 
     def _load_entry_points(self) -> None:
+        """Load plug-ins of the entry-point group; one that fails is remembered, not fatal."""
         for entry in entry_points(group=self.group):
-            if entry.name not in self._classes:
+            if entry.name in self._classes or entry.name in self._broken:
+                continue
+            where = f"{self.kind} plug-in {entry.name!r} ({entry.value}"
+            where += f", package {entry.dist.name})" if entry.dist else ")"
+            try:
                 cls = entry.load()
-                cls.name = entry.name
-                self._classes[entry.name] = cls
+            except Exception as err:  # noqa: BLE001 - any import error of third-party code
+                self._broken[entry.name] = f"{where} failed to load: {type(err).__name__}: {err}"
+                continue
+            config = getattr(cls, "Config", None)
+            if not isinstance(cls, type) or not dataclasses.is_dataclass(config):
+                self._broken[entry.name] = (f"{where} is not a class with a Config dataclass; "
+                                            f"fix the entry point or the plug-in")
+                continue
+            cls.name = entry.name
+            self._classes[entry.name] = cls
 
     def names(self) -> tuple[str, ...]:
         """Every registered name, built-in and from entry points."""
@@ -59,6 +73,8 @@ class Registry(Generic[T]):
         """The class registered as ``name``."""
         if name not in self._classes:
             self._load_entry_points()
+        if name in self._broken:
+            raise self.error(self._broken[name])
         if name not in self._classes:
             raise self.error(f"unknown {self.kind} {name!r}; choose one of "
                              f"{', '.join(self.names())}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -38,6 +39,14 @@ class UpdateDefense(Defense):
     """Transforms the finished update ``[Δ_l]`` (one tensor per parameter) before it is sent."""
 
     stage: ClassVar[str] = "update"
+    parameter_names: tuple[str, ...] = ()
+
+    def bind(self, parameter_names: Sequence[str]) -> None:
+        """Learn the names of the update's tensors, in order, once the model is known.
+
+        Called by the victim before the first :meth:`apply`; most defenses ignore the names.
+        """
+        self.parameter_names = tuple(parameter_names)
 
     @abstractmethod
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:

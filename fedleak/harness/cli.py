@@ -445,9 +445,11 @@ def list_names() -> None:
 
 
 from fedleak.harness.cli_sweep import report, sweep  # noqa: E402
+from fedleak.harness.remote_defense_cli import defense  # noqa: E402
 
 main.add_command(sweep)
 main.add_command(report)
+main.add_command(defense)
 
 
 if __name__ == "__main__":

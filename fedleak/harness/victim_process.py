@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 _READY = re.compile(r"listening on (\S+:\d+)")
 
@@ -23,13 +23,20 @@ class VictimProcessError(RuntimeError):
 
 
 class VictimProcess:
-    """Context manager: start the victim with ``args`` (``victim serve`` options), stop it after."""
+    """Context manager: start the victim with ``args`` (``victim serve`` options), stop it after.
+
+    ``command`` runs another server that prints ``listening on HOST:PORT`` and takes ``--host``
+    and ``--port`` instead (e.g. ``fedleak defense serve``); ``env`` adds environment variables.
+    """
 
     def __init__(self, args: Sequence[str], token: str | None = None,
-                 start_timeout: float = 120.0) -> None:
+                 start_timeout: float = 120.0, command: Sequence[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.args = list(args)
         self.token = token
         self.start_timeout = start_timeout
+        self.command = list(command or [sys.executable, "-m", "fedleak", "victim", "serve"])
+        self.extra_env = dict(env or {})
         self.address = ""
         self._proc: subprocess.Popen[str] | None = None
         self._stderr: deque[str] = deque(maxlen=50)
@@ -40,11 +47,10 @@ class VictimProcess:
         return self._proc.pid
 
     def start(self) -> VictimProcess:
-        env = dict(os.environ)
+        env = {**os.environ, **self.extra_env}
         if self.token:
             env["FEDLEAK_TOKEN"] = self.token
-        command = [sys.executable, "-m", "fedleak", "victim", "serve", "--host", "127.0.0.1",
-                   "--port", "0", *self.args]
+        command = [*self.command, "--host", "127.0.0.1", "--port", "0", *self.args]
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env)
         threading.Thread(target=self._drain_stderr, daemon=True).start()

@@ -1,0 +1,41 @@
+from fedleak.v1 import victim_pb2 as _victim_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DefenseInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DefenseInfo(_message.Message):
+    __slots__ = ("name", "params", "stage", "version")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _containers.ScalarMap[str, str]
+    stage: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., stage: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class UpdateChunk(_message.Message):
+    __slots__ = ("piece", "offset", "seed")
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    piece: _victim_pb2.Tensor
+    offset: int
+    seed: int
+    def __init__(self, piece: _Optional[_Union[_victim_pb2.Tensor, _Mapping]] = ..., offset: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
