@@ -103,10 +103,18 @@ def test_restarts_keep_the_lowest_objective(observation):
 def test_progress_counts_across_restarts(observation):
     calls: list[tuple[int, int, float]] = []
     attack = create_attack(
-        "inverting-gradients", {"iterations": 10, "restarts": 2, "log_every": 5}
+        "inverting-gradients", {"iterations": 10, "restarts": 2, "log_every": 5,
+                                "vectorised": False}
     )
     attack.reconstruct(observation, progress=lambda i, t, o: calls.append((i, t, o)))
     assert [c[0] for c in calls] == [1, 5, 10, 11, 15, 20]
+    assert {c[1] for c in calls} == {20}
+    calls.clear()
+    vectorised = create_attack(
+        "inverting-gradients", {"iterations": 10, "restarts": 2, "log_every": 5}
+    )
+    vectorised.reconstruct(observation, progress=lambda i, t, o: calls.append((i, t, o)))
+    assert [c[0] for c in calls] == [2, 10, 20]  # R restart-iterations per batched step
     assert {c[1] for c in calls} == {20}
 
 

@@ -45,6 +45,13 @@ from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.restarts import (
+    RestartsCosineObjective,
+    RestartsUpdateFn,
+    batched_replay,
+    restart_total_variation,
+    stacked_inits,
+)
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -77,6 +84,11 @@ class InvertingGradientsConfig:
     )
     log_every: int = field(
         default=50, metadata={"help": "report progress (and read the objective) every k steps"}
+    )
+    vectorised: bool = field(
+        default=True,
+        metadata={"help": "run the restarts as one batched computation (torch.func.vmap) when "
+                          "the model allows it (no BatchNorm); same result per restart"},
     )
 
     def __post_init__(self) -> None:
@@ -226,25 +238,30 @@ class InvertingGradients(Attack):
         lower, upper = observation.image_bounds(dev)
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
-        best: tuple[float, torch.Tensor] | None = None
-        finals: list[float] = []
-        for restart in range(cfg.restarts):
-            images = gaussian_init(shape, seed + restart, dev)
-            self._optimise(
-                images, labels, observation, objective, (lower, upper),
-                offset=restart * cfg.iterations, total=total, progress=progress,
-            )
-            final = self.evaluate(images, labels, observation, objective)
-            finals.append(final)
-            if best is None or final < best[0]:
-                best = (final, images)
-        assert best is not None
+        replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 else None
+        if replay is not None:
+            stacked = stacked_inits(gaussian_init, shape, range(seed, seed + cfg.restarts), dev)
+            self._optimise_restarts(stacked, labels, observation, replay, (lower, upper),
+                                    progress=progress)
+            candidates = list(stacked)
+        else:
+            candidates = []
+            for restart in range(cfg.restarts):
+                images = gaussian_init(shape, seed + restart, dev)
+                self._optimise(
+                    images, labels, observation, objective, (lower, upper),
+                    offset=restart * cfg.iterations, total=total, progress=progress,
+                )
+                candidates.append(images)
+        finals = [self.evaluate(images, labels, observation, objective) for images in candidates]
+        best = min(range(len(finals)), key=finals.__getitem__)
         return Reconstruction(
-            images=best[1].detach(),
+            images=candidates[best].detach(),
             labels=labels.detach(),
-            objective=best[0],
+            objective=finals[best],
             iterations=total,
             restart_objectives=finals,
+            extras={"vectorised_restarts": replay is not None},
         )
 
     def evaluate(
@@ -295,6 +312,49 @@ class InvertingGradients(Attack):
             if progress is not None and (done % cfg.log_every == 0 or iteration == 0):
                 progress(done, total, float(value.item()))
         images.requires_grad_(False)
+
+    def _optimise_restarts(
+        self,
+        stacked: torch.Tensor,
+        labels: torch.Tensor,
+        observation: Observation,
+        replay: RestartsUpdateFn,
+        bounds: tuple[torch.Tensor, torch.Tensor],
+        *,
+        progress: Progress | None,
+    ) -> None:
+        """:meth:`_optimise` for all restarts at once on ``stacked`` [R, n, C, H, W].
+
+        Same steps per restart (see :mod:`fedleak.attacks.restarts`): each restart's gradient
+        is ∂J_r/∂x_r, scaled by its own s_r, fed to one element-wise signed Adam at the shared
+        step size, then projected onto the box. Progress counts restart-iterations (R per
+        step) and reports the lowest objective among the restarts.
+        """
+        cfg = self.config
+        restarts = stacked.shape[0]
+        objective = RestartsCosineObjective([u.to(stacked.device) for u in observation.update])
+        stacked.requires_grad_(True)
+        optimiser = SignedAdam(stacked, signed=cfg.signed)
+        per_restart = (-1, *[1] * (stacked.dim() - 1))
+        for iteration in range(cfg.iterations):
+            update = replay(stacked, labels)
+            value, output_grads, scale = objective.value_and_output_grads(update)
+            outputs = list(update)
+            if cfg.tv > 0:
+                tv = restart_total_variation(stacked)
+                value = value + tv.detach() * cfg.tv
+                outputs.append(tv)
+                output_grads.append(cfg.tv / scale)
+            (grad,) = torch.autograd.grad(outputs, stacked, output_grads)
+            grad.mul_(scale.view(per_restart))
+            with torch.no_grad():
+                optimiser.step(grad, step_size(iteration, cfg.iterations, cfg.lr, cfg.lr_decay))
+                if cfg.boxed:
+                    stacked.clamp_(bounds[0], bounds[1])
+            if progress is not None and ((iteration + 1) % cfg.log_every == 0 or iteration == 0):
+                progress((iteration + 1) * restarts, cfg.iterations * restarts,
+                         float(value.min().item()))
+        stacked.requires_grad_(False)
 
 
 def gaussian_init(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:

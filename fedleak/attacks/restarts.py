@@ -1,0 +1,104 @@
+"""Vectorised restarts: R random restarts of an optimisation attack as one batched computation.
+
+Restart r of an attack optimises its own candidate batch x_r (n images) from its own random
+init, and its objective depends on x_r alone: J(x_1, …, x_R) = Σ_r J_r(x_r), so
+
+    ∂J/∂x_r = ∂J_r/∂x_r,
+
+and one backward pass through the stacked candidates X = [x_1; …; x_R] (shape [R, n, C, H, W])
+gives every restart its own gradient, exactly as R separate runs would. What must stay per
+restart is everything that is *not* a sum over restarts:
+
+- the user's update u(x_r), replayed for each restart as if it were its own user (the harness
+  does it with ``torch.func.vmap``; see ``UpdateSimulator.restarts``), never one update over the
+  R·n images;
+- the cosine term of eq. (4): ``a_r = ⟨u(x_r), u*⟩``, ``b_r = ‖u(x_r)‖²`` and its gradient
+  ``s_r (u* − (a_r/b_r) u(x_r))`` with ``s_r = −1/(√b_r ‖u*‖)`` (see ``inverting_gradients``);
+- total variation, a mean over each restart's own pixels.
+
+Element-wise optimiser steps (signed Adam, the box projection, a step size shared by all
+restarts at the same iteration) are per restart by construction. The attack receives the
+batched replay as ``observation.simulate.restarts`` when the harness offers one
+(``simulate.vectorisable``); attacks never import the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from fedleak.attacks.observation import Observation
+
+#: ``restarts(images [R, n, C, H, W], labels [n]) -> [R, *θ_l.shape] per parameter``.
+RestartsUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+
+
+def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
+    """The observation's replay over a leading restart dimension, or None if it has none."""
+    simulate = observation.simulate
+    if not getattr(simulate, "vectorisable", False):
+        return None
+    restarts = getattr(simulate, "restarts", None)
+    return restarts if callable(restarts) else None
+
+
+def restart_total_variation(images: torch.Tensor) -> torch.Tensor:
+    """TV of each restart's batch: ``images`` [R, n, C, H, W] → [R].
+
+    Entry r equals ``total_variation(images[r])``: mean |horizontal| plus mean |vertical|
+    differences over restart r's own pixels.
+    """
+    dims = tuple(range(1, images.dim()))
+    dx = (images[..., :, 1:] - images[..., :, :-1]).abs().mean(dim=dims)
+    dy = (images[..., 1:, :] - images[..., :-1, :]).abs().mean(dim=dims)
+    return dx + dy
+
+
+class RestartsCosineObjective:
+    """``1 − cos(u(x_r), u*)`` of eq. (4) for every restart r at once, with its gradients.
+
+    Candidates are stacked updates (one [R, *θ_l.shape] tensor per parameter); ``u*`` is the
+    observed update, shared by all restarts.
+    """
+
+    def __init__(self, observed: Sequence[torch.Tensor]) -> None:
+        self.observed = [t.detach() for t in observed]
+        squares = torch.stack([t.double().square().sum() for t in self.observed]).sum()
+        self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
+
+    def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a_r = ⟨u_r, u*⟩`` and ``b_r = ‖u_r‖²``, each shaped [R]."""
+        cross, square = [], []
+        for u, o in zip(candidate, self.observed, strict=True):
+            flat = u.reshape(u.shape[0], -1)
+            cross.append(flat @ o.reshape(-1))
+            square.append(torch.linalg.vecdot(flat, flat))
+        return torch.stack(cross).sum(0), torch.stack(square).sum(0)
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Per-restart objective [R], the cotangents ``g_r = u* − (a_r/b_r) u_r`` (stacked)
+        and the scales ``s_r = −1/(√b_r ‖u*‖)`` [R]: ∂J_r/∂u_r = s_r g_r."""
+        detached = [u.detach() for u in candidate]
+        a, b = self.dots(detached)
+        root_b = b.sqrt()
+        value = 1 - a / (root_b * self.observed_norm)
+        scale = -1 / (root_b * self.observed_norm)
+        ratio = -a / b
+        grads = []
+        for u, o in zip(detached, self.observed, strict=True):
+            grads.append(torch.addcmul(o, u, ratio.view(-1, *[1] * o.dim())))
+        return value, grads, scale
+
+
+def stacked_inits(
+    init: Callable[[tuple[int, ...], int, torch.device], torch.Tensor],
+    shape: tuple[int, ...],
+    seeds: Sequence[int],
+    device: torch.device,
+) -> torch.Tensor:
+    """``init(shape, seed, device)`` for every seed, stacked: restart r starts where the
+    sequential run with ``seeds[r]`` starts."""
+    return torch.stack([init(shape, seed, device) for seed in seeds])

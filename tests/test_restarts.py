@@ -1,0 +1,116 @@
+"""Vectorised restarts: the batched replay and attack give every restart the sequential result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedleak.attacks import create_attack
+from fedleak.attacks.inverting_gradients import CosineObjective, total_variation
+from fedleak.attacks.restarts import (
+    RestartsCosineObjective,
+    batched_replay,
+    restart_total_variation,
+)
+from fedleak.harness.models import build_model
+from fedleak.harness.protocol import Protocol, UpdateSimulator
+from tests.helpers import make_observation
+from tests.test_inverting_gradients import smooth_image
+
+SHAPE = (3, 8, 8)
+FEDAVG = Protocol(kind="fedavg", local_epochs=2, batch_size=1, learning_rate=0.05)
+PROTOCOLS = pytest.mark.parametrize("protocol", [Protocol(), FEDAVG], ids=["fedsgd", "fedavg"])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def two_images() -> torch.Tensor:
+    image = smooth_image(SHAPE)
+    return torch.cat([image, image.flip(-1).roll(2, dims=1)])
+
+
+@PROTOCOLS
+@pytest.mark.parametrize("model", ["lenet-zhu", "mlp"])
+def test_batched_replay_is_the_sequential_replay(model: str, protocol: Protocol):
+    torch.manual_seed(0)
+    net = build_model(model, SHAPE, 10)
+    simulator = UpdateSimulator(net, dict(net.named_parameters()), dict(net.named_buffers()),
+                                protocol)
+    stacked = torch.randn(3, 2, *SHAPE, requires_grad=True)
+    labels = torch.tensor([1, 4])
+    batched = simulator.restarts(stacked, labels)
+    cotangents = [u.detach().clone() for u in batched]
+    (grads,) = torch.autograd.grad(batched, stacked, cotangents)
+    for r in range(3):
+        x = stacked[r].detach().requires_grad_(True)
+        update = simulator(x, labels)
+        for one, many in zip(update, batched, strict=True):
+            torch.testing.assert_close(many[r], one, rtol=1e-5, atol=1e-6)
+        (grad,) = torch.autograd.grad(update, x, [c[r] for c in cotangents])
+        torch.testing.assert_close(grads[r], grad, rtol=1e-4, atol=1e-6)
+
+
+@PROTOCOLS
+def test_vectorised_restarts_equal_sequential_ones(protocol: Protocol):
+    observation = make_observation("lenet-zhu", SHAPE, 10, two_images(), torch.tensor([3, 5]),
+                                   protocol)
+    options = {"iterations": 25, "restarts": 3, "tv": 1e-3}
+    batched = create_attack("inverting-gradients", options).reconstruct(observation, seed=3)
+    one_by_one = create_attack("inverting-gradients", {**options, "vectorised": False})
+    sequential = one_by_one.reconstruct(observation, seed=3)
+    assert batched.extras["vectorised_restarts"] is True
+    assert sequential.extras["vectorised_restarts"] is False
+    assert batched.restart_objectives == pytest.approx(sequential.restart_objectives, rel=1e-5)
+    assert len(set(batched.restart_objectives)) == 3  # the restarts really differ
+    torch.testing.assert_close(batched.images, sequential.images, rtol=0, atol=1e-4)
+    assert batched.labels.tolist() == sequential.labels.tolist()
+
+
+def test_each_restart_keeps_its_own_decayed_step_and_box():
+    """lr decay and the box act per restart: restart r of a batched run is the single run r."""
+    observation = make_observation("lenet-zhu", SHAPE, 10, smooth_image(SHAPE),
+                                   torch.tensor([2]))
+    options = {"iterations": 16, "restarts": 2, "lr": 0.5, "tv": 0.0}
+    batched = create_attack("inverting-gradients", options).reconstruct(observation, seed=11)
+    for r in range(2):
+        single = create_attack("inverting-gradients", {**options, "restarts": 1})
+        result = single.reconstruct(observation, seed=11 + r)
+        assert batched.restart_objectives[r] == pytest.approx(result.objective, rel=1e-5)
+    lower, upper = observation.image_bounds()
+    assert torch.all(batched.images >= lower) and torch.all(batched.images <= upper)
+
+
+def test_batchnorm_models_run_their_restarts_one_by_one():
+    observation = make_observation("convnet:width=4", SHAPE, 10, smooth_image(SHAPE),
+                                   torch.tensor([1]))
+    assert batched_replay(observation) is None
+    with pytest.raises(ValueError, match="BatchNorm"):
+        observation.simulate.restarts(torch.zeros(2, 1, *SHAPE), torch.tensor([1]))
+    result = create_attack("inverting-gradients", {"iterations": 2, "restarts": 2}).reconstruct(
+        observation)
+    assert result.extras["vectorised_restarts"] is False
+    assert len(result.restart_objectives) == 2
+
+
+def test_restart_objective_and_tv_are_the_per_restart_ones():
+    gen = torch.Generator().manual_seed(0)
+    observed = [torch.randn(4, 3, generator=gen), torch.randn(4, generator=gen)]
+    stacked = [torch.randn(5, 4, 3, generator=gen), torch.randn(5, 4, generator=gen)]
+    values, grads, scales = RestartsCosineObjective(observed).value_and_output_grads(stacked)
+    single = CosineObjective(observed)
+    for r in range(5):
+        value, grad, scale = single.value_and_output_grads([u[r].clone() for u in stacked])
+        assert values[r].item() == pytest.approx(value.item(), rel=1e-6)
+        assert scales[r].item() == pytest.approx(scale.item(), rel=1e-6)
+        for many, one in zip(grads, grad, strict=True):
+            torch.testing.assert_close(many[r], one)
+    images = torch.rand(3, 2, 3, 5, 6, generator=gen)
+    tv = restart_total_variation(images)
+    for r in range(3):
+        assert tv[r].item() == pytest.approx(total_variation(images[r]).item(), rel=1e-6)
