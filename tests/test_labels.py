@@ -8,6 +8,7 @@ import torch
 from fedleak.attacks.labels import (
     LabelRecoveryError,
     count_labels,
+    dummy_probabilities,
     idlg_label,
     last_layer_gradients,
     recover_labels,
@@ -80,3 +81,48 @@ def test_update_without_a_class_layer_is_refused():
     observation.num_classes = 7
     with pytest.raises(LabelRecoveryError, match="7 rows"):
         recover_labels(observation)
+
+
+def test_count_labels_is_exact_with_the_expected_probabilities():
+    # non-uniform mean prediction s_c; counts k = {0: 3, 2: 1, 9: 4}, n = 8
+    expected = torch.softmax(torch.linspace(-1.0, 1.5, 10), 0)
+    counts = torch.zeros(10)
+    counts[0], counts[2], counts[9] = 3, 1, 4
+    scores = expected - counts / 8
+    labels = count_labels(scores, 8, expected)
+    assert sorted(labels.tolist()) == [0, 0, 0, 2, 9, 9, 9, 9]
+
+
+def test_dummy_probabilities_are_a_distribution():
+    observation = make_observation(
+        "convnet:width=4", (1, 8, 8), 10, torch.rand(4, 1, 8, 8), torch.tensor([1, 1, 5, 8])
+    )
+    probabilities = dummy_probabilities(observation)
+    assert probabilities is not None and probabilities.shape == (10,)
+    assert probabilities.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert (probabilities > 0).all()
+    bias_free = make_observation(
+        "mlp:width=8,depth=1,bias=false", (1, 4, 4), 10, torch.rand(2, 1, 4, 4),
+        torch.tensor([2, 3]),
+    )
+    assert dummy_probabilities(bias_free) is None
+    assert sorted(recover_labels(bias_free).tolist()) == [2, 3]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dummy_counting_recovers_batches_with_repeated_labels(seed: int):
+    # an untrained BatchNorm ConvNet: its mean prediction hardly depends on the input
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 4, (8,), generator=g)  # 8 labels from 4 classes: repeats
+    observation = make_observation(
+        "convnet:width=4", (1, 8, 8), 10, torch.rand(8, 1, 8, 8, generator=g), labels, seed=seed
+    )
+    assert sorted(recover_labels(observation).tolist()) == sorted(labels.tolist())
+
+
+def test_unknown_method_is_refused():
+    observation = make_observation(
+        "mlp:width=8,depth=1", (1, 4, 4), 10, torch.rand(2, 1, 4, 4), torch.tensor([2, 3])
+    )
+    with pytest.raises(ValueError, match="dummy"):
+        recover_labels(observation, method="magic")

@@ -29,9 +29,23 @@ frequent first. Without a bias the same is done on the row sums of ``∂L/∂W``
 into a gradient direction first (:meth:`Observation.gradient_direction`); several local steps
 make all of this approximate. This is the honest simple baseline; it is exact for n = 1 and
 for n distinct classes whose probabilities are all below 1/n.
+
+**n images, expected probabilities from dummy data (``method="dummy"``, the default with a
+bias).** The server knows θ, so instead of assuming equal ``s_c`` it can measure the model's
+mean prediction: it replays the user's update (``observation.simulate``, the same code the user
+ran) on n dummy images drawn from U(0, 1) in pixel space, all labelled 0. Their bias gradient
+is ``g̃_c = p̃_c − 1[c = 0]``, so ``p̃ = g̃ + e_0`` is the model's mean softmax on dummy data,
+and ``k_c ≈ n (p̃_c − g_c)``. For an untrained network — BatchNorm in training mode normalises
+every batch the same way — the mean prediction hardly depends on the input, and this estimate
+is much sharper than the equal-``s`` one; for a trained network neither is reliable (the model
+predicts the true classes confidently, so ``g_c ≈ 0`` for every class), and
+``bench/label_accuracy.py`` measures by how much. For a FedAvg delta both gradients are divided
+by ``τ · steps`` first (a first-order approximation).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -95,17 +109,24 @@ def idlg_label(observation: Observation) -> int:
     return int(torch.argmin(class_scores(observation)).item())
 
 
-def count_labels(scores: torch.Tensor, n: int) -> torch.Tensor:
+def count_labels(
+    scores: torch.Tensor, n: int, expected: torch.Tensor | None = None
+) -> torch.Tensor:
     """n labels from per-class scores ``g_c ≈ s_c − k_c/n`` (see the module docstring).
 
+    ``expected`` is the model's mean prediction ``s_c`` per class when the caller measured it
+    (dummy data); without it every ``s_c`` is taken as the mean ``s̄`` of the positive scores.
     Classes with negative scores come first (most negative first), then the remaining labels by
-    largest remainder of the estimated counts ``k_c ≈ n (s̄ − g_c)``. Returns int64 ``[n]``.
+    largest remainder of the estimated counts ``k_c ≈ n (s_c − g_c)``. Returns int64 ``[n]``.
     """
     scores = scores.detach().double().cpu()
     order = torch.argsort(scores)
     present = [int(c) for c in order if scores[c] < 0][:n]
-    positive = scores[scores > 0]
-    baseline = positive.mean() if positive.numel() else scores.new_zeros(())
+    if expected is not None:
+        baseline = expected.detach().double().cpu()
+    else:
+        positive = scores[scores > 0]
+        baseline = positive.mean() if positive.numel() else scores.new_zeros(())
     estimate = n * (baseline - scores)
     assigned = torch.zeros_like(scores)
     for c in present:
@@ -118,12 +139,46 @@ def count_labels(scores: torch.Tensor, n: int) -> torch.Tensor:
     return torch.tensor(labels, dtype=torch.long)
 
 
-def recover_labels(observation: Observation) -> torch.Tensor:
+def update_scale(observation: Observation) -> float:
+    """``1`` for a gradient; ``τ · steps`` for a FedAvg delta (its first-order size)."""
+    if observation.update_kind != "delta":
+        return 1.0
+    return float(observation.learning_rate or 1.0) * max(observation.local_steps, 1)
+
+
+def dummy_probabilities(observation: Observation, seed: int = 0) -> torch.Tensor | None:
+    """The model's mean softmax ``p̃`` [K] on n U(0, 1) dummy images, from the replayed update.
+
+    All dummy images are labelled 0, so ``p̃ = g̃ + e_0`` with ``g̃`` the replayed last-layer
+    bias gradient. None when the last layer has no bias.
+    """
+    shape = (observation.num_images, *observation.image_shape)
+    device = observation.update[0].device if observation.update else torch.device("cpu")
+    low, high = observation.image_bounds(device)
+    pixels = torch.rand(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+    dummy = low + pixels * (high - low)
+    labels = torch.zeros(observation.num_images, dtype=torch.long, device=device)
+    with torch.enable_grad():
+        update = [u.detach() for u in observation.simulate(dummy, labels)]
+    replayed = replace(observation, update=update, update_kind="gradient")
+    _, bias = last_layer_gradients(replayed)
+    if bias is None:
+        return None
+    probabilities = bias.detach().double().cpu() / update_scale(observation)
+    probabilities[0] += 1.0
+    return probabilities
+
+
+def recover_labels(observation: Observation, method: str = "dummy") -> torch.Tensor:
     """The n labels an attack should use, int64 ``[n]`` on the update's device.
 
     ``observation.labels`` when the threat model supplies them; iDLG for one image; the counting
-    estimate of :func:`count_labels` for several.
+    estimate of :func:`count_labels` for several, with the expected probabilities measured on
+    dummy data (``method="dummy"``, when the last layer has a bias) or assumed equal
+    (``method="uniform"``).
     """
+    if method not in ("dummy", "uniform"):
+        raise ValueError(f"label recovery method must be 'dummy' or 'uniform', got {method!r}")
     device = observation.update[0].device if observation.update else torch.device("cpu")
     n = observation.num_images
     if observation.labels is not None:
@@ -133,4 +188,6 @@ def recover_labels(observation: Observation) -> torch.Tensor:
         return labels
     if n == 1:
         return torch.tensor([idlg_label(observation)], dtype=torch.long, device=device)
-    return count_labels(class_scores(observation), n).to(device)
+    expected = dummy_probabilities(observation) if method == "dummy" else None
+    scores = class_scores(observation) / update_scale(observation)
+    return count_labels(scores, n, expected).to(device)
