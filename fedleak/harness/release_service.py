@@ -48,6 +48,9 @@ def release_stream(
             outcome["record"] = releaser.release(
                 config, on_epoch=lambda e, loss, acc: events.put((e, loss, acc)), stop=stop
             )
+        except ReleaseCancelled as err:
+            log.warning("release training stopped: the client %s of %d", err, config.max_epochs)
+            outcome["error"] = err
         except BaseException as err:  # noqa: BLE001 - handed to the handler thread
             outcome["error"] = err
         finally:
