@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from fedleak.attacks.observation import Observation
+from fedleak.harness.client import VictimClient
+from fedleak.harness.datasets import load_dataset, normalize
 from fedleak.harness.models import build_model
 from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
 
@@ -64,3 +66,17 @@ def to_unit(observation: Observation, images: torch.Tensor) -> torch.Tensor:
     mean = torch.as_tensor(observation.mean, device=images.device).view(1, -1, 1, 1)
     std = torch.as_tensor(observation.std, device=images.device).view(1, -1, 1, 1)
     return images * std + mean
+
+
+def revealed_clean_update(
+    client: VictimClient, round_id: str, parameters: dict, buffers: dict, model_name: str,
+    dataset: str = "digits", protocol: Protocol = Protocol(),  # noqa: B008  (frozen dataclass)
+) -> list[torch.Tensor]:
+    """The undefended update of a victim's round, recomputed from its revealed private batch.
+
+    The victim must run ``model_name`` on ``dataset`` (split ``all``) with ``--allow-reveal``.
+    """
+    truth, labels = client.reveal(round_id)
+    info = load_dataset(dataset, "all").info
+    model = build_model(model_name, info.shape, info.num_classes)
+    return local_update(model, parameters, buffers, normalize(truth, info), labels, protocol)
