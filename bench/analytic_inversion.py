@@ -1,0 +1,80 @@
+"""Analytic inversion (Geiping et al. Prop. 3.1): PSNR and wall time on an MLP, feature
+recovery on CNNs, for one image and for batches.
+
+For each (data set, model, B) the script builds the round as the harness does (the victim's
+``local_update`` at model seed 0 on the first B images of the train split), runs the
+``analytic`` attack and prints: for an MLP the PSNR of the recovered image (B = 1) or of the
+mixture against its best-matching image (B > 1); for a CNN the cosine similarity and relative
+error of the recovered classifier input against the true features (``fedleak.harness.
+feature_scoring``, as the victim's Score computes them); and the attack's wall time (median
+of ``--repeats`` runs, one thread).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/analytic_inversion.py
+
+Across two processes: ``fedleak victim serve --dataset digits --model mlp`` and
+``fedleak attack --victim HOST:PORT --attack analytic``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import click
+import torch
+
+from fedleak.attacks import Observation, create_attack
+from fedleak.harness.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.feature_scoring import layer_inputs, score_features
+from fedleak.harness.metrics import psnr_per_image
+from fedleak.harness.models import build_model
+from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+
+CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4),
+         ("photos", "lenet-zhu", 1), ("photos", "convnet:width=16", 2),
+         ("digits", "convnet:width=16", 8)]
+
+
+def run_case(dataset: str, spec: str, batch: int, repeats: int) -> str:
+    data = load_dataset(dataset, "train")
+    info, images, labels = data.info, data.images[:batch], data.labels[:batch]
+    torch.manual_seed(0)
+    model = build_model(spec, info.shape, info.num_classes)
+    params = dict(model.named_parameters())
+    buffers = {n: b.clone() for n, b in model.named_buffers()}
+    normalised = normalize(images, info)
+    update = local_update(model, params, buffers, normalised, labels, Protocol())
+    observation = Observation(list(params), [p.detach() for p in params.values()], update,
+                              "gradient", batch, info.shape, info.num_classes, info.mean,
+                              info.std, UpdateSimulator(model, params, buffers, Protocol()))
+    attack = create_attack("analytic")
+    walls = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = attack.reconstruct(observation)
+        walls.append(time.perf_counter() - started)
+    ms = statistics.median(walls) * 1000
+    head = f"{dataset:>7} {spec:>18} B={batch:<3}"
+    if result.has_images:
+        recovered = denormalize(result.images, info).clamp(0, 1)
+        psnr = psnr_per_image(recovered[:1].expand_as(images), images)
+        what = "PSNR" if batch == 1 else "mixture vs best image, PSNR"
+        return f"{head} image    {what} {float(psnr.max()):6.2f} dB   {ms:7.2f} ms"
+    truth = layer_inputs(model, params, buffers, normalised, result.feature_layer)
+    scored = score_features(result.features, truth)
+    return (f"{head} features ({result.feature_layer}) cosine {scored.mean_cosine:.6f}, "
+            f"relative error {scored.mean_relative_error:.2e}   {ms:7.2f} ms")
+
+
+@click.command()
+@click.option("--repeats", default=5, show_default=True)
+def main(repeats: int) -> None:
+    torch.set_num_threads(1)
+    print("analytic inversion, untrained models (seed 0), first B train images, FedSGD, "
+          f"1 thread, median of {repeats} runs")
+    for case in CASES:
+        print(run_case(*case, repeats))
+
+
+if __name__ == "__main__":
+    main()
