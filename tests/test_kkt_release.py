@@ -214,3 +214,12 @@ def test_voting_averages_the_close_candidates() -> None:
     assert float(voted.ssim[0]) > 0.9 and voted.recovered(0.9) >= 1
     with pytest.raises(ValueError, match="at least one"):
         vote_reconstructions(candidates[:0], train)
+
+
+def test_bad_release_flags_are_usage_errors() -> None:
+    result = CliRunner().invoke(main, ["victim", "serve", "--dataset", "digits", "--model",
+                                       MODEL, "--release-size", "1", "--port", "0"])
+    assert result.exit_code == 2 and "--release-size" in result.output
+    result = CliRunner().invoke(main, ["attack", "--victim", "127.0.0.1:1", "--attack", "kkt",
+                                       "--release-epochs", "0"])
+    assert result.exit_code == 2 and "--release-epochs" in result.output
