@@ -6,6 +6,7 @@ Importing this package registers the built-in attacks.
 from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     analytic,
     dlg,
+    fedavg,
     inverting_gradients,
     kkt,
     qian,

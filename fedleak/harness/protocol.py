@@ -196,6 +196,10 @@ class UpdateSimulator:
                 self.model, self.parameters, self.buffers, images, labels, self.protocol, True
             )
 
+    def local_steps(self, num_images: int) -> int:
+        """How many local SGD steps the replay takes over ``num_images`` images."""
+        return self.protocol.local_steps(num_images)
+
     def restarts(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         """The user's update for R candidate batches at once: ``images`` [R, n, C, H, W].
 
