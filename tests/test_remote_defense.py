@@ -3,13 +3,14 @@ registered defense, and the ``remote`` link checking what a service returns."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
 import torch
 
-from fedleak.defenses import DefenseConfigError, create_defense
+from fedleak.defenses import DefenseConfigError, UpdateDefense, create_defense
 from fedleak.defenses.clip import Clip, ClipConfig
 from fedleak.defenses.noise import Noise, NoiseConfig
 from fedleak.harness.errors import FailedPrecondition
@@ -26,11 +27,11 @@ from fedleak.v1 import victim_pb2 as pb
 
 
 @pytest.fixture()
-def served() -> Iterator[callable]:
+def served() -> Iterator[Callable[[UpdateDefense], str]]:
     """Start DefenseServices on free loopback ports; stop them after the test."""
     servers = []
 
-    def serve(defense: object) -> str:
+    def serve(defense: UpdateDefense) -> str:
         server, port = start_defense_server(defense)
         servers.append(server)
         return f"127.0.0.1:{port}"
@@ -173,6 +174,19 @@ def test_a_dead_service_is_named_at_start_and_later(served) -> None:
     with pytest.raises(FailedPrecondition, match="is unreachable") as err:
         remote.apply([torch.ones(2)], torch.Generator())
     assert f"127.0.0.1:{port}" in str(err.value)
+    server, _ = start_defense_server(Clip(), port=port)  # back at the same address
+    try:
+        for _ in range(40):  # gRPC reconnects with its own backoff (about a second here)
+            try:
+                got = remote.apply([torch.ones(2)], torch.Generator())
+                break
+            except FailedPrecondition:
+                time.sleep(0.25)
+        else:
+            pytest.fail("the remote link did not reconnect to the restarted service in 10 s")
+        assert torch.equal(got[0], torch.ones(2) / 2**0.5)
+    finally:
+        server.stop(0)
 
 
 @pytest.mark.parametrize("params, words", [
