@@ -126,3 +126,26 @@ def test_unknown_method_is_refused():
     )
     with pytest.raises(ValueError, match="dummy"):
         recover_labels(observation, method="magic")
+
+
+def test_batch_of_100_end_to_end_scores_every_image_and_its_labels(tmp_path):
+    """A victim with --batch-size 100; the attacker takes n from the update and recovers labels."""
+    import json
+    import subprocess
+    import sys
+
+    from fedleak.harness.victim_process import VictimProcess
+
+    args = ["--dataset", "digits", "--model", "convnet:width=4", "--batch-size", "100"]
+    with VictimProcess(args) as victim:
+        done = subprocess.run(
+            [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
+             "--attack", "inverting-gradients", "--iterations", "2", "--out", str(tmp_path),
+             "--quiet"],
+            capture_output=True, text=True, timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    r = json.loads((tmp_path / "metrics.json").read_text())["rounds"][0]
+    assert r["num_images"] == 100 and len(r["labels"]) == 100 and len(r["images"]) == 100
+    assert sorted(s["matched_index"] for s in r["images"]) == list(range(100))
+    assert r["label_accuracy"] >= 0.9
