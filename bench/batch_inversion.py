@@ -10,13 +10,19 @@ image's PSNR, label accuracy, seconds per iteration.
 
 The same measurement across two processes:
 
-    fedleak victim serve --dataset digits --model convnet:width=16 --batch-size 8 --seed 0
-    fedleak attack --victim HOST:PORT --attack inverting-gradients --iterations 2000
+    fedleak victim serve --dataset photos --model convnet:width=16 --batch-size 8 --seed 0
+    fedleak attack --victim HOST:PORT --attack inverting-gradients --iterations 1200
 
 In-process (one thread):
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/batch_inversion.py --dataset digits \\
-        --model convnet:width=16 --batch 8 --iterations 2000 [--seeds 0,1] [--tv 0.01]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/batch_inversion.py --dataset photos \\
+        --model convnet:width=16 --batch 8 --iterations 1200 [--seeds 0,1] [--tv 0.01]
+
+Digits (8×8) are a poor case for the ConvNet: its two 3×3 pools leave 1×1 maps, where training-
+mode BatchNorm normalises each channel over only B values (for B = 2 every activation becomes
+exactly ±1), so the update depends little on the pixels. Measured there (convnet:width=16,
+B = 2 and 8, 1000–2000 iterations) the attack stays at the level of a flat grey image
+(6.7–7.6 dB; the objective ends near 0.9, while it is 0 at the true images), labels right.
 """
 
 from __future__ import annotations
@@ -62,10 +68,10 @@ def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
 
 
 @click.command()
-@click.option("--dataset", default="digits", show_default=True)
+@click.option("--dataset", default="photos", show_default=True)
 @click.option("--model", "spec", default="convnet:width=16", show_default=True)
 @click.option("--batch", default=8, show_default=True, type=click.IntRange(1))
-@click.option("--iterations", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--iterations", default=1200, show_default=True, type=click.IntRange(1))
 @click.option("--tv", default=1e-2, show_default=True)
 @click.option("--lr", default=0.1, show_default=True)
 @click.option("--seeds", default="0", show_default=True, help="Attack seeds, comma-separated.")
