@@ -16,7 +16,7 @@ from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.analytic import AnalyticInversionError, invert_linear_layer
 from fedleak.harness.client import VictimClient, VictimError
 from fedleak.harness.feature_scoring import FeatureScoringError, layer_inputs, score_features
-from fedleak.harness.metrics import psnr_per_image
+from fedleak.harness.metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.models import build_model
 from fedleak.harness.victim_process import VictimProcess
 from tests.helpers import make_observation, to_unit
@@ -58,15 +58,26 @@ def test_cnn_gives_the_classifier_input_exactly_for_one_image() -> None:
     assert scored.mean_cosine > 0.99999 and scored.mean_relative_error < 1e-4
 
 
-def test_a_batch_gives_a_mixture_and_says_so() -> None:
+def test_a_batch_without_separation_gives_a_mixture_and_says_so() -> None:
     shape = (1, 6, 6)
     images = _images(3, shape, 2)
     observation = make_observation("mlp:width=32", shape, 10, images, torch.tensor([1, 4, 6]))
-    result = create_attack("analytic").reconstruct(observation)
+    result = create_attack("analytic", {"separate": "false"}).reconstruct(observation)
     assert result.images.shape == (3, *shape)
     assert len(result.warnings) == 1 and "mixture" in result.warnings[0]
     # the mixture is no image of the batch
     assert float(psnr_per_image(to_unit(observation, result.images), images).max()) < 40
+
+
+def test_units_active_for_one_image_separate_a_small_batch() -> None:
+    shape = (1, 8, 8)
+    images = _images(4, shape, 3)
+    observation = make_observation("mlp:width=256", shape, 10, images, torch.tensor([1, 4, 6, 6]))
+    result = create_attack("analytic").reconstruct(observation)
+    assert result.extras["separated"] == 4 and not result.warnings
+    scored = score_reconstruction(to_unit(observation, result.images).clamp(0, 1), images)
+    assert min(s.psnr for s in scored.images) >= 60
+    assert sorted(result.labels.tolist()) == [1, 4, 6, 6]
 
 
 def test_rows_are_chosen_by_relative_bias_gradient() -> None:
@@ -95,7 +106,7 @@ def test_bad_layers_and_options_are_refused() -> None:
                                  torch.tensor([0]))
     with pytest.raises(AnalyticInversionError, match="biased linear layer"):
         create_attack("analytic").reconstruct(bias_free)
-    for options in ({"threshold": "0"}, {"combine": "mean"}):
+    for options in ({"threshold": "0"}, {"combine": "mean"}, {"tolerance": "2"}):
         with pytest.raises(AttackConfigError):
             create_attack("analytic", options)
 

@@ -22,8 +22,14 @@ victim can score against the true ones.
 **Batches (Prop. D.2 and Qian & Hansen Prop. 3).** With n images averaged, ``∂L/∂A_i =
 (1/n) Σ_k g_{ki} x_kᵀ`` and ``∂L/∂b_i = (1/n) Σ_k g_{ki}``, so the ratio is the
 gradient-weighted mixture ``Σ_k (g_{ki} / Σ_{k'} g_{k'i}) x_k`` of the batch's inputs, with
-weights that differ from row to row (and need not be positive): not one image. The attack then
-says so in a warning and returns that mixture for every image slot.
+weights that differ from row to row (and need not be positive): not one image. But a unit
+that is active (ReLU on, ``g_{ki} ≠ 0``) for exactly one image k of the batch gives that image
+exactly, ``∂L/∂A_i / ∂L/∂b_i = x_k``, and all such rows of image k agree. With ``separate``
+(default) the per-row estimates are grouped (greedily, by relative distance ≤ ``tolerance``);
+every group of at least two agreeing rows is taken as one recovered input, largest groups first.
+Slots left over (fewer groups than images, as at a classifier, where every image's error
+``p − e_y`` is non-zero in every row) get the least-squares mixture, and the attack says so in a
+warning.
 
 A FedAvg delta is turned into a gradient direction first; after several local steps the
 identity holds only approximately. The labels come from :func:`recover_labels`.
@@ -63,6 +69,14 @@ class AnalyticConfig:
         default=1e-3,
         metadata={"help": "use rows with |grad b_i| >= threshold * max |grad b| (0 < t <= 1)"},
     )
+    separate: bool = field(
+        default=True,
+        metadata={"help": "for a batch, group rows that agree (units active for one image "
+                          "only) into separate inputs"},
+    )
+    tolerance: float = field(
+        default=1e-4, metadata={"help": "relative distance under which two rows agree"}
+    )
     combine: str = field(
         default="least-squares",
         metadata={"help": "'least-squares' (rows weighted by their bias gradient) or 'median' "
@@ -76,6 +90,8 @@ class AnalyticConfig:
             raise ValueError(f"combine must be one of {COMBINE_CHOICES}, got {self.combine!r}")
         if not self.layer:
             raise ValueError(f"layer must be one of {LAYER_CHOICES} or a module name")
+        if not (0 < self.tolerance < 1):
+            raise ValueError(f"tolerance must lie in (0, 1), got {self.tolerance}")
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,42 @@ def invert_linear_layer(
     return x, int(rows.sum())
 
 
+def separate_inputs(
+    weight_grad: torch.Tensor,
+    bias_grad: torch.Tensor,
+    count: int,
+    threshold: float = 1e-3,
+    tolerance: float = 1e-4,
+) -> tuple[torch.Tensor, list[int]]:
+    """Up to ``count`` distinct inputs ``[k, d]`` from groups of agreeing per-row estimates.
+
+    Each row above the threshold gives ``r_i = ∇_{A_i} L / ∇_{b_i} L``. Rows are visited by
+    decreasing ``|∇_{b_i} L|``; a row joins the first group whose first member is within
+    ``tolerance · ‖member‖`` of it, else starts a group. Groups of two or more rows are returned
+    (their mean, float64), largest first, with their sizes.
+    """
+    weight_grad, bias_grad = weight_grad.detach().double(), bias_grad.detach().double()
+    largest = bias_grad.abs().max()
+    if not bool(torch.isfinite(largest)) or float(largest) == 0.0:
+        return weight_grad.new_zeros(0, weight_grad.shape[1]), []
+    order = torch.argsort(bias_grad.abs(), descending=True)
+    order = order[bias_grad.abs()[order] >= threshold * largest]
+    ratios = weight_grad[order] / bias_grad[order, None]
+    groups: list[list[int]] = []
+    for row in range(ratios.shape[0]):
+        for group in groups:
+            anchor = ratios[group[0]]
+            if (ratios[row] - anchor).norm() <= tolerance * anchor.norm():
+                group.append(row)
+                break
+        else:
+            groups.append([row])
+    kept = sorted((g for g in groups if len(g) >= 2), key=len, reverse=True)[:count]
+    if not kept:
+        return weight_grad.new_zeros(0, weight_grad.shape[1]), []
+    return torch.stack([ratios[g].mean(0) for g in kept]), [len(g) for g in kept]
+
+
 @register_attack("analytic")
 class AnalyticInversion(Attack):
     """Closed-form recovery of a biased linear layer's input from its weight and bias gradients.
@@ -186,11 +238,19 @@ class AnalyticInversion(Attack):
         labels = recover_labels(observation).to(device)
         n = observation.num_images
         warnings = []
-        if n > 1:
+        inputs = x.view(1, -1).expand(n, -1).clone()
+        separated: list[int] = []
+        if n > 1 and cfg.separate:
+            found, separated = separate_inputs(grads[layer.weight_index],
+                                               grads[layer.bias_index], n, cfg.threshold,
+                                               cfg.tolerance)
+            inputs[: len(separated)] = found
+        if n > 1 and len(separated) < n:
             warnings.append(
-                f"the batch has {n} images: analytic inversion recovers the gradient-weighted "
-                "mixture of the batch's layer inputs (Prop. D.2), not one image; the same "
-                f"mixture is returned for all {n} slots"
+                f"the batch has {n} images: analytic inversion separated {len(separated)} of "
+                "them (units active for one image only); the other slots hold the "
+                "gradient-weighted mixture of the batch's layer inputs (Prop. D.2), not one "
+                "image"
             )
         if observation.update_kind == "delta" and observation.local_steps > 1:
             warnings.append(
@@ -198,17 +258,18 @@ class AnalyticInversion(Attack):
                 "identity grad_A = grad_b * x holds only approximately"
             )
         extras = {"layer": layer.name, "rows_used": rows,
-                  "rows_total": int(grads[layer.bias_index].numel())}
+                  "rows_total": int(grads[layer.bias_index].numel()),
+                  "separated": len(separated), "separated_rows": separated}
         if progress is not None:
             progress(1, 1, 0.0)
         if starts_with_linear(observation, layer):
-            image = x.float().view(1, *observation.image_shape).to(device)
+            images = inputs.float().view(n, *observation.image_shape).to(device)
             extras["recovered"] = "image"
-            return Reconstruction(images=image.expand(n, -1, -1, -1).clone(), labels=labels,
-                                  objective=0.0, iterations=1, extras=extras,
-                                  warnings=warnings)
+            return Reconstruction(images=images, labels=labels, objective=0.0, iterations=1,
+                                  extras=extras, warnings=warnings)
         extras["recovered"] = "features"
         empty = torch.empty(0, *observation.image_shape, device=device)
         return Reconstruction(images=empty, labels=labels, objective=0.0, iterations=1,
-                              extras=extras, features=x.float().view(1, -1).to(device),
+                              extras=extras, features=inputs[: max(len(separated), 1)].float()
+                              .to(device),
                               feature_layer=layer.name, warnings=warnings)
