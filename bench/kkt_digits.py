@@ -2,18 +2,21 @@
 
 The victim trains ``kkt-mlp`` on n balanced odd/even 8×8 digits (images mapped to [−1, 1]) by
 full-batch gradient descent and releases it; the attacker runs the KKT attack (a random search
-of ``--runs`` runs), post-processes the candidates (min–max scaling, λ filter, NCC merging) and
-the victim scores them: every training image is matched to its best candidate by SSIM
-(:func:`fedleak.harness.kkt_scoring.match_to_training`) and counts as recovered at SSIM ≥ 0.4.
+of ``runs`` runs, candidates pooled), scales every candidate to [0, 1], and the candidates are
+scored exactly as the victim's ``Score`` does (App. B.3,
+:func:`fedleak.harness.kkt_scoring.vote_reconstructions`): per training image, the candidates
+of NCC ≥ 0.9 × the best NCC are averaged and the mean's SSIM is its score; recovered at
+SSIM ≥ 0.4.
 
-Two controls say how much of that count is leakage. SSIM on 8×8 images (7×7 window, 4
-positions) is forgiving, so the same candidates are also matched against n *held-out* digits
-from the test split that the model never saw, and the count is repeated for a DP-SGD release
-(Opacus, same epochs), where it should collapse to the held-out level.
+Two controls say how much of that count is leakage. SSIM on 8×8 images (the 11×11 window
+shrinks to 7×7, 2×2 positions) is forgiving: a blurry digit-shaped blob scores 0.4. So the same
+candidates are also voted against n *held-out* digits of the test split that the model never
+saw (a count there is not leakage), and everything is repeated for a DP-SGD release (Opacus,
+same epochs), where the training count should fall to the held-out level.
 
-Outputs (``--out``): ``kkt_digits_ssim_vs_output.png`` (Fig. 4: best SSIM of every training
-sample against its output Φ(x_i)·y_i) and ``kkt_digits_best.png`` (best reconstructions above
-their training images), for the clean and the DP release.
+Outputs (``--out``), for the clean and the DP release: ``kkt_digits_NAME_ssim_vs_margin.png``
+(Fig. 4: SSIM of every training sample against its margin y_i Φ(θ; x_i), held-out mean as a
+line) and ``kkt_digits_NAME_best.png`` (training images above their voted reconstructions).
 
     .venv/bin/python bench/kkt_digits.py                       # defaults, ~3-10 min on 2 cores
     .venv/bin/python bench/kkt_digits.py --n 100 --attack '{"runs": 2}'
@@ -31,10 +34,12 @@ from typing import Any
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.kkt_postprocess import postprocess_candidates
+from fedleak.attacks.kkt_postprocess import scale_to_unit
 from fedleak.harness.binary_tasks import balanced_subset
 from fedleak.harness.datasets import load_dataset
-from fedleak.harness.kkt_scoring import RECOVERED_SSIM, TrainingMatch, match_to_training
+from fedleak.harness.kkt_plots import plot_ssim_vs_margin
+from fedleak.harness.kkt_scoring import RECOVERED_SSIM, VotedMatch, vote_reconstructions
+from fedleak.harness.pictures import save_grid
 from fedleak.harness.release_training import (
     ReleaseTrainingConfig,
     build_release_model,
@@ -77,7 +82,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dp-delta", type=float, default=1e-5)
     parser.add_argument("--attack", type=json.loads, default={},
                         help="JSON of kkt options overriding ATTACK_DEFAULTS")
-    parser.add_argument("--merge-ncc", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=Path("bench_out"))
@@ -95,63 +99,44 @@ def digits_split(split: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Ten
 def attack_release(
     model: torch.nn.Module, n: int, options: dict[str, Any], args: argparse.Namespace
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Run the attack and post-process; candidates on [0, 1] and a summary."""
+    """Run the attack; every finite candidate scaled to [0, 1], and a summary."""
     released = release(model, SHAPE, n)
     start = time.perf_counter()
     result = create_attack("kkt", options).reconstruct(released, device=args.device,
                                                        seed=args.seed)
     seconds = time.perf_counter() - start
-    processed = postprocess_candidates(
-        result.images.cpu(), result.extras["lambdas"].cpu(), result.labels.cpu(),
-        merge_ncc=args.merge_ncc,
-    )
+    candidates01 = scale_to_unit(result.images.detach().cpu().float())
+    candidates01 = candidates01[torch.isfinite(candidates01.flatten(1)).all(1)]
     summary = {
         "attack_s": round(seconds, 1),
         "candidates": len(result.images),
-        "after_postprocess": len(processed),
+        "finite": len(candidates01),
         "run_objectives": [round(v, 4) for v in result.extras["run_objectives"]],
         "run_diverged": result.extras["run_diverged"],
     }
-    return processed.images, summary
+    return candidates01, summary
 
 
-def counts(match: TrainingMatch) -> dict[str, Any]:
+def counts(match: VotedMatch) -> dict[str, Any]:
     return {
         "recovered@0.4": match.recovered(RECOVERED_SSIM),
         "recovered@0.6": match.recovered(0.6),
         "mean_ssim": round(float(match.ssim.mean()), 3),
+        "max_ssim": round(float(match.ssim.max()), 3),
     }
 
 
-def plot(name: str, outputs: torch.Tensor, match: TrainingMatch, held: TrainingMatch,
-         train01: torch.Tensor, candidates01: torch.Tensor, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, ax = plt.subplots(figsize=(5, 4))
-    ax.scatter(outputs, match.ssim, s=12, label="training samples")
-    ax.axhline(float(held.ssim.mean()), color="0.5", ls="--", label="held-out mean")
-    ax.axhline(RECOVERED_SSIM, color="r", ls=":", label="SSIM 0.4")
-    ax.set_xlabel("y_i Φ(θ; x_i)")
-    ax.set_ylabel("best SSIM of a candidate")
-    ax.set_title(f"{name}: {match.recovered()}/{len(match.ssim)} at SSIM ≥ 0.4")
-    ax.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(out / f"kkt_digits_{name}_ssim_vs_output.png", dpi=120)
-    order = torch.argsort(match.ssim, descending=True)[:16]
-    figure, axes = plt.subplots(2, len(order), figsize=(len(order) * 0.9, 2.2))
-    for column, i in enumerate(order.tolist()):
-        axes[0, column].imshow(candidates01[match.index[i], 0], cmap="gray", vmin=0, vmax=1)
-        axes[1, column].imshow(train01[i, 0], cmap="gray", vmin=0, vmax=1)
-        axes[0, column].set_title(f"{float(match.ssim[i]):.2f}", fontsize=6)
-        for row in (0, 1):
-            axes[row, column].axis("off")
-    figure.suptitle(f"{name}: best reconstructions (top) and training images (bottom)",
-                    fontsize=8)
-    figure.savefig(out / f"kkt_digits_{name}_best.png", dpi=120)
-    plt.close("all")
+def plot(name: str, margins: torch.Tensor, match: VotedMatch, held: VotedMatch,
+         train01: torch.Tensor, out: Path, epsilon: float | None) -> None:
+    title = (f"digits odd/even, {name}" + (f" (ε={epsilon:.3g})" if epsilon else "")
+             + f": {match.recovered()}/{len(match.ssim)} at SSIM ≥ 0.4, held-out "
+             f"{held.recovered()}")
+    plot_ssim_vs_margin(out / f"kkt_digits_{name}_ssim_vs_margin.png", margins, match.ssim,
+                        control=float(held.ssim.mean()), title=title)
+    order = torch.argsort(match.ssim, descending=True)[:20]
+    save_grid(out / f"kkt_digits_{name}_best.png", match.reconstructions[order], train01[order],
+              [f"{float(match.ssim[i]):.2f}" for i in order],
+              title=f"{name}: training digits (top), KKT reconstructions (bottom), SSIM")
 
 
 def experiment(name: str, config: ReleaseTrainingConfig, args: argparse.Namespace,
@@ -163,16 +148,21 @@ def experiment(name: str, config: ReleaseTrainingConfig, args: argparse.Namespac
     train_s = time.perf_counter() - start
     options = {**ATTACK_DEFAULTS, **args.attack}
     candidates01, summary = attack_release(model, len(train01), options, args)
-    match, held = match_to_training(candidates01, train01), match_to_training(candidates01, held01)
+    match = vote_reconstructions(candidates01, train01)
+    held = vote_reconstructions(candidates01, held01)
     with torch.no_grad():
-        outputs = model(to_model_input(train01)).reshape(-1) * y
-    plot(name, outputs, match, held, train01, candidates01, args.out)
+        margins = model(to_model_input(train01)).reshape(-1) * y
+    plot(name, margins, match, held, train01, args.out, trained.epsilon)
+    on_margin = margins <= 1.5 * margins.min()
     report = {
         "release": name, "n": len(train01), "epochs": trained.epochs,
         "train_loss": f"{trained.loss:.2e}", "train_acc": trained.train_accuracy,
         "epsilon": None if trained.epsilon is None else round(trained.epsilon, 1),
         "train_s": round(train_s, 1), **summary,
         "training_set": counts(match), "held_out_control": counts(held),
+        "mean_ssim_on_margin": round(float(match.ssim[on_margin].mean()), 3),
+        "mean_ssim_off_margin": round(float(match.ssim[~on_margin].mean()), 3)
+        if bool((~on_margin).any()) else None,
     }
     print(json.dumps(report), flush=True)
 
