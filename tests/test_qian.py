@@ -60,7 +60,8 @@ def test_objective_adds_the_decayed_regularizer() -> None:
     observed = list(observation.update)
     distance = gradient_distance(observation.simulate(images, labels), observed)
     value = attack.objective(images, labels, observation, observed, iteration=25)
-    expected = distance + 0.5 * 0.81 * orthogonality_regularizer(images)
+    pixels = images * 0.5 + 0.5  # R acts on the [0, 1] pixel scale (helpers: mean = std = 0.5)
+    expected = distance + 0.5 * 0.81 * orthogonality_regularizer(pixels)
     assert value.item() == pytest.approx(expected.item(), rel=1e-6)
     assert attack.regularizer_name(1) == "l2" and attack.regularizer_name(2) == "orthogonality"
 

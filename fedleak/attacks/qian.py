@@ -12,13 +12,20 @@ The attack minimises the euclidean gradient distance of DLG plus a regulariser R
   same mixture (Sec. 4, Fig. 5);
 
 with ``λ_i = λ₀ · 0.9^⌊i/m⌋`` (Algorithm 2, lines 15–16: λ ← 0.9 λ every m iterations), so the
-bias of the regulariser fades out. The initial images are drawn from U(0, 1) in pixel space
-(Algorithm 2, line 4: data lies in [0, 1]) and mapped into the normalised space the model sees;
-x is the model's input, so R acts there. The paper's Algorithm 2 also optimises the labels; here
-they come from the analytic label recovery of :func:`recover_labels` (iDLG for one image,
-counting for a batch), which is exact for one image. The update step is Adam (the paper reports
-first-order Adam as the stable choice for high-dimensional inputs, Sec. 4.2) or plain gradient
-descent (Algorithm 2, line 13).
+bias of the regulariser fades out. The paper's model takes images on [0, 1] directly; here the
+model sees normalised images, so the attack optimises those but evaluates R on the same images
+mapped back to [0, 1] (``x·std + mean``), the space the paper's regularisers were designed for
+(there a dark background is 0, and two digits are orthogonal when their strokes do not
+overlap; in the normalised space the shared background alone makes every pair correlated).
+The initial images are drawn from U(0, 1) in that pixel space (Algorithm 2, line 4). The
+paper's Algorithm 2 also optimises the labels; here they come from the analytic label recovery
+of :func:`recover_labels` (iDLG for one image, counting for a batch), which is exact for one
+image. The update step is Adam (the paper reports first-order Adam as the stable choice for
+high-dimensional inputs, Sec. 4.2) or plain gradient descent (Algorithm 2, line 13).
+
+Measured (digits, first 4 train images, ``mlp:width=64`` untrained, 2000 Adam steps at lr 0.05,
+attack seeds 0/1): orthogonality with λ₀ = 1e-5 gives 55.3 / 45.5 dB, none 45.6 / 48.0 dB,
+λ₀ = 1e-4 35.8 / 35.8 dB — the regulariser must stay small, hence the default 1e-5.
 """
 
 from __future__ import annotations
@@ -54,7 +61,9 @@ class QianConfig:
         metadata={"help": "'auto' (l2 for one image, orthogonality for a batch), 'l2', "
                           "'orthogonality' or 'none'"},
     )
-    weight: float = field(default=1e-4, metadata={"help": "initial regulariser weight lambda_0"})
+    weight: float = field(
+        default=1e-5, metadata={"help": "initial regulariser weight lambda_0 (R on [0, 1] pixels)"}
+    )
     decay: float = field(default=0.9, metadata={"help": "lambda <- decay * lambda every m steps"})
     decay_every: int = field(default=100, metadata={"help": "m of Algorithm 2"})
     log_every: int = field(default=50, metadata={"help": "report progress every k steps"})
@@ -97,6 +106,13 @@ def regularizer_weight(iteration: int, weight: float, decay: float, every: int) 
     return weight * decay ** (iteration // every)
 
 
+def to_pixels(images: torch.Tensor, observation: Observation) -> torch.Tensor:
+    """Normalised images back on the [0, 1] pixel scale: ``x · std + mean`` per channel."""
+    mean = torch.as_tensor(observation.mean, dtype=images.dtype, device=images.device)
+    std = torch.as_tensor(observation.std, dtype=images.dtype, device=images.device)
+    return images * std.view(1, -1, 1, 1) + mean.view(1, -1, 1, 1)
+
+
 def uniform_init(observation: Observation, seed: int, device: torch.device) -> torch.Tensor:
     """U(0, 1) images in pixel space, drawn on the CPU from ``seed``, in normalised space."""
     shape = (observation.num_images, *observation.image_shape)
@@ -127,15 +143,17 @@ class Qian(Attack):
         observed: list[torch.Tensor],
         iteration: int,
     ) -> torch.Tensor:
-        """Gradient distance plus ``λ_i R(x)`` at ``iteration``."""
+        """Gradient distance plus ``λ_i R(x)`` at ``iteration``, R on the [0, 1] pixel scale."""
         cfg = self.config
         loss = gradient_distance(observation.simulate(images, labels), observed)
         name = self.regularizer_name(images.shape[0])
         lam = regularizer_weight(iteration, cfg.weight, cfg.decay, cfg.decay_every)
-        if name == "l2" and lam > 0:
-            loss = loss + lam * l2_regularizer(images)
-        elif name == "orthogonality" and lam > 0:
-            loss = loss + lam * orthogonality_regularizer(images)
+        if name in ("l2", "orthogonality") and lam > 0:
+            pixels = to_pixels(images, observation)
+            if name == "l2":
+                loss = loss + lam * l2_regularizer(pixels)
+            else:
+                loss = loss + lam * orthogonality_regularizer(pixels)
         return loss
 
     def reconstruct(
