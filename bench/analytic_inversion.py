@@ -26,11 +26,11 @@ import torch
 from fedleak.attacks import Observation, create_attack
 from fedleak.harness.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.feature_scoring import layer_inputs, score_features
-from fedleak.harness.metrics import psnr_per_image
+from fedleak.harness.metrics import score_reconstruction
 from fedleak.harness.models import build_model
 from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
 
-CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4),
+CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4), ("digits", "mlp", 8),
          ("photos", "lenet-zhu", 1), ("photos", "convnet:width=16", 2),
          ("digits", "convnet:width=16", 8)]
 
@@ -57,9 +57,10 @@ def run_case(dataset: str, spec: str, batch: int, repeats: int) -> str:
     head = f"{dataset:>7} {spec:>18} B={batch:<3}"
     if result.has_images:
         recovered = denormalize(result.images, info).clamp(0, 1)
-        psnr = psnr_per_image(recovered[:1].expand_as(images), images)
-        what = "PSNR" if batch == 1 else "mixture vs best image, PSNR"
-        return f"{head} image    {what} {float(psnr.max()):6.2f} dB   {ms:7.2f} ms"
+        score = score_reconstruction(recovered, images)
+        worst = min(s.psnr for s in score.images)
+        return (f"{head} image    matched mean PSNR {score.mean_psnr:6.2f} dB (worst "
+                f"{worst:6.2f}), {result.extras['separated']} separated   {ms:7.2f} ms")
     truth = layer_inputs(model, params, buffers, normalised, result.feature_layer)
     scored = score_features(result.features, truth)
     return (f"{head} features ({result.feature_layer}) cosine {scored.mean_cosine:.6f}, "

@@ -195,11 +195,12 @@ def separate_inputs(
     order = torch.argsort(bias_grad.abs(), descending=True)
     order = order[bias_grad.abs()[order] >= threshold * largest]
     ratios = weight_grad[order] / bias_grad[order, None]
+    # agree[a, r]: row r lies within tolerance of row a (relative to row a's norm)
+    agree = (torch.cdist(ratios, ratios) <= tolerance * ratios.norm(dim=1)[:, None]).tolist()
     groups: list[list[int]] = []
     for row in range(ratios.shape[0]):
         for group in groups:
-            anchor = ratios[group[0]]
-            if (ratios[row] - anchor).norm() <= tolerance * anchor.norm():
+            if agree[group[0]][row]:
                 group.append(row)
                 break
         else:
