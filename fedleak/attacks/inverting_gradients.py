@@ -17,7 +17,9 @@ Adam (β = (0.9, 0.999), ε = 1e-8) fed the *sign* of the objective's gradient; 
 (0.1) multiplied by 0.1 from iterations ⌊3T/8⌋, ⌊5T/8⌋ and ⌊7T/8⌋ on (``MultiStepLR`` stepped
 once per iteration); after every step the images are projected onto the box. Each restart ends
 with eq. (4) evaluated once more at its last iterate; the restart with the lowest value wins.
-Labels come from :func:`fedleak.attacks.labels.recover_labels`.
+Labels come from :func:`fedleak.attacks.labels.recover_labels`. With ``vectorised`` (default)
+and a replay that offers it (models without BatchNorm), the R restarts run as one batched
+computation with the same result per restart (:mod:`fedleak.attacks.restarts`).
 
 How one iteration is computed (the speed of the attack is the speed of this loop): the outer
 gradient is formed analytically rather than by autograd through a concatenated vector. With
