@@ -168,3 +168,22 @@ def test_cli_analytic_against_a_cnn_victim_scores_features(tmp_path: Path) -> No
     assert r["mean_psnr"] is None and r["feature_layer"] == "fc"
     assert r["mean_feature_cosine"] > 0.5 and r["label_accuracy"] is not None
     assert (tmp_path / r["features_file"]).exists() and "mixture" in r["warnings"][0]
+
+
+def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
+    from fedleak.harness.protocol import Protocol
+
+    shape = (1, 6, 6)
+    image = _images(1, shape, 5)
+    one_step = Protocol(kind="fedavg", local_epochs=1, learning_rate=1e-4)
+    observation = make_observation("mlp:width=32", shape, 10, image, torch.tensor([2]),
+                                   one_step)
+    result = create_attack("analytic").reconstruct(observation)
+    assert not result.warnings  # one SGD step: the delta is -τ·gradient, still exact
+    assert float(psnr_per_image(to_unit(observation, result.images), image)[0]) >= 60
+    three_steps = Protocol(kind="fedavg", local_epochs=3, learning_rate=1e-4)
+    observation = make_observation("mlp:width=32", shape, 10, image, torch.tensor([2]),
+                                   three_steps)
+    result = create_attack("analytic").reconstruct(observation)
+    assert any("approximately" in w for w in result.warnings)
+    assert float(psnr_per_image(to_unit(observation, result.images), image)[0]) >= 30
