@@ -149,3 +149,16 @@ def test_batch_of_100_end_to_end_scores_every_image_and_its_labels(tmp_path):
     assert r["num_images"] == 100 and len(r["labels"]) == 100 and len(r["images"]) == 100
     assert sorted(s["matched_index"] for s in r["images"]) == list(range(100))
     assert r["label_accuracy"] >= 0.9
+
+
+def test_dummy_counting_works_on_a_fedavg_delta():
+    g = torch.Generator().manual_seed(7)
+    labels = torch.tensor([0, 0, 3, 3, 3, 8])
+    protocol = Protocol(kind="fedavg", local_epochs=1, batch_size=3, learning_rate=1e-3)
+    observation = make_observation(
+        "convnet:width=4", (1, 8, 8), 10, torch.rand(6, 1, 8, 8, generator=g), labels, protocol
+    )
+    probabilities = dummy_probabilities(observation)
+    assert probabilities is not None and probabilities.sum().item() == pytest.approx(1, abs=1e-3)
+    assert (probabilities > 0).all()
+    assert sorted(recover_labels(observation).tolist()) == sorted(labels.tolist())

@@ -160,7 +160,7 @@ def dummy_probabilities(observation: Observation, seed: int = 0) -> torch.Tensor
     labels = torch.zeros(observation.num_images, dtype=torch.long, device=device)
     with torch.enable_grad():
         update = [u.detach() for u in observation.simulate(dummy, labels)]
-    replayed = replace(observation, update=update, update_kind="gradient")
+    replayed = replace(observation, update=update)
     _, bias = last_layer_gradients(replayed)
     if bias is None:
         return None
