@@ -253,6 +253,12 @@ class AnalyticInversion(Attack):
                 "gradient-weighted mixture of the batch's layer inputs (Prop. D.2), not one "
                 "image"
             )
+        elif n > 1:
+            warnings.append(
+                f"the batch has {n} images: all {n} were separated from units active for one "
+                "image only; every other unit gives a gradient-weighted mixture of the batch's "
+                "inputs (Prop. D.2) and was not used"
+            )
         if observation.update_kind == "delta" and observation.local_steps > 1:
             warnings.append(
                 f"the update is a FedAvg delta over {observation.local_steps} local steps: the "
