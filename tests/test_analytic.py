@@ -187,3 +187,19 @@ def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
     result = create_attack("analytic").reconstruct(observation)
     assert any("approximately" in w for w in result.warnings)
     assert float(psnr_per_image(to_unit(observation, result.images), image)[0]) >= 30
+
+
+def test_victim_scores_features_of_recent_rounds_only() -> None:
+    from fedleak.harness.errors import FailedPrecondition
+    from fedleak.harness.victim import FEATURE_ROUNDS
+    from fedleak.harness.victim_setup import create_victim
+
+    victim = create_victim("digits", "lenet-zhu", images="0-3")
+    params, buffers = victim.global_model()
+    rounds = [victim.compute_update(params, buffers).round_id
+              for _ in range(FEATURE_ROUNDS + 1)]
+    latest = victim.score_features(rounds[-1], torch.ones(1, 48), "fc")
+    assert len(latest.features) == 1 and -1 <= latest.mean_cosine <= 1
+    with pytest.raises(FailedPrecondition, match="latest"):
+        victim.score_features(rounds[0], torch.ones(1, 48), "fc")
+    assert victim.score_labels(rounds[0], [int(victim.data.labels[0])]) == 1.0
