@@ -5,7 +5,7 @@ the KKT attack with the prior off, removes small-λ candidates and duplicates (<
 then prints, per training point, the distance to the nearest kept candidate, and saves the
 figure (landscape, training points, candidates).
 
-    .venv/bin/python bench/kkt_2d.py                       # 2-1000-1, ~5 min on 2 busy cores
+    .venv/bin/python bench/kkt_2d.py --threads 1 --out docs/img/kkt_2d.png   # 2-1000-1, 4 runs
     .venv/bin/python bench/kkt_2d.py --depth 2 --iterations 4000   # the paper's 2-1000-1000-1
 """
 

@@ -36,11 +36,12 @@ from fedleak.harness.release_training import (
     train_release,
 )
 
-#: KKT attack settings that recover the circle: one Adam run (see bench/kkt_2d.py).
+#: KKT attack settings that recover the circle: four Adam runs pooled (see bench/kkt_2d.py;
+#: one run leaves one point 0.09 away, two runs 0.065, four runs all 20 within 0.03).
 DEFAULT_ATTACK_OPTIONS: dict[str, Any] = {
     "optimizer": "adam",
     "iterations": 8000,
-    "runs": 1,
+    "runs": 4,
     "num_candidates": 100,
     "lambda_init": 0.1,
     "lr_low": 3e-3,
