@@ -112,9 +112,36 @@ def attack_release(
         "candidates": len(result.images),
         "finite": len(candidates01),
         "run_objectives": [round(v, 4) for v in result.extras["run_objectives"]],
+        "run_stationarity_relative": [
+            round(v / sum(float(p.detach().square().sum()) for p in model.parameters()), 4)
+            for v in result.extras["run_stationarity"]],
         "run_diverged": result.extras["run_diverged"],
     }
     return candidates01, summary
+
+
+def residual_at_truth(model: torch.nn.Module, inputs: torch.Tensor, y: torch.Tensor) -> float:
+    """How far the release is from a KKT point *of its own training set*:
+
+    min_{λ ≥ 0} ‖θ − Σ_i λ_i y_i ∇_θ Φ(θ; x_i)‖² / ‖θ‖² (eq. (2), true ReLU derivative),
+    by projected gradient descent on the n×n normal equations. Near 0: the training set
+    satisfies stationarity and is what the attack should find; large: θ has not converged in
+    direction and the attack's objective does not single the training set out.
+    """
+    params = [p for p in model.parameters()]
+    theta = torch.cat([p.detach().flatten() for p in params]).double()
+    rows = []
+    for x, label in zip(inputs, y, strict=True):
+        grads = torch.autograd.grad(model(x[None]).sum() * label, params)
+        rows.append(torch.cat([g.flatten() for g in grads]).double())
+    gradients = torch.stack(rows)
+    gram, target = gradients @ gradients.T, gradients @ theta
+    lambdas = torch.linalg.lstsq(gram, target).solution.clamp_min(0)
+    step = 1 / torch.linalg.eigvalsh(gram).max()
+    for _ in range(20_000):
+        lambdas = (lambdas - step * (gram @ lambdas - target)).clamp_min(0)
+    residual = (theta - gradients.T @ lambdas).square().sum() / theta.square().sum()
+    return float(residual)
 
 
 def counts(match: VotedMatch) -> dict[str, Any]:
@@ -158,7 +185,9 @@ def experiment(name: str, config: ReleaseTrainingConfig, args: argparse.Namespac
         "release": name, "n": len(train01), "epochs": trained.epochs,
         "train_loss": f"{trained.loss:.2e}", "train_acc": trained.train_accuracy,
         "epsilon": None if trained.epsilon is None else round(trained.epsilon, 1),
-        "train_s": round(train_s, 1), **summary,
+        "train_s": round(train_s, 1),
+        "stationarity_at_truth": round(residual_at_truth(model, to_model_input(train01), y), 4),
+        **summary,
         "training_set": counts(match), "held_out_control": counts(held),
         "mean_ssim_on_margin": round(float(match.ssim[on_margin].mean()), 3),
         "mean_ssim_off_margin": round(float(match.ssim[~on_margin].mean()), 3)
