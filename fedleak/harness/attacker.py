@@ -111,7 +111,8 @@ def observation_for(
 ) -> Observation:
     """Package what the server holds after a round as the attack's threat model."""
     proto = received.protocol
-    protocol = Protocol(proto.kind, proto.local_epochs, proto.batch_size, proto.learning_rate)
+    protocol = Protocol(proto.kind, proto.local_epochs, proto.batch_size, proto.learning_rate,
+                        proto.batchnorm or "train")
     model = model.to(device)
     on_device = {n: t.to(device) for n, t in params.items()}
     simulator = UpdateSimulator(model, on_device, {n: b.to(device) for n, b in buffers.items()},

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from fedleak.defenses import defense_names
-from fedleak.harness.protocol import PROTOCOLS, Protocol
+from fedleak.harness.protocol import BATCHNORM_MODES, PROTOCOLS, Protocol
 
 TOKEN_ENV = "FEDLEAK_TOKEN"
 DEFAULT_PORT = 50051
@@ -86,6 +86,10 @@ def victim() -> None:
               help="FedAvg: mini-batch size B (0 = all n images).")
 @click.option("--lr", default=1e-4, show_default=True, type=float,
               help="FedAvg: local learning rate τ.")
+@click.option("--batchnorm", type=click.Choice(BATCHNORM_MODES), default="train",
+              show_default=True,
+              help="BatchNorm layers in local training: 'train' normalises with the batch's "
+                   "statistics, 'eval' with the running ones (Geiping et al.'s setting).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind; 0 picks a free one (the bound address is printed).")
@@ -136,7 +140,8 @@ def victim_serve(**kw: Any) -> None:
         release = ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
                                   max_epochs=kw["release_epochs"],
                                   target_loss=kw["release_target_loss"])
-        protocol = Protocol(kw["protocol"], kw["local_epochs"], kw["local_batch_size"], kw["lr"])
+        protocol = Protocol(kw["protocol"], kw["local_epochs"], kw["local_batch_size"], kw["lr"],
+                            kw["batchnorm"])
     except ValueError as err:  # ProtocolError, DefenseConfigError
         raise click.UsageError(str(err)) from None
     token = kw["token"]
@@ -187,7 +192,8 @@ def _settings(kw: dict[str, Any]) -> Any:
             options[key] = kw[key]
     protocol = {}
     for key, flag in (("kind", "protocol"), ("local_epochs", "local_epochs"),
-                      ("batch_size", "local_batch_size"), ("learning_rate", "lr")):
+                      ("batch_size", "local_batch_size"), ("learning_rate", "lr"),
+                      ("batchnorm", "batchnorm")):
         if kw.get(flag) is not None:
             protocol[key] = kw[flag]
     flip = None
@@ -250,6 +256,8 @@ def _check_device(device: str) -> None:
 @click.option("--local-epochs", type=click.IntRange(1), default=None, help="FedAvg: E.")
 @click.option("--local-batch-size", type=click.IntRange(0), default=None, help="FedAvg: B.")
 @click.option("--lr", type=float, default=None, help="FedAvg: local learning rate τ.")
+@click.option("--batchnorm", type=click.Choice(BATCHNORM_MODES), default=None,
+              help="Ask for BatchNorm in 'train' or 'eval' mode (victim default if unset).")
 @click.option("--release-lr", type=click.FloatRange(0, min_open=True), default=None,
               help="Release attacks (kkt): ask the victim to train at this step size.")
 @click.option("--release-epochs", type=click.IntRange(1), default=None,

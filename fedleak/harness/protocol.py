@@ -16,8 +16,14 @@ and the user sends the parameter delta
 
     Δ = θ_{k+l} − θ_k = −τ Σ_{m=1}^{l} ∇_θ L_{θ_{k+m−1}}(x_{b(m)}, y_{b(m)}).
 
-Buffers (BatchNorm running statistics) are used as given; the model runs in training mode, as
-a user's local training does, so BatchNorm normalises with batch statistics.
+Buffers (BatchNorm running statistics) are used as given. The model runs in training mode, as
+a user's local training does; BatchNorm layers follow ``Protocol.batchnorm``: ``train``
+normalises with the batch's own statistics (and moves the running ones), ``eval`` with the
+running statistics, the setting of Geiping et al.'s experiments ("untrained networks cannot
+propagate information through the network without running-mean and running-variance
+estimates", supplement Sec. C). With one image and batch statistics, each channel's mean and
+scale are normalised away before the gradient is formed, which is why attacks on BatchNorm
+models do much worse under ``train``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from fedleak.harness.second_order import lean_second_order
 FEDSGD = "fedsgd"
 FEDAVG = "fedavg"
 PROTOCOLS = (FEDSGD, FEDAVG)
+BATCHNORM_MODES = ("train", "eval")
 
 
 class ProtocolError(ValueError):
@@ -48,13 +55,15 @@ class Protocol:
 
     ``kind``: ``fedsgd`` (one gradient) or ``fedavg`` (parameter delta after local SGD).
     ``local_epochs`` E, ``batch_size`` B (0 = all n images in one batch) and ``learning_rate``
-    τ only matter for FedAvg.
+    τ only matter for FedAvg. ``batchnorm``: ``train`` (batch statistics) or ``eval`` (running
+    statistics) for the model's BatchNorm layers; no effect on models without them.
     """
 
     kind: str = FEDSGD
     local_epochs: int = 1
     batch_size: int = 0
     learning_rate: float = 1e-4
+    batchnorm: str = "train"
 
     def __post_init__(self) -> None:
         if self.kind not in PROTOCOLS:
@@ -65,6 +74,9 @@ class Protocol:
             raise ProtocolError(f"batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
         if not (self.learning_rate > 0 and self.learning_rate < float("inf")):
             raise ProtocolError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.batchnorm not in BATCHNORM_MODES:
+            raise ProtocolError(f"unknown batchnorm mode {self.batchnorm!r}; choose one of "
+                                f"{BATCHNORM_MODES}")
 
     def local_steps(self, num_images: int) -> int:
         """Number of SGD steps the user takes over ``num_images`` images."""
@@ -75,6 +87,15 @@ class Protocol:
     def update_kind(self) -> str:
         """``gradient`` for FedSGD, ``delta`` for FedAvg."""
         return "gradient" if self.kind == FEDSGD else "delta"
+
+
+def set_training_mode(model: nn.Module, protocol: Protocol) -> None:
+    """Training mode for local training, BatchNorm layers as ``protocol.batchnorm`` says."""
+    model.train()
+    if protocol.batchnorm == "eval":
+        for module in model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.eval()
 
 
 def _batches(n: int, batch_size: int) -> list[slice]:
@@ -110,7 +131,7 @@ def local_update(
         params = dict(parameters)
     else:
         params = {k: v.detach().requires_grad_(True) for k, v in parameters.items()}
-    model.train()
+    set_training_mode(model, protocol)
     gradient = _functional_gradient if functional else _gradient
     if protocol.kind == FEDSGD:
         return gradient(model, params, buffers, images, labels, create_graph)
@@ -183,10 +204,11 @@ class UpdateSimulator:
             v.requires_grad_(True)
         self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
         self.protocol = protocol
-        #: Whether :meth:`restarts` is available: not for models with BatchNorm, whose
-        #: second derivatives under ``torch.func.vmap`` were measured to differ from the
-        #: sequential replay (1e-2 relative on convnet FedAvg, far more on resnet20-4 FedAvg).
-        self.vectorisable = not any(
+        #: Whether :meth:`restarts` is available: not for models with training-mode
+        #: BatchNorm, whose second derivatives under ``torch.func.vmap`` were measured to
+        #: differ from the sequential replay (1e-2 relative on convnet FedAvg, far more on
+        #: resnet20-4 FedAvg). Eval-mode BatchNorm is a fixed affine map and vectorises.
+        self.vectorisable = protocol.batchnorm == "eval" or not any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()
         )
 
@@ -278,7 +300,7 @@ def private_local_update(
     protocol's in-order mini-batches, or, when the defense asks for Poisson sampling at rate q,
     ⌈1/q⌉ steps per epoch over batches that hold each image independently with probability q.
     """
-    model.train()
+    set_training_mode(model, protocol)
     n = images.shape[0]
     names = list(parameters)
     params = {k: v.detach() for k, v in parameters.items()}

@@ -133,7 +133,8 @@ class VictimServicer(pb_grpc.VictimServicer):
                 fixed = self.victim.config.num_images
                 raise InvalidArgument(f"num_images is fixed at {fixed} by the victim; leave it 0")
             override = {"kind": p.kind, "local_epochs": p.local_epochs,
-                        "batch_size": p.batch_size, "learning_rate": p.learning_rate}
+                        "batch_size": p.batch_size, "learning_rate": p.learning_rate,
+                        "batchnorm": p.batchnorm}
         return params, buffers, override
 
     @_handled
@@ -248,6 +249,7 @@ def protocol_to_pb(protocol: Any, num_images: int) -> pb.ProtocolSpec:
         local_epochs=protocol.local_epochs,
         batch_size=protocol.batch_size,
         learning_rate=protocol.learning_rate,
+        batchnorm=protocol.batchnorm,
     )
 
 

@@ -85,18 +85,20 @@ class DataSpec(_message.Message):
     def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProtocolSpec(_message.Message):
-    __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate")
+    __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate", "batchnorm")
     KIND_FIELD_NUMBER: _ClassVar[int]
     NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
     LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    BATCHNORM_FIELD_NUMBER: _ClassVar[int]
     kind: str
     num_images: int
     local_epochs: int
     batch_size: int
     learning_rate: float
-    def __init__(self, kind: _Optional[str] = ..., num_images: _Optional[int] = ..., local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+    batchnorm: str
+    def __init__(self, kind: _Optional[str] = ..., num_images: _Optional[int] = ..., local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., batchnorm: _Optional[str] = ...) -> None: ...
 
 class DefenseSpec(_message.Message):
     __slots__ = ("name", "params", "stage")

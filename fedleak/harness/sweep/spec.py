@@ -19,6 +19,7 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
 
     [[sweep.protocol]]              # optional; default FedSGD
     kind = "fedsgd"                 # or fedavg with local_epochs, local_batch_size, lr
+    batchnorm = "eval"              # optional: BatchNorm on running statistics (default train)
 
     [sweep.utility]                 # federated training through the same defended path
     rounds = 150
@@ -64,7 +65,7 @@ SCHEDULES = ("cosine", "constant")
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense"}
-_PROTOCOL_KEYS = {"kind", "local_epochs", "local_batch_size", "lr"}
+_PROTOCOL_KEYS = {"kind", "local_epochs", "local_batch_size", "lr", "batchnorm"}
 _DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
 # Point fields that label a point for the report but do not change what is measured.
 _LABEL_FIELDS = ("label", "group", "param", "strength", "reference")
@@ -172,6 +173,8 @@ class Point:
         args = ["--dataset", self.dataset, "--model", self.model, "--seed", str(self.seed),
                 "--protocol", p["kind"], "--local-epochs", str(p["local_epochs"]),
                 "--local-batch-size", str(p["local_batch_size"]), "--lr", repr(p["lr"])]
+        if p.get("batchnorm"):
+            args += ["--batchnorm", p["batchnorm"]]
         if self.data_root:
             args += ["--data-root", self.data_root]
         for spec in self.defenses:
@@ -391,9 +394,11 @@ def _protocols(value: Any) -> list[dict[str, Any]]:
                      "local_epochs": table.get("local_epochs", 1),
                      "local_batch_size": table.get("local_batch_size", 0),
                      "lr": float(table.get("lr", 1e-4))}
+        if table.get("batchnorm", "train") != "train":  # the default stays out of the point's key
+            canonical["batchnorm"] = str(table["batchnorm"])
         try:
             Protocol(canonical["kind"], canonical["local_epochs"], canonical["local_batch_size"],
-                     canonical["lr"])
+                     canonical["lr"], canonical.get("batchnorm", "train"))
         except (ValueError, TypeError) as err:
             raise SpecError(f"{where}: {err}") from None
         out.append(canonical)
