@@ -16,7 +16,8 @@ The same measurement across two processes:
 In-process (one thread):
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/batch_inversion.py --dataset photos \\
-        --model convnet:width=16 --batch 8 --iterations 1200 [--seeds 0,1] [--tv 0.01]
+        --model convnet:width=16 --batch 8 --iterations 1200 [--seeds 0,1] [--tv 0.01] \\
+        [--batchnorm eval]
 
 Digits (8×8) are a poor case for the ConvNet: its two 3×3 pools leave 1×1 maps, where training-
 mode BatchNorm normalises each channel over only B values (for B = 2 every activation becomes
@@ -42,7 +43,7 @@ from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
 
 
 def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
-                 model_seed: int = 0) -> dict:
+                 model_seed: int = 0, batchnorm: str = "train") -> dict:
     """One round on the first ``batch`` images of ``dataset``'s train split; its scores."""
     data = load_dataset(dataset, "train")
     info, images, labels = data.info, data.images[:batch], data.labels[:batch]
@@ -50,10 +51,11 @@ def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
     model = build_model(spec, info.shape, info.num_classes)
     params = dict(model.named_parameters())
     buffers = {n: b.clone() for n, b in model.named_buffers()}
-    update = local_update(model, params, buffers, normalize(images, info), labels, Protocol())
+    protocol = Protocol(batchnorm=batchnorm)
+    update = local_update(model, params, buffers, normalize(images, info), labels, protocol)
     observation = Observation(list(params), [p.detach() for p in params.values()], update,
                               "gradient", batch, info.shape, info.num_classes, info.mean,
-                              info.std, UpdateSimulator(model, params, buffers, Protocol()))
+                              info.std, UpdateSimulator(model, params, buffers, protocol))
     started = time.perf_counter()
     result = create_attack("inverting-gradients", options).reconstruct(observation, seed=seed)
     wall = time.perf_counter() - started
@@ -61,6 +63,7 @@ def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
     score = score_reconstruction(recovered, images)
     psnrs = [s.psnr for s in score.images]
     return {"dataset": dataset, "model": spec, "batch": batch, "attack_seed": seed,
+            "batchnorm": batchnorm,
             "mean_psnr": score.mean_psnr, "best_psnr": max(psnrs), "worst_psnr": min(psnrs),
             "mean_ssim": score.mean_ssim,
             "label_accuracy": label_accuracy(result.labels, labels),
@@ -76,16 +79,19 @@ def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
 @click.option("--lr", default=0.1, show_default=True)
 @click.option("--seeds", default="0", show_default=True, help="Attack seeds, comma-separated.")
 @click.option("--threads", default=1, show_default=True)
+@click.option("--batchnorm", type=click.Choice(["train", "eval"]), default="train",
+              show_default=True, help="The user's BatchNorm mode (victim --batchnorm).")
 def main(dataset: str, spec: str, batch: int, iterations: int, tv: float, lr: float,
-         seeds: str, threads: int) -> None:
+         seeds: str, threads: int, batchnorm: str) -> None:
     torch.set_num_threads(threads)
     options = {"iterations": iterations, "tv": tv, "lr": lr}
     runs = []
     for seed in (int(s) for s in seeds.split(",")):
-        run = attack_batch(dataset, spec, batch, options, seed)
+        run = attack_batch(dataset, spec, batch, options, seed, batchnorm=batchnorm)
         runs.append(run)
         print(json.dumps(run))
     print(f"{dataset} first {batch} train images, {spec} untrained (model seed 0), "
+          f"BatchNorm {batchnorm}, "
           f"inverting-gradients {iterations} it. tv {tv} lr {lr}, {threads} thread(s), "
           f"{len(runs)} attack seed(s): matched mean PSNR "
           f"{statistics.mean(r['mean_psnr'] for r in runs):.2f} dB, best image "
