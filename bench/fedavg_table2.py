@@ -37,7 +37,7 @@ import json
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 import torch
@@ -75,10 +75,10 @@ def trial_photos(trial: int, n: int) -> list[int]:
 
 
 def observe(images: torch.Tensor, labels: torch.Tensor, info: DatasetInfo,
-            protocol: Protocol, model_seed: int) -> Observation:
+            protocol: Protocol, model_seed: int, model_spec: str = MODEL) -> Observation:
     """The server's view of one round, built with the harness's own local update and replay."""
     torch.manual_seed(model_seed)
-    model = build_model(MODEL, info.shape, info.num_classes)
+    model = build_model(model_spec, info.shape, info.num_classes)
     params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
     update = local_update(model, params, buffers, normalize(images, info), labels, protocol)
     n = images.shape[0]
@@ -93,10 +93,12 @@ def observe(images: torch.Tensor, labels: torch.Tensor, info: DatasetInfo,
 
 
 def attack(setting: str, photos: list[int], protocol: Protocol, options: dict,
-           model_seed: int, attack_seed: int) -> Run:
+           model_seed: int, attack_seed: int, model_spec: str = MODEL,
+           batchnorm: str = "train") -> Run:
     data = load_dataset("photos", "all")
     images, labels = data.images[photos], data.labels[photos]
-    observation = observe(images, labels, data.info, protocol, model_seed)
+    protocol = replace(protocol, batchnorm=batchnorm)
+    observation = observe(images, labels, data.info, protocol, model_seed, model_spec)
     name = "fedavg" if protocol.kind == FEDAVG else "inverting-gradients"
     started = time.perf_counter()
     result = create_attack(name, options).reconstruct(observation, seed=attack_seed)
@@ -109,14 +111,14 @@ def attack(setting: str, photos: list[int], protocol: Protocol, options: dict,
     return run
 
 
-def table2(options: dict, trials: int, local_lr: float, seeds: tuple[int, int]) -> None:
+def table2(options: dict, trials: int, local_lr: float, seeds: tuple) -> None:
     rows = []
     for epochs, n, batch in TABLE2:
         protocol = Protocol(FEDAVG, epochs, batch, local_lr)
         runs = [attack(f"E={epochs} n={n} B={batch}", trial_photos(t, n), protocol, options,
                        *seeds) for t in range(trials)]
         rows.append(((epochs, n, batch), runs))
-    print(f"\nTable 2 on photos, {MODEL} untrained, τ = {local_lr:g}, "
+    print(f"\nTable 2 on photos, {seeds[2]} untrained, τ = {local_lr:g}, "
           f"{options['iterations']} iterations, {trials} trial(s) per setting")
     print(f"{'E':>2} {'n':>2} {'B':>2} {'steps':>5} {'PSNR dB (mean ± sd)':>20} {'best img':>9} "
           f"{'SSIM':>6} {'labels':>7} {'s/run':>6}   paper (ConvNet, CIFAR-10)")
@@ -132,7 +134,7 @@ def table2(options: dict, trials: int, local_lr: float, seeds: tuple[int, int]) 
               f"{statistics.mean(r.wall_s for r in runs):>6.1f}   {paper}")
 
 
-def lr_ablation(options: dict, photos: list[int], seeds: tuple[int, int],
+def lr_ablation(options: dict, photos: list[int], seeds: tuple,
                 local_lrs: list[float] = LOCAL_LRS) -> None:
     results = []
     for photo in photos:
@@ -140,7 +142,7 @@ def lr_ablation(options: dict, photos: list[int], seeds: tuple[int, int],
         runs = [attack(f"photo {photo} tau={lr:g}", [photo], Protocol(FEDAVG, 5, 1, lr),
                        options, *seeds) for lr in local_lrs]
         results.append((photo, fedsgd, runs))
-    print(f"\nFig. 5: photos {photos}, {MODEL} untrained, 5 local steps (E=5, n=B=1), "
+    print(f"\nFig. 5: photos {photos}, {seeds[2]} untrained, 5 local steps (E=5, n=B=1), "
           f"{options['iterations']} iterations, {options['restarts']} restart(s); "
           "PSNR dB (difference to FedSGD on the same photo)")
     header = "".join(f"{f'τ={lr:g}':>16}" for lr in local_lrs)
@@ -172,16 +174,20 @@ def lr_ablation(options: dict, photos: list[int], seeds: tuple[int, int],
 @click.option("--model-seed", default=0, show_default=True)
 @click.option("--seed", default=0, show_default=True, help="Attack seed.")
 @click.option("--threads", default=1, show_default=True)
+@click.option("--model", "model_spec", default=MODEL, show_default=True,
+              help="Model of the zoo, e.g. convnet:width=16.")
+@click.option("--batchnorm", type=click.Choice(["train", "eval"]), default="train",
+              show_default=True, help="The user's BatchNorm mode (victim --batchnorm).")
 def main(part: str, iterations: int, trials: int, local_lr: float, photos: str,
          local_lrs: str, restarts: int, tv: float, model_seed: int, seed: int,
-         threads: int) -> None:
+         threads: int, model_spec: str, batchnorm: str) -> None:
     torch.set_num_threads(threads)
     options = {"iterations": iterations, "tv": tv, "lr": 0.1, "restarts": restarts}
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"torch {torch.__version__}, threads {threads}, load average {load}; {MODEL} "
+    print(f"torch {torch.__version__}, threads {threads}, load average {load}; {model_spec} "
           f"untrained (seed {model_seed}), photos, attack seed {seed}, {iterations} iterations, "
           f"tv {tv}, step size 0.1, {restarts} restart(s)")
-    seeds = (model_seed, seed)
+    seeds = (model_seed, seed, model_spec, batchnorm)
     if part in ("all", "lr"):
         lr_ablation(options, [int(p) for p in photos.split(",")], seeds,
                     [float(lr) for lr in local_lrs.split(",")])
