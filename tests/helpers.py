@@ -80,3 +80,29 @@ def revealed_clean_update(
     info = load_dataset(dataset, "all").info
     model = build_model(model_name, info.shape, info.num_classes)
     return local_update(model, parameters, buffers, normalize(truth, info), labels, protocol)
+
+
+def tiny_spec(defenses: str, iterations: int = 10, utility_rounds: int = 3,
+              rounds: int = 1, name: str = "tiny") -> str:
+    """A sweep spec small enough for tests: digits, a 16-wide MLP, the no-defense point first,
+    then ``defenses`` (``[[sweep.defense]]`` tables as TOML text)."""
+    return f"""
+[sweep]
+name = "{name}"
+dataset = "digits"
+models = ["mlp:width=16,depth=1"]
+rounds = {rounds}
+batch_size = 1
+
+[[sweep.attack]]
+name = "inverting-gradients"
+iterations = {iterations}
+
+[sweep.utility]
+rounds = {utility_rounds}
+batch_size = 4
+
+[[sweep.defense]]
+reference = true
+{defenses}
+"""

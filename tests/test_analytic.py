@@ -203,3 +203,19 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
     with pytest.raises(FailedPrecondition, match="latest"):
         victim.score_features(rounds[0], torch.ones(1, 48), "fc")
     assert victim.score_labels(rounds[0], [int(victim.data.labels[0])]) == 1.0
+
+
+def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None:
+    from fedleak.harness import victim as victim_module
+    from fedleak.harness.errors import FailedPrecondition
+    from fedleak.harness.victim_setup import create_victim
+
+    victim = create_victim("digits", "lenet-zhu", images="0-3")
+    params, buffers = victim.global_model()
+    one_round = sum(t.numel() * t.element_size() for t in params.values())
+    monkeypatch.setattr(victim_module, "FEATURE_BYTES", 2 * one_round)
+    rounds = [victim.compute_update(params, buffers).round_id for _ in range(3)]
+    for kept in rounds[1:]:  # the two newest fit the budget
+        victim.score_features(kept, torch.ones(1, 48), "fc")
+    with pytest.raises(FailedPrecondition, match="MiB"):
+        victim.score_features(rounds[0], torch.ones(1, 48), "fc")

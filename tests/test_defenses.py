@@ -12,11 +12,11 @@ from fedleak.defenses import (
     DefenseConfigError,
     build_chain,
     create_defense,
-    load_defense_toml,
     parse_defense_spec,
 )
 from fedleak.harness.models import build_model
 from fedleak.harness.protocol import Protocol, local_update, private_local_update
+from fedleak.harness.victim_setup import load_defense_file
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -125,7 +125,7 @@ def test_chain_specs_files_and_errors(tmp_path) -> None:
     path = tmp_path / "defenses.toml"
     path.write_text('[[defense]]\nname = "dpsgd"\nnoise_multiplier = 0.5\n\n'
                     '[[defense]]\nname = "prune"\np = 0.5\n')
-    chain = build_chain(load_defense_toml(path) + [parse_defense_spec("noise:sigma=0.1")])
+    chain = build_chain(load_defense_file(path) + [parse_defense_spec("noise:sigma=0.1")])
     assert chain.per_example is not None and [d.name for d in chain.update] == ["prune", "noise"]
     assert chain.describe()[0] == ("dpsgd", chain.per_example.public_params(), "per-example")
     with pytest.raises(DefenseConfigError, match="choose one of clip, dpsgd"):

@@ -27,36 +27,15 @@ import pytest
 from fedleak.harness.sweep.report import write_report
 from fedleak.harness.sweep.runner import SweepOptions, run_sweep
 from fedleak.harness.sweep.spec import parse_spec
+from tests.helpers import tiny_spec
 
 pytestmark = pytest.mark.e2e
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
-SPEC = """
-[sweep]
-name = "html"
-dataset = "digits"
-models = ["mlp:width=16,depth=1"]
-rounds = 2
-batch_size = 1
-
-[[sweep.attack]]
-name = "inverting-gradients"
-iterations = 10
-
-[sweep.utility]
-rounds = 3
-batch_size = 4
-
-[[sweep.defense]]
-reference = true
-
-[[sweep.defense]]
-name = "dpsgd"
-param = "noise-multiplier"
-values = [1.0]
-"""
+SPEC = tiny_spec('[[sweep.defense]]\nname = "dpsgd"\nparam = "noise-multiplier"\nvalues = [1.0]',
+                 rounds=2, name="html")
 CHECK_PAGE = """<!doctype html><html><body>
 <iframe id="page" src="report.html" width="1200" height="900"></iframe>
 <pre id="result">pending</pre>

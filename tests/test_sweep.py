@@ -19,6 +19,7 @@ import pytest
 
 from fedleak.harness.sweep.spec import SpecError, load_preset, parse_spec
 from fedleak.harness.sweep.store import DuplicateMeasurement, ResultStore
+from tests.helpers import tiny_spec
 
 SPEC = """
 [sweep]
@@ -51,30 +52,6 @@ label = "noise+prune"
 
 [[sweep.defense]]
 reference = true
-"""
-
-
-def tiny_spec(defenses: str, iterations: int = 10, utility_rounds: int = 3,
-              rounds: int = 1) -> str:
-    return f"""
-[sweep]
-name = "tiny"
-dataset = "digits"
-models = ["mlp:width=16,depth=1"]
-rounds = {rounds}
-batch_size = 1
-
-[[sweep.attack]]
-name = "inverting-gradients"
-iterations = {iterations}
-
-[sweep.utility]
-rounds = {utility_rounds}
-batch_size = 4
-
-[[sweep.defense]]
-reference = true
-{defenses}
 """
 
 

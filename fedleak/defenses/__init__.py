@@ -12,7 +12,7 @@ from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
     secure_aggregation,
 )
 from fedleak.defenses.base import STAGES, Defense, PerExampleDefense, UpdateDefense
-from fedleak.defenses.chain import DefenseChain, build_chain, load_defense_toml, parse_defense_spec
+from fedleak.defenses.chain import DefenseChain, build_chain, defense_tables, parse_defense_spec
 from fedleak.defenses.registry import (
     DEFENSES,
     DefenseConfigError,
@@ -30,9 +30,9 @@ __all__ = [
     "PerExampleDefense",
     "UpdateDefense",
     "build_chain",
+    "defense_tables",
     "create_defense",
     "defense_names",
-    "load_defense_toml",
     "parse_defense_spec",
     "register_defense",
 ]

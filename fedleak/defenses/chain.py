@@ -1,6 +1,7 @@
 """A defense chain: the user's defenses in order, grouped by the stage at which they act.
 
-Specs come as ``name:key=value,key=value`` (``--defense``, repeatable) or from a TOML file::
+Specs come as ``name:key=value,key=value`` (``--defense``, repeatable) or as the tables of a
+TOML document (the harness reads the file; this module only checks what it holds)::
 
     [[defense]]
     name = "dpsgd"
@@ -12,9 +13,8 @@ defense; update defenses apply in the order given.
 
 from __future__ import annotations
 
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fedleak.defenses.base import Defense, PerExampleDefense, UpdateDefense
@@ -63,16 +63,12 @@ def parse_defense_spec(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), params
 
 
-def load_defense_toml(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """The ``[[defense]]`` tables of a TOML file as (name, params) pairs."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise DefenseConfigError(f"cannot read defense file {path}: {err}") from err
+def defense_tables(data: Mapping[str, Any], source: str) -> list[tuple[str, dict[str, Any]]]:
+    """The ``[[defense]]`` tables of a parsed TOML document as (name, params) pairs."""
     tables = data.get("defense", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) and "name" in t
                                                for t in tables):
-        raise DefenseConfigError(f"{path}: write each defense as a [[defense]] table with a "
+        raise DefenseConfigError(f"{source}: write each defense as a [[defense]] table with a "
                                  "name")
     return [(t["name"], {k: v for k, v in t.items() if k != "name"}) for t in tables]
 

@@ -41,6 +41,9 @@ from fedleak.harness.secagg_users import SecAggSession
 MAX_REMEMBERED_ROUNDS = 4096
 #: The round's parameters are kept (for scoring recovered features) for this many latest rounds.
 FEATURE_ROUNDS = 16
+#: At most this many bytes of remembered round parameters (the latest round is always kept):
+#: a ResNet-152's parameters are 240 MB, sixteen of them would be 3.8 GB.
+FEATURE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -253,9 +256,15 @@ class Victim:
         self._rounds[round_.round_id] = round_
         while len(self._rounds) > MAX_REMEMBERED_ROUNDS:
             self._rounds.popitem(last=False)
-        if len(self._rounds) > FEATURE_ROUNDS:
-            old = list(self._rounds.values())[-FEATURE_ROUNDS - 1]
-            old.parameters = old.buffers = None
+        kept_rounds = kept_bytes = 0
+        for remembered in reversed(self._rounds.values()):  # newest first
+            if remembered.parameters is None:
+                continue
+            size = sum(t.numel() * t.element_size() for t in remembered.parameters.values())
+            kept_rounds, kept_bytes = kept_rounds + 1, kept_bytes + size
+            if kept_rounds > 1 and (kept_rounds > FEATURE_ROUNDS
+                                    or kept_bytes > FEATURE_BYTES):
+                remembered.parameters = remembered.buffers = None
 
     def _round(self, round_id: str) -> Round:
         with self._lock:
@@ -318,13 +327,15 @@ class Victim:
         """Score recovered inputs ``[m, d]`` of linear layer ``layer`` against the true ones.
 
         The true inputs are recomputed from the round's private images at the round's
-        parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds); they never leave.
+        parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds, within
+        :data:`FEATURE_BYTES`); they never leave.
         """
         round_ = self._round(round_id)
         if round_.parameters is None or round_.buffers is None:
             raise FailedPrecondition(
-                f"features can be scored only for the latest {FEATURE_ROUNDS} non-secure-"
-                "aggregation rounds; score right after ComputeUpdate"
+                f"features can be scored only for the latest non-secure-aggregation rounds "
+                f"(up to {FEATURE_ROUNDS}, {FEATURE_BYTES >> 20} MiB of parameters); score "
+                "right after ComputeUpdate"
             )
         if not layer:
             raise InvalidArgument("feature_layer is empty: name the linear layer whose input "

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from fedleak.defenses import DefenseChain, build_chain, load_defense_toml, parse_defense_spec
+from fedleak.defenses import (
+    DefenseChain,
+    DefenseConfigError,
+    build_chain,
+    defense_tables,
+    parse_defense_spec,
+)
 from fedleak.harness.datasets import ImageDataset, load_dataset
 from fedleak.harness.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.protocol import Protocol
@@ -52,9 +60,18 @@ def private_pool(
     return ImageDataset(images=data.images[order], labels=data.labels[order], info=data.info)
 
 
+def load_defense_file(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """The ``[[defense]]`` tables of the TOML file at ``path`` as (name, params) pairs."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise DefenseConfigError(f"cannot read defense file {path}: {err}") from err
+    return defense_tables(data, str(path))
+
+
 def parse_defenses(specs: tuple[str, ...] | list[str], toml_file: str | None) -> DefenseChain:
     """``--defense`` specs and an optional ``--defense-file`` as one chain (file first)."""
-    pairs = load_defense_toml(toml_file) if toml_file else []
+    pairs = load_defense_file(toml_file) if toml_file else []
     pairs += [parse_defense_spec(s) for s in specs]
     return build_chain(pairs)
 
