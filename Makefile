@@ -26,7 +26,7 @@ lint: install
 	$(VENV)/bin/ruff check fedleak tests bench
 
 protos: install
-	$(PY) -m fedleak.harness.protogen
+	$(PY) -m fedleak.harness.wire.protogen
 
 bench: install
 	$(PY) bench/attack_speed.py

@@ -24,11 +24,12 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.feature_scoring import layer_inputs, score_features
-from fedleak.harness.metrics import score_reconstruction
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.feature_scoring import layer_inputs, score_features
 
 CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4), ("digits", "mlp", 8),
          ("photos", "lenet-zhu", 1), ("photos", "convnet:width=16", 2),

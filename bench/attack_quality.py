@@ -20,11 +20,12 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.metrics import psnr_per_image, ssim_per_image
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
-from fedleak.harness.victim_setup import parse_indices
+from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import psnr_per_image, ssim_per_image
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.selection import parse_indices
 
 
 def attack_photo(index: int, options: dict, model_seed: int = 0, attack_seed: int = 0) -> dict:

@@ -36,10 +36,11 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.metrics import label_accuracy, score_reconstruction
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import label_accuracy, score_reconstruction
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
 
 
 def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,

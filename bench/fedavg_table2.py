@@ -43,10 +43,11 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.datasets import DatasetInfo, denormalize, load_dataset, normalize
-from fedleak.harness.metrics import score_reconstruction
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import FEDAVG, Protocol, UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import DatasetInfo, denormalize, load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import FEDAVG, Protocol
 
 TABLE2 = [(1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)]
 #: Geiping et al. Table 2 (ConvNet, CIFAR-10, 100 trials), mean ± std PSNR in dB.

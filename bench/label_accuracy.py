@@ -24,10 +24,11 @@ import torch
 
 from fedleak.attacks import Observation
 from fedleak.attacks.labels import recover_labels
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.metrics import label_accuracy
-from fedleak.harness.models import build_model, load_checkpoint
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import label_accuracy
+from fedleak.harness.shared.models import build_model, load_checkpoint
+from fedleak.harness.shared.protocol import Protocol
 
 
 def batch_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,

@@ -19,9 +19,9 @@ import click
 import torch
 
 from fedleak.defenses.clip import Clip, ClipConfig
-from fedleak.harness.models import build_model
-from fedleak.harness.remote_defense import RemoteDefense, RemoteDefenseConfig
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.remote_defense.link import RemoteDefense, RemoteDefenseConfig
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.victim.process import VictimProcess
 
 
 @click.command()

@@ -16,9 +16,9 @@ import time
 import click
 import torch
 
-from fedleak.harness.client import VictimClient
-from fedleak.harness.codec import decode_tensor, encode_tensor
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.wire.codec import decode_tensor, encode_tensor
 
 
 @click.command()

@@ -1,5 +1,5 @@
 """``python -m fedleak`` runs the ``fedleak`` command."""
 
-from fedleak.harness.cli import main
+from fedleak.harness.cli.main import main
 
 main(prog_name="fedleak")

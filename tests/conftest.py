@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fedleak.harness.client import VictimClient
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.victim.process import VictimProcess
 
 TOKEN = secrets.token_hex(8)
 

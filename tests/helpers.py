@@ -1,20 +1,25 @@
-"""Build an in-process :class:`Observation` from the harness's model zoo and protocol.
-
-The victim's side (``local_update`` without a graph) produces the update; the attacker's side
-(``UpdateSimulator``) is the callable the attack replays. Images are given on [0, 1] and
+"""Build an in-process :class:`Observation` through the harness's entry point
+(:func:`fedleak.harness.shared.observation.observe`), with a model from the zoo. Images are given on [0, 1] and
 normalised with ``mean``/``std`` (the same value for every channel; 0.5/0.5 maps [0, 1] to
 [−1, 1], 0/1 is the identity).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import torch
 
 from fedleak.attacks.observation import Observation
-from fedleak.harness.client import VictimClient
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.shared.datasets import DatasetInfo, load_dataset, normalize
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.observation import observe
+from fedleak.harness.shared.protocol import Protocol
 
 
 def make_observation(
@@ -38,27 +43,8 @@ def make_observation(
     """
     torch.manual_seed(seed)
     model = build_model(model_name, shape, num_classes).to(device)
-    parameters = dict(model.named_parameters())
-    buffers = dict(model.named_buffers())
-    channels = shape[0]
-    normalised = ((images.to(device) - mean) / std).float()
-    labels = labels.to(device)
-    update = local_update(model, parameters, buffers, normalised, labels, protocol)
-    return Observation(
-        parameter_names=list(parameters),
-        parameters=[p.detach() for p in parameters.values()],
-        update=update,
-        update_kind=protocol.update_kind(),
-        num_images=int(images.shape[0]),
-        image_shape=tuple(shape),
-        num_classes=num_classes,
-        mean=[mean] * channels,
-        std=[std] * channels,
-        simulate=UpdateSimulator(model, parameters, buffers, protocol),
-        local_steps=protocol.local_steps(int(images.shape[0])),
-        learning_rate=protocol.learning_rate if protocol.kind == "fedavg" else None,
-        labels=labels.clone() if give_labels else None,
-    )
+    info = DatasetInfo("test", shape, num_classes, (mean,) * shape[0], (std,) * shape[0], ())
+    return observe(model, images, labels, info, protocol, give_labels=give_labels)
 
 
 def to_unit(observation: Observation, images: torch.Tensor) -> torch.Tensor:
@@ -106,3 +92,14 @@ batch_size = 4
 reference = true
 {defenses}
 """
+
+
+def load_bench_script(name: str) -> ModuleType:
+    """Import ``bench/NAME.py`` (an experiment script, not part of the library) as a module."""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module

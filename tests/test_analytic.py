@@ -14,11 +14,11 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.analytic import AnalyticInversionError, invert_linear_layer
-from fedleak.harness.client import VictimClient, VictimError
-from fedleak.harness.feature_scoring import FeatureScoringError, layer_inputs, score_features
-from fedleak.harness.metrics import psnr_per_image, score_reconstruction
-from fedleak.harness.models import build_model
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient, VictimError
+from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features
+from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation, to_unit
 
 
@@ -171,7 +171,7 @@ def test_cli_analytic_against_a_cnn_victim_scores_features(tmp_path: Path) -> No
 
 
 def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
-    from fedleak.harness.protocol import Protocol
+    from fedleak.harness.shared.protocol import Protocol
 
     shape = (1, 6, 6)
     image = _images(1, shape, 5)
@@ -190,11 +190,11 @@ def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
 
 
 def test_victim_scores_features_of_recent_rounds_only() -> None:
-    from fedleak.harness.errors import FailedPrecondition
-    from fedleak.harness.victim import FEATURE_ROUNDS
-    from fedleak.harness.victim_setup import create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
+    from fedleak.harness.victim.victim import FEATURE_ROUNDS
+    from fedleak.harness.wire.errors import FailedPrecondition
 
-    victim = create_victim("digits", "lenet-zhu", images="0-3")
+    victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
     rounds = [victim.compute_update(params, buffers).round_id
               for _ in range(FEATURE_ROUNDS + 1)]
@@ -206,11 +206,11 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None:
-    from fedleak.harness import victim as victim_module
-    from fedleak.harness.errors import FailedPrecondition
-    from fedleak.harness.victim_setup import create_victim
+    from fedleak.harness.victim import victim as victim_module
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
+    from fedleak.harness.wire.errors import FailedPrecondition
 
-    victim = create_victim("digits", "lenet-zhu", images="0-3")
+    victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
     one_round = sum(t.numel() * t.element_size() for t in params.values())
     monkeypatch.setattr(victim_module, "FEATURE_BYTES", 2 * one_round)

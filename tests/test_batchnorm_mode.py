@@ -12,11 +12,12 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from fedleak.harness.client import VictimClient, VictimError
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, ProtocolError, UpdateSimulator, local_update
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient, VictimError
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol, ProtocolError
+from fedleak.harness.victim.process import VictimProcess
 from fedleak.v1 import victim_pb2 as pb
 from tests.conftest import TOKEN
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.victim.process import VictimProcess
 
 pytestmark = pytest.mark.e2e
 TOKEN = "e2e-token"

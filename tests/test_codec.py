@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedleak.harness.codec import CodecError, decode_tensor, encode_tensor
+from fedleak.harness.wire.codec import CodecError, decode_tensor, encode_tensor
 from fedleak.v1 import victim_pb2 as pb
 
 

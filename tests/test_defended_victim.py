@@ -9,12 +9,13 @@ import sys
 import pytest
 import torch
 
-from fedleak.harness.attacker import server_model
-from fedleak.harness.client import VictimClient
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, local_update
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.described import server_model
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
 
 pytestmark = pytest.mark.integration
 TOKEN = "defense-token"

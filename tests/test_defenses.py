@@ -14,9 +14,11 @@ from fedleak.defenses import (
     create_defense,
     parse_defense_spec,
 )
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, local_update, private_local_update
-from fedleak.harness.victim_setup import load_defense_file
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.private_update import private_local_update
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.settings import load_defense_file
 
 
 def gen(seed: int = 0) -> torch.Generator:

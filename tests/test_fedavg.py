@@ -13,19 +13,17 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.fedavg import FedAvgObservationError
-from fedleak.harness.attacker import (
-    AttackSettings,
-    info_from_describe,
-    observation_for,
-    run_attack,
-    server_model,
-)
-from fedleak.harness.client import VictimClient
-from fedleak.harness.datasets import normalize
-from fedleak.harness.metrics import psnr_per_image
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.described import dataset_info, server_model
+from fedleak.harness.attacker.run import run_attack
+from fedleak.harness.attacker.settings import AttackSettings
+from fedleak.harness.attacker.update_attack import observation_for
+from fedleak.harness.shared.datasets import normalize
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol, ProtocolChanges
+from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation, to_unit
 from tests.test_inverting_gradients import smooth_image
 
@@ -119,7 +117,7 @@ def test_against_a_real_fedavg_victim(tmp_path: Path):
     with VictimProcess(args, token=TOKEN) as victim:
         with VictimClient(victim.address, token=TOKEN, timeout=60) as client:
             described = client.describe()
-            info = info_from_describe(described)
+            info = dataset_info(described)
             params, buffers = client.global_model()
             received = client.compute_update(params, buffers)
             truth, labels = client.reveal(received.round_id)
@@ -140,7 +138,7 @@ def test_against_a_real_fedavg_victim(tmp_path: Path):
         assert entry["update_kind"] == "delta" and entry["local_steps"] == 4
         assert len(entry["restart_objectives"]) == 2 and entry["iterations"] == 20
         settings = AttackSettings(attack="fedavg", options={"iterations": 1},
-                                  protocol={"kind": "fedsgd"}, show_progress=False)
+                                  protocol=ProtocolChanges(kind="fedsgd"), show_progress=False)
         with VictimClient(victim.address, timeout=60) as client:  # the server asks for FedSGD
             with pytest.raises(FedAvgObservationError, match="inverting-gradients"):
                 run_attack(client, settings, tmp_path / "refused", log=lambda _: None)

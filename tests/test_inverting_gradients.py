@@ -6,18 +6,19 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack, describe_options
+from fedleak.attacks.base import check_device
 from fedleak.attacks.inverting_gradients import (
     CosineObjective,
     SignedAdam,
-    check_device,
     decay_milestones,
     gaussian_init,
     step_size,
     total_variation,
 )
-from fedleak.harness.metrics import psnr_per_image
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, UpdateSimulator, local_update
+from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
 from tests.helpers import make_observation, to_unit
 
 SHAPE = (3, 8, 8)

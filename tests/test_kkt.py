@@ -22,11 +22,10 @@ from fedleak.attacks.kkt_postprocess import (
     scale_to_unit,
 )
 from fedleak.attacks.release import ReleasedModel
-from fedleak.harness.binary_tasks import balanced_subset, binary_task
-from fedleak.harness.kkt_2d import CircleExperimentConfig, circle_points, run_circle_experiment
-from fedleak.harness.kkt_scoring import match_to_training
-from fedleak.harness.models import build_model
-from fedleak.harness.release_training import (
+from fedleak.harness.shared.binary_tasks import balanced_subset, binary_task
+from fedleak.harness.shared.kkt_metrics import match_to_training
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.release_training import (
     ReleaseTrainingConfig,
     build_release_model,
     release,
@@ -189,37 +188,6 @@ def test_unknown_kkt_option_lists_the_valid_ones() -> None:
 
 def test_candidate_labels_are_half_and_half() -> None:
     assert candidate_labels(6).tolist() == [1, 1, 1, -1, -1, -1]
-
-
-# --- the 2-D experiment (Sec. 4) ----------------------------------------------------------
-
-
-def test_two_dimensional_experiment_recovers_the_circle() -> None:
-    """A small version of Fig. 2: 12 points, a 2-300-1 network, 2000 Adam steps."""
-    attack = {"optimizer": "adam", "iterations": 2000, "num_candidates": 60, "lambda_init": 0.1,
-              "lr_low": 3e-3, "lr_high": 3e-3, "sigma_x_low": 1.0, "sigma_x_high": 1.0,
-              "alpha_low": 150.0, "alpha_high": 150.0, "lambda_min_low": 1e-4,
-              "lambda_min_high": 1e-4, "alpha3": 0.0, "log_every": 500}
-    config = CircleExperimentConfig(
-        n=12, width=300, depth=1,
-        training=ReleaseTrainingConfig(lr=0.1, max_epochs=50_000, target_loss=3e-3),
-        attack_options=attack,
-    )
-    result = run_circle_experiment(config)
-    assert result.training.reached_target and result.training.train_accuracy == 1.0
-    # The same search stopped after one step: the random initialisation (Fig. 2c).
-    released = release(result.model, (2,), 12)
-    initial = create_attack("kkt", {**attack, "iterations": 1}).reconstruct(released).images
-    initial_distances = torch.cdist(result.points, initial).min(1).values
-    assert float(result.distances.max()) < 0.25
-    assert float(result.distances.median()) < 0.12
-    assert float(result.distances.median()) < 0.6 * float(initial_distances.median())
-
-
-def test_circle_points_alternate() -> None:
-    points, labels = circle_points(20)
-    assert torch.allclose(points.norm(dim=1), torch.ones(20))
-    assert labels.tolist() == [1.0, -1.0] * 10
 
 
 # --- post-processing and scoring ------------------------------------------------------------

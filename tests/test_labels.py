@@ -13,7 +13,7 @@ from fedleak.attacks.labels import (
     last_layer_gradients,
     recover_labels,
 )
-from fedleak.harness.protocol import Protocol
+from fedleak.harness.shared.protocol import Protocol
 from tests.helpers import make_observation
 
 FEDSGD = Protocol()
@@ -134,7 +134,7 @@ def test_batch_of_100_end_to_end_scores_every_image_and_its_labels(tmp_path):
     import subprocess
     import sys
 
-    from fedleak.harness.victim_process import VictimProcess
+    from fedleak.harness.victim.process import VictimProcess
 
     args = ["--dataset", "digits", "--model", "convnet:width=4", "--batch-size", "100"]
     with VictimProcess(args) as victim:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fedleak.harness.metrics import (
+from fedleak.harness.shared.metrics import (
     BatchScore,
     label_accuracy,
     match_one_to_one,

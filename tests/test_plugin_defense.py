@@ -18,8 +18,8 @@ import torch
 
 from fedleak.defenses import DefenseConfigError, UpdateDefense
 from fedleak.defenses.registry import ENTRY_POINT_GROUP
-from fedleak.harness.client import VictimClient
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.victim.process import VictimProcess
 from fedleak.registry import Registry
 from tests.helpers import revealed_clean_update
 

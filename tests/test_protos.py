@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedleak.harness.protogen import stale_files
+from fedleak.harness.wire.protogen import stale_files
 
 
 def test_generated_stubs_match_the_proto_files() -> None:

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from fedleak.defenses.clip import Clip, ClipConfig
-from fedleak.harness.client import VictimClient, VictimError
-from fedleak.harness.remote_defense_wire import assemble_update, update_chunks
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient, VictimError
+from fedleak.harness.remote_defense.wire import assemble_update, update_chunks
+from fedleak.harness.victim.process import VictimProcess
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 from tests.helpers import revealed_clean_update

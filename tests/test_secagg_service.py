@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from fedleak.defenses.secagg import SecAggAbort
-from fedleak.harness.client import VictimClient, VictimError
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, local_update
-from fedleak.harness.secagg_server_role import as_received_update, run_secure_aggregation
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient, VictimError
+from fedleak.harness.attacker.secure_aggregation import as_received_update, run_secure_aggregation
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
 
 pytestmark = pytest.mark.integration
 TOKEN = "secagg-token"

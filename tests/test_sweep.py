@@ -93,7 +93,16 @@ def test_spec_expands_the_grid_with_stable_ids() -> None:
     assert [p.point_id for p in parse_spec(SPEC).points()] == [p.point_id for p in points]
     changed = parse_spec(SPEC.replace("iterations = 10", "iterations = 11")).points()
     assert not {p.point_id for p in changed} & {p.point_id for p in points}
-    assert "--defense" in weak.victim_args() and weak.victim_args()[1] == "digits"
+    victim = weak.victim_settings()  # the point starts its victims from typed settings
+    assert victim.defenses == weak.defenses and victim.dataset == "digits"
+
+
+def test_point_ids_are_stable_across_versions() -> None:
+    """A run folder written by an earlier fedleak resumes: the quick preset's ids are fixed."""
+    assert [p.point_id for p in load_preset("quick").points()] == [
+        "0fa89b108588eeb7", "fc5726d5b1a4c43d", "9f60a761d62278ea", "82ecbd19a1016717",
+        "46402144df103a15", "d221b8825c6884c5", "cf2b4c8aa6556445", "e9e0f1428077f8e3",
+        "e14d074d9506b0f3", "0b26cfc781062bf2"]
 
 
 def test_quick_preset_covers_dpsgd_prune_and_noise_against_a_reference() -> None:
@@ -253,7 +262,7 @@ def test_sigkill_half_way_then_rerun_repeats_and_loses_nothing(tmp_path: Path) -
 def test_sweep_against_a_victim_the_user_runs(tmp_path: Path) -> None:
     from fedleak.harness.sweep.results import load_results
     from fedleak.harness.sweep.runner import SweepOptions, run_sweep
-    from fedleak.harness.victim_process import VictimProcess
+    from fedleak.harness.victim.process import VictimProcess
 
     args = ["--dataset", "digits", "--images", "0-1", "--model", "mlp:width=16,depth=1",
             "--allow-reveal", "--defense", "prune:p=0.5"]
@@ -265,6 +274,6 @@ def test_sweep_against_a_victim_the_user_runs(tmp_path: Path) -> None:
     assert not outcome.failed and len(outcome.measured) == 1
     (result,) = load_results(tmp_path / "run")
     assert result.group == "prune" and not result.reference  # what the victim runs
-    assert result.attack["defenses"] == ["prune:p=0.5,scope=layer"]
+    assert result.attack is not None and result.attack.defenses == ["prune:p=0.5,scope=layer"]
     assert len(result.picture_files()) == 2 and result.accuracy is not None
     assert "comparison" in result.picture_files()[0]  # the token let the sweep reveal

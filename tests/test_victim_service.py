@@ -9,12 +9,13 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from fedleak.harness.client import VictimClient, VictimError
-from fedleak.harness.codec import encode_tensor
-from fedleak.harness.datasets import load_dataset, normalize
-from fedleak.harness.models import build_model
-from fedleak.harness.protocol import Protocol, local_update
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.attacker.client import VictimClient, VictimError
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.wire.codec import encode_tensor
 from fedleak.v1 import victim_pb2 as pb
 from tests.conftest import TOKEN
 

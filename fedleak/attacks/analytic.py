@@ -212,7 +212,7 @@ def separate_inputs(
 
 
 @register_attack("analytic")
-class AnalyticInversion(Attack):
+class AnalyticInversion(Attack[Observation]):
     """Closed-form recovery of a biased linear layer's input from its weight and bias gradients.
 
     The image for a network starting with such a layer (``mlp``), else the classifier's input
@@ -222,13 +222,13 @@ class AnalyticInversion(Attack):
     Config = AnalyticConfig
     config: AnalyticConfig
 
-    def reconstruct(
+    def recover(
         self,
         observation: Observation,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
     ) -> Reconstruction:
         """Invert the chosen layer; ``seed`` is unused (the attack is deterministic)."""
         cfg = self.config

@@ -1,24 +1,43 @@
-"""The interface every reconstruction attack implements."""
+"""The interface every reconstruction attack implements, and the template it runs in.
+
+:meth:`Attack.reconstruct` is the same for every attack: it checks that what it was given is
+what the attack's threat model says the server holds (:data:`THREAT_MODELS`), resolves the
+device and checks the target lives there, seeds torch's global generator from ``seed`` inside a
+forked RNG state (so an attack that draws from it is reproducible and the caller's stream is
+left as it was), and only then calls :meth:`Attack.recover`, the algorithm itself — the one
+method an attack implements.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 
 from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.release import ReleasedModel
 
 #: ``progress(iteration, total, objective)`` — called now and then while an attack runs.
 Progress = Callable[[int, int, float], None]
 
+#: Threat model name → the type of what the server holds in it.
+THREAT_MODELS: dict[str, type] = {"update": Observation, "release": ReleasedModel}
 
-class Attack(ABC):
+Target = TypeVar("Target", Observation, ReleasedModel)
+
+
+class HasParameters(Protocol):
+    parameters: list[torch.Tensor]
+
+
+class Attack(ABC, Generic[Target]):
     """A reconstruction attack with a typed ``Config`` dataclass.
 
-    Subclasses set ``Config`` and implement :meth:`reconstruct`. Attacks are plain torch code:
-    they receive everything through the :class:`Observation` and never touch files or RPC.
+    Subclasses set ``Config`` (and ``threat_model`` when it is not ``"update"``) and implement
+    :meth:`recover`. Attacks are plain torch code: they receive everything through the target
+    (:class:`Observation` or :class:`ReleasedModel`) and never touch files or RPC.
     """
 
     name: ClassVar[str] = ""
@@ -28,13 +47,62 @@ class Attack(ABC):
     def __init__(self, config: Any | None = None) -> None:
         self.config = config if config is not None else self.Config()
 
-    @abstractmethod
     def reconstruct(
         self,
-        observation: Observation,
+        target: Target,
         *,
         device: torch.device | str = "cpu",
         seed: int = 0,
         progress: Progress | None = None,
     ) -> Reconstruction:
-        """Recover the user's images (normalised space) and labels from ``observation``."""
+        """Recover the user's data from ``target`` (see the module docstring for the steps).
+
+        ``device`` is where the attack computes; an :class:`Observation` must have been built
+        there (its ``simulate`` runs where its parameters live), a :class:`ReleasedModel` is
+        moved by the attack. ``seed`` makes the run reproducible.
+        """
+        expected = THREAT_MODELS[self.threat_model]
+        if not isinstance(target, expected):
+            raise TypeError(f"attack {self.name!r} attacks a {expected.__name__} (threat model "
+                            f"{self.threat_model!r}), got a {type(target).__name__}")
+        dev = resolve_device(device)
+        if isinstance(target, Observation):
+            check_device(target, dev)
+        forked = [dev] if dev.type == "cuda" else []
+        with torch.random.fork_rng(devices=forked):
+            torch.manual_seed(seed)
+            return self.recover(target, device=dev, seed=seed, progress=progress)
+
+    @abstractmethod
+    def recover(
+        self,
+        target: Target,
+        *,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
+    ) -> Reconstruction:
+        """The attack's algorithm: images (normalised space) and labels from ``target``."""
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``device`` as a ``torch.device`` with an index for CUDA; CUDA must be available."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but CUDA is not available")
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def check_device(target: HasParameters, device: torch.device | str) -> torch.device:
+    """``device`` resolved, after checking the target's parameters live there."""
+    dev = resolve_device(device)
+    for tensor in target.parameters[:1]:
+        here = tensor.device
+        if here.type != dev.type or (dev.index is not None and here.index != dev.index):
+            raise ValueError(
+                f"the observation's model lives on {here} but the attack was asked to run on "
+                f"{dev}; build the observation (model, parameters, simulate) on {dev}"
+            )
+    return dev

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.attacks.base import Attack, Progress
-from fedleak.attacks.inverting_gradients import check_device, gaussian_init
+from fedleak.attacks.inverting_gradients import gaussian_init
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
@@ -85,50 +85,40 @@ class _BestIterate:
 
 
 @register_attack("dlg")
-class DLG(Attack):
+class DLG(Attack[Observation]):
     """Zhu et al.'s DLG: euclidean gradient matching optimised with L-BFGS (iDLG labels)."""
 
     Config = DLGConfig
     config: DLGConfig
 
-    def reconstruct(
+    def recover(
         self,
         observation: Observation,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
-    ) -> Reconstruction:
-        """Run ``restarts`` L-BFGS trials; return the best finite iterate of the best trial.
-
-        ``device`` is where the candidate images live; the observation must be built there.
-        Restart r starts from N(0, 1) drawn on the CPU from ``seed + r``.
-        """
-        return self._reconstruct(observation, check_device(observation, device), seed, progress)
-
-    def _reconstruct(
-        self,
-        observation: Observation,
-        dev: torch.device,
+        device: torch.device,
         seed: int,
         progress: Progress | None,
     ) -> Reconstruction:
+        """Run ``restarts`` L-BFGS trials; return the best finite iterate of the best trial.
+
+        Restart r starts from N(0, 1) drawn on the CPU from ``seed + r``.
+        """
         cfg = self.config
-        labels = recover_labels(observation).to(dev)
-        observed = [u.detach().to(dev) for u in observation.update]
+        labels = recover_labels(observation).to(device)
+        observed = [u.detach().to(device) for u in observation.update]
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
         finals: list[float] = []
         best = _BestIterate()
         for restart in range(cfg.restarts):
             trial = self._trial(
-                gaussian_init(shape, seed + restart, dev), labels, observation, observed,
+                gaussian_init(shape, seed + restart, device), labels, observation, observed,
                 offset=restart * cfg.iterations, total=total, progress=progress,
             )
             finals.append(trial.value)
             if trial.images is not None and trial.value < best.value:
                 best = trial
-        images = best.images if best.images is not None else gaussian_init(shape, seed, dev)
+        images = best.images if best.images is not None else gaussian_init(shape, seed, device)
         return Reconstruction(
             images=images,
             labels=labels,

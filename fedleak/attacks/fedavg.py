@@ -37,11 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.attacks.base import Progress
-from fedleak.attacks.inverting_gradients import (
-    InvertingGradients,
-    InvertingGradientsConfig,
-    check_device,
-)
+from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGradientsConfig
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
 
@@ -75,13 +71,13 @@ class FedAvgInversion(InvertingGradients):
     Config = FedAvgConfig
     config: FedAvgConfig
 
-    def reconstruct(
+    def recover(
         self,
         observation: Observation,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
     ) -> Reconstruction:
         """Eq. (4) on the delta through the replayed local update; see the module docstring."""
         check_fedavg_observation(observation)
@@ -93,8 +89,7 @@ class FedAvgInversion(InvertingGradients):
                 )
         else:
             observation = dataclasses.replace(observation, labels=None)
-        dev = check_device(observation, device)
-        result = self._reconstruct(observation, dev, seed, progress)
+        result = super().recover(observation, device=device, seed=seed, progress=progress)
         result.extras.update(
             local_steps=observation.local_steps,
             local_learning_rate=observation.learning_rate,

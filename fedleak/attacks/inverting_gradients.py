@@ -38,7 +38,7 @@ in place; the objective is read back to the host only when progress is reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -203,58 +203,52 @@ class SignedAdam:
 
 
 @register_attack("inverting-gradients")
-class InvertingGradients(Attack):
+class InvertingGradients(Attack[Observation]):
     """Geiping et al.'s attack: cosine similarity + TV, signed Adam, box constraint (eq. 4)."""
 
     Config = InvertingGradientsConfig
     config: InvertingGradientsConfig
 
-    def reconstruct(
+    def recover(
         self,
         observation: Observation,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
-    ) -> Reconstruction:
-        """Run ``restarts`` × ``iterations`` signed-Adam steps on eq. (4); keep the best restart.
-
-        ``device`` is where the candidate images are created and optimised. The observation's
-        ``simulate`` runs wherever its parameters live, so the harness must build the
-        observation on that same device; a mismatch is refused with a message saying so. The
-        random init is drawn on the CPU from ``seed`` (restart r uses ``seed + r``), so a seed
-        gives the same starting images on every device.
-        """
-        return self._reconstruct(observation, check_device(observation, device), seed, progress)
-
-    def _reconstruct(
-        self,
-        observation: Observation,
-        dev: torch.device,
+        device: torch.device,
         seed: int,
         progress: Progress | None,
     ) -> Reconstruction:
+        """Run ``restarts`` × ``iterations`` signed-Adam steps on eq. (4); keep the best restart.
+
+        The random init is drawn on the CPU from ``seed`` (restart r uses ``seed + r``), so a
+        seed gives the same starting images on every device. With ``vectorised`` and a replay
+        that offers it, the restarts are optimised as one batch ``[R, n, C, H, W]``; otherwise
+        one after the other, each as a batch of one — the same loop either way.
+        """
         cfg = self.config
-        labels = recover_labels(observation).to(dev)
-        objective = CosineObjective([u.to(dev) for u in observation.update])
-        lower, upper = observation.image_bounds(dev)
+        labels = recover_labels(observation).to(device)
+        objective = CosineObjective([u.to(device) for u in observation.update])
+        bounds = observation.image_bounds(device)
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
         replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 else None
         if replay is not None:
-            stacked = stacked_inits(gaussian_init, shape, range(seed, seed + cfg.restarts), dev)
-            self._optimise_restarts(stacked, labels, observation, replay, (lower, upper),
-                                    progress=progress)
+            stacked = stacked_inits(gaussian_init, shape, range(seed, seed + cfg.restarts),
+                                    device)
+            batched = RestartsCosineObjective([u.to(device) for u in observation.update])
+            self.optimise(stacked, labels, replay, batched, restart_total_variation, bounds,
+                          offset=0, total=total, progress=progress)
             candidates = list(stacked)
         else:
+            def one_by_one(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+                return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
+
             candidates = []
             for restart in range(cfg.restarts):
-                images = gaussian_init(shape, seed + restart, dev)
-                self._optimise(
-                    images, labels, observation, objective, (lower, upper),
-                    offset=restart * cfg.iterations, total=total, progress=progress,
-                )
-                candidates.append(images)
+                images = gaussian_init(shape, seed + restart, device).unsqueeze(0)
+                self.optimise(images, labels, one_by_one, objective,
+                              lambda x: total_variation(x[0]), bounds,
+                              offset=restart * cfg.iterations, total=total, progress=progress)
+                candidates.append(images[0])
         finals = [self.evaluate(images, labels, observation, objective) for images in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
         return Reconstruction(
@@ -280,103 +274,56 @@ class InvertingGradients(Attack):
         result = float(value.item())
         return result if math.isfinite(result) else math.inf
 
-    def _optimise(
+    def optimise(
         self,
         images: torch.Tensor,
         labels: torch.Tensor,
-        observation: Observation,
-        objective: CosineObjective,
+        replay: RestartsUpdateFn,
+        objective: CosineObjective | RestartsCosineObjective,
+        tv: Callable[[torch.Tensor], torch.Tensor],
         bounds: tuple[torch.Tensor, torch.Tensor],
         *,
         offset: int,
         total: int,
         progress: Progress | None,
     ) -> None:
-        cfg = self.config
-        images.requires_grad_(True)
-        optimiser = SignedAdam(images, signed=cfg.signed)
-        for iteration in range(cfg.iterations):
-            update = observation.simulate(images, labels)
-            value, output_grads, scale = objective.value_and_output_grads(update)
-            outputs = list(update)
-            if cfg.tv > 0:
-                tv = total_variation(images)
-                value = value + tv.detach() * cfg.tv
-                outputs.append(tv)
-                output_grads.append(cfg.tv / scale)
-            (grad,) = torch.autograd.grad(outputs, images, output_grads)
-            grad.mul_(scale)
-            with torch.no_grad():
-                optimiser.step(grad, step_size(iteration, cfg.iterations, cfg.lr, cfg.lr_decay))
-                if cfg.boxed:
-                    images.clamp_(bounds[0], bounds[1])
-            done = offset + iteration + 1
-            if progress is not None and (done % cfg.log_every == 0 or iteration == 0):
-                progress(done, total, float(value.item()))
-        images.requires_grad_(False)
+        """Signed Adam on ``images`` ``[R, n, C, H, W]`` in place: R restarts side by side.
 
-    def _optimise_restarts(
-        self,
-        stacked: torch.Tensor,
-        labels: torch.Tensor,
-        observation: Observation,
-        replay: RestartsUpdateFn,
-        bounds: tuple[torch.Tensor, torch.Tensor],
-        *,
-        progress: Progress | None,
-    ) -> None:
-        """:meth:`_optimise` for all restarts at once on ``stacked`` [R, n, C, H, W].
-
-        Same steps per restart (see :mod:`fedleak.attacks.restarts`): each restart's gradient
-        is ∂J_r/∂x_r, scaled by its own s_r, fed to one element-wise signed Adam at the shared
-        step size, then projected onto the box. Progress counts restart-iterations (R per
-        step) and reports the lowest objective among the restarts.
+        Each step replays the update of every restart (``replay``), forms the cosine term's
+        gradient with respect to the updates as ``s_r · (u* − (a_r/b_r) u_r)`` (``objective``,
+        one scale per restart; a 0-dim scale when R restarts are one), adds α TV, takes one
+        vector–Jacobian product back to the images, scales each restart's gradient by its own
+        ``s_r``, steps signed Adam at the shared step size and projects onto the box. See
+        :mod:`fedleak.attacks.restarts` for why the restarts stay independent. Progress counts
+        restart-iterations from ``offset`` out of ``total`` and reports the lowest objective.
         """
         cfg = self.config
-        restarts = stacked.shape[0]
-        objective = RestartsCosineObjective([u.to(stacked.device) for u in observation.update])
-        stacked.requires_grad_(True)
-        optimiser = SignedAdam(stacked, signed=cfg.signed)
-        per_restart = (-1, *[1] * (stacked.dim() - 1))
+        width = images.shape[0]
+        images.requires_grad_(True)
+        optimiser = SignedAdam(images, signed=cfg.signed)
+        per_restart = (-1, *[1] * (images.dim() - 1))
         for iteration in range(cfg.iterations):
-            update = replay(stacked, labels)
+            update = replay(images, labels)
             value, output_grads, scale = objective.value_and_output_grads(update)
             outputs = list(update)
             if cfg.tv > 0:
-                tv = restart_total_variation(stacked)
-                value = value + tv.detach() * cfg.tv
-                outputs.append(tv)
+                variation = tv(images)
+                value = value + variation.detach() * cfg.tv
+                outputs.append(variation)
                 output_grads.append(cfg.tv / scale)
-            (grad,) = torch.autograd.grad(outputs, stacked, output_grads)
+            (grad,) = torch.autograd.grad(outputs, images, output_grads)
             grad.mul_(scale.view(per_restart))
             with torch.no_grad():
                 optimiser.step(grad, step_size(iteration, cfg.iterations, cfg.lr, cfg.lr_decay))
                 if cfg.boxed:
-                    stacked.clamp_(bounds[0], bounds[1])
-            if progress is not None and ((iteration + 1) % cfg.log_every == 0 or iteration == 0):
-                progress((iteration + 1) * restarts, cfg.iterations * restarts,
-                         float(value.min().item()))
-        stacked.requires_grad_(False)
+                    images.clamp_(bounds[0], bounds[1])
+            reported = offset // width + iteration + 1
+            if progress is not None and (reported % cfg.log_every == 0 or iteration == 0):
+                progress(offset + (iteration + 1) * width, total, float(value.min().item()))
+        images.requires_grad_(False)
 
 
 def gaussian_init(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:
     """N(0, 1) images in normalised space, drawn on the CPU from ``seed``, moved to ``device``."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=generator).to(device)
-
-
-def check_device(observation: Observation, device: torch.device | str) -> torch.device:
-    """``device`` as a ``torch.device``, after checking the observation's parameters live there."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was asked for but CUDA is not available")
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    for tensor in observation.parameters[:1]:
-        here = tensor.device
-        if here.type != dev.type or (dev.index is not None and here.index != dev.index):
-            raise ValueError(
-                f"the observation's model lives on {here} but the attack was asked to run on "
-                f"{dev}; build the observation (model, parameters, simulate) on {dev}"
-            )
-    return dev

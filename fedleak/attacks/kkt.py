@@ -318,7 +318,7 @@ class _RunResult:
 
 
 @register_attack("kkt")
-class KKT(Attack):
+class KKT(Attack[ReleasedModel]):
     """Haim et al.'s reconstruction of a released model's training set from its KKT conditions."""
 
     Config = KKTConfig
@@ -335,13 +335,13 @@ class KKT(Attack):
             )
         return 2 * released.num_train
 
-    def reconstruct(  # type: ignore[override]
+    def recover(
         self,
         released: ReleasedModel,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
     ) -> Reconstruction:
         """Run the random search; return every run's candidates x_i (model input space).
 
@@ -352,7 +352,7 @@ class KKT(Attack):
         """
         cfg = self.config
         dtype = torch.float64 if cfg.float64 else torch.float32
-        dev = torch.device(device)
+        dev = device
         m = self.num_candidates(released)
         model, swapped = with_smooth_relu(released.model, cfg.alpha_low)
         model = model.to(device=dev, dtype=dtype)

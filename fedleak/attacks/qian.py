@@ -37,7 +37,6 @@ import torch
 
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.dlg import gradient_distance
-from fedleak.attacks.inverting_gradients import check_device
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
@@ -123,7 +122,7 @@ def uniform_init(observation: Observation, seed: int, device: torch.device) -> t
 
 
 @register_attack("qian")
-class Qian(Attack):
+class Qian(Attack[Observation]):
     """Qian & Hansen's Algorithm 2: euclidean matching, U(0,1) init, decaying L2/orthogonality."""
 
     Config = QianConfig
@@ -156,13 +155,13 @@ class Qian(Attack):
                 loss = loss + lam * orthogonality_regularizer(pixels)
         return loss
 
-    def reconstruct(
+    def recover(
         self,
         observation: Observation,
         *,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        progress: Progress | None = None,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
     ) -> Reconstruction:
         """Run ``restarts`` × ``iterations`` steps; keep the restart with the lowest distance.
 
@@ -170,7 +169,7 @@ class Qian(Attack):
         finite ends there and keeps its last finite iterate.
         """
         cfg = self.config
-        dev = check_device(observation, device)
+        dev = device
         labels = recover_labels(observation).to(dev)
         observed = [u.detach().to(dev) for u in observation.update]
         total = cfg.iterations * cfg.restarts

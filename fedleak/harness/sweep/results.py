@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.spec import Point
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
@@ -18,8 +19,8 @@ class PointResult:
     point: Point
     status: str
     error: str | None
-    attack: dict[str, Any] | None
-    utility: dict[str, Any] | None
+    attack: AttackMeasurement | None
+    utility: UtilityMeasurement | None
 
     @property
     def point_id(self) -> str:
@@ -30,7 +31,7 @@ class PointResult:
         measured = self.attack or self.utility
         if not self.point.victim or not measured:
             return self.point.label
-        chain = measured.get("defenses") or ["no defense"]
+        chain = measured.defenses or ["no defense"]
         return f"{self.point.victim}: {' + '.join(chain)}"
 
     @property
@@ -38,7 +39,8 @@ class PointResult:
         """The curve this point belongs to: the swept defense, or what a user's victim ran."""
         if not self.point.victim:
             return self.point.group
-        chain = (self.attack or self.utility or {}).get("defenses") or []
+        measured = self.attack or self.utility
+        chain = measured.defenses if measured else []
         return " + ".join(d.split(":", 1)[0] for d in chain) or "none"
 
     @property
@@ -55,37 +57,37 @@ class PointResult:
             return f"{p.attack} vs victims"
         trained = ("trained" if p.trained is True else "untrained" if p.trained is False
                    else f"checkpoint {Path(str(p.trained)).name}")
-        return f"{p.attack} · {p.model} · {p.dataset} · {p.protocol.get('kind')} · {trained}"
+        return f"{p.attack} · {p.model} · {p.dataset} · {p.protocol.kind if p.protocol else '?'} · {trained}"
 
     @property
     def psnr(self) -> float | None:
-        return self.attack.get("mean_psnr") if self.attack else None
+        return self.attack.mean_psnr if self.attack else None
 
     @property
     def ssim(self) -> float | None:
-        return self.attack.get("mean_ssim") if self.attack else None
+        return self.attack.mean_ssim if self.attack else None
 
     @property
     def label_accuracy(self) -> float | None:
-        return self.attack.get("label_accuracy") if self.attack else None
+        return self.attack.label_accuracy if self.attack else None
 
     @property
     def accuracy(self) -> float | None:
-        return self.utility.get("test_accuracy") if self.utility else None
+        return self.utility.test_accuracy if self.utility else None
 
     @property
     def epsilon(self) -> float | None:
         """ε the defense claims: after utility training if measured, else after the attack."""
         for record in (self.utility, self.attack):
-            if record and record.get("epsilon") is not None:
-                return float(record["epsilon"])
+            if record and record.epsilon is not None:
+                return float(record.epsilon)
         return None
 
     @property
     def delta(self) -> float | None:
         for record in (self.utility, self.attack):
-            if record and record.get("delta") is not None:
-                return float(record["delta"])
+            if record and record.delta is not None:
+                return float(record.delta)
         return None
 
     def picture_files(self, kind: str = "comparison") -> list[str]:
@@ -93,9 +95,8 @@ class PointResult:
         if not self.attack:
             return []
         files = []
-        for r in self.attack.get("rounds", []):
-            found = r.get("files", {})
-            path = found.get(kind) or found.get("reconstruction")
+        for r in self.attack.rounds:
+            path = r.files.get(kind) or r.files.get("reconstruction")
             if path:
                 files.append(path)
         return files
@@ -110,10 +111,15 @@ def load_results(run_dir: Path) -> list[PointResult]:
         stored = store.points()
         measured: dict[tuple[str, str], dict[str, Any]] = {
             (m.point_id, m.kind): m.metrics for m in store.measurements()}
-    return [PointResult(s.point, s.status, s.error,
-                        measured.get((s.point.point_id, "attack")),
-                        measured.get((s.point.point_id, "utility")))
-            for s in stored]
+    results = []
+    for s in stored:
+        attack = measured.get((s.point.point_id, "attack"))
+        utility = measured.get((s.point.point_id, "utility"))
+        results.append(PointResult(
+            s.point, s.status, s.error,
+            AttackMeasurement.from_json(attack) if attack is not None else None,
+            UtilityMeasurement.from_json(utility) if utility is not None else None))
+    return results
 
 
 def format_epsilon(epsilon: float | None) -> str:

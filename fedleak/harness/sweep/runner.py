@@ -21,14 +21,14 @@ import concurrent.futures as futures
 import multiprocessing
 import os
 import queue as queue_module
-import secrets
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedleak.harness.sweep.checkpoints import checkpoint_path, ensure_checkpoint
+from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
 from fedleak.harness.sweep.spec import Point, SweepSpec
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
@@ -188,6 +188,7 @@ def _drain(events: Any, progress: TqdmProgress, wait: float) -> None:
 def measure_point(point_json: str, run_dir: str, token: str | None,
                   progress: ProgressSink) -> tuple[str, str, str, str]:
     """Measure what the store lacks for one point; returns (id, label, status, error)."""
+    from fedleak.harness.sweep.leakage import measure_attack
     from fedleak.harness.sweep.utility import measure_utility
 
     point = Point.from_json(point_json)
@@ -203,14 +204,14 @@ def measure_point(point_json: str, run_dir: str, token: str | None,
         try:
             if need_attack:
                 started = time.time()
-                metrics = measure_attack(point, root, checkpoint, token,
+                leakage = measure_attack(point, root, checkpoint, token,
                                          lambda text: progress.advance(pid, "attack " + text))
-                store.record(pid, "attack", metrics, started)
+                store.record(pid, "attack", leakage.to_json(), started)
             if need_utility:
                 started = time.time()
-                metrics = measure_utility(point, checkpoint,
+                utility = measure_utility(point, checkpoint,
                                           lambda _, text: progress.advance(pid, text), token)
-                store.record(pid, "utility", metrics, started)
+                store.record(pid, "utility", utility.to_json(), started)
         except Exception as err:  # recorded with the point; the sweep goes on
             error = f"{type(err).__name__}: {err}"
             store.set_status(pid, "failed", error)
@@ -223,115 +224,14 @@ def measure_point(point_json: str, run_dir: str, token: str | None,
 
 def _done_line(point: Point, store: ResultStore) -> str:
     found = {m.kind: m.metrics for m in store.measurements(point.point_id)}
-    attack, utility = found.get("attack", {}), found.get("utility", {})
-    parts = [f"PSNR {attack['mean_psnr']:.2f} dB, SSIM {attack['mean_ssim']:.3f}"
-             if attack else "no attack"]
-    if utility:
-        parts.append(f"test accuracy {utility['test_accuracy']:.1%}")
-    eps = utility.get("epsilon") or attack.get("epsilon")
+    attack = AttackMeasurement.from_json(found["attack"]) if "attack" in found else None
+    utility = UtilityMeasurement.from_json(found["utility"]) if "utility" in found else None
+    parts = ["no attack"]
+    if attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
+        parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
+    if utility is not None:
+        parts.append(f"test accuracy {utility.test_accuracy:.1%}")
+    eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
     if eps is not None:
         parts.append(f"ε {eps:.4g}")
     return f"done {point.label} [{point.point_id}]: " + ", ".join(parts)
-
-
-def attack_victim_args(point: Point, checkpoint: str | None) -> list[str]:
-    """The attack victim: the first K·n images of the split, n per round, reveal allowed."""
-    args = [*point.victim_args(), "--split", point.split, "--images", point.images,
-            "--batch-size", str(point.batch_size), "--allow-reveal",
-            "--defense-seed", str(point.seed)]
-    if checkpoint:
-        args += ["--checkpoint", checkpoint]
-    return args
-
-
-def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: str | None,
-                   on_round: Callable[[str], None]) -> dict[str, Any]:
-    """Attack K rounds of the point's victim; the stored record (paths relative to run_dir)."""
-    from fedleak.harness.attacker import AttackSettings, run_attack
-    from fedleak.harness.client import VictimClient
-    from fedleak.harness.sweep.utility import described_defenses
-    from fedleak.harness.victim_process import VictimProcess
-
-    out = run_dir / "points" / point.point_id / "attack"
-    if out.exists():  # left by an interrupted attempt: nothing of it was stored
-        shutil.rmtree(out)
-    settings = AttackSettings(attack=point.attack, options=dict(point.attack_options),
-                              seed=point.seed, rounds=point.rounds, show_progress=False)
-    started = time.perf_counter()
-    if point.victim:
-        with VictimClient(point.victim, token=token) as client:
-            client.wait_ready(timeout=15)
-            described = client.describe()
-            record = run_attack(client, settings, out, log=on_round)
-    else:
-        secret = secrets.token_hex(16)
-        with VictimProcess(attack_victim_args(point, checkpoint), token=secret) as process, \
-                VictimClient(process.address, token=secret) as client:
-            described = client.describe()
-            record = run_attack(client, settings, out, log=on_round)
-    rounds = []
-    for entry in record["rounds"]:
-        meta = entry["victim_metadata"]
-        rounds.append({
-            "mean_psnr": entry["mean_psnr"],
-            "mean_ssim": entry["mean_ssim"],
-            "label_accuracy": entry["label_accuracy"],
-            "epsilon_total": _float(meta.get("epsilon_total")),
-            "files": {k: str((out / v).relative_to(run_dir)) for k, v in entry["files"].items()},
-        })
-    last = record["rounds"][-1]["victim_metadata"]
-    return {
-        **record["summary"],
-        "rounds": rounds,
-        "epsilon": _float(last.get("epsilon_total")),
-        "delta": _float(last.get("delta")),
-        "defenses": described_defenses(described),
-        "model": record["victim_model"],
-        "dataset": record["dataset"],
-        "attack": point.attack,
-        "run": str(out.relative_to(run_dir)),
-        "measure_time_s": time.perf_counter() - started,
-    }
-
-
-def checkpoint_path(point: Point, run_dir: Path) -> str | None:
-    """The state dict the point's victims start from, or None for the seeded init."""
-    if isinstance(point.trained, str):
-        return point.trained
-    if not point.trained or point.victim:
-        return None
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in point.model)
-    name = f"{point.dataset}-{slug}-seed{point.seed}-e{point.train_epochs}.pt"
-    return str((run_dir / "checkpoints" / name).resolve())
-
-
-def ensure_checkpoint(point: Point, run_dir: Path, echo: Callable[[str], Any] = print) -> None:
-    """Train the checkpoint of a ``trained = true`` point once (written atomically)."""
-    path = checkpoint_path(point, run_dir)
-    if point.trained is not True or path is None or Path(path).exists():
-        return
-    import torch
-
-    from fedleak.harness.datasets import load_dataset
-    from fedleak.harness.models import ModelSpec, build_model
-    from fedleak.harness.training import train_classifier
-
-    echo(f"training {point.model} on {point.dataset} for {point.train_epochs} epochs "
-         f"(checkpoint for trained points)")
-    train = load_dataset(point.dataset, "train", point.data_root)
-    test = load_dataset(point.dataset, "test", point.data_root)
-    torch.manual_seed(point.seed)
-    model = build_model(ModelSpec.parse(point.model), train.info.shape, train.info.num_classes)
-    result = train_classifier(model, train, test, epochs=point.train_epochs, seed=point.seed)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(path + ".partial")
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, partial)
-    partial.replace(path)
-    echo(f"checkpoint {path}: test accuracy {result.test_accuracy:.1%}")
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return None if text is None else float(text)
-    except ValueError:
-        return None

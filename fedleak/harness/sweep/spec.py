@@ -57,7 +57,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.protocol import Protocol
+from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
+from fedleak.harness.victim.settings import VictimSettings
 
 PRESETS_PACKAGE = "fedleak.harness.sweep"
 PRESETS_FOLDER = "presets"
@@ -65,7 +66,6 @@ SCHEDULES = ("cosine", "constant")
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense"}
-_PROTOCOL_KEYS = {"kind", "local_epochs", "local_batch_size", "lr", "batchnorm"}
 _DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
 # Point fields that label a point for the report but do not change what is measured.
 _LABEL_FIELDS = ("label", "group", "param", "strength", "reference")
@@ -122,7 +122,7 @@ class Point:
     dataset: str
     split: str
     images: str
-    protocol: dict[str, Any]
+    protocol: Protocol | None
     defenses: tuple[str, ...]
     trained: bool | str
     rounds: int
@@ -139,11 +139,17 @@ class Point:
     reference: bool = False
 
     def measured(self) -> dict[str, Any]:
-        """Everything that determines the measurement, as plain JSON values."""
-        data = asdict(self)
+        """Everything that determines the measurement, as plain JSON values (the protocol by
+        its user-facing names, as the spec writes it)."""
+        data = self._json()
         for key in _LABEL_FIELDS:
             data.pop(key)
+        return data
+
+    def _json(self) -> dict[str, Any]:
+        data = asdict(self)
         data["defenses"] = list(self.defenses)
+        data["protocol"] = self.protocol.options() if self.protocol is not None else {}
         return data
 
     @property
@@ -157,29 +163,24 @@ class Point:
         return UtilitySettings(**self.utility)
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["defenses"] = list(self.defenses)
-        return json.dumps(data, sort_keys=True)
+        return json.dumps(self._json(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Point:
         data = json.loads(text)
         data["defenses"] = tuple(data["defenses"])
+        data["protocol"] = Protocol.from_options(data["protocol"]) if data["protocol"] else None
         return cls(**data)
 
-    def victim_args(self) -> list[str]:
-        """``fedleak victim serve`` options shared by the attack and the utility victims."""
-        p = self.protocol
-        args = ["--dataset", self.dataset, "--model", self.model, "--seed", str(self.seed),
-                "--protocol", p["kind"], "--local-epochs", str(p["local_epochs"]),
-                "--local-batch-size", str(p["local_batch_size"]), "--lr", repr(p["lr"])]
-        if p.get("batchnorm"):
-            args += ["--batchnorm", p["batchnorm"]]
-        if self.data_root:
-            args += ["--data-root", self.data_root]
-        for spec in self.defenses:
-            args += ["--defense", spec]
-        return args
+    def victim_settings(self) -> VictimSettings:
+        """The victim this point measures (its data, model, protocol, defenses), before the
+        attack or utility measurement says which images it holds."""
+        if self.protocol is None:
+            raise ValueError(f"point {self.label!r} measures a victim the user runs "
+                             f"({self.victim}); fedleak does not start it")
+        return VictimSettings(dataset=self.dataset, model=self.model, seed=self.seed,
+                              protocol=self.protocol, data_root=self.data_root,
+                              defenses=self.defenses)
 
 
 @dataclass
@@ -191,7 +192,7 @@ class SweepSpec:
     split: str
     models: list[str]
     attacks: list[tuple[str, dict[str, Any]]]
-    protocols: list[dict[str, Any]]
+    protocols: list[Protocol]
     trained: list[bool | str]
     defenses: list[DefenseSetting]
     rounds: int
@@ -219,7 +220,7 @@ class SweepSpec:
             for attack, options in self.attacks:
                 for address in victims:
                     point = Point(attack=attack, attack_options=options, model="", dataset="",
-                                  protocol={}, defenses=(), trained=False, victim=address,
+                                  protocol=None, defenses=(), trained=False, victim=address,
                                   label=f"victim {address}", group=address, **common)
                     out.setdefault(point.point_id, point)
             return list(out.values())
@@ -336,7 +337,7 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def _dataset(name: Any) -> str:
-    from fedleak.harness.datasets import DATASET_NAMES
+    from fedleak.harness.shared.datasets import DATASET_NAMES
 
     if name not in DATASET_NAMES:
         raise SpecError(f"sweep.dataset: unknown data set {name!r}; choose one of "
@@ -345,7 +346,7 @@ def _dataset(name: Any) -> str:
 
 
 def _models(sweep: dict[str, Any]) -> list[str]:
-    from fedleak.harness.models import ModelSpec, model_names
+    from fedleak.harness.shared.models import ModelSpec, model_names
 
     if "model" in sweep and "models" in sweep:
         raise SpecError("sweep: give model or models, not both")
@@ -385,23 +386,16 @@ def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _protocols(value: Any) -> list[dict[str, Any]]:
+def _protocols(value: Any) -> list[Protocol]:
     out = []
     for i, table in enumerate(_tables(value, "sweep.protocol")):
         where = f"sweep.protocol[{i}]"
-        _no_unknown(table, _PROTOCOL_KEYS, where)
-        canonical = {"kind": str(table.get("kind", "fedsgd")),
-                     "local_epochs": table.get("local_epochs", 1),
-                     "local_batch_size": table.get("local_batch_size", 0),
-                     "lr": float(table.get("lr", 1e-4))}
-        if table.get("batchnorm", "train") != "train":  # the default stays out of the point's key
-            canonical["batchnorm"] = str(table["batchnorm"])
+        _no_unknown(table, set(OPTION_FIELDS), where)
         try:
-            Protocol(canonical["kind"], canonical["local_epochs"], canonical["local_batch_size"],
-                     canonical["lr"], canonical.get("batchnorm", "train"))
-        except (ValueError, TypeError) as err:
+            protocol = Protocol.from_options(table)
+        except ProtocolError as err:
             raise SpecError(f"{where}: {err}") from None
-        out.append(canonical)
+        out.append(protocol)
     return out
 
 

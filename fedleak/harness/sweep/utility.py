@@ -18,6 +18,7 @@ for utility.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -25,24 +26,24 @@ from typing import Any
 
 import torch
 
-from fedleak.harness.attacker import server_model
-from fedleak.harness.client import VictimClient
-from fedleak.harness.datasets import load_dataset
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.described import defense_specs, server_model
+from fedleak.harness.shared.datasets import load_dataset
+from fedleak.harness.shared.training import accuracy
+from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
 from fedleak.harness.sweep.spec import Point, UtilitySettings
-from fedleak.harness.training import accuracy
-from fedleak.harness.victim_process import VictimProcess
+from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.victim.settings import VictimSettings
 
 RoundCallback = Callable[[int, str], None]
 
 
-def utility_victim_args(point: Point, checkpoint: str | None) -> list[str]:
+def utility_victim_settings(point: Point, checkpoint: str | None) -> VictimSettings:
     """A victim holding the whole training split, shuffled, B images per round."""
-    settings = point.utility_settings
-    args = [*point.victim_args(), "--split", "train", "--shuffle",
-            "--batch-size", str(settings.batch_size), "--defense-seed", str(point.seed + 1)]
-    if checkpoint:
-        args += ["--checkpoint", checkpoint]
-    return args
+    return dataclasses.replace(
+        point.victim_settings(), split="train", shuffle=True,
+        batch_size=point.utility_settings.batch_size, defense_seed=point.seed + 1,
+        checkpoint=checkpoint)
 
 
 def learning_rate(settings: UtilitySettings, round_index: int) -> float:
@@ -57,7 +58,7 @@ def federated_training(
     settings: UtilitySettings,
     data_root: str | None = None,
     on_round: RoundCallback | None = None,
-) -> dict[str, Any]:
+) -> UtilityMeasurement:
     """Train the victim's global model for ``settings.rounds`` rounds; return the utility record.
 
     ``on_round(r, text)`` is called after every round. The test split is that of the data set
@@ -87,21 +88,21 @@ def federated_training(
             text += f", test accuracy {curve[-1][1]:.1%}"
         if on_round is not None:
             on_round(r, text)
-    return {
-        "test_accuracy": curve[-1][1],
-        "initial_accuracy": curve[0][1],
-        "curve": curve,
-        "rounds": settings.rounds,
-        "batch_size": settings.batch_size,
-        "lr": settings.lr,
-        "schedule": settings.schedule,
-        "protocol": described.protocol.kind,
-        "epsilon": _float_or_none(metadata.get("epsilon_total")),
-        "delta": _float_or_none(metadata.get("delta")),
-        "defenses": described_defenses(described),
-        "test_images": len(test),
-        "training_time_s": time.perf_counter() - started,
-    }
+    return UtilityMeasurement(
+        test_accuracy=curve[-1][1],
+        initial_accuracy=curve[0][1],
+        curve=curve,
+        rounds=settings.rounds,
+        batch_size=settings.batch_size,
+        lr=settings.lr,
+        schedule=settings.schedule,
+        protocol=described.protocol.kind,
+        epsilon=float_or_none(metadata.get("epsilon_total")),
+        delta=float_or_none(metadata.get("delta")),
+        defenses=defense_specs(described),
+        test_images=len(test),
+        training_time_s=time.perf_counter() - started,
+    )
 
 
 def measure_utility(
@@ -109,35 +110,19 @@ def measure_utility(
     checkpoint: str | None = None,
     on_round: RoundCallback | None = None,
     token: str | None = None,
-) -> dict[str, Any]:
+) -> UtilityMeasurement:
     """Start the utility victim for ``point`` (or use ``point.victim``) and train against it."""
     settings = point.utility_settings
     if point.victim:
         with VictimClient(point.victim, token=token) as client:
             client.wait_ready(timeout=15)
             return federated_training(client, settings, point.data_root, on_round)
-    with VictimProcess(utility_victim_args(point, checkpoint)) as process, \
+    with VictimProcess(utility_victim_settings(point, checkpoint)) as process, \
             VictimClient(process.address) as client:
         return federated_training(client, settings, point.data_root, on_round)
-
-
-def described_defenses(described: Any) -> list[str]:
-    """The victim's published defense chain as ``name:key=value,...`` strings."""
-    return [d.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(d.params.items()))
-                      if d.params else "")
-            for d in described.defenses]
 
 
 def _evaluate(model: torch.nn.Module, params: dict[str, torch.Tensor],
               buffers: dict[str, torch.Tensor], test: Any) -> float:
     model.load_state_dict({**params, **buffers}, strict=True)
     return accuracy(model, test)
-
-
-def _float_or_none(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None

@@ -1,0 +1,316 @@
+"""Typed records of an attack run: what ``metrics.json`` holds, and the summary a person reads.
+
+An update-threat-model run (:class:`UpdateRun`) is one :class:`RoundRecord` per attacked round
+with the victim's per-image scores; a release run (:class:`ReleaseRun`) is one release, the KKT
+candidates and the victim's per-training-sample scores. Both share a :class:`RunHeader` (who
+attacked whom with what, where) and know how to write themselves (``metrics.json``, rewritten
+atomically) and how to summarise themselves for the terminal (:meth:`summary_lines`).
+Optional fields marked ``omit_if_none`` are left out of the JSON when unset, so a reader tells
+"not measured" from "measured as null".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedleak import __version__
+
+OMIT = {"omit_if_none": True}
+METRICS_NAME = "metrics.json"
+
+
+def to_json(record: Any) -> Any:
+    """A record (dataclass, list, dict, value) as plain JSON values, in field order."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        out = {}
+        for f in dataclasses.fields(record):
+            value = getattr(record, f.name)
+            if value is None and f.metadata.get("omit_if_none"):
+                continue
+            out[f.name] = to_json(value)
+        return out
+    if isinstance(record, dict):
+        return {str(k): to_json(v) for k, v in record.items()}
+    if isinstance(record, list | tuple):
+        return [to_json(v) for v in record]
+    return record
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as indented JSON atomically (a reader never sees half a file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(to_json(value), indent=2))
+    os.replace(partial, path)
+
+
+@dataclass
+class RunHeader:
+    """Who attacked whom, with what, where."""
+
+    fedleak_version: str
+    victim: str
+    victim_model: str
+    dataset: str
+    attack: str
+    attack_config: dict[str, Any]
+    settings: dict[str, Any]
+    device: str
+    torch: str
+    machine: str
+    threads: int
+
+    @classmethod
+    def now(cls, victim: str, victim_model: str, dataset: str, attack: str,
+            attack_config: dict[str, Any], settings: dict[str, Any], device: str) -> RunHeader:
+        return cls(__version__, victim, victim_model, dataset, attack, attack_config, settings,
+                   device, torch.__version__, platform.machine(), torch.get_num_threads())
+
+
+# --------------------------------------------------------------------------- update rounds
+
+
+@dataclass
+class ImageRecord:
+    """The victim's score of one reconstructed image (matched one-to-one to the truth)."""
+
+    index: int
+    matched_index: int
+    psnr: float
+    ssim: float
+    mse: float
+
+
+@dataclass
+class FeatureRecord:
+    """The victim's score of one recovered layer input."""
+
+    index: int
+    matched_index: int
+    cosine: float
+    relative_error: float
+
+
+@dataclass
+class RoundRecord:
+    """One attacked round: what came back, what the attack found, how the victim scored it."""
+
+    round_id: str
+    update_kind: str
+    num_images: int
+    local_steps: int
+    victim_metadata: dict[str, str]
+    iterations: int
+    objective: float
+    restart_objectives: list[float]
+    wall_time_s: float
+    labels: list[int]
+    mean_psnr: float | None
+    mean_ssim: float | None
+    mean_mse: float | None
+    label_accuracy: float | None
+    images: list[ImageRecord] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    feature_layer: str | None = field(default=None, metadata=OMIT)
+    features_file: str | None = field(default=None, metadata=OMIT)
+    mean_feature_cosine: float | None = field(default=None, metadata=OMIT)
+    mean_feature_relative_error: float | None = field(default=None, metadata=OMIT)
+    features: list[FeatureRecord] | None = field(default=None, metadata=OMIT)
+    reveal_error: str | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class RunSummary:
+    """Means over every scored image and round."""
+
+    rounds: int
+    images: int
+    mean_psnr: float | None
+    mean_ssim: float | None
+    label_accuracy: float | None
+    wall_time_s: float
+    mean_feature_cosine: float | None = field(default=None, metadata=OMIT)
+    mean_feature_relative_error: float | None = field(default=None, metadata=OMIT)
+
+    @classmethod
+    def of(cls, rounds: list[RoundRecord]) -> RunSummary:
+        psnrs = [img.psnr for r in rounds for img in r.images]
+        ssims = [img.ssim for r in rounds for img in r.images]
+        accs = [r.label_accuracy for r in rounds if r.label_accuracy is not None]
+        cosines = [r.mean_feature_cosine for r in rounds if r.mean_feature_cosine is not None]
+        errors = [r.mean_feature_relative_error for r in rounds
+                  if r.mean_feature_relative_error is not None]
+        return cls(
+            rounds=len(rounds),
+            images=len(psnrs),
+            mean_psnr=float(np.mean(psnrs)) if psnrs else None,
+            mean_ssim=float(np.mean(ssims)) if ssims else None,
+            label_accuracy=float(np.mean(accs)) if accs else None,
+            wall_time_s=float(sum(r.wall_time_s for r in rounds)),
+            mean_feature_cosine=float(np.mean(cosines)) if cosines else None,
+            mean_feature_relative_error=float(np.mean(errors)) if errors else None,
+        )
+
+
+@dataclass
+class UpdateRun:
+    """A run against updates (FedSGD gradients, FedAvg deltas, secure-aggregation sums)."""
+
+    header: RunHeader
+    rounds: list[RoundRecord] = field(default_factory=list)
+
+    @property
+    def summary(self) -> RunSummary:
+        return RunSummary.of(self.rounds)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**to_json(self.header), "rounds": to_json(self.rounds),
+                "summary": to_json(self.summary)}
+
+    def write(self, out: Path) -> None:
+        write_json(out / METRICS_NAME, self.to_json())
+
+    def summary_lines(self, out: Path) -> list[str]:
+        """The table of scored images, the means, and where the files are."""
+        lines = [""]
+        if any(r.images for r in self.rounds):
+            lines.append(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  "
+                         f"{'MSE':>8}  {'time s':>7}")
+        for i, r in enumerate(self.rounds):
+            for img in r.images:
+                lines.append(f"{i:>5}  {img.index:>5}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
+                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}")
+        s = self.summary
+        acc = "n/a" if s.label_accuracy is None else f"{s.label_accuracy:.0%}"
+        if s.mean_psnr is not None and s.mean_ssim is not None:
+            lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
+                         f"label accuracy {acc} over {s.images} image(s)")
+        if s.mean_feature_cosine is not None:
+            lines.append(f"recovered features: mean cosine {s.mean_feature_cosine:.6f}, mean "
+                         f"relative error {s.mean_feature_relative_error:.2e}, label accuracy "
+                         f"{acc}")
+        lines.append(f"metrics: {out / METRICS_NAME}")
+        for r in self.rounds:
+            picture = r.files.get("comparison") or r.files.get("reconstruction")
+            if picture:
+                lines.append(f"picture: {out / picture}")
+            if r.features_file:
+                lines.append(f"features: {out / r.features_file}")
+        for warning in sorted({w for r in self.rounds for w in r.warnings}):
+            lines.append(f"warning: {warning}")
+        return lines
+
+
+# --------------------------------------------------------------------------- releases
+
+
+@dataclass
+class ReleaseRecord:
+    """The release as the server received it."""
+
+    release_id: str
+    num_train: int
+    binary_task: str
+    epochs: int
+    loss: float
+    train_accuracy: float
+    reached_target: bool
+    metadata: dict[str, str]
+    wall_time_s: float
+
+
+@dataclass
+class CandidatesRecord:
+    """What the KKT search produced and submitted."""
+
+    iterations: int
+    candidates: int
+    submitted: int
+    run_settings: Any
+    run_objectives: Any
+    run_diverged: Any
+    wall_time_s: float
+
+
+@dataclass
+class ReleaseSummary:
+    recovered: int
+    recovered_ssim: float
+    num_train: int
+    mean_ssim: float
+    mean_psnr: float
+    max_ssim: float
+
+
+@dataclass
+class TrainingSampleRecord:
+    """The victim's score of one training sample: its best candidate by App. B.3 voting."""
+
+    index: int
+    nearest_candidate: int
+    ssim: float
+    psnr: float
+    mse: float
+    margin: float
+    voters: int
+
+
+@dataclass
+class ReleaseRun:
+    """A run against a released model (Haim et al. 2022)."""
+
+    header: RunHeader
+    defenses: list[str]
+    release: ReleaseRecord
+    reconstruction: CandidatesRecord
+    summary: ReleaseSummary
+    training_samples: list[TrainingSampleRecord]
+    files: dict[str, str] = field(default_factory=dict)
+    local_voting_matches_victim: bool | None = None
+    reveal_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        header = to_json(self.header)
+        out: dict[str, Any] = {"fedleak_version": header.pop("fedleak_version"),
+                               "threat_model": "release", "victim": header.pop("victim"),
+                               "victim_model": header.pop("victim_model"),
+                               "dataset": header.pop("dataset"), "defenses": self.defenses}
+        out.update(header)
+        for key in ("release", "reconstruction", "summary", "training_samples", "files"):
+            out[key] = to_json(getattr(self, key))
+        for key in ("local_voting_matches_victim", "reveal_error"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    def write(self, out: Path) -> None:
+        write_json(out / METRICS_NAME, self.to_json())
+
+    def summary_lines(self, out: Path) -> list[str]:
+        """Counts, the ten best-recovered samples, the files."""
+        s, r = self.summary, self.release
+        lines = ["", f"{'sample':>6}  {'SSIM':>6}  {'PSNR dB':>7}  {'margin':>8}  {'voters':>6}"]
+        for t in sorted(self.training_samples, key=lambda t: -t.ssim)[:10]:
+            lines.append(f"{t.index:>6}  {t.ssim:>6.3f}  {t.psnr:>7.2f}  {t.margin:>8.3g}  "
+                         f"{t.voters:>6}")
+        eps = r.metadata.get("epsilon")
+        lines.append(f"recovered {s.recovered}/{s.num_train} training samples at SSIM >= "
+                     f"{s.recovered_ssim:g} (mean SSIM {s.mean_ssim:.3f})"
+                     + (f"; DP release, epsilon {eps}" if eps else ""))
+        lines.append(f"metrics: {out / METRICS_NAME}")
+        lines += [f"picture: {out / name}" for name in self.files.values()
+                  if name.endswith(".png")]
+        return lines
+
+
+#: Either kind of run.
+RunRecord = UpdateRun | ReleaseRun

@@ -1,0 +1,209 @@
+"""The honest-but-curious server against updates: send θ, receive, reconstruct, score, write.
+
+One *round* is: ``ComputeUpdate`` with the global parameters (or a secure-aggregation round
+among the victim's users) → an :class:`~fedleak.attacks.Observation` built from what came back
+and what ``Describe`` published (:func:`~fedleak.harness.shared.observation.observation_from_update`)
+→ the attack → ``Score`` (the victim matches and scores the reconstruction; ground truth stays
+there) → ``Reveal`` when the victim allows it and we hold its token, for the picture of ground
+truth beside reconstruction.
+
+Everything a run produces goes under ``out``: ``metrics.json`` (scores, iterations, wall time,
+config; rewritten after every round), and per round ``round-NNN/reconstruction.png``,
+``reconstruction.npy`` (images on [0, 1]) and ``comparison.png`` (truth above reconstruction,
+when revealed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedleak.attacks import Observation, Reconstruction, create_attack
+from fedleak.attacks.dishonest import flip_labels
+from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
+from fedleak.harness.attacker.described import (
+    dataset_info,
+    global_parameters,
+    model_spec,
+    server_model,
+    victim_protocol,
+)
+from fedleak.harness.attacker.progress import reconstruct_with_progress
+from fedleak.harness.attacker.records import (
+    FeatureRecord,
+    ImageRecord,
+    RoundRecord,
+    RunHeader,
+    UpdateRun,
+)
+from fedleak.harness.attacker.secure_aggregation import (
+    as_received_update,
+    run_secure_aggregation,
+)
+from fedleak.harness.attacker.settings import AttackSettings, jsonable
+from fedleak.harness.shared.datasets import DatasetInfo, denormalize
+from fedleak.harness.shared.observation import observation_from_update
+from fedleak.harness.shared.pictures import save_grid
+from fedleak.v1 import victim_pb2 as pb
+
+
+def run_update_attack(
+    client: VictimClient,
+    settings: AttackSettings,
+    out: Path,
+    log: Callable[[str], None] = print,
+) -> UpdateRun:
+    """Attack ``settings.rounds`` rounds of the victim behind ``client``; write and return them.
+
+    ``metrics.json`` is rewritten after every round, so an interrupted run keeps what it
+    measured.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    described = client.describe()
+    info = dataset_info(described)
+    model = server_model(described)
+    params, buffers = global_parameters(client, described, settings)
+    if settings.flip_labels is not None:
+        params = flip_labels(params, info.num_classes, *settings.flip_labels)
+    attack = create_attack(settings.attack, settings.options)
+    protocol = victim_protocol(described).with_changes(settings.protocol)
+    run = UpdateRun(RunHeader.now(
+        client.address, str(model_spec(described)), info.name, settings.attack,
+        jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device))
+    secagg = any(d.name == "secagg" for d in described.defenses)
+    for index in range(settings.rounds):
+        if secagg:
+            aggregation = run_secure_aggregation(client, params, buffers, protocol)
+            received = as_received_update(aggregation, list(params),
+                                          [tuple(t.shape) for t in params.values()],
+                                          settings.secagg_target)
+        else:
+            received = client.compute_update(params, buffers, protocol)
+        observation = observation_for(model, params, buffers, received, info, settings.device)
+        started = time.perf_counter()
+        reconstruction = reconstruct_with_progress(
+            attack, observation, device=settings.device, seed=settings.seed + index,
+            label=f"round {index} {settings.attack}", show=settings.show_progress)
+        wall = time.perf_counter() - started
+        images = None
+        if reconstruction.has_images:
+            images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
+        labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
+        for warning in reconstruction.warnings:
+            log(f"warning: {warning}")
+        features = reconstruction.features
+        score = client.score(received.round_id, images, labels, received.user_ids,
+                             features=None if features is None else features.detach().cpu(),
+                             feature_layer=reconstruction.feature_layer)
+        round_dir = out / f"round-{index:03d}"
+        round_dir.mkdir(parents=True, exist_ok=True)
+        entry = round_record(received, reconstruction, score, wall)
+        if features is not None:
+            path = round_dir / "features.npy"
+            np.save(path, features.detach().cpu().numpy())
+            entry.features_file = str(path.relative_to(out))
+        if images is not None:
+            save_pictures(client, described, received, images, score, round_dir, entry, out)
+        run.rounds.append(entry)
+        run.write(out)
+        log(round_line(index, score, wall))
+    return run
+
+
+def observation_for(
+    model: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    received: ReceivedUpdate,
+    info: DatasetInfo,
+    device: str,
+) -> Observation:
+    """The attack's threat model for a received round: θ sent, the update, the public facts."""
+    return observation_from_update(
+        model, params, buffers, received.update, received.protocol, info,
+        num_images=received.num_images, update_kind=received.update_kind,
+        local_steps=received.local_steps, metadata=received.metadata, device=device)
+
+
+def round_record(
+    received: ReceivedUpdate, reconstruction: Reconstruction, score: pb.ScoreResponse,
+    wall: float,
+) -> RoundRecord:
+    """What one round leaves in ``metrics.json``."""
+    entry = RoundRecord(
+        round_id=received.round_id,
+        update_kind=received.update_kind,
+        num_images=received.num_images,
+        local_steps=received.local_steps,
+        victim_metadata=dict(received.metadata),
+        iterations=reconstruction.iterations,
+        objective=reconstruction.objective,
+        restart_objectives=reconstruction.restart_objectives,
+        wall_time_s=wall,
+        labels=[int(y) for y in reconstruction.labels.cpu().tolist()],
+        mean_psnr=score.mean_psnr if score.images else None,
+        mean_ssim=score.mean_ssim if score.images else None,
+        mean_mse=score.mean_mse if score.images else None,
+        label_accuracy=score.label_accuracy if score.labels_scored else None,
+        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse)
+                for s in score.images],
+        warnings=list(reconstruction.warnings),
+    )
+    if reconstruction.features is not None:
+        entry.feature_layer = reconstruction.feature_layer
+        entry.mean_feature_cosine = score.mean_feature_cosine if score.features_scored else None
+        entry.mean_feature_relative_error = (score.mean_feature_relative_error
+                                             if score.features_scored else None)
+        entry.features = [FeatureRecord(f.index, f.matched_index, f.cosine, f.relative_error)
+                          for f in score.features]
+    return entry
+
+
+def round_line(index: int, score: pb.ScoreResponse, wall: float) -> str:
+    """One line per finished round for the terminal."""
+    parts = []
+    if score.images:
+        parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")
+    if score.features_scored:
+        parts.append(f"features: cosine {score.mean_feature_cosine:.6f}, relative error "
+                     f"{score.mean_feature_relative_error:.2e}")
+    if score.labels_scored:
+        parts.append(f"labels {score.label_accuracy:.0%}")
+    return f"round {index}: " + ", ".join([*parts, f"{wall:.1f} s"])
+
+
+def save_pictures(
+    client: VictimClient,
+    described: pb.DescribeResponse,
+    received: ReceivedUpdate,
+    images: torch.Tensor,
+    score: pb.ScoreResponse,
+    round_dir: Path,
+    entry: RoundRecord,
+    out: Path,
+) -> None:
+    """``reconstruction.png``/``.npy``, and ``comparison.png`` when the truth can be revealed."""
+    np.save(round_dir / "reconstruction.npy", images.numpy())
+    save_grid(round_dir / "reconstruction.png", images)
+    entry.files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
+    if not (described.reveal_enabled and client.token):
+        return
+    try:
+        truth, _ = client.reveal(received.round_id)
+    except VictimError as err:
+        entry.reveal_error = str(err)
+        return
+    if received.user_ids:  # secure aggregation: the truth of the users whose data was attacked
+        per_user = truth.shape[0] // described.num_users
+        truth = torch.cat([truth[u * per_user:(u + 1) * per_user]
+                           for u in sorted(received.user_ids)])
+    matched = torch.stack([images[s.matched_index] for s in score.images])
+    captions = [f"{s.psnr:.1f} dB" for s in score.images]
+    path = save_grid(round_dir / "comparison.png", matched, truth, captions,
+                     title=f"mean PSNR {score.mean_psnr:.2f} dB")
+    entry.files["comparison"] = str(path.relative_to(out))

@@ -1,0 +1,139 @@
+"""``fedleak attack``: the honest-but-curious server against a running victim.
+
+    fedleak attack --victim 127.0.0.1:50051 --attack inverting-gradients --out runs/x
+
+The options become one :class:`~fedleak.harness.attacker.settings.AttackSettings` here; the
+run (either threat model) and its summary are the attacker room's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fedleak.harness.cli.options import (
+    TOKEN_ENV,
+    check_device,
+    option_pairs,
+    protocol_options,
+    protocol_values,
+)
+
+
+def _attack_epilog() -> str:
+    from fedleak.attacks import attack_names, describe_options
+
+    lines = ["\b", "Attacks and their options (-o key=value):"]
+    for name in attack_names():
+        lines.append(f"  {name}")
+        lines += [f"    {line}" for line in describe_options(name).splitlines()]
+    return "\n".join(lines)
+
+
+def default_out(attack: str) -> Path:
+    """``runs/ATTACK-TIMESTAMP``."""
+    return Path("runs") / f"{attack}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+@click.command(epilog=_attack_epilog())
+@click.option("--victim", "address", required=True, help="Victim address HOST:PORT.")
+@click.option("--attack", default="inverting-gradients", show_default=True,
+              help="Attack name (listed below).")
+@click.option("--option", "-o", multiple=True, help="Attack option key=value (repeatable).")
+@click.option("--iterations", type=click.IntRange(1), default=None,
+              help="Optimisation steps per restart (attack default if unset).")
+@click.option("--restarts", type=click.IntRange(1), default=None,
+              help="Random restarts; the lowest objective wins (attack default if unset).")
+@click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
+              help="Rounds to attack, each on the victim's next private batch.")
+@click.option("--seed", default=0, show_default=True, help="Seeds the attack's initialisation.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Send these trained parameters instead of the victim's global model.")
+@click.option("--model-seed", type=int, default=None,
+              help="Send a fresh model initialised with this seed instead.")
+@click.option("--flip-labels", default=None, metavar="A,B",
+              help="Dishonest server: swap classifier rows A and B of θ before sending "
+                   "(label flipping, Inverting Gradients supplement A.2).")
+@click.option("--secagg-target", default="sum", show_default=True,
+              help="Against a secure-aggregation victim: attack the unmasked 'sum' of the "
+                   "survivors' updates, or one masked vector 'user:U'.")
+@protocol_options(victim=False)
+@click.option("--release-lr", type=click.FloatRange(0, min_open=True), default=None,
+              help="Release attacks (kkt): ask the victim to train at this step size.")
+@click.option("--release-epochs", type=click.IntRange(1), default=None,
+              help="Release attacks: ask for this epoch budget (at most the victim's).")
+@click.option("--release-target-loss", type=click.FloatRange(0, min_open=True), default=None,
+              help="Release attacks: ask the victim to stop at this training loss.")
+@click.option("--recovered-ssim", type=click.FloatRange(-1, 1), default=None,
+              help="Release attacks: SSIM at which a training sample counts as recovered "
+                   "(victim default 0.4).")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"The victim's token, to reveal ground truth for pictures (${TOKEN_ENV}).")
+@click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM root certificate to verify a TLS victim.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder (default runs/ATTACK-TIMESTAMP).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def attack(**kw: Any) -> None:
+    """Attack a victim as an honest-but-curious server and write the run to --out."""
+    from fedleak.attacks import AttackConfigError, create_attack
+    from fedleak.harness.attacker.client import VictimClient, VictimError
+    from fedleak.harness.attacker.run import run_attack
+
+    check_device(kw["device"])
+    settings = attack_settings(kw)
+    try:
+        create_attack(settings.attack, settings.options)
+    except AttackConfigError as err:
+        raise click.UsageError(str(err)) from None
+    out = Path(kw["out"]) if kw["out"] else default_out(settings.attack)
+    ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
+    with VictimClient(kw["address"], token=kw["token"], tls_ca=ca) as client:
+        try:
+            client.wait_ready(timeout=15)
+            record = run_attack(client, settings, out, log=click.echo)
+        except VictimError as err:
+            raise click.ClickException(f"victim at {kw['address']}: {err}") from None
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+    for line in record.summary_lines(out):
+        click.echo(line)
+
+
+def attack_settings(kw: dict[str, Any]) -> Any:
+    """The attack the command-line options describe."""
+    from fedleak.harness.attacker.settings import AttackSettings, ReleaseRequest
+    from fedleak.harness.shared.protocol import ProtocolError, changes_from_options
+
+    options: dict[str, Any] = option_pairs(kw["option"], "--option")
+    for key in ("iterations", "restarts"):
+        if kw.get(key) is not None:
+            options[key] = kw[key]
+    flip = None
+    if kw.get("flip_labels"):
+        try:
+            a, b = (int(v) for v in kw["flip_labels"].split(","))
+        except ValueError:
+            raise click.BadParameter("give two class indices, e.g. 3,5",
+                                     param_hint="--flip-labels") from None
+        flip = (a, b)
+    release = ReleaseRequest(learning_rate=kw.get("release_lr") or 0.0,
+                             max_epochs=kw.get("release_epochs") or 0,
+                             target_loss=kw.get("release_target_loss") or 0.0)
+    try:
+        return AttackSettings(
+            attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
+            rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
+            protocol=changes_from_options(protocol_values(kw)), flip_labels=flip,
+            secagg_target=kw.get("secagg_target") or "sum",
+            show_progress=not kw.get("quiet", False), release=release,
+            recovered_ssim=kw.get("recovered_ssim") or 0.0,
+        )
+    except ProtocolError as err:
+        raise click.UsageError(str(err)) from None
+    except ValueError as err:  # the secure-aggregation target
+        raise click.BadParameter(str(err), param_hint="--secagg-target") from None

@@ -1,0 +1,52 @@
+"""``fedleak defense serve``: run a registered update defense as an out-of-process service.
+
+    fedleak defense serve --port 50061 --defense prune:p=0.9
+    fedleak victim serve --defense remote:address=127.0.0.1:50061
+
+Registered on the ``fedleak`` group by :mod:`fedleak.harness.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+DEFAULT_DEFENSE_PORT = 50061
+
+
+@click.group("defense")
+def defense() -> None:
+    """Defenses that run out of process, behind fedleak.v1.DefenseService."""
+
+
+@defense.command("serve")
+@click.option("--defense", "spec", required=True, metavar="NAME:KEY=VALUE,...",
+              help="The update defense to serve, e.g. clip:max-norm=1 or noise:sigma=0.01 "
+                   "(`fedleak list` shows them; per-example and transport defenses cannot "
+                   "run out of process).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=DEFAULT_DEFENSE_PORT, show_default=True,
+              type=click.IntRange(0, 65535),
+              help="Port to bind; 0 picks a free one (the bound address is printed).")
+def defense_serve(spec: str, host: str, port: int) -> None:
+    """Serve one update defense until SIGTERM or SIGINT; victims use it with
+    --defense remote:address=HOST:PORT."""
+    from fedleak.defenses import parse_defense_spec
+    from fedleak.harness.remote_defense.server import served_defense, start_defense_server
+    from fedleak.harness.wire.serving import serve_until_signal
+
+    try:
+        name, params = parse_defense_spec(spec)
+        served = served_defense(name, params)
+    except ValueError as err:  # DefenseConfigError
+        raise click.UsageError(str(err)) from None
+    try:
+        server, bound = start_defense_server(served, host, port)
+    except (OSError, RuntimeError) as err:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from None
+    shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())
+    click.echo(f"fedleak defense service listening on {host}:{bound} ({served.name}: {shown})")
+    sys.stdout.flush()
+    serve_until_signal(server)
+    click.echo("fedleak defense service stopped", err=True)

@@ -1,0 +1,59 @@
+"""The ``fedleak`` command: victim and attacker as separate processes, and the demo that runs both.
+
+    fedleak victim serve --dataset photos --model lenet-zhu --port 0 --allow-reveal
+    fedleak attack --victim 127.0.0.1:PORT --attack inverting-gradients --out runs/x
+    fedleak demo
+
+Each command group lives in its own module of this room; this one assembles them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from fedleak.harness.cli.attack import attack
+from fedleak.harness.cli.defense import defense
+from fedleak.harness.cli.demo import demo
+from fedleak.harness.cli.sweep import report, sweep
+from fedleak.harness.cli.train import train_model
+from fedleak.harness.cli.victim import victim
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="fedleak")
+def main() -> None:
+    """Measure how much private data leaks out of federated learning.
+
+    A victim process plays the federated user; an attacker process plays the
+    honest-but-curious server and reconstructs the user's images from what it receives.
+    """
+
+
+@main.command("list")
+def list_names() -> None:
+    """List data sets, models and attacks."""
+    from fedleak.attacks import attack_names
+    from fedleak.harness.shared.datasets import DATASET_NAMES
+    from fedleak.harness.shared.models import model_names
+
+    click.echo("data sets: " + ", ".join(DATASET_NAMES))
+    click.echo("models:    " + ", ".join(model_names()))
+    click.echo("attacks:   " + ", ".join(attack_names()))
+    click.echo("defenses (--defense NAME:key=value,...):")
+    from fedleak.defenses import DEFENSES, defense_names
+
+    for name in defense_names():
+        click.echo(f"  {name} [{DEFENSES.get(name).stage}]")
+        for line in DEFENSES.describe(name).splitlines():
+            click.echo(f"    {line}")
+
+
+for command in (victim, attack, demo, train_model, sweep, report, defense):
+    main.add_command(command)
+
+
+if __name__ == "__main__":
+    main(prog_name=os.path.basename(sys.argv[0]))

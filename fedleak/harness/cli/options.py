@@ -1,0 +1,82 @@
+"""Click options and conversions the commands share, each written once.
+
+The protocol options (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
+``--batchnorm``) carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]``
+table; :func:`protocol_options` declares them for the victim (with the user's defaults) and
+for the attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns
+them into the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from fedleak.harness.shared.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
+
+TOKEN_ENV = "FEDLEAK_TOKEN"
+DEFAULT_PORT = 50051
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def protocol_options(victim: bool) -> Callable[[F], F]:
+    """The five protocol options; ``victim``: with the user's defaults, else unset (None)."""
+    d = Protocol()
+
+    def default(value: Any) -> Any:
+        return value if victim else None
+
+    who = "" if victim else "Ask for "
+    decorators = [
+        click.option("--protocol", "kind", type=click.Choice(PROTOCOLS), default=default(d.kind),
+                     show_default=victim,
+                     help=(f"{who}fedsgd: send one gradient; fedavg: send the parameter delta "
+                           "after local SGD." + ("" if victim else " (victim default if unset)"))),
+        click.option("--local-epochs", type=click.IntRange(1), default=default(d.local_epochs),
+                     show_default=victim, help="FedAvg: local epochs E."),
+        click.option("--local-batch-size", type=click.IntRange(0),
+                     default=default(d.batch_size), show_default=victim,
+                     help="FedAvg: mini-batch size B (0 = all n images)."),
+        click.option("--lr", type=float, default=default(d.learning_rate), show_default=victim,
+                     help="FedAvg: local learning rate τ."),
+        click.option("--batchnorm", type=click.Choice(BATCHNORM_MODES),
+                     default=default(d.batchnorm), show_default=victim,
+                     help=("BatchNorm layers in local training: 'train' normalises with the "
+                           "batch's statistics, 'eval' with the running ones (Geiping et al.'s "
+                           "setting)." + ("" if victim else " Victim default if unset."))),
+    ]
+
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def protocol_values(kw: dict[str, Any]) -> dict[str, Any]:
+    """The protocol options of a command's keyword arguments, by their user-facing names."""
+    return {name: kw.get(name) for name in OPTION_FIELDS}
+
+
+def option_pairs(pairs: tuple[str, ...], flag: str) -> dict[str, str]:
+    """``("k=v", ...)`` → ``{"k": "v"}``; anything else is a usage error naming ``flag``."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} must look like key=value", param_hint=flag)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def check_device(device: str) -> None:
+    """A usage error when CUDA is asked for and this torch has none."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise click.UsageError("--device cuda asked for, but this torch sees no CUDA GPU; "
+                               "use --device cpu or install a CUDA build of torch 2.13.0")

@@ -1,0 +1,128 @@
+"""``fedleak sweep`` and ``fedleak report``: a grid of defense settings to a report a person reads.
+
+    fedleak sweep --preset quick                 # the bundled default grid
+    fedleak sweep my-grid.toml --jobs 2          # a spec of your own, two points at a time
+    fedleak report runs/sweep-quick --open       # charts, image grids, CSV, one HTML page
+
+Registered on the ``fedleak`` group by :mod:`fedleak.harness.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+import webbrowser
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fedleak.harness.cli.options import TOKEN_ENV
+
+
+@click.command()
+@click.argument("spec_file", metavar="[SPEC.toml]", required=False,
+                type=click.Path(dir_okay=False, exists=True))
+@click.option("--preset", default=None, metavar="NAME",
+              help="Run a bundled spec instead of SPEC.toml (quick: dpsgd, prune and noise "
+                   "on digits, under 15 min on 2 cores).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run folder holding results.sqlite and every picture "
+                   "(default runs/sweep-NAME). Re-running into it skips finished work.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1),
+              help="Points measured in parallel, each with its own victim processes.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Torch threads per job, victims included (default: cores / jobs).")
+@click.option("--victim", "victims", multiple=True, metavar="HOST:PORT",
+              help="Measure victims you already run instead of starting them (repeatable): "
+                   "one point per attack and victim; the defense is whatever that victim "
+                   "runs, and utility training talks to it too.")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"Token of the --victim processes, for ground-truth pictures (${TOKEN_ENV}).")
+@click.option("--report/--no-report", default=True, show_default=True,
+              help="Write the report when the sweep ends.")
+@click.option("--list", "list_only", is_flag=True,
+              help="Print the grid's points and what the store holds, then exit.")
+@click.option("--print-spec", is_flag=True, help="Print the spec's TOML and exit.")
+@click.option("--quiet", is_flag=True, help="No progress bars (one line per point).")
+def sweep(**kw: Any) -> None:
+    """Measure a grid of defense settings: attack leakage, utility and ε per point.
+
+    Every finished measurement is committed to RUN/results.sqlite as it completes; killing
+    the sweep loses nothing already measured and running it again skips what is done.
+    """
+    from fedleak.harness.sweep.results import load_results, summary_table
+    from fedleak.harness.sweep.runner import SweepOptions, default_run_dir, run_sweep
+    from fedleak.harness.sweep.spec import SpecError, load_preset, load_spec, preset_names
+
+    try:
+        if bool(kw["spec_file"]) == bool(kw["preset"]):
+            raise click.UsageError("give SPEC.toml or --preset NAME (presets: "
+                                   f"{', '.join(preset_names())})")
+        spec = load_preset(kw["preset"]) if kw["preset"] else load_spec(kw["spec_file"])
+    except SpecError as err:
+        raise click.UsageError(str(err)) from None
+    if kw["print_spec"]:
+        click.echo(spec.source, nl=False)
+        return
+    run_dir = Path(kw["out"]) if kw["out"] else default_run_dir(spec)
+    points = spec.points(kw["victims"])
+    if kw["list_only"]:
+        _list_points(points, run_dir)
+        return
+    click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} "
+               f"({kw['jobs']} job(s))")
+    options = SweepOptions(jobs=kw["jobs"], threads=kw["threads"], victims=kw["victims"],
+                           token=kw["token"], show_progress=not kw["quiet"])
+    try:
+        outcome = run_sweep(spec, run_dir, options, echo=click.echo)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: finished measurements are kept in {run_dir}; run the "
+                   "same command again to continue", err=True)
+        sys.exit(130)
+    click.echo("")
+    click.echo(summary_table(load_results(run_dir)))
+    click.echo(f"\n{len(outcome.measured)} point(s) measured, {outcome.skipped} already done, "
+               f"{len(outcome.failed)} failed, in {outcome.wall_time_s:.0f} s")
+    for point_id, label, error in outcome.failed:
+        click.echo(f"failed {label} [{point_id}]: {error}", err=True)
+    if kw["report"]:
+        from fedleak.harness.sweep.report import write_report
+
+        click.echo(f"report: {write_report(run_dir)}")
+    if outcome.failed:
+        sys.exit(1)
+
+
+def _list_points(points: list[Any], run_dir: Path) -> None:
+    from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+
+    store = ResultStore(run_dir / STORE_NAME) if (run_dir / STORE_NAME).exists() else None
+    for point in points:
+        held = [k for k in ("attack", "utility") if store and store.done(point.point_id, k)]
+        click.echo(f"{point.point_id}  {point.label:<36}  {' | '.join(point.defenses) or '-':<50}"
+                   f"  done: {', '.join(held) or '-'}")
+    if store:
+        store.close()
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True))
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser.")
+def report(run: str, open_page: bool) -> None:
+    """Write RUN/report.html: privacy–utility charts, image grids and a CSV of a sweep.
+
+    RUN is a sweep's run folder (or its results.sqlite).
+    """
+    from fedleak.harness.sweep.report import write_report
+
+    run_dir = Path(run)
+    if run_dir.is_file():
+        run_dir = run_dir.parent
+    try:
+        page = write_report(run_dir)
+    except FileNotFoundError as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"report: {page}")
+    click.echo(f"csv:    {page.parent / 'report' / 'results.csv'}")
+    if open_page:
+        webbrowser.open(page.resolve().as_uri())

@@ -1,0 +1,175 @@
+"""``fedleak victim serve``: the federated user as a gRPC service, until SIGTERM or SIGINT.
+
+    fedleak victim serve --dataset photos --model lenet-zhu --port 0 --allow-reveal
+    fedleak victim serve --settings victim.json --port 0      # settings a sweep wrote
+
+The options that define the victim become one
+:class:`~fedleak.harness.victim.settings.VictimSettings` here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fedleak.harness.cli.options import (
+    DEFAULT_PORT,
+    TOKEN_ENV,
+    protocol_options,
+    protocol_values,
+)
+
+#: Options that say how to serve, not which victim: the only ones --settings leaves open.
+SERVING_OPTIONS = ("settings_file", "host", "port", "token", "max_message_mb", "tls_cert", "tls_key")
+
+
+def _defense_help() -> str:
+    from fedleak.defenses import defense_names
+
+    return ("A defense of the chain, e.g. dpsgd:noise-multiplier=0.5 or prune:p=0.9 "
+            "(repeatable, applied in order). Defenses: " + ", ".join(defense_names())
+            + "; `fedleak list` shows their parameters.")
+
+
+@click.group()
+def victim() -> None:
+    """The federated user (victim) process."""
+
+
+@victim.command("serve")
+@click.option("--settings", "settings_file", type=click.Path(dir_okay=False, exists=True),
+              default=None,
+              help="JSON file of victim settings (as `fedleak sweep` writes them) instead of "
+                   "the data, model, protocol and defense options below.")
+@click.option("--dataset", default="photos", show_default=True,
+              help="Private data: digits, faces, photos (bundled) or cifar10, cifar100, "
+                   "imagefolder (under --data-root).")
+@click.option("--split", default="train", show_default=True, help="train, test or all.")
+@click.option("--images", default=None,
+              help="Restrict the private pool to these indices of the split, e.g. 0-3,7.")
+@click.option("--shuffle/--no-shuffle", default=False, show_default=True,
+              help="Shuffle the private pool with --seed.")
+@click.option("--data-root", type=click.Path(file_okay=False), default=None,
+              help="Folder holding cifar10/cifar100/imagefolder data.")
+@click.option("--download", is_flag=True, help="Download cifar10/cifar100 into --data-root.")
+@click.option("--model", default="lenet-zhu", show_default=True,
+              help="Model name[:key=value,...], e.g. convnet:width=64. See `fedleak list`.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="State dict of a trained model: the federation's global model.")
+@click.option("--batch-size", "-n", default=1, show_default=True, type=click.IntRange(1),
+              help="Private images per round (n).")
+@click.option("--seed", default=0, show_default=True, help="Seeds model init and shuffling.")
+@protocol_options(victim=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to bind; 0 picks a free one (the bound address is printed).")
+@click.option("--token", envvar=TOKEN_ENV, default=None,
+              help=f"Secret for token-guarded calls (Reveal); also read from ${TOKEN_ENV}.")
+@click.option("--allow-reveal", is_flag=True,
+              help="Allow Reveal (ground truth for reports) to callers holding the token.")
+@click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
+              help="Largest gRPC message accepted or sent.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM certificate for TLS (with --tls-key); use for non-loopback hosts.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option("--defense", "defense_specs", multiple=True, metavar="NAME:KEY=VALUE,...",
+              help=_defense_help())
+@click.option("--defense-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="TOML file with [[defense]] tables (name = ..., then parameters).")
+@click.option("--defense-seed", type=int, default=None,
+              help="Fix the defenses' randomness (reproducible experiments; default: secret).")
+@click.option("--users", default=1, show_default=True, type=click.IntRange(1),
+              help="Federated users behind this victim, each with its own shard of the pool "
+                   "(more than one needs --defense secagg).")
+@click.option("--secagg-drop", multiple=True, metavar="USER@PHASE",
+              help="Simulate a user going offline in secure aggregation from PHASE on "
+                   "(advertise-keys, share-keys, masked-input, unmasking); repeatable.")
+@click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
+@click.option("--release-size", default=0, show_default=True, type=click.IntRange(0),
+              help="Model release (Release RPC, the kkt attack's threat model): training-set "
+                   "size n, balanced over the data set's binary task (0: the whole pool). "
+                   "Needs a one-output model such as kkt-mlp.")
+@click.option("--release-lr", default=0.5, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Release: gradient-descent step size (a server may ask for another).")
+@click.option("--release-epochs", default=20000, show_default=True, type=click.IntRange(1),
+              help="Release: epoch budget, also the most a server may ask for.")
+@click.option("--release-target-loss", default=1e-5, show_default=True,
+              type=click.FloatRange(0), help="Release: stop at this mean logistic loss.")
+@click.pass_context
+def victim_serve(ctx: click.Context, **kw: Any) -> None:
+    """Serve a federated user over gRPC until SIGTERM or SIGINT."""
+    from fedleak.harness.victim.server import start_server
+    from fedleak.harness.victim.settings import SetupError, create_victim
+    from fedleak.harness.wire.serving import serve_until_signal
+
+    try:
+        settings = (_settings_file(ctx, kw["settings_file"]) if kw["settings_file"]
+                    else victim_settings(kw))
+    except (ValueError, SetupError) as err:  # ProtocolError, ReleaseSettings, SetupError
+        raise click.UsageError(str(err)) from None
+    token = kw["token"]
+    if settings.reveal and not token:
+        token = secrets.token_hex(16)
+        click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
+    try:
+        v = create_victim(settings)
+    except ValueError as err:  # DatasetError, ModelError, DefenseConfigError, SetupError
+        raise click.UsageError(str(err)) from None
+    if bool(kw["tls_cert"]) != bool(kw["tls_key"]):
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key")
+    cert = Path(kw["tls_cert"]).read_bytes() if kw["tls_cert"] else None
+    key = Path(kw["tls_key"]).read_bytes() if kw["tls_key"] else None
+    try:
+        server, port = start_server(v, kw["host"], kw["port"], token,
+                                    kw["max_message_mb"] << 20, cert, key)
+    except (OSError, RuntimeError) as err:
+        raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
+            from None
+    chain = v.config.defenses
+    click.echo(f"fedleak victim listening on {kw['host']}:{port} "
+               f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
+               f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
+               f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
+    sys.stdout.flush()
+    serve_until_signal(server)
+    click.echo("fedleak victim stopped", err=True)
+
+
+def victim_settings(kw: dict[str, Any]) -> Any:
+    """The victim the command-line options describe."""
+    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.victim.release import ReleaseSettings
+    from fedleak.harness.victim.settings import VictimSettings
+
+    return VictimSettings(
+        dataset=kw["dataset"], model=kw["model"], split=kw["split"], images=kw["images"],
+        shuffle=kw["shuffle"], data_root=kw["data_root"], download=kw["download"],
+        checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
+        protocol=Protocol.from_options(protocol_values(kw)), reveal=kw["allow_reveal"],
+        device=kw["device"], defenses=tuple(kw["defense_specs"]),
+        defense_file=kw["defense_file"], defense_seed=kw["defense_seed"], users=kw["users"],
+        secagg_drops=tuple(kw["secagg_drop"]),
+        release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
+                                max_epochs=kw["release_epochs"],
+                                target_loss=kw["release_target_loss"]),
+    )
+
+
+def _settings_file(ctx: click.Context, path: str) -> Any:
+    """Settings from ``--settings``; victim options given beside it are refused by name."""
+    from fedleak.harness.victim.settings import VictimSettings
+
+    given = [name for name, value in ctx.params.items()
+             if name not in SERVING_OPTIONS
+             and ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                                    click.core.ParameterSource.ENVIRONMENT)]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in sorted(given))
+        raise click.UsageError(f"--settings describes the whole victim; drop {flags} or put "
+                               "them into the settings file")
+    return VictimSettings.load(path)

@@ -1,0 +1,93 @@
+"""``fedleak defense serve``: any registered update defense behind ``fedleak.v1.DefenseService``.
+
+    fedleak defense serve --port 50061 --defense clip:max-norm=1
+    fedleak victim serve --defense remote:address=127.0.0.1:50061
+
+``Defend`` assembles the streamed update Δ, applies the defense with a generator seeded by the
+seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form. Bad input
+is answered with ``INVALID_ARGUMENT`` and a message naming what to change; the service keeps
+serving. Health checking and reflection are on, as on the victim.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+
+import grpc
+import torch
+
+from fedleak import __version__
+from fedleak.defenses import DefenseConfigError, UpdateDefense, create_defense
+from fedleak.harness.remote_defense.wire import (
+    DEFAULT_CHUNK_BYTES,
+    UpdateStreamError,
+    assemble_update,
+    update_chunks,
+)
+from fedleak.harness.wire.serving import start_grpc_server
+from fedleak.v1 import defense_pb2 as dpb
+from fedleak.v1 import defense_pb2_grpc as dpb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["DefenseService"].full_name
+
+
+def served_defense(name: str, params: dict[str, str]) -> UpdateDefense:
+    """The update defense ``name`` configured by ``params``; other stages are refused."""
+    defense = create_defense(name, params)
+    if not isinstance(defense, UpdateDefense):
+        raise DefenseConfigError(f"defense {name!r} acts at stage {defense.stage!r}; only "
+                                 "update defenses can be served out of process (per-example "
+                                 "ones need local training, transport ones several users)")
+    return defense
+
+
+class DefenseServicer(dpb_grpc.DefenseServiceServicer):
+    """``fedleak.v1.DefenseService`` backed by an in-process :class:`UpdateDefense`."""
+
+    def __init__(self, defense: UpdateDefense, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.defense = defense
+        self.chunk_bytes = chunk_bytes
+        self._lock = threading.Lock()  # a defense may keep state between calls
+
+    def Info(self, request: dpb.DefenseInfoRequest, context: grpc.ServicerContext) \
+            -> dpb.DefenseInfo:
+        return dpb.DefenseInfo(name=self.defense.name, params=self.defense.public_params(),
+                               stage=self.defense.stage, version=f"fedleak {__version__}")
+
+    def Defend(self, request_iterator: Iterable[dpb.UpdateChunk],
+               context: grpc.ServicerContext) -> Iterator[dpb.UpdateChunk]:
+        try:
+            received = assemble_update(request_iterator)
+        except UpdateStreamError as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        if not received.tensors:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the update has no tensors")
+        bad = [n for n, t in zip(received.names, received.tensors, strict=True)
+               if not t.is_floating_point()]
+        if bad:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"update tensors {bad} are not floating point; send the update as "
+                          "float tensors")
+        generator = torch.Generator().manual_seed(received.seed)
+        try:
+            with self._lock:
+                defended = self.defense.apply(received.tensors, generator)
+        except Exception as err:  # noqa: BLE001 - the service must keep serving
+            log.exception("defense %s failed", self.defense.name)
+            context.abort(grpc.StatusCode.INTERNAL,
+                          f"defense {self.defense.name!r} failed: {type(err).__name__}: {err}")
+        yield from update_chunks(defended, received.names, chunk_bytes=self.chunk_bytes)
+
+
+def start_defense_server(
+    defense: UpdateDefense, host: str = "127.0.0.1", port: int = 0, workers: int = 4
+) -> tuple[grpc.Server, int]:
+    """Serve ``defense``; returns the server and the bound port (``port=0``: a free one)."""
+    servicer = DefenseServicer(defense)
+    return start_grpc_server(
+        lambda server: dpb_grpc.add_DefenseServiceServicer_to_server(servicer, server),
+        SERVICE_NAME, host, port, workers=workers)

@@ -1,0 +1,49 @@
+"""The user's update through its defense chain: the one defended path, victim and notebook alike.
+
+Local training runs the protocol (:func:`~fedleak.harness.shared.local_update.local_update`),
+or, when the chain has a per-example defense (DP-SGD), the privatised local training of
+:func:`~fedleak.harness.shared.private_update.private_local_update`, whose privacy accounting
+(ε spent) goes into the metadata; then every update defense of the chain applies in order,
+Δ ← D_k(Δ), drawing its randomness from ``generator``. Transport defenses (secure aggregation)
+act later, between users, and are not applied here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from fedleak.defenses import DefenseChain
+from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.private_update import private_local_update
+from fedleak.harness.shared.protocol import Protocol
+
+
+def defended_update(
+    model: nn.Module,
+    parameters: Mapping[str, torch.Tensor],
+    buffers: Mapping[str, torch.Tensor],
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    protocol: Protocol,
+    chain: DefenseChain,
+    generator: torch.Generator,
+) -> tuple[list[torch.Tensor], dict[str, str]]:
+    """The defended update (one tensor per parameter) and the defenses' public metadata.
+
+    ``images`` are in the model's normalised space. Raises ``ValueError`` when local training
+    is impossible (e.g. training-mode BatchNorm on a single value).
+    """
+    metadata: dict[str, str] = {}
+    if chain.per_example is not None:
+        private = private_local_update(model, parameters, buffers, images, labels, protocol,
+                                       chain.per_example, generator)
+        update = private.update
+        metadata.update(chain.per_example.account(private.steps, private.sample_rate))
+    else:
+        update = local_update(model, parameters, buffers, images, labels, protocol)
+    for defense in chain.update:
+        update = defense.apply(update, generator)
+    return update, metadata

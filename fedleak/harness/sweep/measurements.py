@@ -1,0 +1,99 @@
+"""The typed measurements of one sweep point, as the results store keeps them (JSON).
+
+A point has at most one :class:`AttackMeasurement` (leakage over K attacked rounds) and one
+:class:`UtilityMeasurement` (test accuracy after federated training through the defended path).
+Both are written to the store with :meth:`to_json` the moment they finish, and read back with
+:meth:`from_json`, which ignores keys it does not know and leaves missing optional ones unset,
+so stores written by other fedleak versions still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+M = TypeVar("M")
+
+
+def _from_json(cls: type[M], data: dict[str, Any]) -> M:
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class RoundMeasurement:
+    """One attacked round: its scores, the victim's ε after it, its pictures (run-relative)."""
+
+    mean_psnr: float | None = None
+    mean_ssim: float | None = None
+    label_accuracy: float | None = None
+    epsilon_total: float | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AttackMeasurement:
+    """Leakage of one point: the attack's means over K rounds, and what the victim ran."""
+
+    attack: str
+    model: str
+    dataset: str
+    run: str
+    images: int = 0
+    mean_psnr: float | None = None
+    mean_ssim: float | None = None
+    label_accuracy: float | None = None
+    wall_time_s: float = 0.0
+    rounds: list[RoundMeasurement] = field(default_factory=list)
+    epsilon: float | None = None
+    delta: float | None = None
+    defenses: list[str] = field(default_factory=list)
+    measure_time_s: float = 0.0
+    mean_feature_cosine: float | None = None
+    mean_feature_relative_error: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AttackMeasurement:
+        made = _from_json(cls, data)
+        made.rounds = [_from_json(RoundMeasurement, r) for r in data.get("rounds", [])]
+        return made
+
+
+@dataclass
+class UtilityMeasurement:
+    """Utility of one point: test accuracy along federated training, and the ε it cost."""
+
+    test_accuracy: float
+    initial_accuracy: float
+    curve: list[tuple[int, float]]
+    rounds: int
+    batch_size: int
+    lr: float
+    schedule: str
+    protocol: str
+    epsilon: float | None = None
+    delta: float | None = None
+    defenses: list[str] = field(default_factory=list)
+    test_images: int = 0
+    training_time_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UtilityMeasurement:
+        made = _from_json(cls, data)
+        made.curve = [(int(r), float(a)) for r, a in made.curve]
+        return made
+
+
+def float_or_none(text: str | None) -> float | None:
+    """A victim's metadata value (a string) as a float, or None when absent or not a number."""
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None

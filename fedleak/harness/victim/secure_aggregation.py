@@ -1,0 +1,92 @@
+"""The victim's side of secure aggregation: K users, each with its own update, answering the
+server's protocol messages one call at a time.
+
+A :class:`SecAggSession` is created by ``BeginSecAgg`` with every user's (already defended)
+update flattened in ``Describe`` order; :meth:`SecAggSession.step` answers one user's message
+of one phase. A user configured to drop out (``--secagg-drop USER@PHASE``) stops answering from
+that phase on, as a real client that went offline — the server must carry on without it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from fedleak.defenses.secagg import (
+    MaskedInputRequest,
+    SecAggConfig,
+    SecAggError,
+    SecAggUser,
+    ShareKeysRequest,
+    UnmaskingRequest,
+    decode_message,
+)
+from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, Unavailable
+
+PHASES = ("advertise-keys", "share-keys", "masked-input", "unmasking")
+_REQUESTS = {
+    "share-keys": ShareKeysRequest,
+    "masked-input": MaskedInputRequest,
+    "unmasking": UnmaskingRequest,
+}
+
+
+class UserDroppedOut(Unavailable):
+    """The user is (simulated) offline: the server sees it as unavailable."""
+
+
+def parse_drops(specs: list[str] | tuple[str, ...]) -> dict[int, str]:
+    """``["2@masked-input"]`` → {2: "masked-input"}: user 2 goes offline at that phase."""
+    drops = {}
+    for spec in specs:
+        user, sep, phase = spec.partition("@")
+        if not sep or phase not in PHASES or not user.strip().isdigit():
+            raise ValueError(f"--secagg-drop {spec!r} must look like USER@PHASE with PHASE one "
+                             f"of {', '.join(PHASES)}")
+        drops[int(user)] = phase
+    return drops
+
+
+class SecAggSession:
+    """One secure-aggregation round among the victim's users."""
+
+    def __init__(self, config: SecAggConfig, updates: dict[int, np.ndarray],
+                 drops: dict[int, str]) -> None:
+        self.config = config
+        self.updates = updates
+        self.drops = drops
+        self.users = {u: SecAggUser(u, config) for u in updates}
+        self._lock = threading.Lock()
+
+    def step(self, user_id: int, phase: str, message: bytes) -> bytes:
+        """User ``user_id``'s answer in ``phase`` to the server's ``message``."""
+        if user_id not in self.users:
+            raise InvalidArgument(f"no user {user_id}; this round's users are "
+                                  f"{sorted(self.users)}")
+        if phase not in PHASES:
+            raise InvalidArgument(f"unknown secure-aggregation phase; use one of {PHASES}")
+        drop = self.drops.get(user_id)
+        if drop is not None and PHASES.index(phase) >= PHASES.index(drop):
+            raise UserDroppedOut(f"user {user_id} has dropped out of this round (simulated "
+                                 f"from phase {drop}); carry on with the others")
+        user = self.users[user_id]
+        with self._lock:
+            try:
+                if phase == "advertise-keys":
+                    return user.advertise_keys().to_bytes()
+                request = decode_message(message)
+                if not isinstance(request, _REQUESTS[phase]):
+                    raise InvalidArgument(f"phase {phase} expects a "
+                                          f"{_REQUESTS[phase].__name__}, got "
+                                          f"{type(request).__name__}")
+                if phase == "share-keys":
+                    return user.share_keys(request).to_bytes()
+                if phase == "masked-input":
+                    return user.masked_input_collection(request,
+                                                        self.updates[user_id]).to_bytes()
+                return user.unmasking(request).to_bytes()
+            except SecAggError as err:
+                raise FailedPrecondition(f"user {user_id} refuses: {err}") from err
+            except ValueError as err:
+                raise InvalidArgument(f"user {user_id} cannot read the message: {err}") from err

@@ -1,0 +1,413 @@
+"""The federated user: private images, a model architecture, and the local update it sends.
+
+:class:`Victim` is the user's logic without any RPC: it validates what a server sends, runs the
+shared local update (:mod:`fedleak.harness.shared.protocol`), remembers which private images each
+round used, and scores reconstructions against them without letting them out. The gRPC layer
+(:mod:`fedleak.harness.victim.server`) only translates messages and errors.
+
+Private batches: round k uses images ``pool[k·n mod |pool| : … + n]`` of the private pool (the
+chosen split, optionally restricted to ``--images`` and shuffled with the seed), so a server that
+asks for |pool|/n rounds sees every private image once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fedleak import __version__
+from fedleak.defenses import DefenseChain
+from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
+from fedleak.harness.shared.defended_update import defended_update
+from fedleak.harness.shared.metrics import BatchScore, label_accuracy, score_reconstruction
+from fedleak.harness.shared.models import ModelSpec
+from fedleak.harness.shared.protocol import Protocol, ProtocolChanges, ProtocolError
+from fedleak.harness.victim.feature_scoring import (
+    FeatureBatchScore,
+    FeatureScoringError,
+    layer_inputs,
+    score_features,
+)
+from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
+from fedleak.harness.victim.secure_aggregation import SecAggSession
+from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+
+MAX_REMEMBERED_ROUNDS = 4096
+#: The round's parameters are kept (for scoring recovered features) for this many latest rounds.
+FEATURE_ROUNDS = 16
+#: At most this many bytes of remembered round parameters (the latest round is always kept):
+#: a ResNet-152's parameters are 240 MB, sixteen of them would be 3.8 GB.
+FEATURE_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class VictimConfig:
+    """Everything that defines a victim; public except the data itself and the token."""
+
+    model: ModelSpec
+    protocol: Protocol
+    num_images: int = 1
+    reveal_enabled: bool = False
+    device: str = "cpu"
+    defenses: DefenseChain = field(default_factory=DefenseChain)
+    num_users: int = 1
+    secagg_drops: dict[int, str] = field(default_factory=dict)
+    release: ReleaseSettings = field(default_factory=ReleaseSettings)
+
+
+@dataclass
+class Round:
+    """What the victim remembers of a round: which private images each user used."""
+
+    round_id: str
+    indices: torch.Tensor
+    protocol: Protocol
+    user_indices: dict[int, torch.Tensor] = field(default_factory=dict)
+    secagg: SecAggSession | None = None
+    parameters: dict[str, torch.Tensor] | None = None
+    buffers: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class UpdateResult:
+    round_id: str
+    update: list[torch.Tensor]
+    update_kind: str
+    protocol: Protocol
+    num_images: int
+    local_steps: int
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class Victim:
+    """A federated user holding ``data`` (its private pool) and a model of ``config.model``."""
+
+    def __init__(
+        self,
+        config: VictimConfig,
+        data: ImageDataset,
+        model: nn.Module,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not 1 <= config.num_images * config.num_users <= len(data.labels):
+            raise ValueError(f"{config.num_users} user(s) × batch size {config.num_images} "
+                             f"must fit in the {len(data.labels)} private images")
+        secagg = config.defenses.transport
+        if (config.num_users > 1) != (secagg is not None):
+            raise ValueError("several --users need a secure-aggregation defense "
+                             "(--defense secagg) and secagg needs --users >= 2")
+        if secagg is not None:
+            secagg.threshold(config.num_users)  # refuse an impossible threshold at start
+        self.config = config
+        self.data = data
+        self.model = model.to(config.device)
+        self._parameter_names = [name for name, _ in model.named_parameters()]
+        self._buffer_names = [name for name, _ in model.named_buffers()]
+        for defense in config.defenses.update:
+            defense.bind(self._parameter_names)
+        self._rounds: OrderedDict[str, Round] = OrderedDict()
+        self._round_counter = 0
+        # each user's private shard: contiguous slices of the pool
+        self._shards = list(torch.arange(len(data.labels)).chunk(config.num_users))
+        self._lock = threading.Lock()
+        self._compute_lock = threading.Lock()
+        # The defenses' randomness: secret from the server unless the experiment fixes it.
+        self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
+        # Model release (Release RPC): trains copies of this seeded model on a training set.
+        self.releaser = ModelReleaser(data, self.model, config.defenses, config.release,
+                                      device=config.device)
+
+    @property
+    def info(self) -> DatasetInfo:
+        return self.data.info
+
+    def parameter_infos(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
+
+    def buffer_infos(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return [(n, tuple(b.shape), b.dtype) for n, b in self.model.named_buffers()]
+
+    def global_model(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The federation's public starting model (seeded init or checkpoint)."""
+        params = {n: p.detach().cpu() for n, p in self.model.named_parameters()}
+        buffers = {n: b.detach().cpu() for n, b in self.model.named_buffers()}
+        return params, buffers
+
+    # -- ComputeUpdate -------------------------------------------------------------------
+
+    def compute_update(
+        self,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        changes: ProtocolChanges | None = None,
+    ) -> UpdateResult:
+        """Run the user's local update at the server's ``parameters`` on the next private batch."""
+        if self.config.defenses.transport is not None:
+            raise FailedPrecondition("this victim's users aggregate securely: call BeginSecAgg "
+                                     "(fedleak attack does when Describe lists secagg)")
+        params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
+        bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
+        protocol = self._protocol_for_round(changes or ProtocolChanges())
+        with self._lock:
+            indices = self._next_indices()
+            round_id = uuid.uuid4().hex
+            self._remember(Round(round_id, indices, protocol, parameters=params,
+                                 buffers=bufs))
+        images = normalize(self.data.images[indices], self.info).to(self.config.device)
+        labels = self.data.labels[indices].to(self.config.device)
+        started = time.perf_counter()
+        with self._compute_lock:  # defenses keep state (accountant, generator)
+            update, metadata = self._defended_update(params, bufs, images, labels, protocol,
+                                                     len(indices))
+        metadata["compute_seconds"] = f"{time.perf_counter() - started:.6f}"
+        if not all(torch.isfinite(u).all() for u in update):
+            raise FailedPrecondition(
+                "the local update is not finite at these parameters (training diverged); "
+                "send smaller parameters or a smaller learning rate"
+            )
+        return UpdateResult(
+            round_id=round_id,
+            update=[u.cpu() for u in update],
+            update_kind=protocol.update_kind(),
+            protocol=protocol,
+            num_images=len(indices),
+            local_steps=protocol.local_steps(len(indices)),
+            metadata=metadata,
+        )
+
+    def _defended_update(
+        self,
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        protocol: Protocol,
+        n: int,
+    ) -> tuple[list[torch.Tensor], dict[str, str]]:
+        """Local training (per-example defense inside it), then the update defenses in order."""
+        try:
+            return defended_update(self.model, params, buffers, images, labels, protocol,
+                                   self.config.defenses, self._generator)
+        except ValueError as err:  # e.g. BatchNorm in training mode on a single value
+            raise FailedPrecondition(
+                f"local training failed for {self.config.model} on {n} image(s): "
+                f"{err}; start the victim with a larger --batch-size or another model"
+            ) from err
+
+    def _checked(
+        self, what: str, received: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        missing = [n for n in expected if n not in received]
+        extra = [n for n in received if n not in expected]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {what}s {_names(missing)}")
+            if extra:
+                parts.append(f"unknown {what}s {_names(extra)}")
+            raise InvalidArgument(f"{'; '.join(parts)}: send exactly the {len(expected)} "
+                                  f"{what}s that Describe lists")
+        out = {}
+        for name, ref in expected.items():
+            tensor = received[name]
+            if tuple(tensor.shape) != tuple(ref.shape):
+                raise InvalidArgument(f"{what} {name!r} has shape {list(tensor.shape)}, the "
+                                      f"model needs {list(ref.shape)}")
+            if tensor.dtype != ref.dtype:
+                raise InvalidArgument(f"{what} {name!r} has dtype {tensor.dtype}, the model "
+                                      f"needs {ref.dtype}")
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise InvalidArgument(f"{what} {name!r} contains NaN or infinite values")
+            out[name] = tensor.to(self.config.device)
+        return out
+
+    def _protocol_for_round(self, changes: ProtocolChanges) -> Protocol:
+        try:
+            return self.config.protocol.with_changes(changes)
+        except ProtocolError as err:
+            raise InvalidArgument(f"protocol: {err}") from err
+
+    def _next_indices(self, user: int = 0, advance: bool = True) -> torch.Tensor:
+        shard = self._shards[user]
+        n = self.config.num_images
+        start = (self._round_counter * n) % len(shard)
+        if advance:
+            self._round_counter += 1
+        return shard[torch.arange(start, start + n) % len(shard)]
+
+    def _remember(self, round_: Round) -> None:
+        self._rounds[round_.round_id] = round_
+        while len(self._rounds) > MAX_REMEMBERED_ROUNDS:
+            self._rounds.popitem(last=False)
+        kept_rounds = kept_bytes = 0
+        for remembered in reversed(self._rounds.values()):  # newest first
+            if remembered.parameters is None:
+                continue
+            size = sum(t.numel() * t.element_size() for t in remembered.parameters.values())
+            kept_rounds, kept_bytes = kept_rounds + 1, kept_bytes + size
+            if kept_rounds > 1 and (kept_rounds > FEATURE_ROUNDS
+                                    or kept_bytes > FEATURE_BYTES):
+                remembered.parameters = remembered.buffers = None
+
+    def _round(self, round_id: str) -> Round:
+        with self._lock:
+            found = self._rounds.get(round_id)
+        if found is None:
+            raise NotFound(f"unknown round id {round_id!r}: use a round_id that ComputeUpdate "
+                           f"returned (the victim remembers the last {MAX_REMEMBERED_ROUNDS})")
+        return found
+
+    # -- Score and Reveal ----------------------------------------------------------------
+
+    def score(
+        self,
+        round_id: str,
+        images: torch.Tensor,
+        labels: list[int] | None = None,
+        user_ids: list[int] | None = None,
+    ) -> BatchScore:
+        """Match ``images`` (on [0, 1]) one-to-one to the round's private batch and score them.
+
+        In a secure-aggregation round ``user_ids`` restricts the truth to those users' images.
+        """
+        round_ = self._round(round_id)
+        indices = self._scored_indices(round_, user_ids or [])
+        truth = self.data.images[indices]
+        if tuple(images.shape) != tuple(truth.shape):
+            raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; this round "
+                                  f"had {list(truth.shape)} (n, C, H, W) on [0, 1]")
+        if not images.is_floating_point():
+            raise InvalidArgument(f"reconstruction dtype {images.dtype} must be floating point")
+        if not torch.isfinite(images).all():
+            raise InvalidArgument("reconstruction contains NaN or infinite values")
+        true_labels = self.data.labels[indices]
+        if labels is not None and len(labels) not in (0, len(true_labels)):
+            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
+        if labels is not None and any(not 0 <= y < self.info.num_classes for y in labels):
+            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
+        predicted = labels if labels else None
+        return score_reconstruction(
+            images.float().clamp(0, 1), truth, predicted_labels=predicted, true_labels=true_labels
+        )
+
+    def score_labels(
+        self, round_id: str, labels: list[int], user_ids: list[int] | None = None
+    ) -> float | None:
+        """Label accuracy (multiset overlap) of ``labels`` alone; None when none are given."""
+        true_labels = self.data.labels[self._scored_indices(self._round(round_id),
+                                                            user_ids or [])]
+        if not labels:
+            return None
+        if len(labels) != len(true_labels):
+            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
+        if any(not 0 <= y < self.info.num_classes for y in labels):
+            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
+        return label_accuracy(labels, true_labels)
+
+    def score_features(
+        self, round_id: str, features: torch.Tensor, layer: str
+    ) -> FeatureBatchScore:
+        """Score recovered inputs ``[m, d]`` of linear layer ``layer`` against the true ones.
+
+        The true inputs are recomputed from the round's private images at the round's
+        parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds, within
+        :data:`FEATURE_BYTES`); they never leave.
+        """
+        round_ = self._round(round_id)
+        if round_.parameters is None or round_.buffers is None:
+            raise FailedPrecondition(
+                f"features can be scored only for the latest non-secure-aggregation rounds "
+                f"(up to {FEATURE_ROUNDS}, {FEATURE_BYTES >> 20} MiB of parameters); score "
+                "right after ComputeUpdate"
+            )
+        if not layer:
+            raise InvalidArgument("feature_layer is empty: name the linear layer whose input "
+                                  "the features are (e.g. fc)")
+        images = normalize(self.data.images[round_.indices], self.info).to(self.config.device)
+        try:
+            truth = layer_inputs(self.model, round_.parameters, round_.buffers, images, layer)
+            return score_features(features.to(truth.device), truth)
+        except FeatureScoringError as err:
+            raise InvalidArgument(str(err)) from err
+
+    def _scored_indices(self, round_: Round, user_ids: list[int]) -> torch.Tensor:
+        if not user_ids:
+            return round_.indices
+        if not round_.user_indices:
+            raise InvalidArgument("user_ids only apply to secure-aggregation rounds")
+        unknown = sorted(set(user_ids) - set(round_.user_indices))
+        if unknown:
+            raise InvalidArgument(f"no users {unknown} in this round; users are "
+                                  f"{sorted(round_.user_indices)}")
+        return torch.cat([round_.user_indices[u] for u in sorted(set(user_ids))])
+
+    def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's private images on [0, 1] and labels (the caller checks the token)."""
+        if not self.config.reveal_enabled:
+            raise FailedPrecondition("this victim was started without --allow-reveal; ground "
+                                     "truth stays inside it")
+        if self.releaser.get(round_id) is not None:  # a release: its training set
+            return self.releaser.reveal(round_id)
+        round_ = self._round(round_id)
+        return self.data.images[round_.indices], self.data.labels[round_.indices]
+
+    # -- secure aggregation ---------------------------------------------------------------
+
+    def begin_secagg(
+        self,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        changes: ProtocolChanges | None = None,
+    ) -> tuple[Round, UpdateResult]:
+        """Every user computes its defended update on its next private batch and keeps it."""
+        secagg = self.config.defenses.transport
+        if secagg is None:
+            raise FailedPrecondition("this victim does not run secure aggregation; start it "
+                                     "with --defense secagg and --users K, or use ComputeUpdate")
+        params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
+        bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
+        protocol = self._protocol_for_round(changes or ProtocolChanges())
+        with self._lock:
+            user_indices = {u: self._next_indices(u, advance=False)
+                            for u in range(self.config.num_users)}
+            self._round_counter += 1
+            session_number = self._round_counter
+        updates, metadata = {}, {}
+        for user, indices in user_indices.items():
+            images = normalize(self.data.images[indices], self.info).to(self.config.device)
+            labels = self.data.labels[indices].to(self.config.device)
+            with self._compute_lock:
+                update, metadata = self._defended_update(params, bufs, images, labels,
+                                                         protocol, len(indices))
+            updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
+        config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
+        round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
+                       user_indices, SecAggSession(config, updates, self.config.secagg_drops))
+        with self._lock:
+            self._remember(round_)
+        result = UpdateResult(round_.round_id, [], protocol.update_kind(), protocol,
+                              self.config.num_images,
+                              protocol.local_steps(self.config.num_images), metadata)
+        return round_, result
+
+    def secagg_step(self, round_id: str, user_id: int, phase: str, message: bytes) -> bytes:
+        """One user's message of one protocol phase."""
+        round_ = self._round(round_id)
+        if round_.secagg is None:
+            raise FailedPrecondition(f"round {round_id} is not a secure-aggregation round")
+        return round_.secagg.step(user_id, phase, message)
+
+    def version(self) -> str:
+        return __version__
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

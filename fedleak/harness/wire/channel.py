@@ -1,0 +1,19 @@
+"""What both ends of a fedleak channel agree on: message limits and the token's metadata key.
+
+Both the victim's server and the attacker's client raise gRPC's message limits to the same
+value (default 1 GiB: a ResNet-152 update, about 60M float32 values, is about 240 MB), and
+token-guarded calls carry the victim's secret in the ``x-fedleak-token`` metadata entry.
+"""
+
+from __future__ import annotations
+
+TOKEN_METADATA_KEY = "x-fedleak-token"
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+def message_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Channel/server options raising both message limits to ``max_message_bytes``."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]

@@ -1,0 +1,63 @@
+"""Serving a fedleak gRPC service: health checking, reflection, binding, stopping on a signal.
+
+The victim (``fedleak.v1.Victim``) and the out-of-process defense (``fedleak.v1.DefenseService``)
+are served the same way: a thread pool, the standard health service reporting SERVING for the
+server and for the named service, server reflection (so grpcurl and grpc_health_probe work),
+and a bound port (0 picks a free one). :func:`serve_until_signal` blocks until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+
+def start_grpc_server(
+    add_servicer: Callable[[grpc.Server], None],
+    service_name: str,
+    host: str,
+    port: int,
+    *,
+    options: Sequence[tuple[str, int]] = (),
+    credentials: grpc.ServerCredentials | None = None,
+    workers: int = 4,
+) -> tuple[grpc.Server, int]:
+    """Start a server with ``add_servicer``'s service, health and reflection on ``host:port``.
+
+    Returns the server and the bound port. Raises :class:`OSError` when the address cannot be
+    bound (a port in use, a host that is not this machine's).
+    """
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=list(options))
+    add_servicer(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", service_name):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    address = f"{host}:{port}"
+    if credentials is not None:
+        bound = server.add_secure_port(address, credentials)
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"could not bind {address}: the port is taken or the host is not local")
+    server.start()
+    return server, bound
+
+
+def serve_until_signal(server: grpc.Server, grace: float = 2.0) -> None:
+    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace).wait()

@@ -1,0 +1,143 @@
+"""The package's rooms and the one direction imports may point, checked on the source with ``ast``.
+
+The rule is written once, as data (:data:`MAY_IMPORT`): each room lists the rooms its modules
+may import. Every import counts, at module level or inside a function. Also checked: every
+module imports; no module imports a private (``_name``) from another module; no import cycle
+between modules. docs/architecture.md draws the same picture.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedleak"
+
+_BASE = {"fedleak", "fedleak.registry"}
+_ALGORITHMS = _BASE | {"fedleak.attacks", "fedleak.defenses"}
+_SHARED = _ALGORITHMS | {"fedleak.harness.shared"}
+_WIRE = _SHARED | {"fedleak.harness.wire", "fedleak.v1"}
+_PROCESSES = {"fedleak.harness.victim", "fedleak.harness.attacker",
+              "fedleak.harness.remote_defense"}
+
+#: room → the rooms its modules may import (a room may always import itself).
+MAY_IMPORT: dict[str, set[str]] = {
+    "fedleak": set(),
+    "fedleak.__main__": {"fedleak.harness.cli"},
+    "fedleak.registry": set(),
+    "fedleak.v1": set(),
+    "fedleak.attacks": _BASE,
+    "fedleak.defenses": _BASE,
+    "fedleak.harness": set(),
+    "fedleak.harness.shared": _ALGORITHMS,
+    "fedleak.harness.wire": _SHARED | {"fedleak.v1"},
+    # the processes: none may import another
+    "fedleak.harness.victim": _WIRE,
+    "fedleak.harness.attacker": _WIRE,
+    "fedleak.harness.remote_defense": _WIRE,
+    "fedleak.harness.sweep": _WIRE | {"fedleak.harness.victim", "fedleak.harness.attacker"},
+    "fedleak.harness.cli": _WIRE | _PROCESSES | {"fedleak.harness.sweep"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room_of(module: str) -> str:
+    """The longest room name that is ``module`` or a package above it."""
+    candidates = [r for r in MAY_IMPORT if module == r or module.startswith(r + ".")]
+    assert candidates, f"{module} lies in no room: add it to MAY_IMPORT"
+    return max(candidates, key=len)
+
+
+def imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for every fedleak import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path) if path.name == "__init__.py" else \
+        module_name(path).rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names
+                      if a.name.split(".")[0] == "fedleak"]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            if base.split(".")[0] == "fedleak":
+                found.append((base, [a.name for a in node.names], node.lineno))
+    return found
+
+
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "v1" not in p.relative_to(PACKAGE).parts)
+
+
+def test_every_module_imports() -> None:
+    for path in SOURCES:
+        if path.name != "__main__.py":
+            importlib.import_module(module_name(path))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path: Path) -> None:
+    here = room_of(module_name(path))
+    allowed = MAY_IMPORT[here] | {here}
+    for target, names, line in imports(path):
+        for full in [target] + [f"{target}.{n}" for n in names]:
+            if importlib.util.find_spec(full.rsplit(".", 1)[0]) is None:
+                continue
+            there = room_of(full) if _is_module(full) else room_of(target)
+            assert there in allowed, (f"{path.relative_to(PACKAGE)}:{line} ({here}) imports "
+                                      f"{full} from room {there}, which it may not")
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_name_crosses_files(path: Path) -> None:
+    for target, names, line in imports(path):
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, (f"{path.relative_to(PACKAGE)}:{line} imports private {private} "
+                             f"from {target}: make it a public function of that module")
+
+
+def test_no_import_cycle() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in SOURCES:
+        name = module_name(path)
+        edges = set()
+        for target, names, _ in imports(path):
+            for full in [f"{target}.{n}" for n in names] + [target]:
+                if _is_module(full):
+                    edges.add(full)
+                    break
+        graph[name] = {e for e in edges if e != name and not name.startswith(e + ".")}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in graph:
+                continue
+            if state.get(nxt) == 1:
+                cycle = trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
