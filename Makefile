@@ -19,11 +19,12 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/fedleak demo
 
-test: install
+test: lint
 	$(PY) -m pytest -q
 
 lint: install
-	$(VENV)/bin/ruff check fedleak tests bench
+	$(VENV)/bin/ruff check fedleak tests bench examples
+	$(VENV)/bin/mypy
 
 protos: install
 	$(PY) -m fedleak.harness.wire.protogen

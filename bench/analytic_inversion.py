@@ -23,12 +23,11 @@ import time
 import click
 import torch
 
-from fedleak.attacks import Observation, create_attack
+from fedleak.attacks import create_attack
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.observation import observe
 from fedleak.harness.victim.feature_scoring import layer_inputs, score_features
 
 CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4), ("digits", "mlp", 8),
@@ -41,13 +40,7 @@ def run_case(dataset: str, spec: str, batch: int, repeats: int) -> str:
     info, images, labels = data.info, data.images[:batch], data.labels[:batch]
     torch.manual_seed(0)
     model = build_model(spec, info.shape, info.num_classes)
-    params = dict(model.named_parameters())
-    buffers = {n: b.clone() for n, b in model.named_buffers()}
-    normalised = normalize(images, info)
-    update = local_update(model, params, buffers, normalised, labels, Protocol())
-    observation = Observation(list(params), [p.detach() for p in params.values()], update,
-                              "gradient", batch, info.shape, info.num_classes, info.mean,
-                              info.std, UpdateSimulator(model, params, buffers, Protocol()))
+    observation = observe(model, images, labels, info)
     attack = create_attack("analytic")
     walls = []
     for _ in range(repeats):
@@ -62,7 +55,8 @@ def run_case(dataset: str, spec: str, batch: int, repeats: int) -> str:
         worst = min(s.psnr for s in score.images)
         return (f"{head} image    matched mean PSNR {score.mean_psnr:6.2f} dB (worst "
                 f"{worst:6.2f}), {result.extras['separated']} separated   {ms:7.2f} ms")
-    truth = layer_inputs(model, params, buffers, normalised, result.feature_layer)
+    truth = layer_inputs(model, dict(model.named_parameters()), dict(model.named_buffers()),
+                         normalize(images, info), result.feature_layer)
     scored = score_features(result.features, truth)
     return (f"{head} features ({result.feature_layer}) cosine {scored.mean_cosine:.6f}, "
             f"relative error {scored.mean_relative_error:.2e}   {ms:7.2f} ms")

@@ -19,12 +19,11 @@ import time
 import click
 import torch
 
-from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.attacks import create_attack
+from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import psnr_per_image, ssim_per_image
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.observation import observe
 from fedleak.harness.shared.selection import parse_indices
 
 
@@ -33,11 +32,7 @@ def attack_photo(index: int, options: dict, model_seed: int = 0, attack_seed: in
     info, image, label = data.info, data.images[index:index + 1], data.labels[index:index + 1]
     torch.manual_seed(model_seed)
     model = build_model("lenet-zhu", info.shape, info.num_classes)
-    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
-    update = local_update(model, params, buffers, normalize(image, info), label, Protocol())
-    observation = Observation(list(params), [p.detach() for p in params.values()], update,
-                              "gradient", 1, info.shape, info.num_classes, info.mean, info.std,
-                              UpdateSimulator(model, params, buffers, Protocol()))
+    observation = observe(model, image, label, info)
     started = time.perf_counter()
     result = create_attack("inverting-gradients", options).reconstruct(observation,
                                                                       seed=attack_seed)

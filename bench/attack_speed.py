@@ -40,9 +40,10 @@ import torch
 
 from fedleak.attacks import Observation, create_attack
 from fedleak.attacks.inverting_gradients import decay_milestones, total_variation
+from fedleak.harness.shared.datasets import DatasetInfo
 from fedleak.harness.shared.local_update import UpdateSimulator, local_update
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.observation import observe
 
 DEFAULT_ITERATIONS = {"lenet-zhu": 300, "resnet20-4": 40}
 SHAPE = (3, 32, 32)
@@ -56,23 +57,10 @@ def observation_for(
     modulo 10), as the harness would see it."""
     torch.manual_seed(seed)
     model = build_model(model_name, SHAPE, NUM_CLASSES).to(device)
-    parameters = dict(model.named_parameters())
-    buffers = dict(model.named_buffers())
-    images = torch.rand(num_images, *SHAPE, device=device) * 2 - 1
+    images = torch.rand(num_images, *SHAPE, device=device)  # on [0, 1]; normalised to [-1, 1]
     labels = (torch.arange(num_images, device=device) + 3) % NUM_CLASSES
-    protocol = Protocol()
-    return Observation(
-        parameter_names=list(parameters),
-        parameters=[p.detach() for p in parameters.values()],
-        update=local_update(model, parameters, buffers, images, labels, protocol),
-        update_kind=protocol.update_kind(),
-        num_images=num_images,
-        image_shape=SHAPE,
-        num_classes=NUM_CLASSES,
-        mean=[0.5] * 3,
-        std=[0.5] * 3,
-        simulate=UpdateSimulator(model, parameters, buffers, protocol),
-    )
+    info = DatasetInfo("random", SHAPE, NUM_CLASSES, (0.5,) * 3, (0.5,) * 3, ())
+    return observe(model, images, labels, info)
 
 
 def window_rates(stamps: list[tuple[int, float]], window: int) -> list[float]:

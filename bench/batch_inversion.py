@@ -35,11 +35,11 @@ import time
 import click
 import torch
 
-from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.attacks import create_attack
+from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import label_accuracy, score_reconstruction
 from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.observation import observe
 from fedleak.harness.shared.protocol import Protocol
 
 
@@ -50,13 +50,7 @@ def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,
     info, images, labels = data.info, data.images[:batch], data.labels[:batch]
     torch.manual_seed(model_seed)
     model = build_model(spec, info.shape, info.num_classes)
-    params = dict(model.named_parameters())
-    buffers = {n: b.clone() for n, b in model.named_buffers()}
-    protocol = Protocol(batchnorm=batchnorm)
-    update = local_update(model, params, buffers, normalize(images, info), labels, protocol)
-    observation = Observation(list(params), [p.detach() for p in params.values()], update,
-                              "gradient", batch, info.shape, info.num_classes, info.mean,
-                              info.std, UpdateSimulator(model, params, buffers, protocol))
+    observation = observe(model, images, labels, info, Protocol(batchnorm=batchnorm))
     started = time.perf_counter()
     result = create_attack("inverting-gradients", options).reconstruct(observation, seed=seed)
     wall = time.perf_counter() - started

@@ -43,10 +43,10 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import DatasetInfo, denormalize, load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import DatasetInfo, denormalize, load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.observation import observe as observe_round
 from fedleak.harness.shared.protocol import FEDAVG, Protocol
 
 TABLE2 = [(1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)]
@@ -80,17 +80,7 @@ def observe(images: torch.Tensor, labels: torch.Tensor, info: DatasetInfo,
     """The server's view of one round, built with the harness's own local update and replay."""
     torch.manual_seed(model_seed)
     model = build_model(model_spec, info.shape, info.num_classes)
-    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
-    update = local_update(model, params, buffers, normalize(images, info), labels, protocol)
-    n = images.shape[0]
-    return Observation(
-        parameter_names=list(params), parameters=[p.detach() for p in params.values()],
-        update=update, update_kind=protocol.update_kind(), num_images=n,
-        image_shape=info.shape, num_classes=info.num_classes, mean=info.mean, std=info.std,
-        simulate=UpdateSimulator(model, params, buffers, protocol),
-        local_steps=protocol.local_steps(n),
-        learning_rate=protocol.learning_rate if protocol.kind == FEDAVG else None,
-    )
+    return observe_round(model, images, labels, info, protocol)
 
 
 def attack(setting: str, photos: list[int], protocol: Protocol, options: dict,

@@ -22,25 +22,17 @@ import statistics
 import click
 import torch
 
-from fedleak.attacks import Observation
 from fedleak.attacks.labels import recover_labels
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
+from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.metrics import label_accuracy
 from fedleak.harness.shared.models import build_model, load_checkpoint
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.observation import observe
 
 
 def batch_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                    info: object, method: str = "dummy") -> float:
     """Label accuracy of the counting/iDLG recovery on one batch's FedSGD gradient."""
-    params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
-    buffers = {k: v.clone() for k, v in buffers.items()}
-    update = local_update(model, params, buffers, normalize(images, info), labels, Protocol())
-    observation = Observation(list(params), [p.detach() for p in params.values()], update,
-                              "gradient", int(images.shape[0]), info.shape, info.num_classes,
-                              info.mean, info.std, UpdateSimulator(model, params, buffers,
-                                                                   Protocol()))
+    observation = observe(model, images, labels, info)
     return label_accuracy(recover_labels(observation, method), labels)
 
 

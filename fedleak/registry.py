@@ -13,10 +13,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
-T = TypeVar("T")
-C = TypeVar("C", bound=type)
+
+class Plugin(Protocol):
+    """What a registered class has: its registered name and its options as a dataclass."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[Any]]
+
+
+T = TypeVar("T", bound=Plugin)
+C = TypeVar("C", bound=type[Plugin])
 
 
 class ConfigError(ValueError):
@@ -39,7 +47,7 @@ class Registry(Generic[T]):
 
         def wrap(cls: C) -> C:
             cls.name = name
-            self._classes[name] = cls
+            self._classes[name] = cast(type[T], cls)
             return cls
 
         return wrap
@@ -52,7 +60,7 @@ class Registry(Generic[T]):
             where = f"{self.kind} plug-in {entry.name!r} ({entry.value}"
             where += f", package {entry.dist.name})" if entry.dist else ")"
             try:
-                cls = entry.load()
+                cls: Any = entry.load()
             except Exception as err:  # noqa: BLE001 - any import error of third-party code
                 self._broken[entry.name] = f"{where} failed to load: {type(err).__name__}: {err}"
                 continue
@@ -61,8 +69,9 @@ class Registry(Generic[T]):
                 self._broken[entry.name] = (f"{where} is not a class with a Config dataclass; "
                                             f"fix the entry point or the plug-in")
                 continue
-            cls.name = entry.name
-            self._classes[entry.name] = cls
+            plugin: Any = cls
+            plugin.name = entry.name
+            self._classes[entry.name] = plugin
 
     def names(self) -> tuple[str, ...]:
         """Every registered name, built-in and from entry points."""
@@ -83,7 +92,8 @@ class Registry(Generic[T]):
     def config(self, name: str, options: Mapping[str, Any] | None = None) -> Any:
         """The ``Config`` of ``name`` built from ``options`` (strings converted to field types)."""
         cls = self.get(name)
-        fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+        config_class = cls.Config
+        fields = {f.name: f for f in dataclasses.fields(config_class)}
         values: dict[str, Any] = {}
         for key, value in (options or {}).items():
             key = key.replace("-", "_")
@@ -93,13 +103,15 @@ class Registry(Generic[T]):
             values[key] = _coerce(f"{self.kind} {name!r}", key, value, fields[key].type,
                                   self.error)
         try:
-            return cls.Config(**values)
+            return config_class(**values)
         except (TypeError, ValueError) as err:
             raise self.error(f"{self.kind} {name!r}: {err}") from err
 
     def create(self, name: str, options: Mapping[str, Any] | None = None) -> T:
         """An instance of ``name`` configured with ``options``."""
-        return self.get(name)(self.config(name, options))
+        factory: Any = self.get(name)
+        made: T = factory(self.config(name, options))
+        return made
 
     def describe(self, name: str) -> str:
         """One line per option of ``name``: ``key (type, default): help``."""

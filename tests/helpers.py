@@ -1,7 +1,7 @@
 """Build an in-process :class:`Observation` through the harness's entry point
-(:func:`fedleak.harness.shared.observation.observe`), with a model from the zoo. Images are given on [0, 1] and
-normalised with ``mean``/``std`` (the same value for every channel; 0.5/0.5 maps [0, 1] to
-[−1, 1], 0/1 is the identity).
+(:func:`fedleak.harness.shared.observation.observe`), with a model from the zoo. Images are
+given on [0, 1] and normalised with ``mean``/``std`` (the same value for every channel; 0.5/0.5
+maps [0, 1] to [−1, 1], 0/1 is the identity).
 """
 
 from __future__ import annotations

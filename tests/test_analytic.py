@@ -190,8 +190,8 @@ def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
 
 
 def test_victim_scores_features_of_recent_rounds_only() -> None:
+    from fedleak.harness.victim.rounds import FEATURE_ROUNDS
     from fedleak.harness.victim.settings import VictimSettings, create_victim
-    from fedleak.harness.victim.victim import FEATURE_ROUNDS
     from fedleak.harness.wire.errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
@@ -206,14 +206,14 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None:
-    from fedleak.harness.victim import victim as victim_module
+    from fedleak.harness.victim import rounds as rounds_module
     from fedleak.harness.victim.settings import VictimSettings, create_victim
     from fedleak.harness.wire.errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
     one_round = sum(t.numel() * t.element_size() for t in params.values())
-    monkeypatch.setattr(victim_module, "FEATURE_BYTES", 2 * one_round)
+    monkeypatch.setattr(rounds_module, "FEATURE_BYTES", 2 * one_round)
     rounds = [victim.compute_update(params, buffers).round_id for _ in range(3)]
     for kept in rounds[1:]:  # the two newest fit the budget
         victim.score_features(kept, torch.ones(1, 48), "fc")

@@ -90,3 +90,26 @@ def test_bad_defense_specs_are_refused_at_start(spec: str, words: list[str]) -> 
     assert done.returncode == 2
     for word in words:
         assert word in done.stderr
+
+
+def test_observe_runs_the_victims_defended_path() -> None:
+    """The notebook entry point and a victim process give the same defended update."""
+    from fedleak.defenses import build_chain, parse_defense_spec
+    from fedleak.harness.shared.observation import observe
+
+    specs = ["clip:max-norm=0.5", "noise:sigma=0.01"]
+    args = [*BASE, "--defense-seed", "7", *(a for s in specs for a in ("--defense", s))]
+    with VictimProcess(args, token=TOKEN) as victim, VictimClient(victim.address,
+                                                                  token=TOKEN) as client:
+        params, buffers = client.global_model()
+        sent = client.compute_update(params, buffers)
+        truth, labels = client.reveal(sent.round_id)
+    info = load_dataset("digits", "all").info
+    model = build_model("mlp:width=32,depth=1", info.shape, info.num_classes)
+    model.load_state_dict({**params, **buffers})
+    chain = build_chain([parse_defense_spec(s) for s in specs])
+    observation = observe(model, truth, labels, info, Protocol(), defenses=chain,
+                          generator=torch.Generator().manual_seed(7))
+    assert observation.num_images == 4 and observation.update_kind == "gradient"
+    for ours, theirs in zip(observation.update, sent.update, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)

@@ -267,3 +267,22 @@ def test_runs_on_cuda(image: torch.Tensor):
     assert psnr_per_image(to_unit(observation, result.images).cpu(), image).item() > 25.0
     with pytest.raises(ValueError, match="lives on"):
         check_device(make_observation("lenet-zhu", SHAPE, 10, image, torch.tensor([3])), "cuda")
+
+
+def test_reconstruct_is_the_shared_template() -> None:
+    """Every attack runs inside Attack.reconstruct: target type, device, forked seeding."""
+    from fedleak.attacks.release import ReleasedModel
+
+    image = smooth_image(SHAPE)
+    observation = make_observation("lenet-zhu", SHAPE, 10, image, torch.tensor([3]))
+    attack = create_attack("inverting-gradients", {"iterations": 3})
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = attack.reconstruct(observation, seed=5)
+    assert torch.equal(torch.rand(1), before)  # the caller's RNG stream is left as it was
+    second = attack.reconstruct(observation, seed=5)
+    assert torch.equal(first.images, second.images)
+    released = ReleasedModel.from_module(torch.nn.Linear(4, 1, bias=False), (4,), num_train=2)
+    with pytest.raises(TypeError, match="type Observation, got ReleasedModel"):
+        attack.reconstruct(released)

@@ -63,8 +63,8 @@ class Attack(ABC, Generic[Target]):
         """
         expected = THREAT_MODELS[self.threat_model]
         if not isinstance(target, expected):
-            raise TypeError(f"attack {self.name!r} attacks a {expected.__name__} (threat model "
-                            f"{self.threat_model!r}), got a {type(target).__name__}")
+            raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) takes a "
+                            f"target of type {expected.__name__}, got {type(target).__name__}")
         dev = resolve_device(device)
         if isinstance(target, Observation):
             check_device(target, dev)

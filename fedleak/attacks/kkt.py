@@ -411,7 +411,8 @@ class KKT(Attack[ReleasedModel]):
         x = (x * settings.sigma_x).to(dev).requires_grad_(True)
         lambdas = torch.rand(m, generator=generator, dtype=dtype) * cfg.lambda_init
         lambdas = lambdas.to(dev).requires_grad_(True)
-        groups = [{"params": [x]}, {"params": [lambdas], "lr": cfg.lambda_lr or settings.lr}]
+        groups: list[dict[str, Any]] = [
+            {"params": [x]}, {"params": [lambdas], "lr": cfg.lambda_lr or settings.lr}]
         optimiser: torch.optim.Optimizer
         if cfg.optimizer == "adam":
             optimiser = torch.optim.Adam(groups, lr=settings.lr)

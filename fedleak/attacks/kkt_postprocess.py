@@ -89,7 +89,9 @@ def postprocess_candidates(
     group = torch.full((m,), -1, dtype=torch.long)
     ncc = normalized_cross_correlation(scaled[kept], scaled[kept])
     free = torch.ones(len(kept), dtype=torch.bool)
-    images, group_lambdas, group_labels = [], [], []
+    images: list[Tensor] = []
+    group_lambdas: list[Tensor] = []
+    group_labels: list[Tensor] = []
     for position in range(len(kept)):
         if not free[position]:
             continue

@@ -11,7 +11,13 @@ from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
     quantize,
     secure_aggregation,
 )
-from fedleak.defenses.base import STAGES, Defense, PerExampleDefense, UpdateDefense
+from fedleak.defenses.base import (
+    STAGES,
+    Defense,
+    PerExampleDefense,
+    TransportDefense,
+    UpdateDefense,
+)
 from fedleak.defenses.chain import DefenseChain, build_chain, defense_tables, parse_defense_spec
 from fedleak.defenses.registry import (
     DEFENSES,
@@ -28,6 +34,7 @@ __all__ = [
     "DefenseChain",
     "DefenseConfigError",
     "PerExampleDefense",
+    "TransportDefense",
     "UpdateDefense",
     "build_chain",
     "defense_tables",

@@ -74,3 +74,18 @@ class PerExampleDefense(Defense):
     def account(self, steps: int, sample_rate: float) -> dict[str, str]:
         """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries)."""
         return {}
+
+
+class TransportDefense(Defense):
+    """Acts between users on the way to the server (secure aggregation): the victim's users
+    run its protocol together, each round under :meth:`session_config`'s public parameters."""
+
+    stage: ClassVar[str] = "transport"
+
+    @abstractmethod
+    def threshold(self, num_users: int) -> int:
+        """How many of ``num_users`` must stay to the end; refuses an impossible setting."""
+
+    @abstractmethod
+    def session_config(self, num_users: int, vector_length: int, session: int) -> Any:
+        """The public parameters of one aggregation round among ``num_users`` users."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.defenses.base import Defense, PerExampleDefense, UpdateDefense
+from fedleak.defenses.base import Defense, PerExampleDefense, TransportDefense, UpdateDefense
 from fedleak.defenses.registry import DefenseConfigError, create_defense
 
 
@@ -40,8 +40,8 @@ class DefenseChain:
         return [d for d in self.defenses if isinstance(d, UpdateDefense)]
 
     @property
-    def transport(self) -> Defense | None:
-        return next((d for d in self.defenses if d.stage == "transport"), None)
+    def transport(self) -> TransportDefense | None:
+        return next((d for d in self.defenses if isinstance(d, TransportDefense)), None)
 
     def describe(self) -> list[tuple[str, dict[str, str], str]]:
         """(name, public params, stage) per defense, for ``Describe``."""

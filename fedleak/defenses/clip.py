@@ -26,6 +26,6 @@ class Clip(UpdateDefense):
     Config = ClipConfig
 
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
-        norm = torch.sqrt(sum((u.double() ** 2).sum() for u in update))
+        norm = torch.stack([(u.double() ** 2).sum() for u in update]).sum().sqrt()
         scale = min(1.0, self.config.max_norm / max(float(norm), 1e-12))
         return [u * scale for u in update]

@@ -78,7 +78,7 @@ class DPSGD(PerExampleDefense):
         params = [torch.zeros(g.shape[1:], dtype=g.dtype, device=g.device, requires_grad=True)
                   for g in per_example]
         for p, g in zip(params, per_example, strict=True):
-            p.grad_sample = g.detach()
+            setattr(p, "grad_sample", g.detach())  # noqa: B010 - Opacus reads it
         base = torch.optim.SGD(params, lr=0.0)
         c = self.config
         if c.clipping == "flat":
@@ -92,7 +92,9 @@ class DPSGD(PerExampleDefense):
                                             expected_batch_size=expected_batch_size,
                                             generator=generator)
         optimiser.pre_step()
-        return [p.grad.detach().clone() for p in params]
+        grads = [p.grad for p in params]
+        assert all(g is not None for g in grads), "Opacus left a parameter without .grad"
+        return [g.detach().clone() for g in grads if g is not None]
 
     def sample_rate(self, num_images: int, batch_size: int) -> float | None:
         if not self.config.poisson:

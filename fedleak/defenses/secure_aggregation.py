@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedleak.defenses.base import Defense
+from fedleak.defenses.base import TransportDefense
 from fedleak.defenses.registry import register_defense
 from fedleak.defenses.secagg import SecAggConfig
 
@@ -30,7 +30,7 @@ class SecAggDefenseConfig:
 
 
 @register_defense("secagg")
-class SecureAggregation(Defense):
+class SecureAggregation(TransportDefense):
     """Secure aggregation of K users' updates; only the (clipped, quantised) sum is revealed."""
 
     stage = "transport"

@@ -23,7 +23,7 @@ content fits the round is checked by :class:`~fedleak.defenses.secagg.user.SecAg
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -218,7 +218,7 @@ Message = (
     | UnmaskingRequest
     | UnmaskingShares
 )
-_BY_TYPE: dict[int, type] = {
+_BY_TYPE: dict[int, type[Any]] = {
     cls.MESSAGE_TYPE: cls
     for cls in (
         AdvertiseKeys,
@@ -237,3 +237,15 @@ def decode_message(data: bytes) -> Message:
     if len(data) < 6 or data[5] not in _BY_TYPE:
         raise SecAggViolation("not a secure-aggregation message, or an unknown message type")
     return _BY_TYPE[data[5]].from_bytes(data)
+
+
+M = TypeVar("M", AdvertiseKeys, ShareKeysRequest, ShareKeys, MaskedInputRequest, MaskedInput,
+            UnmaskingRequest, UnmaskingShares)
+
+
+def decode_as(data: bytes, kind: type[M]) -> M:
+    """A message of type ``kind`` from its bytes; any other message type is a violation."""
+    message = decode_message(data)
+    if not isinstance(message, kind):
+        raise SecAggViolation(f"expected a {kind.__name__}, got a {type(message).__name__}")
+    return message

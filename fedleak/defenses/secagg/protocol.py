@@ -23,23 +23,18 @@ The protocol survives as long as at least :math:`t` users are left at every roun
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TypeVar
 
 import numpy as np
 
 from fedleak.defenses.secagg.config import SecAggConfig
-from fedleak.defenses.secagg.messages import decode_message
+from fedleak.defenses.secagg.messages import M, decode_as
 from fedleak.defenses.secagg.server import SecAggServer
 from fedleak.defenses.secagg.transcript import SecAggTranscript
 from fedleak.defenses.secagg.user import SecAggUser
 
-T = TypeVar("T")
 
-
-def _over_the_wire(message: T) -> T:
-    decoded = decode_message(message.to_bytes())  # type: ignore[attr-defined]
-    assert type(decoded) is type(message)
-    return decoded  # type: ignore[return-value]
+def _over_the_wire(message: M) -> M:
+    return decode_as(message.to_bytes(), type(message))
 
 
 def run_secagg_in_memory(

@@ -6,8 +6,9 @@ victim's status code and message, or a hint when the victim cannot be reached.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import torch
@@ -79,7 +80,8 @@ class VictimClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: object, guarded: bool = False) -> object:
+    def _call(self, method: str, request: object, guarded: bool = False) -> Any:
+        """Call RPC ``method`` of the victim; failures become :class:`VictimError`."""
         metadata = [(TOKEN_METADATA_KEY, self.token)] if guarded and self.token else None
         try:
             return getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
@@ -88,7 +90,7 @@ class VictimClient:
             if code == grpc.StatusCode.UNAVAILABLE and "dropped out" not in (details or ""):
                 details = (f"cannot reach the victim at {self.address} ({details}); is "
                            "`fedleak victim serve` running there?")
-            raise VictimError(code, details) from None
+            raise VictimError(code, details or "") from None
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until the channel is connected, or raise :class:`VictimError`."""
@@ -162,7 +164,8 @@ class VictimClient:
         )
         return self._call("BeginSecAgg", request)
 
-    def secagg_step(self, round_id: str, user_id: int, phase: int, message: bytes = b"") -> bytes:
+    def secagg_step(self, round_id: str, user_id: int, phase: pb.SecAggPhase,
+                    message: bytes = b"") -> bytes:
         request = pb.SecAggStepRequest(round_id=round_id, user_id=user_id, phase=phase,
                                        message=message)
         return self._call("SecAggStep", request).message
@@ -264,5 +267,5 @@ def _received_release(
     )
 
 
-def _named(messages: object) -> dict[str, torch.Tensor]:
+def _named(messages: Iterable[pb.Tensor]) -> dict[str, torch.Tensor]:
     return {m.name: decode_tensor(m, m.name) for m in messages}

@@ -18,20 +18,25 @@ import numpy as np
 import torch
 
 from fedleak.defenses.secagg import (
-    Message,
+    AdvertiseKeys,
+    MaskedInput,
     SecAggConfig,
     SecAggResult,
     SecAggServer,
     SecAggTranscript,
-    decode_message,
+    ShareKeys,
+    UnmaskingShares,
 )
+from fedleak.defenses.secagg.messages import M, decode_as
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.wire.protocol import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
 
-PHASE_NAMES = {pb.ADVERTISE_KEYS: "advertise-keys", pb.SHARE_KEYS: "share-keys",
-               pb.MASKED_INPUT: "masked-input", pb.UNMASKING: "unmasking"}
+PHASE_NAMES: dict[int, str] = {
+    pb.ADVERTISE_KEYS: "advertise-keys", pb.SHARE_KEYS: "share-keys",
+    pb.MASKED_INPUT: "masked-input", pb.UNMASKING: "unmasking",
+}
 
 
 @dataclass
@@ -59,15 +64,16 @@ def run_secure_aggregation(
     alive = list(begin.user_ids)
     offline: dict[int, str] = {}
 
-    def ask(phase: int, payload: Callable[[int], bytes | None]) -> list[Message]:
-        replies = []
+    def ask(phase: pb.SecAggPhase, payload: Callable[[int], bytes | None],
+            kind: type[M]) -> list[M]:
+        replies: list[M] = []
         for user in list(alive):
             message = payload(user)
             if message is None:
                 continue
             try:
-                replies.append(decode_message(client.secagg_step(begin.round_id, user, phase,
-                                                                 message)))
+                replies.append(decode_as(client.secagg_step(begin.round_id, user, phase, message),
+                                         kind))
             except VictimError as err:
                 if err.code != grpc.StatusCode.UNAVAILABLE:
                     raise
@@ -75,13 +81,15 @@ def run_secure_aggregation(
                 offline[user] = PHASE_NAMES[phase]
         return replies
 
-    share_request = server.advertise_keys(ask(pb.ADVERTISE_KEYS, lambda u: b""))
-    masked_requests = server.share_keys(ask(pb.SHARE_KEYS, lambda u: share_request.to_bytes()))
+    share_request = server.advertise_keys(ask(pb.ADVERTISE_KEYS, lambda u: b"", AdvertiseKeys))
+    masked_requests = server.share_keys(ask(pb.SHARE_KEYS, lambda u: share_request.to_bytes(),
+                                            ShareKeys))
     unmask_request = server.masked_input_collection(
         ask(pb.MASKED_INPUT, lambda u: masked_requests[u].to_bytes() if u in masked_requests
-            else None)
+            else None, MaskedInput)
     )
-    result = server.unmasking(ask(pb.UNMASKING, lambda u: unmask_request.to_bytes()))
+    result = server.unmasking(ask(pb.UNMASKING, lambda u: unmask_request.to_bytes(),
+                                  UnmaskingShares))
     return AggregationRound(begin, result, server.transcript, offline)
 
 

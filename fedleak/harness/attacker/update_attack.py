@@ -2,10 +2,9 @@
 
 One *round* is: ``ComputeUpdate`` with the global parameters (or a secure-aggregation round
 among the victim's users) → an :class:`~fedleak.attacks.Observation` built from what came back
-and what ``Describe`` published (:func:`~fedleak.harness.shared.observation.observation_from_update`)
-→ the attack → ``Score`` (the victim matches and scores the reconstruction; ground truth stays
-there) → ``Reveal`` when the victim allows it and we hold its token, for the picture of ground
-truth beside reconstruction.
+and what ``Describe`` published (:func:`observation_for`) → the attack → ``Score`` (the victim
+matches and scores the reconstruction; ground truth stays there) → ``Reveal`` when the victim
+allows it and we hold its token, for the picture of ground truth beside reconstruction.
 
 Everything a run produces goes under ``out``: ``metrics.json`` (scores, iterations, wall time,
 config; rewritten after every round), and per round ``round-NNN/reconstruction.png``,

@@ -24,7 +24,8 @@ from fedleak.harness.cli.options import (
 )
 
 #: Options that say how to serve, not which victim: the only ones --settings leaves open.
-SERVING_OPTIONS = ("settings_file", "host", "port", "token", "max_message_mb", "tls_cert", "tls_key")
+SERVING_OPTIONS = ("settings_file", "host", "port", "token", "max_message_mb", "tls_cert",
+                   "tls_key")
 
 
 def _defense_help() -> str:

@@ -2,8 +2,8 @@
 
 A tensor travels as one or more chunks in order. Every chunk repeats the tensor's name, dtype
 and shape, and carries the bytes ``[offset, offset + len(data))`` of its raw little-endian data
-(:mod:`fedleak.harness.wire.codec`), so no message is larger than ``chunk_bytes`` plus a small header
-however large the update: a ResNet-152 update (~240 MB) passes under gRPC's default 4 MiB
+(:mod:`fedleak.harness.wire.codec`), so no message is larger than ``chunk_bytes`` plus a small
+header however large the update: a ResNet-152 update (~240 MB) passes under gRPC's default 4 MiB
 message limit. :func:`assemble_update` checks everything a peer could get wrong and raises
 :class:`UpdateStreamError` naming the tensor and what to change.
 """

@@ -100,10 +100,11 @@ def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Mod
     if unknown:
         valid = ", ".join((*_OPTIONS[spec.name], OPACUS_OPTION))
         raise ModelError(f"model {spec.name!r} has no option {sorted(unknown)}; valid: {valid}")
-    model = _BUILDERS[spec.name](tuple(shape), int(num_classes), options)
+    chw = (int(shape[0]), int(shape[1]), int(shape[2]))
+    model = _BUILDERS[spec.name](chw, int(num_classes), options)
     if opacus:
         model = opacus_compatible(model)
-    _check_forward(model, spec, tuple(shape))
+    _check_forward(model, spec, chw)
     return model
 
 
@@ -171,7 +172,8 @@ class LeNetZhu(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Conv2d, nn.Linear)):
                 nn.init.uniform_(module.weight, -0.5, 0.5)
-                nn.init.uniform_(module.bias, -0.5, 0.5)
+                if module.bias is not None:
+                    nn.init.uniform_(module.bias, -0.5, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.body(x))

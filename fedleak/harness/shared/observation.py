@@ -61,7 +61,8 @@ def observe(
     for defense in chain.update:
         defense.bind(list(parameters))
     generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
-    update, metadata = defended_update(model, parameters, buffers, x, y, protocol, chain,
+    own_buffers = {n: b.detach().clone() for n, b in buffers.items()}  # training moves them
+    update, metadata = defended_update(model, parameters, own_buffers, x, y, protocol, chain,
                                        generator)
     return observation_from_update(
         model, parameters, buffers, update, protocol, info, num_images=int(images.shape[0]),

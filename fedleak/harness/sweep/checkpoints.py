@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.spec import Point
+from fedleak.harness.sweep.points import Point
 
 
 def checkpoint_path(point: Point, run_dir: Path) -> str | None:

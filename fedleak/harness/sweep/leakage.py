@@ -27,7 +27,7 @@ from fedleak.harness.sweep.measurements import (
     RoundMeasurement,
     float_or_none,
 )
-from fedleak.harness.sweep.spec import Point
+from fedleak.harness.sweep.points import Point
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
-from fedleak.harness.sweep.spec import Point
+from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
 
@@ -57,7 +57,8 @@ class PointResult:
             return f"{p.attack} vs victims"
         trained = ("trained" if p.trained is True else "untrained" if p.trained is False
                    else f"checkpoint {Path(str(p.trained)).name}")
-        return f"{p.attack} · {p.model} · {p.dataset} · {p.protocol.kind if p.protocol else '?'} · {trained}"
+        kind = p.protocol.kind if p.protocol else "?"
+        return f"{p.attack} · {p.model} · {p.dataset} · {kind} · {trained}"
 
     @property
     def psnr(self) -> float | None:

@@ -29,8 +29,9 @@ from typing import Any
 
 from fedleak.harness.sweep.checkpoints import checkpoint_path, ensure_checkpoint
 from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
-from fedleak.harness.sweep.spec import Point, SweepSpec
+from fedleak.harness.sweep.spec import SweepSpec
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
 SPEC_NAME = "spec.toml"

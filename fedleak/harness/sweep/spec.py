@@ -47,10 +47,7 @@ so the same spec always yields the same ids and a results store can skip finishe
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -58,129 +55,14 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
-from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.sweep.points import DefenseSetting, Point, SpecError, UtilitySettings
 
 PRESETS_PACKAGE = "fedleak.harness.sweep"
 PRESETS_FOLDER = "presets"
-SCHEDULES = ("cosine", "constant")
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense"}
 _DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
-# Point fields that label a point for the report but do not change what is measured.
-_LABEL_FIELDS = ("label", "group", "param", "strength", "reference")
-
-
-class SpecError(ValueError):
-    """A spec that cannot be expanded; the message names the table and what to change."""
-
-
-@dataclass(frozen=True)
-class UtilitySettings:
-    """Federated training for the utility measurement: R rounds of B images at rate η.
-
-    FedSGD: θ ← θ − η_r·g with η_r = η·½(1 + cos(π r/R)) (``cosine``) or η (``constant``).
-    FedAvg: θ ← θ + Δ (the user's local learning rate is the protocol's ``lr``).
-    """
-
-    enabled: bool = True
-    rounds: int = 150
-    batch_size: int = 4
-    lr: float = 0.5
-    schedule: str = "cosine"
-    evaluations: int = 10
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1 or self.batch_size < 1 or self.evaluations < 1:
-            raise SpecError("sweep.utility: rounds, batch_size and evaluations must be >= 1")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise SpecError(f"sweep.utility: lr must be positive, got {self.lr}")
-        if self.schedule not in SCHEDULES:
-            raise SpecError(f"sweep.utility: schedule must be one of {', '.join(SCHEDULES)}, "
-                            f"got {self.schedule!r}")
-
-
-@dataclass(frozen=True)
-class DefenseSetting:
-    """One value of the defense axis: a chain of ``name:key=value`` specs and its labels."""
-
-    chain: tuple[str, ...]
-    label: str
-    group: str
-    param: str | None = None
-    strength: float | None = None
-    reference: bool = False
-
-
-@dataclass(frozen=True)
-class Point:
-    """One measurement setting: attack K private batches, train for utility, read ε."""
-
-    attack: str
-    attack_options: dict[str, Any]
-    model: str
-    dataset: str
-    split: str
-    images: str
-    protocol: Protocol | None
-    defenses: tuple[str, ...]
-    trained: bool | str
-    rounds: int
-    batch_size: int
-    seed: int
-    utility: dict[str, Any]
-    train_epochs: int = 20
-    data_root: str | None = None
-    victim: str | None = None
-    label: str = ""
-    group: str = "none"
-    param: str | None = None
-    strength: float | None = None
-    reference: bool = False
-
-    def measured(self) -> dict[str, Any]:
-        """Everything that determines the measurement, as plain JSON values (the protocol by
-        its user-facing names, as the spec writes it)."""
-        data = self._json()
-        for key in _LABEL_FIELDS:
-            data.pop(key)
-        return data
-
-    def _json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["defenses"] = list(self.defenses)
-        data["protocol"] = self.protocol.options() if self.protocol is not None else {}
-        return data
-
-    @property
-    def point_id(self) -> str:
-        """A stable id: the first 16 hex digits of SHA-256 over :meth:`measured` as JSON."""
-        text = json.dumps(self.measured(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    @property
-    def utility_settings(self) -> UtilitySettings:
-        return UtilitySettings(**self.utility)
-
-    def to_json(self) -> str:
-        return json.dumps(self._json(), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Point:
-        data = json.loads(text)
-        data["defenses"] = tuple(data["defenses"])
-        data["protocol"] = Protocol.from_options(data["protocol"]) if data["protocol"] else None
-        return cls(**data)
-
-    def victim_settings(self) -> VictimSettings:
-        """The victim this point measures (its data, model, protocol, defenses), before the
-        attack or utility measurement says which images it holds."""
-        if self.protocol is None:
-            raise ValueError(f"point {self.label!r} measures a victim the user runs "
-                             f"({self.victim}); fedleak does not start it")
-        return VictimSettings(dataset=self.dataset, model=self.model, seed=self.seed,
-                              protocol=self.protocol, data_root=self.data_root,
-                              defenses=self.defenses)
 
 
 @dataclass
@@ -211,7 +93,7 @@ class SweepSpec:
         model, data and defenses are whatever each victim runs (read from ``Describe``).
         """
         images = self.images or f"0-{self.rounds * self.batch_size - 1}"
-        common = dict(split=self.split, images=images, rounds=self.rounds,
+        common: dict[str, Any] = dict(split=self.split, images=images, rounds=self.rounds,
                       batch_size=self.batch_size, seed=self.seed,
                       utility=asdict(self.utility), data_root=self.data_root,
                       train_epochs=self.train_epochs)

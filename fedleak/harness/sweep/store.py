@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.spec import Point
+from fedleak.harness.sweep.points import Point
 
 KINDS = ("attack", "utility")
 STORE_NAME = "results.sqlite"

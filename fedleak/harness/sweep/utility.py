@@ -31,7 +31,7 @@ from fedleak.harness.attacker.described import defense_specs, server_model
 from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.training import accuracy
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
-from fedleak.harness.sweep.spec import Point, UtilitySettings
+from fedleak.harness.sweep.points import Point, UtilitySettings
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
 

@@ -22,14 +22,10 @@ from fedleak.defenses.secagg import (
     UnmaskingRequest,
     decode_message,
 )
+from fedleak.defenses.secagg.messages import M
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 PHASES = ("advertise-keys", "share-keys", "masked-input", "unmasking")
-_REQUESTS = {
-    "share-keys": ShareKeysRequest,
-    "masked-input": MaskedInputRequest,
-    "unmasking": UnmaskingRequest,
-}
 
 
 class UserDroppedOut(Unavailable):
@@ -46,6 +42,15 @@ def parse_drops(specs: list[str] | tuple[str, ...]) -> dict[int, str]:
                              f"of {', '.join(PHASES)}")
         drops[int(user)] = phase
     return drops
+
+
+def server_request(phase: str, message: bytes, kind: type[M]) -> M:
+    """The server's message of ``phase``, decoded; another message type is refused."""
+    request = decode_message(message)
+    if not isinstance(request, kind):
+        raise InvalidArgument(f"phase {phase} expects a {kind.__name__}, got "
+                              f"{type(request).__name__}")
+    return request
 
 
 class SecAggSession:
@@ -75,17 +80,15 @@ class SecAggSession:
             try:
                 if phase == "advertise-keys":
                     return user.advertise_keys().to_bytes()
-                request = decode_message(message)
-                if not isinstance(request, _REQUESTS[phase]):
-                    raise InvalidArgument(f"phase {phase} expects a "
-                                          f"{_REQUESTS[phase].__name__}, got "
-                                          f"{type(request).__name__}")
                 if phase == "share-keys":
-                    return user.share_keys(request).to_bytes()
+                    return user.share_keys(server_request(phase, message, ShareKeysRequest)) \
+                        .to_bytes()
                 if phase == "masked-input":
+                    request = server_request(phase, message, MaskedInputRequest)
                     return user.masked_input_collection(request,
                                                         self.updates[user_id]).to_bytes()
-                return user.unmasking(request).to_bytes()
+                return user.unmasking(server_request(phase, message, UnmaskingRequest)) \
+                    .to_bytes()
             except SecAggError as err:
                 raise FailedPrecondition(f"user {user_id} refuses: {err}") from err
             except ValueError as err:

@@ -112,6 +112,7 @@ class VictimServicer(pb_grpc.VictimServicer):
     def BeginSecAgg(self, request: pb.BeginSecAggRequest, context: Any) -> Any:
         params, buffers, changes = self._round_inputs(request)
         round_, result = self.victim.begin_secagg(params, buffers, changes)
+        assert round_.secagg is not None
         config = round_.secagg.config
         return pb.BeginSecAggResponse(
             round_id=round_.round_id,

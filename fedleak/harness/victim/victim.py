@@ -16,9 +16,9 @@ import secrets
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -36,15 +36,9 @@ from fedleak.harness.victim.feature_scoring import (
     score_features,
 )
 from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
+from fedleak.harness.victim.rounds import FEATURE_BYTES, FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
-
-MAX_REMEMBERED_ROUNDS = 4096
-#: The round's parameters are kept (for scoring recovered features) for this many latest rounds.
-FEATURE_ROUNDS = 16
-#: At most this many bytes of remembered round parameters (the latest round is always kept):
-#: a ResNet-152's parameters are 240 MB, sixteen of them would be 3.8 GB.
-FEATURE_BYTES = 512 << 20
+from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -60,19 +54,6 @@ class VictimConfig:
     num_users: int = 1
     secagg_drops: dict[int, str] = field(default_factory=dict)
     release: ReleaseSettings = field(default_factory=ReleaseSettings)
-
-
-@dataclass
-class Round:
-    """What the victim remembers of a round: which private images each user used."""
-
-    round_id: str
-    indices: torch.Tensor
-    protocol: Protocol
-    user_indices: dict[int, torch.Tensor] = field(default_factory=dict)
-    secagg: SecAggSession | None = None
-    parameters: dict[str, torch.Tensor] | None = None
-    buffers: dict[str, torch.Tensor] | None = None
 
 
 @dataclass
@@ -112,7 +93,7 @@ class Victim:
         self._buffer_names = [name for name, _ in model.named_buffers()]
         for defense in config.defenses.update:
             defense.bind(self._parameter_names)
-        self._rounds: OrderedDict[str, Round] = OrderedDict()
+        self.rounds = RoundBook()
         self._round_counter = 0
         # each user's private shard: contiguous slices of the pool
         self._shards = list(torch.arange(len(data.labels)).chunk(config.num_users))
@@ -158,7 +139,7 @@ class Victim:
         with self._lock:
             indices = self._next_indices()
             round_id = uuid.uuid4().hex
-            self._remember(Round(round_id, indices, protocol, parameters=params,
+            self.rounds.remember(Round(round_id, indices, protocol, parameters=params,
                                  buffers=bufs))
         images = normalize(self.data.images[indices], self.info).to(self.config.device)
         labels = self.data.labels[indices].to(self.config.device)
@@ -242,28 +223,6 @@ class Victim:
             self._round_counter += 1
         return shard[torch.arange(start, start + n) % len(shard)]
 
-    def _remember(self, round_: Round) -> None:
-        self._rounds[round_.round_id] = round_
-        while len(self._rounds) > MAX_REMEMBERED_ROUNDS:
-            self._rounds.popitem(last=False)
-        kept_rounds = kept_bytes = 0
-        for remembered in reversed(self._rounds.values()):  # newest first
-            if remembered.parameters is None:
-                continue
-            size = sum(t.numel() * t.element_size() for t in remembered.parameters.values())
-            kept_rounds, kept_bytes = kept_rounds + 1, kept_bytes + size
-            if kept_rounds > 1 and (kept_rounds > FEATURE_ROUNDS
-                                    or kept_bytes > FEATURE_BYTES):
-                remembered.parameters = remembered.buffers = None
-
-    def _round(self, round_id: str) -> Round:
-        with self._lock:
-            found = self._rounds.get(round_id)
-        if found is None:
-            raise NotFound(f"unknown round id {round_id!r}: use a round_id that ComputeUpdate "
-                           f"returned (the victim remembers the last {MAX_REMEMBERED_ROUNDS})")
-        return found
-
     # -- Score and Reveal ----------------------------------------------------------------
 
     def score(
@@ -277,7 +236,7 @@ class Victim:
 
         In a secure-aggregation round ``user_ids`` restricts the truth to those users' images.
         """
-        round_ = self._round(round_id)
+        round_ = self.rounds.get(round_id)
         indices = self._scored_indices(round_, user_ids or [])
         truth = self.data.images[indices]
         if tuple(images.shape) != tuple(truth.shape):
@@ -301,7 +260,7 @@ class Victim:
         self, round_id: str, labels: list[int], user_ids: list[int] | None = None
     ) -> float | None:
         """Label accuracy (multiset overlap) of ``labels`` alone; None when none are given."""
-        true_labels = self.data.labels[self._scored_indices(self._round(round_id),
+        true_labels = self.data.labels[self._scored_indices(self.rounds.get(round_id),
                                                             user_ids or [])]
         if not labels:
             return None
@@ -320,7 +279,7 @@ class Victim:
         parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds, within
         :data:`FEATURE_BYTES`); they never leave.
         """
-        round_ = self._round(round_id)
+        round_ = self.rounds.get(round_id)
         if round_.parameters is None or round_.buffers is None:
             raise FailedPrecondition(
                 f"features can be scored only for the latest non-secure-aggregation rounds "
@@ -355,7 +314,7 @@ class Victim:
                                      "truth stays inside it")
         if self.releaser.get(round_id) is not None:  # a release: its training set
             return self.releaser.reveal(round_id)
-        round_ = self._round(round_id)
+        round_ = self.rounds.get(round_id)
         return self.data.images[round_.indices], self.data.labels[round_.indices]
 
     # -- secure aggregation ---------------------------------------------------------------
@@ -379,7 +338,8 @@ class Victim:
                             for u in range(self.config.num_users)}
             self._round_counter += 1
             session_number = self._round_counter
-        updates, metadata = {}, {}
+        updates: dict[int, np.ndarray] = {}
+        metadata: dict[str, str] = {}
         for user, indices in user_indices.items():
             images = normalize(self.data.images[indices], self.info).to(self.config.device)
             labels = self.data.labels[indices].to(self.config.device)
@@ -390,8 +350,7 @@ class Victim:
         config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
         round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
                        user_indices, SecAggSession(config, updates, self.config.secagg_drops))
-        with self._lock:
-            self._remember(round_)
+        self.rounds.remember(round_)
         result = UpdateResult(round_.round_id, [], protocol.update_kind(), protocol,
                               self.config.num_images,
                               protocol.local_steps(self.config.num_images), metadata)
@@ -399,7 +358,7 @@ class Victim:
 
     def secagg_step(self, round_id: str, user_id: int, phase: str, message: bytes) -> bytes:
         """One user's message of one protocol phase."""
-        round_ = self._round(round_id)
+        round_ = self.rounds.get(round_id)
         if round_.secagg is None:
             raise FailedPrecondition(f"round {round_id} is not a secure-aggregation round")
         return round_.secagg.step(user_id, phase, message)

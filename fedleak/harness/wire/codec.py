@@ -7,6 +7,8 @@ tensor, so the server can answer ``INVALID_ARGUMENT``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -17,7 +19,7 @@ class CodecError(ValueError):
     """A received tensor message that does not describe a valid tensor."""
 
 
-_TORCH_TO_PB = {
+_TORCH_TO_PB: dict[torch.dtype, pb.DType] = {
     torch.float32: pb.FLOAT32,
     torch.float64: pb.FLOAT64,
     torch.float16: pb.FLOAT16,
@@ -27,9 +29,9 @@ _TORCH_TO_PB = {
     torch.uint8: pb.UINT8,
     torch.bool: pb.BOOL,
 }
-_PB_TO_TORCH = {v: k for k, v in _TORCH_TO_PB.items()}
+_PB_TO_TORCH: dict[int, torch.dtype] = {v: k for k, v in _TORCH_TO_PB.items()}
 # numpy has no bfloat16: it travels as its raw 16-bit pattern.
-_NUMPY = {
+_NUMPY: dict[int, np.dtype] = {
     pb.FLOAT32: np.dtype("<f4"),
     pb.FLOAT64: np.dtype("<f8"),
     pb.FLOAT16: np.dtype("<f2"),
@@ -41,7 +43,7 @@ _NUMPY = {
 }
 
 
-def dtype_to_pb(dtype: torch.dtype) -> int:
+def dtype_to_pb(dtype: torch.dtype) -> pb.DType:
     """The wire enum for a torch dtype."""
     if dtype not in _TORCH_TO_PB:
         raise CodecError(f"dtype {dtype} cannot travel; use one of {list(_TORCH_TO_PB)}")
@@ -84,7 +86,7 @@ def decode_tensor(message: pb.Tensor, what: str = "tensor") -> torch.Tensor:
     if any(s < 0 for s in shape):
         raise CodecError(f"{label}: shape {list(shape)} has a negative dimension")
     np_dtype = _NUMPY[message.dtype]
-    expected = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    expected = math.prod(shape) * np_dtype.itemsize  # Python ints: no overflow
     if len(message.data) != expected:
         raise CodecError(f"{label}: shape {list(shape)} of {dtype_name(message.dtype)} needs "
                          f"{expected} bytes, got {len(message.data)}")
