@@ -19,6 +19,7 @@ from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.victim.scoring import Submission
 from tests.helpers import make_observation, to_unit
 
 
@@ -189,6 +190,11 @@ def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
     assert float(psnr_per_image(to_unit(observation, result.images), image)[0]) >= 30
 
 
+def features(vectors: torch.Tensor) -> Submission:
+    """A submission of recovered inputs of the LeNet's classifier ``fc``."""
+    return Submission(features=vectors, feature_layer="fc")
+
+
 def test_victim_scores_features_of_recent_rounds_only() -> None:
     from fedleak.harness.victim.rounds import FEATURE_ROUNDS
     from fedleak.harness.victim.settings import VictimSettings, create_victim
@@ -198,11 +204,13 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
     params, buffers = victim.global_model()
     rounds = [victim.compute_update(params, buffers).round_id
               for _ in range(FEATURE_ROUNDS + 1)]
-    latest = victim.score_features(rounds[-1], torch.ones(1, 48), "fc")
+    latest = victim.scorer.score(rounds[-1], features(torch.ones(1, 48))).features
+    assert latest is not None
     assert len(latest.features) == 1 and -1 <= latest.mean_cosine <= 1
     with pytest.raises(FailedPrecondition, match="latest"):
-        victim.score_features(rounds[0], torch.ones(1, 48), "fc")
-    assert victim.score_labels(rounds[0], [int(victim.data.labels[0])]) == 1.0
+        victim.scorer.score(rounds[0], features(torch.ones(1, 48)))
+    labels = Submission(labels=[int(victim.data.labels[0])])
+    assert victim.scorer.score(rounds[0], labels).label_accuracy == 1.0
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None:
@@ -216,6 +224,6 @@ def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None
     monkeypatch.setattr(rounds_module, "FEATURE_BYTES", 2 * one_round)
     rounds = [victim.compute_update(params, buffers).round_id for _ in range(3)]
     for kept in rounds[1:]:  # the two newest fit the budget
-        victim.score_features(kept, torch.ones(1, 48), "fc")
+        victim.scorer.score(kept, features(torch.ones(1, 48)))
     with pytest.raises(FailedPrecondition, match="MiB"):
-        victim.score_features(rounds[0], torch.ones(1, 48), "fc")
+        victim.scorer.score(rounds[0], features(torch.ones(1, 48)))

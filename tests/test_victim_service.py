@@ -139,7 +139,11 @@ def test_score_matches_and_scores_inside_the_victim(client: VictimClient) -> Non
     assert perfect.mean_psnr > 90 and perfect.label_accuracy == 1.0
     assert sorted(s.matched_index for s in perfect.images) == [0, 1]
     assert perfect.images[0].matched_index == 1  # flipped order is undone by the matching
-    noise = client.score(got.round_id, torch.rand_like(truth))
+    _expect(client, "Score", pb.ScoreRequest(round_id=got.round_id,
+                                             images=encode_tensor(torch.rand_like(truth))),
+            grpc.StatusCode.FAILED_PRECONDITION, "score budget is 1")  # a submission is final
+    second = client.compute_update(params, buffers)
+    noise = client.score(second.round_id, torch.rand_like(truth))
     assert noise.mean_psnr < 15 and not noise.labels_scored
 
 

@@ -89,3 +89,7 @@ class TransportDefense(Defense):
     @abstractmethod
     def session_config(self, num_users: int, vector_length: int, session: int) -> Any:
         """The public parameters of one aggregation round among ``num_users`` users."""
+
+    def minority_warning(self, num_users: int) -> str | None:
+        """A warning a person must read when this setting is weaker than the default."""
+        return None

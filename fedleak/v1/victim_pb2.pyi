@@ -132,7 +132,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,11 @@ class DescribeResponse(_message.Message):
     REVEAL_ENABLED_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     NUM_USERS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    SCORE_TOKEN_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    SCORE_TOKEN_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -155,7 +160,24 @@ class DescribeResponse(_message.Message):
     reveal_enabled: bool
     max_message_bytes: int
     num_users: int
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ...) -> None: ...
+    score_budget: int
+    score_token_required: bool
+    token_accepted: bool
+    score_token_accepted: bool
+    limits: VictimLimits
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ...) -> None: ...
+
+class VictimLimits(_message.Message):
+    __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")
+    MAX_LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RELEASE_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    max_local_epochs: int
+    max_local_steps: int
+    max_learning_rate: float
+    max_release_epochs: int
+    def __init__(self, max_local_epochs: _Optional[int] = ..., max_local_steps: _Optional[int] = ..., max_learning_rate: _Optional[float] = ..., max_release_epochs: _Optional[int] = ...) -> None: ...
 
 class GetGlobalModelRequest(_message.Message):
     __slots__ = ()

@@ -17,6 +17,7 @@ import click
 from fedleak.harness.shared.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
 
 TOKEN_ENV = "FEDLEAK_TOKEN"
+SCORE_TOKEN_ENV = "FEDLEAK_SCORE_TOKEN"
 DEFAULT_PORT = 50051
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,3 +81,43 @@ def check_device(device: str) -> None:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise click.UsageError("--device cuda asked for, but this torch sees no CUDA GPU; "
                                "use --device cpu or install a CUDA build of torch 2.13.0")
+
+
+def token_options(function: F) -> F:
+    """``--token``/``--token-file`` (the victim's secret for Reveal) and ``--score-token`` /
+    ``--score-token-file`` (the evaluator's, for Score when the victim requires it). Prefer the
+    environment variables or the files: a token on the command line shows in ``ps``."""
+    decorators = [
+        click.option("--token", envvar=TOKEN_ENV, default=None,
+                     help=f"The victim's token (guards Reveal); prefer ${TOKEN_ENV} or "
+                          "--token-file, since `ps` shows command lines to every local user."),
+        click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="Read --token from this file (its first line)."),
+        click.option("--score-token", envvar=SCORE_TOKEN_ENV, default=None,
+                     help=f"The evaluator's token for Score (${SCORE_TOKEN_ENV})."),
+        click.option("--score-token-file", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="Read --score-token from this file (its first line)."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+def read_tokens(kw: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(token, score token) from the options, a file taking the place of the value."""
+    return (_token(kw.get("token"), kw.get("token_file"), "--token"),
+            _token(kw.get("score_token"), kw.get("score_token_file"), "--score-token"))
+
+
+def _token(value: str | None, path: str | None, flag: str) -> str | None:
+    if path is None:
+        return value or None
+    if value:
+        raise click.UsageError(f"give {flag} or {flag}-file, not both")
+    from pathlib import Path
+
+    lines = Path(path).read_text().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise click.UsageError(f"{flag}-file {path} is empty: put the token on its first line")
+    return token

@@ -9,8 +9,10 @@ The options that define the victim become one
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,13 @@ from fedleak.harness.cli.options import (
     TOKEN_ENV,
     protocol_options,
     protocol_values,
+    read_tokens,
+    token_options,
 )
 
 #: Options that say how to serve, not which victim: the only ones --settings leaves open.
-SERVING_OPTIONS = ("settings_file", "host", "port", "token", "max_message_mb", "tls_cert",
-                   "tls_key")
+SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "score_token",
+                   "score_token_file", "max_message_mb", "tls_cert", "tls_key")
 
 
 def _defense_help() -> str:
@@ -68,8 +72,7 @@ def victim() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind; 0 picks a free one (the bound address is printed).")
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"Secret for token-guarded calls (Reveal); also read from ${TOKEN_ENV}.")
+@token_options
 @click.option("--allow-reveal", is_flag=True,
               help="Allow Reveal (ground truth for reports) to callers holding the token.")
 @click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
@@ -101,6 +104,16 @@ def victim() -> None:
               help="Release: epoch budget, also the most a server may ask for.")
 @click.option("--release-target-loss", default=1e-5, show_default=True,
               type=click.FloatRange(0), help="Release: stop at this mean logistic loss.")
+@click.option("--score-budget", default=1, show_default=True, type=click.IntRange(1),
+              help="Submissions Score accepts per round (per user set) and per release; a "
+                   "submission is final. More than 1 makes Score an oracle: research only.")
+@click.option("--max-local-epochs", default=100, show_default=True, type=click.IntRange(1),
+              help="The most FedAvg local epochs E a server may ask for.")
+@click.option("--max-local-steps", default=10_000, show_default=True, type=click.IntRange(1),
+              help="The most FedAvg local steps E·⌈n/B⌉ a server may ask for.")
+@click.option("--max-lr", default=10.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="The largest learning rate a server may ask for (FedAvg τ, release).")
 @click.pass_context
 def victim_serve(ctx: click.Context, **kw: Any) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
@@ -113,7 +126,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
                     else victim_settings(kw))
     except (ValueError, SetupError) as err:  # ProtocolError, ReleaseSettings, SetupError
         raise click.UsageError(str(err)) from None
-    token = kw["token"]
+    token, score_token = read_tokens(kw)
     if settings.reveal and not token:
         token = secrets.token_hex(16)
         click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
@@ -125,25 +138,49 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
         raise click.UsageError("TLS needs both --tls-cert and --tls-key")
     cert = Path(kw["tls_cert"]).read_bytes() if kw["tls_cert"] else None
     key = Path(kw["tls_key"]).read_bytes() if kw["tls_key"] else None
+    stopping = threading.Event()
     try:
         server, port = start_server(v, kw["host"], kw["port"], token,
-                                    kw["max_message_mb"] << 20, cert, key)
+                                    kw["max_message_mb"] << 20, cert, key,
+                                    score_token=score_token, stopping=stopping)
     except (OSError, RuntimeError) as err:
         raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
             from None
+    for warning in start_warnings(v):
+        click.echo(warning, err=True)
     chain = v.config.defenses
     click.echo(f"fedleak victim listening on {kw['host']}:{port} "
                f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
                f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
                f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
     sys.stdout.flush()
-    serve_until_signal(server)
+    serve_until_signal(server, stopping=stopping)
     click.echo("fedleak victim stopped", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # a computation that ignored the stop must not keep the process alive
+
+
+def start_warnings(v: Any) -> list[str]:
+    """What a person starting this victim must read: unsafe settings they chose."""
+    from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING
+
+    warnings = []
+    budget = v.config.limits.score_budget
+    if budget > 1:
+        warnings.append(UNSAFE_BUDGET_WARNING.format(budget=budget))
+    transport = v.config.defenses.transport
+    if transport is not None:
+        minority = transport.minority_warning(v.config.num_users)
+        if minority:
+            warnings.append(minority)
+    return warnings
 
 
 def victim_settings(kw: dict[str, Any]) -> Any:
     """The victim the command-line options describe."""
     from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.victim.limits import VictimLimits
     from fedleak.harness.victim.release import ReleaseSettings
     from fedleak.harness.victim.settings import VictimSettings
 
@@ -158,6 +195,10 @@ def victim_settings(kw: dict[str, Any]) -> Any:
         release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
                                 max_epochs=kw["release_epochs"],
                                 target_loss=kw["release_target_loss"]),
+        limits=VictimLimits(score_budget=kw["score_budget"],
+                            max_local_epochs=kw["max_local_epochs"],
+                            max_local_steps=kw["max_local_steps"],
+                            max_learning_rate=kw["max_lr"]),
     )
 
 

@@ -23,6 +23,7 @@ from fedleak.harness.wire.codec import (
     dtype_name,
     encode_tensor,
 )
+from fedleak.harness.wire.quoting import quoted
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import victim_pb2 as pb
 
@@ -77,10 +78,10 @@ class _Pending:
         try:
             itemsize = torch.empty((), dtype=dtype_from_pb(piece.dtype)).element_size()
         except CodecError as err:
-            raise UpdateStreamError(f"{what} {piece.name!r}: {err}") from None
+            raise UpdateStreamError(f"{what} {quoted(piece.name)}: {err}") from None
         shape = [int(s) for s in piece.shape]
         if any(s < 0 for s in shape):
-            raise UpdateStreamError(f"{what} {piece.name!r}: shape {shape} has a negative "
+            raise UpdateStreamError(f"{what} {quoted(piece.name)}: shape {shape} has a negative "
                                     "dimension")
         self.expected = int(np.prod(shape, dtype=np.int64)) * itemsize
 
@@ -91,11 +92,11 @@ class _Pending:
     def add(self, piece: pb.Tensor, offset: int) -> None:
         name = self.header.name
         if offset != len(self.data):
-            raise UpdateStreamError(f"{self.what} {name!r}: chunk at byte offset {offset}, "
+            raise UpdateStreamError(f"{self.what} {quoted(name)}: chunk at byte offset {offset}, "
                                     f"expected {len(self.data)}; send a tensor's chunks in order")
         if len(self.data) + len(piece.data) > self.expected:
             raise UpdateStreamError(
-                f"{self.what} {name!r}: more than the {self.expected} bytes that shape "
+                f"{self.what} {quoted(name)}: more than the {self.expected} bytes that shape "
                 f"{list(self.header.shape)} of {dtype_name(self.header.dtype)} holds")
         self.data += piece.data
 
@@ -120,9 +121,9 @@ def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update") -> 
         if pending is not None and chunk.offset > 0:
             if not pending.same_tensor(piece):
                 raise UpdateStreamError(
-                    f"{what}: chunk at offset {chunk.offset} of {piece.name!r} does not continue "
-                    f"{pending.header.name!r}; repeat the tensor's name, dtype and shape in "
-                    "every chunk and start each tensor at offset 0")
+                    f"{what}: chunk at offset {chunk.offset} of {quoted(piece.name)} does not "
+                    f"continue {quoted(pending.header.name)}; repeat the tensor's name, dtype "
+                    "and shape in every chunk and start each tensor at offset 0")
             pending.add(piece, int(chunk.offset))
             continue
         if pending is not None:
@@ -130,7 +131,7 @@ def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update") -> 
         if not piece.name:
             raise UpdateStreamError(f"{what}: tensor {len(out.names)} has no name")
         if piece.name in out.names:
-            raise UpdateStreamError(f"{what}: tensor {piece.name!r} is sent twice")
+            raise UpdateStreamError(f"{what}: tensor {quoted(piece.name)} is sent twice")
         out.names.append(piece.name)
         pending = _Pending(piece, what)
         pending.add(piece, int(chunk.offset))

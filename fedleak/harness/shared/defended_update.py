@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.local_update import local_update
+from fedleak.harness.shared.local_update import CancelCheck, local_update
 from fedleak.harness.shared.private_update import private_local_update
 from fedleak.harness.shared.protocol import Protocol
 
@@ -30,20 +30,24 @@ def defended_update(
     protocol: Protocol,
     chain: DefenseChain,
     generator: torch.Generator,
+    cancelled: CancelCheck | None = None,
 ) -> tuple[list[torch.Tensor], dict[str, str]]:
     """The defended update (one tensor per parameter) and the defenses' public metadata.
 
     ``images`` are in the model's normalised space. Raises ``ValueError`` when local training
-    is impossible (e.g. training-mode BatchNorm on a single value).
+    is impossible (e.g. training-mode BatchNorm on a single value), and
+    :class:`~fedleak.harness.shared.local_update.ComputationCancelled` when ``cancelled()``
+    turns true before a local step.
     """
     metadata: dict[str, str] = {}
     if chain.per_example is not None:
         private = private_local_update(model, parameters, buffers, images, labels, protocol,
-                                       chain.per_example, generator)
+                                       chain.per_example, generator, cancelled)
         update = private.update
         metadata.update(chain.per_example.account(private.steps, private.sample_rate))
     else:
-        update = local_update(model, parameters, buffers, images, labels, protocol)
+        update = local_update(model, parameters, buffers, images, labels, protocol,
+                              cancelled=cancelled)
     for defense in chain.update:
         update = defense.apply(update, generator)
     return update, metadata

@@ -28,7 +28,7 @@ models do much worse under ``train``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -37,6 +37,19 @@ from torch.nn import functional as F
 
 from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.shared.second_order import lean_second_order
+
+#: ``cancelled()`` is asked before every local step; True stops the computation.
+CancelCheck = Callable[[], bool]
+
+
+class ComputationCancelled(Exception):
+    """Local training stopped because its caller went away (cancelled or timed out)."""
+
+
+def check_cancelled(cancelled: CancelCheck | None) -> None:
+    """Raise :class:`ComputationCancelled` when ``cancelled()`` says so."""
+    if cancelled is not None and cancelled():
+        raise ComputationCancelled("the computation was cancelled")
 
 
 def set_training_mode(model: nn.Module, protocol: Protocol) -> None:
@@ -62,6 +75,7 @@ def local_update(
     protocol: Protocol,
     create_graph: bool = False,
     functional: bool = False,
+    cancelled: CancelCheck | None = None,
 ) -> list[torch.Tensor]:
     """The update the user sends, one tensor per parameter in ``parameters`` order.
 
@@ -70,6 +84,7 @@ def local_update(
     With ``functional`` every gradient is taken with ``torch.func.grad`` instead of
     ``torch.autograd.grad`` (the same maths), so the whole update can run under
     ``torch.func.vmap`` — :meth:`UpdateSimulator.restarts` replays many candidates at once so.
+    ``cancelled`` is asked before every local step (:class:`ComputationCancelled` stops it).
     """
     names = list(parameters)
     if create_graph:
@@ -78,11 +93,13 @@ def local_update(
         params = {k: v.detach().requires_grad_(True) for k, v in parameters.items()}
     set_training_mode(model, protocol)
     gradient = _functional_gradient if functional else _gradient
+    check_cancelled(cancelled)
     if protocol.kind == FEDSGD:
         return gradient(model, params, buffers, images, labels, create_graph)
     start = params
     for _ in range(protocol.local_epochs):
         for batch in local_batches(images.shape[0], protocol.batch_size):
+            check_cancelled(cancelled)
             grads = gradient(model, params, buffers, images[batch], labels[batch], True)
             lr = protocol.learning_rate
             params = {k: params[k] - lr * g for k, g in zip(names, grads, strict=True)}

@@ -18,7 +18,12 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedleak.defenses.base import PerExampleDefense
-from fedleak.harness.shared.local_update import set_training_mode, user_loss
+from fedleak.harness.shared.local_update import (
+    CancelCheck,
+    check_cancelled,
+    set_training_mode,
+    user_loss,
+)
 from fedleak.harness.shared.protocol import FEDAVG, FEDSGD, Protocol, local_batches
 
 
@@ -62,6 +67,7 @@ def private_local_update(
     protocol: Protocol,
     defense: PerExampleDefense,
     generator: torch.Generator,
+    cancelled: CancelCheck | None = None,
 ) -> PrivateUpdate:
     """The user's local update with every step's gradient privatised by ``defense``.
 
@@ -81,6 +87,7 @@ def private_local_update(
     gradient: list[torch.Tensor] = []
     for _ in range(epochs):
         for batch in _step_batches(n, protocol, q, generator, images.device):
+            check_cancelled(cancelled)
             expected = round(q * n) if q is not None else len(batch)
             if len(batch):
                 per_example = per_example_gradients(model, params, buffers, images[batch],

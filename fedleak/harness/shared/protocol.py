@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -70,7 +71,8 @@ class Protocol:
         if isinstance(self.learning_rate, int):  # lr = 1 in a TOML file
             object.__setattr__(self, "learning_rate", float(self.learning_rate))
         if self.kind not in PROTOCOLS:
-            raise ProtocolError(f"unknown protocol {self.kind!r}; choose one of {PROTOCOLS}")
+            raise ProtocolError(f"unknown protocol {reprlib.repr(self.kind)}; choose one of "
+                                f"{PROTOCOLS}")
         if not isinstance(self.local_epochs, int) or self.local_epochs < 1:
             raise ProtocolError(f"local_epochs must be an integer >= 1, got {self.local_epochs!r}")
         if not isinstance(self.batch_size, int) or self.batch_size < 0:
@@ -80,8 +82,8 @@ class Protocol:
                 and math.isfinite(self.learning_rate)):
             raise ProtocolError(f"learning_rate must be positive, got {self.learning_rate!r}")
         if self.batchnorm not in BATCHNORM_MODES:
-            raise ProtocolError(f"unknown batchnorm mode {self.batchnorm!r}; choose one of "
-                                f"{BATCHNORM_MODES}")
+            raise ProtocolError(f"unknown batchnorm mode {reprlib.repr(self.batchnorm)}; choose "
+                                f"one of {BATCHNORM_MODES}")
 
     def local_steps(self, num_images: int) -> int:
         """Number of SGD steps the user takes over ``num_images`` images."""

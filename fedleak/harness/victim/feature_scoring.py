@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from fedleak.harness.wire.errors import quoted
+
 
 class FeatureScoringError(ValueError):
     """A layer name or feature tensor that cannot be scored; the message says what to change."""
@@ -47,7 +49,7 @@ def linear_layer(model: nn.Module, name: str) -> nn.Linear:
     modules = dict(model.named_modules())
     linears = [n for n, m in modules.items() if isinstance(m, nn.Linear)]
     if name not in modules or not isinstance(modules[name], nn.Linear):
-        raise FeatureScoringError(f"feature_layer {name!r} is not a linear layer of this "
+        raise FeatureScoringError(f"feature_layer {quoted(name)} is not a linear layer of this "
                                   f"model; choose one of {', '.join(linears) or 'none'}")
     return modules[name]
 
@@ -77,17 +79,24 @@ def layer_inputs(
     return captured[0].detach().flatten(1)
 
 
+def check_features(submitted: torch.Tensor, width: int) -> None:
+    """Refuse anything but a finite, non-empty ``[m, width]`` float tensor."""
+    if submitted.dim() != 2 or submitted.shape[1] != width:
+        raise FeatureScoringError(f"features have shape {list(submitted.shape)}; the layer's "
+                                  f"input is [m, {width}] (m vectors of its width)")
+    if submitted.shape[0] < 1:
+        raise FeatureScoringError("features hold no vector: submit at least one row")
+    if not submitted.is_floating_point():
+        raise FeatureScoringError(f"features have dtype {submitted.dtype}; send floats")
+    if not torch.isfinite(submitted).all():
+        raise FeatureScoringError("features contain NaN or infinite values")
+
+
 def score_features(submitted: torch.Tensor, truth: torch.Tensor) -> FeatureBatchScore:
     """Match ``submitted`` [m, d] to ``truth`` [n, d] one-to-one by cosine and score the pairs."""
     from scipy.optimize import linear_sum_assignment
 
-    if submitted.dim() != 2 or submitted.shape[1] != truth.shape[1]:
-        raise FeatureScoringError(f"features have shape {list(submitted.shape)}; the layer's "
-                                  f"input is [m, {truth.shape[1]}] (m vectors of its width)")
-    if submitted.shape[0] < 1:
-        raise FeatureScoringError("features hold no vector: submit at least one row")
-    if not torch.isfinite(submitted).all():
-        raise FeatureScoringError("features contain NaN or infinite values")
+    check_features(submitted, truth.shape[1])
     h, h_true = submitted.double(), truth.double()
     cosine = (h_true @ h.T) / (h_true.norm(dim=1)[:, None] * h.norm(dim=1)[None, :]).clamp_min(
         1e-30)

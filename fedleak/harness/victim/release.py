@@ -46,7 +46,9 @@ from fedleak.harness.shared.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.victim.limits import VictimLimits
+from fedleak.harness.victim.score_budget import ScoreBudget
+from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8
@@ -115,6 +117,8 @@ class ModelReleaser:
         defenses: DefenseChain,
         settings: ReleaseSettings,
         *,
+        limits: VictimLimits | None = None,
+        budget: ScoreBudget | None = None,
         device: str = "cpu",
     ) -> None:
         self.data = data
@@ -122,6 +126,8 @@ class ModelReleaser:
         self.defenses = defenses
         self.settings = settings
         self.seed = settings.seed
+        self.limits = limits or VictimLimits()
+        self.budget = budget or ScoreBudget(self.limits.score_budget)
         self.device = device
         self._releases: OrderedDict[str, ReleaseRecord] = OrderedDict()
         self._lock = threading.Lock()
@@ -204,6 +210,7 @@ class ModelReleaser:
             if not (math.isfinite(value) and value >= 0):
                 raise InvalidArgument(f"{name} must be a finite number >= 0 (0: the victim's "
                                       f"default), got {value}")
+        self.limits.check_learning_rate(lr, "learning_rate", source="the server's release request")
         if max_epochs < 0 or max_epochs > s.max_epochs:
             raise InvalidArgument(f"max_epochs must lie in [0, {s.max_epochs}] (0: the victim's "
                                   f"default, the cap is its --release-epochs), got {max_epochs}")
@@ -272,8 +279,9 @@ class ModelReleaser:
     def _record(self, release_id: str) -> ReleaseRecord:
         record = self.get(release_id)
         if record is None:
-            raise NotFound(f"unknown release id {release_id!r}: use the release_id that Release "
-                           f"returned (the victim keeps the last {MAX_REMEMBERED_RELEASES})")
+            raise NotFound(f"unknown release id {quoted(release_id)}: use the release_id that "
+                           f"Release returned (the victim keeps the last "
+                           f"{MAX_REMEMBERED_RELEASES})")
         return record
 
     # -- Score and Reveal ------------------------------------------------------------------------
@@ -299,6 +307,7 @@ class ModelReleaser:
         if not (math.isfinite(threshold) and -1 <= threshold <= 1):
             raise InvalidArgument(f"recovered_ssim must lie in [-1, 1] (0: {RECOVERED_SSIM}), "
                                   f"got {threshold}")
+        self.budget.spend(("release", release_id), f"release {release_id[:16]}")
         train01 = self.data.images[record.indices]
         match = vote_reconstructions(candidates01.float().clamp(0, 1), train01)
         with torch.no_grad():

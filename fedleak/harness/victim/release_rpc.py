@@ -20,8 +20,20 @@ from typing import Any
 import grpc
 
 from fedleak.harness.shared.release_training import VALUE_RANGE
-from fedleak.harness.victim.release import ModelReleaser, ReleaseCancelled, ReleaseRecord
-from fedleak.harness.wire.codec import CodecError, decode_tensor, encode_tensor
+from fedleak.harness.victim import precision
+from fedleak.harness.victim.release import (
+    MAX_CANDIDATES,
+    ModelReleaser,
+    ReleaseCancelled,
+    ReleaseRecord,
+)
+from fedleak.harness.wire.codec import (
+    CodecError,
+    check_declared,
+    declared_shape,
+    decode_tensor,
+    encode_tensor,
+)
 from fedleak.harness.wire.errors import InvalidArgument, RequestError
 from fedleak.v1 import victim_pb2 as pb
 
@@ -95,10 +107,20 @@ def release_stream(
 
 
 def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.ScoreResponse:
-    """Score KKT candidates against a release's training set (App. B.3) with margins."""
+    """Score KKT candidates against a release's training set (App. B.3) with margins.
+
+    The declared shape and dtype are checked before the candidates are decoded; the release's
+    budget is spent only by a valid submission; scores go out at report precision.
+    """
     if not request.HasField("images"):
         raise InvalidArgument("no candidates: submit them as images [M, C, H, W] on [0, 1]")
+    shape = tuple(releaser.data.info.shape)
     try:
+        check_declared(request.images, "candidates", (None, *shape),
+                       wanted=f"[M, {', '.join(map(str, shape))}] on [0, 1]")
+        if declared_shape(request.images)[0] > MAX_CANDIDATES:
+            raise InvalidArgument(f"{declared_shape(request.images)[0]} candidates; submit at "
+                                  f"most {MAX_CANDIDATES} (post-process them first)")
         candidates = decode_tensor(request.images, "images")
     except CodecError as err:
         raise InvalidArgument(str(err)) from err
@@ -107,14 +129,16 @@ def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.Score
     return pb.ScoreResponse(
         images=[
             pb.ImageScore(index=i, matched_index=int(match.nearest[i]),
-                          psnr=float(match.psnr[i]), ssim=float(match.ssim[i]),
-                          mse=float(match.mse[i]), margin=float(score.margins[i]),
+                          psnr=precision.psnr(float(match.psnr[i])),
+                          ssim=precision.unit(float(match.ssim[i])),
+                          mse=precision.significant(float(match.mse[i])),
+                          margin=precision.significant(float(score.margins[i]), 5),
                           voters=int(match.voters[i]))
             for i in range(len(match.ssim))
         ],
-        mean_psnr=float(match.psnr.mean()),
-        mean_ssim=float(match.ssim.mean()),
-        mean_mse=float(match.mse.mean()),
+        mean_psnr=precision.psnr(float(match.psnr.mean())),
+        mean_ssim=precision.unit(float(match.ssim.mean())),
+        mean_mse=precision.significant(float(match.mse.mean())),
         recovered=score.recovered,
         recovered_ssim=score.threshold,
     )

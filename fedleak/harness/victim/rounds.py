@@ -18,7 +18,7 @@ import torch
 
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import NotFound
+from fedleak.harness.wire.errors import NotFound, quoted
 
 MAX_REMEMBERED_ROUNDS = 4096
 #: The round's parameters are kept (for scoring recovered features) for this many latest rounds.
@@ -69,6 +69,7 @@ class RoundBook:
         with self._lock:
             found = self._rounds.get(round_id)
         if found is None:
-            raise NotFound(f"unknown round id {round_id!r}: use a round_id that ComputeUpdate "
-                           f"returned (the victim remembers the last {MAX_REMEMBERED_ROUNDS})")
+            raise NotFound(f"unknown round id {quoted(round_id)}: use a round_id that "
+                           f"ComputeUpdate returned (the victim remembers the last "
+                           f"{MAX_REMEMBERED_ROUNDS})")
         return found

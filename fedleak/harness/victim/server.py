@@ -9,7 +9,8 @@ victim's token in the ``x-fedleak-token`` metadata entry, compared in constant t
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -17,14 +18,23 @@ import torch
 
 from fedleak.harness.shared.protocol import ProtocolChanges
 from fedleak.harness.victim.release_rpc import release_stream, score_release
+from fedleak.harness.victim.scoring import Submission
 from fedleak.harness.victim.victim import Victim
 from fedleak.harness.wire.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    SCORE_TOKEN_METADATA_KEY,
     TOKEN_METADATA_KEY,
     message_options,
 )
-from fedleak.harness.wire.codec import decode_tensor, dtype_to_pb, encode_tensor
-from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors
+from fedleak.harness.wire.codec import (
+    check_declared,
+    declared_shape,
+    decode_tensor,
+    dtype_name,
+    dtype_to_pb,
+    encode_tensor,
+)
+from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors, quoted
 from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
 from fedleak.harness.wire.serving import start_grpc_server
 from fedleak.v1 import victim_pb2 as pb
@@ -36,10 +46,18 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Victim"].full_name
 class VictimServicer(pb_grpc.VictimServicer):
     """``fedleak.v1.Victim`` backed by a :class:`Victim`."""
 
-    def __init__(self, victim: Victim, token: str | None, max_message_bytes: int) -> None:
+    def __init__(self, victim: Victim, token: str | None, max_message_bytes: int,
+                 score_token: str | None = None,
+                 stopping: threading.Event | None = None) -> None:
         self.victim = victim
         self.token = token
+        self.score_token = score_token
         self.max_message_bytes = max_message_bytes
+        self.stopping = stopping or threading.Event()
+
+    def _cancelled(self, context: grpc.ServicerContext) -> Callable[[], bool]:
+        """Whether a call's work should stop: its client went away or the victim is stopping."""
+        return lambda: self.stopping.is_set() or not context.is_active()
 
     @answer_errors
     def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
@@ -65,6 +83,16 @@ class VictimServicer(pb_grpc.VictimServicer):
             reveal_enabled=v.config.reveal_enabled,
             max_message_bytes=self.max_message_bytes,
             num_users=v.config.num_users,
+            score_budget=v.config.limits.score_budget,
+            score_token_required=bool(self.score_token),
+            token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
+            score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
+            limits=pb.VictimLimits(
+                max_local_epochs=v.config.limits.max_local_epochs,
+                max_local_steps=v.config.limits.max_local_steps,
+                max_learning_rate=v.config.limits.max_learning_rate,
+                max_release_epochs=v.config.release.max_epochs,
+            ),
         )
 
     @answer_errors
@@ -80,7 +108,7 @@ class VictimServicer(pb_grpc.VictimServicer):
         self, request: pb.ComputeUpdateRequest, context: Any
     ) -> pb.ComputeUpdateResponse:
         params, buffers, changes = self._round_inputs(request)
-        result = self.victim.compute_update(params, buffers, changes)
+        result = self.victim.compute_update(params, buffers, changes, self._cancelled(context))
         names = [name for name, *_ in self.victim.parameter_infos()]
         return pb.ComputeUpdateResponse(
             round_id=result.round_id,
@@ -97,8 +125,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.parameters:
             raise InvalidArgument("the request carries no parameters: send every parameter "
                                   "that Describe lists (the global model θ)")
-        params = _decode_named(request.parameters, "parameter")
-        buffers = _decode_named(request.buffers, "buffer")
+        params = _decode_named(request.parameters, "parameter", self.victim.parameter_infos())
+        buffers = _decode_named(request.buffers, "buffer", self.victim.buffer_infos())
         changes = ProtocolChanges()
         if request.HasField("protocol"):
             p = request.protocol
@@ -111,7 +139,8 @@ class VictimServicer(pb_grpc.VictimServicer):
     @answer_errors
     def BeginSecAgg(self, request: pb.BeginSecAggRequest, context: Any) -> Any:
         params, buffers, changes = self._round_inputs(request)
-        round_, result = self.victim.begin_secagg(params, buffers, changes)
+        round_, result = self.victim.begin_secagg(params, buffers, changes,
+                                                  self._cancelled(context))
         assert round_.secagg is not None
         config = round_.secagg.config
         return pb.BeginSecAggResponse(
@@ -141,41 +170,47 @@ class VictimServicer(pb_grpc.VictimServicer):
 
     @answer_errors
     def Score(self, request: pb.ScoreRequest, context: Any) -> pb.ScoreResponse:
+        """Evaluation: validated, within the budget, at report precision (docs/security.md)."""
+        if self.score_token:
+            self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
         if not request.round_id:
             raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate returned")
         if self.victim.releaser.get(request.round_id) is not None:  # KKT candidates
             return score_release(self.victim.releaser, request)
-        if not request.HasField("images") and not request.HasField("features"):
-            raise InvalidArgument("no images: submit the reconstruction as a [n, C, H, W] tensor "
-                                  "(or recovered layer inputs as features with feature_layer)")
+        scorer = self.victim.scorer
+        user_ids = list(request.user_ids)
+        submission = Submission(labels=list(request.labels), user_ids=user_ids)
+        if request.HasField("images"):  # the round and the declared shape first, then decode
+            shape = scorer.expected_shape(request.round_id, user_ids)
+            check_declared(request.images, "reconstruction", shape,
+                           wanted=f"{list(shape)} (n, C, H, W) on [0, 1], as this round had")
+            submission.images = decode_tensor(request.images, "images")
+        if request.HasField("features"):
+            width = scorer.feature_width(request.round_id, request.feature_layer)
+            check_declared(request.features, "features", (None, width))
+            submission.features = decode_tensor(request.features, "features")
+            submission.feature_layer = request.feature_layer
+        score = scorer.score(request.round_id, submission)
         reply = pb.ScoreResponse()
-        labels = list(request.labels)
-        if request.HasField("images"):
-            images = decode_tensor(request.images, "images")
-            score = self.victim.score(request.round_id, images, labels, list(request.user_ids))
+        if score.images is not None:
             reply.images.extend(
                 pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
                               ssim=s.ssim, mse=s.mse)
-                for s in score.images
+                for s in score.images.images
             )
-            reply.mean_psnr, reply.mean_ssim = score.mean_psnr, score.mean_ssim
-            reply.mean_mse, accuracy = score.mean_mse, score.label_accuracy
-        else:
-            accuracy = self.victim.score_labels(request.round_id, labels, list(request.user_ids))
-        reply.labels_scored = accuracy is not None
-        reply.label_accuracy = accuracy or 0.0
-        if request.HasField("features"):
-            features = decode_tensor(request.features, "features")
-            scored = self.victim.score_features(request.round_id, features,
-                                                request.feature_layer)
+            reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
+            reply.mean_mse = score.images.mean_mse
+        reply.labels_scored = score.label_accuracy is not None
+        reply.label_accuracy = score.label_accuracy or 0.0
+        if score.features is not None:
             reply.features_scored = True
             reply.features.extend(
                 pb.FeatureScore(index=f.index, matched_index=f.matched_index, cosine=f.cosine,
                                 relative_error=f.relative_error)
-                for f in scored.features
+                for f in score.features.features
             )
-            reply.mean_feature_cosine = scored.mean_cosine
-            reply.mean_feature_relative_error = scored.mean_relative_error
+            reply.mean_feature_cosine = score.features.mean_cosine
+            reply.mean_feature_relative_error = score.features.mean_relative_error
         return reply
 
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> Any:
@@ -189,29 +224,72 @@ class VictimServicer(pb_grpc.VictimServicer):
         return pb.RevealResponse(images=encode_tensor(images, "images"), labels=labels.tolist())
 
     def _require_token(self, context: grpc.ServicerContext) -> None:
-        sent = dict(context.invocation_metadata()).get(TOKEN_METADATA_KEY, "")
         if not self.token:
             raise Unauthenticated("this victim has no token, so token-guarded calls are off; "
                                   "start it with --token or --allow-reveal")
-        if not hmac.compare_digest(str(sent).encode(), self.token.encode()):
+        self._require(context, TOKEN_METADATA_KEY, self.token, "--token")
+
+    @staticmethod
+    def _require(context: grpc.ServicerContext, key: str, token: str, flag: str) -> None:
+        if not _matches(context, key, token):
             raise Unauthenticated(f"missing or wrong token: send the victim's token in the "
-                                  f"{TOKEN_METADATA_KEY!r} metadata entry (--token)")
+                                  f"{key!r} metadata entry ({flag})")
 
 
 def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:
     return pb.TensorInfo(name=name, shape=list(shape), dtype=dtype_to_pb(dtype))
 
 
-def _decode_named(messages: Iterable[pb.Tensor], what: str) -> dict[str, torch.Tensor]:
+def _decode_named(
+    messages: Iterable[pb.Tensor], what: str,
+    expected: list[tuple[str, tuple[int, ...], torch.dtype]],
+) -> dict[str, torch.Tensor]:
+    """Tensors by name, each checked against ``expected`` (name, shape, dtype) before its bytes
+    are decoded; a missing, unknown or repeated name is refused with the list to send."""
+    infos = {name: (shape, dtype) for name, shape, dtype in expected}
     out: dict[str, torch.Tensor] = {}
+    unknown: list[str] = []
     for message in messages:
         if not message.name:
             raise InvalidArgument(f"a {what} tensor has no name: name each tensor as Describe "
                                   "lists it")
         if message.name in out:
-            raise InvalidArgument(f"{what} {message.name!r} is sent twice")
+            raise InvalidArgument(f"{what} {quoted(message.name)} is sent twice")
+        if message.name not in infos:
+            unknown.append(message.name)
+            continue
+        shape, dtype = infos[message.name]
+        if declared_shape(message) != shape:
+            raise InvalidArgument(f"{what} {quoted(message.name)} has shape "
+                                  f"{list(declared_shape(message))[:8]}, the model needs "
+                                  f"{list(shape)}")
+        if message.dtype != dtype_to_pb(dtype):
+            raise InvalidArgument(f"{what} {quoted(message.name)} has dtype "
+                                  f"{dtype_name(message.dtype)}, the model needs {dtype}")
         out[message.name] = decode_tensor(message, what)
+    missing = [name for name in infos if name not in out]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing {what}s {_names(missing)}")
+        if unknown:
+            parts.append(f"unknown {what}s {_names(unknown)}")
+        raise InvalidArgument(f"{'; '.join(parts)}: send exactly the {len(infos)} {what}s that "
+                              "Describe lists")
     return out
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(quoted(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _matches(context: grpc.ServicerContext, key: str, token: str | None) -> bool:
+    """Whether the call's ``key`` metadata entry is ``token`` (constant-time comparison)."""
+    if not token:
+        return False
+    sent = dict(context.invocation_metadata()).get(key, "")
+    return hmac.compare_digest(str(sent).encode(), token.encode())
 
 
 def start_server(
@@ -222,13 +300,20 @@ def start_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     tls_cert: bytes | None = None,
     tls_key: bytes | None = None,
-    workers: int = 4,
+    workers: int = 8,
+    score_token: str | None = None,
+    stopping: threading.Event | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one)."""
+    """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one).
+
+    ``stopping``, once set, stops every running computation at its next local step (set it
+    before stopping the server). ``workers`` threads leave room for Describe and the health
+    check while the victim computes (at most 1 + ``max_queued_computations`` compute at once).
+    """
     credentials = None
     if tls_cert and tls_key:
         credentials = grpc.ssl_server_credentials([(tls_key, tls_cert)])
-    servicer = VictimServicer(victim, token, max_message_bytes)
+    servicer = VictimServicer(victim, token, max_message_bytes, score_token, stopping)
     return start_grpc_server(
         lambda server: pb_grpc.add_VictimServicer_to_server(servicer, server), SERVICE_NAME,
         host, port, options=message_options(max_message_bytes), credentials=credentials,

@@ -29,6 +29,7 @@ from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import private_pool
+from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ReleaseSettings
 from fedleak.harness.victim.secure_aggregation import parse_drops
 from fedleak.harness.victim.victim import Victim, VictimConfig
@@ -44,7 +45,7 @@ class VictimSettings:
 
     ``defenses`` are ``name:key=value,...`` specs applied after the tables of
     ``defense_file``; ``secagg_drops`` are ``USER@PHASE`` specs; ``release.seed`` is always the
-    victim's ``seed``.
+    victim's ``seed``; ``limits`` cap what a server may ask and how often a round is scored.
     """
 
     dataset: str = "photos"
@@ -66,6 +67,7 @@ class VictimSettings:
     users: int = 1
     secagg_drops: tuple[str, ...] = ()
     release: ReleaseSettings = field(default_factory=ReleaseSettings)
+    limits: VictimLimits = field(default_factory=VictimLimits)
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -86,6 +88,7 @@ class VictimSettings:
         try:
             data["protocol"] = Protocol(**data.get("protocol", {}))
             data["release"] = ReleaseSettings(**data.get("release", {}))
+            data["limits"] = VictimLimits(**data.get("limits", {}))
             for key in ("defenses", "secagg_drops"):
                 data[key] = tuple(data.get(key, ()))
             return cls(**data)
@@ -146,6 +149,7 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         num_users=s.users,
         secagg_drops=parse_drops(s.secagg_drops),
         release=dataclasses.replace(s.release, seed=s.seed),
+        limits=s.limits,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator)

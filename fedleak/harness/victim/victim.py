@@ -16,6 +16,8 @@ import secrets
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,19 +28,21 @@ from fedleak import __version__
 from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
 from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.metrics import BatchScore, label_accuracy, score_reconstruction
+from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.shared.models import ModelSpec
 from fedleak.harness.shared.protocol import Protocol, ProtocolChanges, ProtocolError
-from fedleak.harness.victim.feature_scoring import (
-    FeatureBatchScore,
-    FeatureScoringError,
-    layer_inputs,
-    score_features,
-)
+from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
-from fedleak.harness.victim.rounds import FEATURE_BYTES, FEATURE_ROUNDS, Round, RoundBook
+from fedleak.harness.victim.rounds import Round, RoundBook
+from fedleak.harness.victim.score_budget import ScoreBudget
+from fedleak.harness.victim.scoring import RoundScorer
 from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
+from fedleak.harness.wire.errors import (
+    Cancelled,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class VictimConfig:
     num_users: int = 1
     secagg_drops: dict[int, str] = field(default_factory=dict)
     release: ReleaseSettings = field(default_factory=ReleaseSettings)
+    limits: VictimLimits = field(default_factory=VictimLimits)
 
 
 @dataclass
@@ -86,6 +91,10 @@ class Victim:
                              "(--defense secagg) and secagg needs --users >= 2")
         if secagg is not None:
             secagg.threshold(config.num_users)  # refuse an impossible threshold at start
+        config.limits.check_protocol(config.protocol, config.num_images,
+                                     source="the victim's own protocol")
+        config.limits.check_learning_rate(config.release.lr, "release learning rate",
+                                          source="the victim's own --release-lr")
         self.config = config
         self.data = data
         self.model = model.to(config.device)
@@ -99,11 +108,17 @@ class Victim:
         self._shards = list(torch.arange(len(data.labels)).chunk(config.num_users))
         self._lock = threading.Lock()
         self._compute_lock = threading.Lock()
+        # one computation runs, at most max_queued_computations wait; more are refused
+        self._slots = threading.BoundedSemaphore(1 + config.limits.max_queued_computations)
+        self.score_budget = ScoreBudget(config.limits.score_budget)
         # The defenses' randomness: secret from the server unless the experiment fixes it.
         self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
         # Model release (Release RPC): trains copies of this seeded model on a training set.
         self.releaser = ModelReleaser(data, self.model, config.defenses, config.release,
+                                      limits=config.limits, budget=self.score_budget,
                                       device=config.device)
+        self.scorer = RoundScorer(data, self.model, self.rounds, self.score_budget,
+                                  config.device)
 
     @property
     def info(self) -> DatasetInfo:
@@ -128,8 +143,13 @@ class Victim:
         parameters: dict[str, torch.Tensor],
         buffers: dict[str, torch.Tensor],
         changes: ProtocolChanges | None = None,
+        cancelled: CancelCheck | None = None,
     ) -> UpdateResult:
-        """Run the user's local update at the server's ``parameters`` on the next private batch."""
+        """Run the user's local update at the server's ``parameters`` on the next private batch.
+
+        ``cancelled()`` is asked before every local step: the computation of a call whose
+        client went away (or of a victim that is stopping) ends there.
+        """
         if self.config.defenses.transport is not None:
             raise FailedPrecondition("this victim's users aggregate securely: call BeginSecAgg "
                                      "(fedleak attack does when Describe lists secagg)")
@@ -144,9 +164,9 @@ class Victim:
         images = normalize(self.data.images[indices], self.info).to(self.config.device)
         labels = self.data.labels[indices].to(self.config.device)
         started = time.perf_counter()
-        with self._compute_lock:  # defenses keep state (accountant, generator)
+        with self.computation_slot(), self._compute_lock:  # defenses keep state
             update, metadata = self._defended_update(params, bufs, images, labels, protocol,
-                                                     len(indices))
+                                                     len(indices), cancelled)
         metadata["compute_seconds"] = f"{time.perf_counter() - started:.6f}"
         if not all(torch.isfinite(u).all() for u in update):
             raise FailedPrecondition(
@@ -171,11 +191,14 @@ class Victim:
         labels: torch.Tensor,
         protocol: Protocol,
         n: int,
+        cancelled: CancelCheck | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, str]]:
         """Local training (per-example defense inside it), then the update defenses in order."""
         try:
             return defended_update(self.model, params, buffers, images, labels, protocol,
-                                   self.config.defenses, self._generator)
+                                   self.config.defenses, self._generator, cancelled)
+        except ComputationCancelled as err:
+            raise Cancelled(f"local training stopped: {err}") from err
         except ValueError as err:  # e.g. BatchNorm in training mode on a single value
             raise FailedPrecondition(
                 f"local training failed for {self.config.model} on {n} image(s): "
@@ -211,9 +234,24 @@ class Victim:
 
     def _protocol_for_round(self, changes: ProtocolChanges) -> Protocol:
         try:
-            return self.config.protocol.with_changes(changes)
+            protocol = self.config.protocol.with_changes(changes)
         except ProtocolError as err:
             raise InvalidArgument(f"protocol: {err}") from err
+        self.config.limits.check_protocol(protocol, self.config.num_images,
+                                          source="the server's protocol")
+        return protocol
+
+    @contextmanager
+    def computation_slot(self) -> Iterator[None]:
+        """Hold one of the computation slots, or refuse with ``RESOURCE_EXHAUSTED``."""
+        if not self._slots.acquire(blocking=False):
+            waiting = self.config.limits.max_queued_computations
+            raise ResourceExhausted(f"the victim is busy: one computation runs and {waiting} "
+                                    "wait already; retry when one finishes")
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     def _next_indices(self, user: int = 0, advance: bool = True) -> torch.Tensor:
         shard = self._shards[user]
@@ -224,88 +262,6 @@ class Victim:
         return shard[torch.arange(start, start + n) % len(shard)]
 
     # -- Score and Reveal ----------------------------------------------------------------
-
-    def score(
-        self,
-        round_id: str,
-        images: torch.Tensor,
-        labels: list[int] | None = None,
-        user_ids: list[int] | None = None,
-    ) -> BatchScore:
-        """Match ``images`` (on [0, 1]) one-to-one to the round's private batch and score them.
-
-        In a secure-aggregation round ``user_ids`` restricts the truth to those users' images.
-        """
-        round_ = self.rounds.get(round_id)
-        indices = self._scored_indices(round_, user_ids or [])
-        truth = self.data.images[indices]
-        if tuple(images.shape) != tuple(truth.shape):
-            raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; this round "
-                                  f"had {list(truth.shape)} (n, C, H, W) on [0, 1]")
-        if not images.is_floating_point():
-            raise InvalidArgument(f"reconstruction dtype {images.dtype} must be floating point")
-        if not torch.isfinite(images).all():
-            raise InvalidArgument("reconstruction contains NaN or infinite values")
-        true_labels = self.data.labels[indices]
-        if labels is not None and len(labels) not in (0, len(true_labels)):
-            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
-        if labels is not None and any(not 0 <= y < self.info.num_classes for y in labels):
-            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
-        predicted = labels if labels else None
-        return score_reconstruction(
-            images.float().clamp(0, 1), truth, predicted_labels=predicted, true_labels=true_labels
-        )
-
-    def score_labels(
-        self, round_id: str, labels: list[int], user_ids: list[int] | None = None
-    ) -> float | None:
-        """Label accuracy (multiset overlap) of ``labels`` alone; None when none are given."""
-        true_labels = self.data.labels[self._scored_indices(self.rounds.get(round_id),
-                                                            user_ids or [])]
-        if not labels:
-            return None
-        if len(labels) != len(true_labels):
-            raise InvalidArgument(f"{len(labels)} labels submitted for {len(true_labels)} images")
-        if any(not 0 <= y < self.info.num_classes for y in labels):
-            raise InvalidArgument(f"labels must lie in [0, {self.info.num_classes})")
-        return label_accuracy(labels, true_labels)
-
-    def score_features(
-        self, round_id: str, features: torch.Tensor, layer: str
-    ) -> FeatureBatchScore:
-        """Score recovered inputs ``[m, d]`` of linear layer ``layer`` against the true ones.
-
-        The true inputs are recomputed from the round's private images at the round's
-        parameters (kept for the latest :data:`FEATURE_ROUNDS` rounds, within
-        :data:`FEATURE_BYTES`); they never leave.
-        """
-        round_ = self.rounds.get(round_id)
-        if round_.parameters is None or round_.buffers is None:
-            raise FailedPrecondition(
-                f"features can be scored only for the latest non-secure-aggregation rounds "
-                f"(up to {FEATURE_ROUNDS}, {FEATURE_BYTES >> 20} MiB of parameters); score "
-                "right after ComputeUpdate"
-            )
-        if not layer:
-            raise InvalidArgument("feature_layer is empty: name the linear layer whose input "
-                                  "the features are (e.g. fc)")
-        images = normalize(self.data.images[round_.indices], self.info).to(self.config.device)
-        try:
-            truth = layer_inputs(self.model, round_.parameters, round_.buffers, images, layer)
-            return score_features(features.to(truth.device), truth)
-        except FeatureScoringError as err:
-            raise InvalidArgument(str(err)) from err
-
-    def _scored_indices(self, round_: Round, user_ids: list[int]) -> torch.Tensor:
-        if not user_ids:
-            return round_.indices
-        if not round_.user_indices:
-            raise InvalidArgument("user_ids only apply to secure-aggregation rounds")
-        unknown = sorted(set(user_ids) - set(round_.user_indices))
-        if unknown:
-            raise InvalidArgument(f"no users {unknown} in this round; users are "
-                                  f"{sorted(round_.user_indices)}")
-        return torch.cat([round_.user_indices[u] for u in sorted(set(user_ids))])
 
     def reveal(self, round_id: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The round's private images on [0, 1] and labels (the caller checks the token)."""
@@ -324,6 +280,7 @@ class Victim:
         parameters: dict[str, torch.Tensor],
         buffers: dict[str, torch.Tensor],
         changes: ProtocolChanges | None = None,
+        cancelled: CancelCheck | None = None,
     ) -> tuple[Round, UpdateResult]:
         """Every user computes its defended update on its next private batch and keeps it."""
         secagg = self.config.defenses.transport
@@ -340,13 +297,14 @@ class Victim:
             session_number = self._round_counter
         updates: dict[int, np.ndarray] = {}
         metadata: dict[str, str] = {}
-        for user, indices in user_indices.items():
-            images = normalize(self.data.images[indices], self.info).to(self.config.device)
-            labels = self.data.labels[indices].to(self.config.device)
-            with self._compute_lock:
-                update, metadata = self._defended_update(params, bufs, images, labels,
-                                                         protocol, len(indices))
-            updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
+        with self.computation_slot():
+            for user, indices in user_indices.items():
+                images = normalize(self.data.images[indices], self.info).to(self.config.device)
+                labels = self.data.labels[indices].to(self.config.device)
+                with self._compute_lock:
+                    update, metadata = self._defended_update(params, bufs, images, labels,
+                                                             protocol, len(indices), cancelled)
+                updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
         config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
         round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
                        user_indices, SecAggSession(config, updates, self.config.secagg_drops))

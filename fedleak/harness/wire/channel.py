@@ -2,12 +2,15 @@
 
 Both the victim's server and the attacker's client raise gRPC's message limits to the same
 value (default 1 GiB: a ResNet-152 update, about 60M float32 values, is about 240 MB), and
-token-guarded calls carry the victim's secret in the ``x-fedleak-token`` metadata entry.
+token-guarded calls carry the victim's secret in the ``x-fedleak-token`` metadata entry
+(``x-fedleak-score-token`` for the evaluator's token when ``Score`` needs one).
 """
 
 from __future__ import annotations
 
 TOKEN_METADATA_KEY = "x-fedleak-token"
+#: The evaluator's token, when a victim requires one for Score (``--score-token``).
+SCORE_TOKEN_METADATA_KEY = "x-fedleak-score-token"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 
 

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import torch
 
+from fedleak.harness.wire.quoting import quoted
 from fedleak.v1 import victim_pb2 as pb
 
 
@@ -76,9 +77,32 @@ def encode_tensor(tensor: torch.Tensor, name: str = "") -> pb.Tensor:
     return pb.Tensor(name=name, dtype=wire, shape=list(cpu.shape), data=array.tobytes())
 
 
+FLOAT_DTYPES = frozenset({pb.FLOAT32, pb.FLOAT64, pb.FLOAT16, pb.BFLOAT16})
+
+
+def declared_shape(message: pb.Tensor) -> tuple[int, ...]:
+    """The shape a tensor message declares, read without decoding its bytes."""
+    return tuple(int(s) for s in message.shape)
+
+
+def check_declared(message: pb.Tensor, what: str, shape: tuple[int | None, ...],
+                   floating: bool = True, wanted: str | None = None) -> None:
+    """Refuse a message whose declared dtype or shape is not what is expected, before its
+    bytes are decoded (``None`` in ``shape`` accepts any size for that dimension; ``wanted``
+    says in words what to send)."""
+    got = declared_shape(message)
+    if len(got) != len(shape) or any(e is not None and g != e
+                                     for g, e in zip(got, shape, strict=True)):
+        wanted = wanted or "[" + ", ".join("?" if e is None else str(e) for e in shape) + "]"
+        raise CodecError(f"{what} has shape {list(got)[:8]}; expected {wanted}")
+    if floating and message.dtype not in FLOAT_DTYPES:
+        raise CodecError(f"{what} has dtype {dtype_name(message.dtype)}; send floating point "
+                         "(FLOAT32)")
+
+
 def decode_tensor(message: pb.Tensor, what: str = "tensor") -> torch.Tensor:
     """Rebuild a CPU tensor from a wire message, validating dtype, shape and byte count."""
-    label = f"{what} {message.name!r}" if message.name else what
+    label = f"{what} {quoted(message.name)}" if message.name else what
     if message.dtype not in _NUMPY:
         raise CodecError(f"{label}: dtype {dtype_name(message.dtype)} is not supported; "
                          f"send one of {', '.join(pb.DType.Name(v) for v in _NUMPY)}")

@@ -15,6 +15,10 @@ from typing import Any, TypeVar
 import grpc
 
 from fedleak.harness.wire.codec import CodecError
+from fedleak.harness.wire.quoting import quoted
+
+__all__ = ["Cancelled", "FailedPrecondition", "InvalidArgument", "NotFound", "RequestError",
+           "ResourceExhausted", "Unauthenticated", "Unavailable", "answer_errors", "quoted"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,16 @@ class Unauthenticated(RequestError):
 
 class Unavailable(RequestError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class ResourceExhausted(RequestError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Cancelled(RequestError):
+    """The caller went away (cancelled, timed out, or the service is stopping)."""
+
+    code = grpc.StatusCode.CANCELLED
 
 
 def answer_errors(method: Callable[..., R]) -> Callable[..., R]:

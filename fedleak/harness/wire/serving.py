@@ -53,11 +53,19 @@ def start_grpc_server(
     return server, bound
 
 
-def serve_until_signal(server: grpc.Server, grace: float = 2.0) -> None:
-    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s."""
-    stop = threading.Event()
+def serve_until_signal(server: grpc.Server, grace: float = 2.0,
+                       stopping: threading.Event | None = None) -> None:
+    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s.
+
+    ``stopping`` is set first, so running computations that watch it end at their next step;
+    the server then cancels what is left. Work that still holds a thread ``grace`` seconds
+    later cannot keep the process alive: the caller should exit right after this returns.
+    """
+    signalled = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
+        signal.signal(sig, lambda *_: signalled.set())
+    while not signalled.wait(0.5):
         pass
-    server.stop(grace).wait()
+    if stopping is not None:
+        stopping.set()
+    server.stop(grace).wait(grace + 1)
