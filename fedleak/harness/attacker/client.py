@@ -16,11 +16,13 @@ import torch
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.wire.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    SCORE_TOKEN_METADATA_KEY,
     TOKEN_METADATA_KEY,
     message_options,
 )
 from fedleak.harness.wire.codec import decode_tensor, encode_tensor
 from fedleak.harness.wire.protocol import protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.reachability import diagnose, split_address
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
 
@@ -59,7 +61,9 @@ class VictimClient:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tls_ca: bytes | None = None,
         timeout: float = 600.0,
+        score_token: str | None = None,
     ) -> None:
+        split_address(address)  # a clear error now rather than a timeout later
         options = message_options(max_message_bytes)
         if tls_ca is not None:
             creds = grpc.ssl_channel_credentials(root_certificates=tls_ca)
@@ -69,6 +73,8 @@ class VictimClient:
         self.stub = pb_grpc.VictimStub(self.channel)
         self.address = address
         self.token = token
+        self.score_token = score_token
+        self.tls_ca = tls_ca
         self.timeout = timeout
 
     def close(self) -> None:
@@ -80,11 +86,20 @@ class VictimClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: object, guarded: bool = False) -> Any:
-        """Call RPC ``method`` of the victim; failures become :class:`VictimError`."""
-        metadata = [(TOKEN_METADATA_KEY, self.token)] if guarded and self.token else None
+    def _call(self, method: str, request: object, guarded: bool = False,
+              scored: bool = False) -> Any:
+        """Call RPC ``method`` of the victim; failures become :class:`VictimError`.
+
+        ``guarded`` sends the victim's token, ``scored`` the evaluator's (when held).
+        """
+        metadata = []
+        if guarded and self.token:
+            metadata.append((TOKEN_METADATA_KEY, self.token))
+        if scored and self.score_token:
+            metadata.append((SCORE_TOKEN_METADATA_KEY, self.score_token))
         try:
-            return getattr(self.stub, method)(request, timeout=self.timeout, metadata=metadata)
+            return getattr(self.stub, method)(request, timeout=self.timeout,
+                                              metadata=metadata or None)
         except grpc.RpcError as err:
             code, details = err.code(), err.details()
             if code == grpc.StatusCode.UNAVAILABLE and "dropped out" not in (details or ""):
@@ -98,11 +113,12 @@ class VictimClient:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             raise VictimError(grpc.StatusCode.UNAVAILABLE,
-                              f"no victim answered at {self.address} within {timeout:.0f} s") \
-                from None
+                              f"no victim answered at {self.address} within {timeout:.0f} s: "
+                              f"{diagnose(self.address, self.tls_ca)}") from None
 
     def describe(self) -> pb.DescribeResponse:
-        return self._call("Describe", pb.DescribeRequest())
+        """The victim's public description; it also says whether the tokens held match."""
+        return self._call("Describe", pb.DescribeRequest(), guarded=True, scored=True)
 
     def global_model(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         reply = self._call("GetGlobalModel", pb.GetGlobalModelRequest())
@@ -149,7 +165,7 @@ class VictimClient:
             request.images.CopyFrom(encode_tensor(images.float(), "images"))
         if features is not None:
             request.features.CopyFrom(encode_tensor(features.float(), "features"))
-        return self._call("Score", request)
+        return self._call("Score", request, scored=True)
 
     def begin_secagg(
         self,
@@ -215,7 +231,12 @@ class VictimClient:
             stream.cancel()
             raise
         except grpc.RpcError as err:
-            raise VictimError(err.code(), err.details() or "") from None
+            details = err.details() or ""
+            if "Stream removed" in details or "Socket closed" in details:
+                details = (f"the victim at {self.address} went away during the release "
+                           f"({details}): its process ended or the connection broke; "
+                           "restart it and ask again")
+            raise VictimError(err.code(), details) from None
         finally:
             if bar is not None:
                 bar.close()
@@ -227,7 +248,7 @@ class VictimClient:
         """Score KKT candidates (on [0, 1]) against a release's training set (App. B.3)."""
         request = pb.ScoreRequest(round_id=release_id, recovered_ssim=recovered_ssim,
                                   images=encode_tensor(candidates01.float(), "images"))
-        return self._call("Score", request)
+        return self._call("Score", request, scored=True)
 
 
 @dataclass

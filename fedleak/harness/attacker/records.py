@@ -167,6 +167,7 @@ class UpdateRun:
 
     header: RunHeader
     rounds: list[RoundRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # about the whole run
 
     @property
     def summary(self) -> RunSummary:
@@ -174,7 +175,7 @@ class UpdateRun:
 
     def to_json(self) -> dict[str, Any]:
         return {**to_json(self.header), "rounds": to_json(self.rounds),
-                "summary": to_json(self.summary)}
+                "summary": to_json(self.summary), "warnings": list(self.warnings)}
 
     def write(self, out: Path) -> None:
         write_json(out / METRICS_NAME, self.to_json())
@@ -205,7 +206,8 @@ class UpdateRun:
                 lines.append(f"picture: {out / picture}")
             if r.features_file:
                 lines.append(f"features: {out / r.features_file}")
-        for warning in sorted({w for r in self.rounds for w in r.warnings}):
+        for warning in [*self.warnings,
+                        *sorted({w for r in self.rounds for w in r.warnings})]:
             lines.append(f"warning: {warning}")
         return lines
 
@@ -277,6 +279,7 @@ class ReleaseRun:
     files: dict[str, str] = field(default_factory=dict)
     local_voting_matches_victim: bool | None = None
     reveal_error: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         header = to_json(self.header)
@@ -285,7 +288,8 @@ class ReleaseRun:
                                "victim_model": header.pop("victim_model"),
                                "dataset": header.pop("dataset"), "defenses": self.defenses}
         out.update(header)
-        for key in ("release", "reconstruction", "summary", "training_samples", "files"):
+        for key in ("release", "reconstruction", "summary", "training_samples", "files",
+                    "warnings"):
             out[key] = to_json(getattr(self, key))
         for key in ("local_voting_matches_victim", "reveal_error"):
             if getattr(self, key) is not None:
@@ -309,6 +313,7 @@ class ReleaseRun:
         lines.append(f"metrics: {out / METRICS_NAME}")
         lines += [f"picture: {out / name}" for name in self.files.values()
                   if name.endswith(".png")]
+        lines += [f"warning: {warning}" for warning in self.warnings]
         return lines
 
 

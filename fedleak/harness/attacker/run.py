@@ -17,6 +17,7 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.records import RunRecord
 from fedleak.harness.attacker.release_attack import run_release_attack
 from fedleak.harness.attacker.settings import AttackSettings
+from fedleak.harness.attacker.tokens import check_tokens
 from fedleak.harness.attacker.update_attack import run_update_attack
 
 Runner = Callable[[VictimClient, AttackSettings, Path, Callable[[str], None]], RunRecord]
@@ -40,4 +41,11 @@ def run_attack(
     if threat_model not in RUNNERS:
         raise ValueError(f"attack {settings.attack!r} has threat model {threat_model!r}, which "
                          f"no run obtains from a victim; runs exist for {', '.join(RUNNERS)}")
-    return RUNNERS[threat_model](client, settings, out, log)
+    warnings = check_tokens(client, client.describe())
+    for warning in warnings:
+        log(f"warning: {warning}")
+    record = RUNNERS[threat_model](client, settings, out, log)
+    if warnings:
+        record.warnings[:0] = warnings
+        record.write(out)
+    return record

@@ -15,11 +15,12 @@ from typing import Any
 import click
 
 from fedleak.harness.cli.options import (
-    TOKEN_ENV,
     check_device,
     option_pairs,
     protocol_options,
     protocol_values,
+    read_tokens,
+    token_options,
 )
 
 
@@ -71,8 +72,7 @@ def default_out(attack: str) -> Path:
 @click.option("--recovered-ssim", type=click.FloatRange(-1, 1), default=None,
               help="Release attacks: SSIM at which a training sample counts as recovered "
                    "(victim default 0.4).")
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"The victim's token, to reveal ground truth for pictures (${TOKEN_ENV}).")
+@token_options
 @click.option("--tls-ca", type=click.Path(dir_okay=False, exists=True), default=None,
               help="PEM root certificate to verify a TLS victim.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
@@ -92,7 +92,12 @@ def attack(**kw: Any) -> None:
         raise click.UsageError(str(err)) from None
     out = Path(kw["out"]) if kw["out"] else default_out(settings.attack)
     ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
-    with VictimClient(kw["address"], token=kw["token"], tls_ca=ca) as client:
+    token, score_token = read_tokens(kw)
+    try:
+        client = VictimClient(kw["address"], token=token, tls_ca=ca, score_token=score_token)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--victim") from None
+    with client:
         try:
             client.wait_ready(timeout=15)
             record = run_attack(client, settings, out, log=click.echo)

@@ -9,6 +9,7 @@ Registered on the ``fedleak`` group by :mod:`fedleak.harness.cli.main`.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -29,7 +30,12 @@ def defense() -> None:
 @click.option("--port", default=DEFAULT_DEFENSE_PORT, show_default=True,
               type=click.IntRange(0, 65535),
               help="Port to bind; 0 picks a free one (the bound address is printed).")
-def defense_serve(spec: str, host: str, port: int) -> None:
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="PEM certificate for TLS (with --tls-key); victims then link with "
+                   "remote:address=HOST:PORT,tls-ca=CERT.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
+                  tls_key: str | None) -> None:
     """Serve one update defense until SIGTERM or SIGINT; victims use it with
     --defense remote:address=HOST:PORT."""
     from fedleak.defenses import parse_defense_spec
@@ -41,8 +47,12 @@ def defense_serve(spec: str, host: str, port: int) -> None:
         served = served_defense(name, params)
     except ValueError as err:  # DefenseConfigError
         raise click.UsageError(str(err)) from None
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("TLS needs both --tls-cert and --tls-key")
+    cert = Path(tls_cert).read_bytes() if tls_cert else None
+    key = Path(tls_key).read_bytes() if tls_key else None
     try:
-        server, bound = start_defense_server(served, host, port)
+        server, bound = start_defense_server(served, host, port, tls_cert=cert, tls_key=key)
     except (OSError, RuntimeError) as err:
         raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from None
     shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from fedleak.harness.cli.options import TOKEN_ENV
+from fedleak.harness.cli.options import read_tokens, token_options
 
 
 @click.command()
@@ -36,8 +36,7 @@ from fedleak.harness.cli.options import TOKEN_ENV
               help="Measure victims you already run instead of starting them (repeatable): "
                    "one point per attack and victim; the defense is whatever that victim "
                    "runs, and utility training talks to it too.")
-@click.option("--token", envvar=TOKEN_ENV, default=None,
-              help=f"Token of the --victim processes, for ground-truth pictures (${TOKEN_ENV}).")
+@token_options
 @click.option("--report/--no-report", default=True, show_default=True,
               help="Write the report when the sweep ends.")
 @click.option("--list", "list_only", is_flag=True,
@@ -71,8 +70,10 @@ def sweep(**kw: Any) -> None:
         return
     click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} "
                f"({kw['jobs']} job(s))")
+    token, score_token = read_tokens(kw)
     options = SweepOptions(jobs=kw["jobs"], threads=kw["threads"], victims=kw["victims"],
-                           token=kw["token"], show_progress=not kw["quiet"])
+                           token=token, score_token=score_token,
+                           show_progress=not kw["quiet"])
     try:
         outcome = run_sweep(spec, run_dir, options, echo=click.echo)
     except KeyboardInterrupt:

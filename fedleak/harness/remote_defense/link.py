@@ -20,6 +20,7 @@ of gRPC.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import torch
@@ -33,6 +34,7 @@ from fedleak.harness.remote_defense.wire import (
     update_chunks,
 )
 from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.wire.reachability import diagnose, split_address
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 
@@ -48,12 +50,17 @@ class RemoteDefenseConfig:
     timeout: float = field(default=60.0, metadata={"help": "seconds for one Defend call"})
     connect_timeout: float = field(default=10.0, metadata={"help": "seconds to wait for the "
                                                                    "service at start"})
+    tls_ca: str = field(default="", metadata={
+        "help": "PEM certificate (or CA) that signed the service's --tls-cert: speak TLS"})
 
     def __post_init__(self) -> None:
-        host, sep, port = self.address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"address must be HOST:PORT of a running defense service "
-                             f"(e.g. `fedleak defense serve`), got {self.address!r}")
+        try:
+            split_address(self.address, "defense service")
+        except ValueError as err:
+            raise ValueError(f"{err} (remote:address=HOST:PORT of a running `fedleak defense "
+                             "serve`)") from None
+        if self.tls_ca and not Path(self.tls_ca).is_file():
+            raise ValueError(f"tls-ca {self.tls_ca!r} is not a file: give the PEM certificate")
         if self.stage not in REMOTE_STAGES:
             raise ValueError(f"stage {self.stage!r} cannot run out of process; a remote "
                              f"defense acts at stage {' or '.join(REMOTE_STAGES)}")
@@ -70,7 +77,12 @@ class RemoteDefense(UpdateDefense):
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         super().__init__(config)
         self.chunk_bytes = chunk_bytes
-        self._channel = grpc.insecure_channel(self.config.address)
+        self._ca = Path(self.config.tls_ca).read_bytes() if self.config.tls_ca else None
+        if self._ca is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=self._ca)
+            self._channel = grpc.secure_channel(self.config.address, credentials)
+        else:
+            self._channel = grpc.insecure_channel(self.config.address)
         self._stub = dpb_grpc.DefenseServiceStub(self._channel)
         self.info = self._fetch_info()
 
@@ -86,10 +98,12 @@ class RemoteDefense(UpdateDefense):
             info = self._stub.Info(dpb.DefenseInfoRequest(), timeout=wait)
         except grpc.FutureTimeoutError:
             self._channel.close()
+            why = diagnose(address, self._ca, peer="defense service")
             raise DefenseConfigError(f"no defense service answered at {address} within "
-                                     f"{wait:g} s: start it first (e.g. `fedleak defense serve "
-                                     f"--port PORT --defense clip:max-norm=1`) or fix "
-                                     "remote:address") from None
+                                     f"{wait:g} s: {why} "
+                                     f"(start it with e.g. `fedleak defense serve --port PORT "
+                                     f"--defense clip:max-norm=1`, or fix remote:address)") \
+                from None
         except grpc.RpcError as err:
             self._channel.close()
             raise DefenseConfigError(f"the defense service at {address} failed Info: "

@@ -84,10 +84,18 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
 
 
 def start_defense_server(
-    defense: UpdateDefense, host: str = "127.0.0.1", port: int = 0, workers: int = 4
+    defense: UpdateDefense, host: str = "127.0.0.1", port: int = 0, workers: int = 4,
+    tls_cert: bytes | None = None, tls_key: bytes | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Serve ``defense``; returns the server and the bound port (``port=0``: a free one)."""
+    """Serve ``defense``; returns the server and the bound port (``port=0``: a free one).
+
+    With ``tls_cert`` and ``tls_key`` (PEM) the service speaks TLS; victims then link to it
+    with ``remote:address=HOST:PORT,tls-ca=CERT.pem``.
+    """
     servicer = DefenseServicer(defense)
+    credentials = None
+    if tls_cert and tls_key:
+        credentials = grpc.ssl_server_credentials([(tls_key, tls_cert)])
     return start_grpc_server(
         lambda server: dpb_grpc.add_DefenseServiceServicer_to_server(servicer, server),
-        SERVICE_NAME, host, port, workers=workers)
+        SERVICE_NAME, host, port, workers=workers, credentials=credentials)

@@ -41,7 +41,8 @@ def attack_victim_settings(point: Point, checkpoint: str | None) -> VictimSettin
 
 
 def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: str | None,
-                   on_round: Callable[[str], None]) -> AttackMeasurement:
+                   on_round: Callable[[str], None],
+                   score_token: str | None = None) -> AttackMeasurement:
     """Attack K rounds of the point's victim; the measurement (paths relative to run_dir)."""
     out = run_dir / "points" / point.point_id / "attack"
     if out.exists():  # left by an interrupted attempt: nothing of it was stored
@@ -50,7 +51,7 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
                               seed=point.seed, rounds=point.rounds, show_progress=False)
     started = time.perf_counter()
     if point.victim:
-        with VictimClient(point.victim, token=token) as client:
+        with VictimClient(point.victim, token=token, score_token=score_token) as client:
             client.wait_ready(timeout=15)
             described = client.describe()
             record = run_attack(client, settings, out, log=on_round)

@@ -45,6 +45,7 @@ class SweepOptions:
     threads: int | None = None
     victims: tuple[str, ...] = ()
     token: str | None = None
+    score_token: str | None = None
     show_progress: bool = True
 
 
@@ -93,7 +94,8 @@ def run_sweep(
             saved = os.environ.get("OMP_NUM_THREADS")
             previous = _set_threads(threads)
             try:
-                results = [measure_point(p.to_json(), str(run_dir), options.token, progress)
+                results = [measure_point(p.to_json(), str(run_dir), options.token, progress,
+                                         options.score_token)
                            for p in todo]
             finally:
                 _set_threads(previous)
@@ -136,14 +138,18 @@ _worker_sink: ProgressSink | None = None
 
 
 def _init_worker(events: Any, threads: int) -> None:
+    from fedleak.harness.victim.process import die_with_parent
+
+    die_with_parent()  # a killed sweep takes its workers (and their victims) with it
     global _worker_sink
     _worker_sink = QueueProgress(events)
     _set_threads(threads)
 
 
-def _pool_task(point_json: str, run_dir: str, token: str | None) -> tuple[str, str, str, str]:
+def _pool_task(point_json: str, run_dir: str, token: str | None,
+               score_token: str | None) -> tuple[str, str, str, str]:
     assert _worker_sink is not None
-    return measure_point(point_json, run_dir, token, _worker_sink)
+    return measure_point(point_json, run_dir, token, _worker_sink, score_token)
 
 
 def _run_pool(todo: list[Point], run_dir: Path, options: SweepOptions, threads: int,
@@ -154,7 +160,8 @@ def _run_pool(todo: list[Point], run_dir: Path, options: SweepOptions, threads: 
     with futures.ProcessPoolExecutor(options.jobs, mp_context=context,
                                      initializer=_init_worker,
                                      initargs=(events, threads)) as pool:
-        pending = {pool.submit(_pool_task, p.to_json(), str(run_dir), options.token): p
+        pending = {pool.submit(_pool_task, p.to_json(), str(run_dir), options.token,
+                               options.score_token): p
                    for p in todo}
         try:
             while pending:
@@ -187,7 +194,8 @@ def _drain(events: Any, progress: TqdmProgress, wait: float) -> None:
 
 
 def measure_point(point_json: str, run_dir: str, token: str | None,
-                  progress: ProgressSink) -> tuple[str, str, str, str]:
+                  progress: ProgressSink,
+                  score_token: str | None = None) -> tuple[str, str, str, str]:
     """Measure what the store lacks for one point; returns (id, label, status, error)."""
     from fedleak.harness.sweep.leakage import measure_attack
     from fedleak.harness.sweep.utility import measure_utility
@@ -206,7 +214,8 @@ def measure_point(point_json: str, run_dir: str, token: str | None,
             if need_attack:
                 started = time.time()
                 leakage = measure_attack(point, root, checkpoint, token,
-                                         lambda text: progress.advance(pid, "attack " + text))
+                                         lambda text: progress.advance(pid, "attack " + text),
+                                         score_token)
                 store.record(pid, "attack", leakage.to_json(), started)
             if need_utility:
                 started = time.time()

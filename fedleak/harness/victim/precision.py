@@ -1,9 +1,10 @@
 """Scores at report precision: what a report needs, never the exact floats.
 
 PSNR to 0.01 dB, SSIM and cosines to 1e-4, MSE and relative errors to three significant
-figures, a release's margins y_i Φ(θ; x_i) to five (Fig. 4 plots them on a log scale). Rounding alone is no defence — finite differences with larger steps still
-read a private image from rounded MSEs (see docs/security.md) — the score budget is; rounding
-only keeps a budget-sized handful of answers from carrying more than a report shows.
+figures, a release's margins y_i Φ(θ; x_i) to five (Fig. 4 plots them on a log scale).
+Rounding alone is no defence — finite differences with larger steps still read a private image
+from rounded MSEs (docs/security.md measures it) — the score budget is; rounding only keeps a
+budget-sized handful of answers from carrying more than a report shows.
 """
 
 from __future__ import annotations

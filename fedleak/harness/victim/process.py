@@ -22,6 +22,24 @@ from pathlib import Path
 from fedleak.harness.victim.settings import VictimSettings
 
 _READY = re.compile(r"listening on (\S+:\d+)")
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (``prctl``
+    ``PR_SET_PDEATHSIG``), so children of a process killed with ``kill -9`` never outlive it;
+    a no-op elsewhere. Safe in ``preexec_fn`` (between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
 
 
 class VictimProcessError(RuntimeError):
@@ -68,7 +86,7 @@ class VictimProcess:
             args = ["--settings", name]
         command = [*self.command, "--host", "127.0.0.1", "--port", "0", *args]
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env)
+                                      text=True, env=env, preexec_fn=die_with_parent)
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         found = threading.Event()
         threading.Thread(target=self._read_address, args=(found,), daemon=True).start()
