@@ -4,13 +4,19 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# Which torch build: TORCH=cpu (default) takes torch 2.13.0+cpu from PyTorch's CPU index (or a
+# local wheel) and never pulls CUDA wheels; TORCH=cuda takes PyPI's Linux wheel, the CUDA build
+# (several GB with its nvidia-* packages), for a GPU machine.
+TORCH ?= cpu
+TORCH_FROM_cpu := --extra-index-url https://download.pytorch.org/whl/cpu
+TORCH_FROM_cuda :=
 
 .PHONY: install demo test lint protos bench
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	# torch first, pinned: a bare `torch` would pull a multi-GB CUDA build on a CPU machine.
-	$(PIP) install -c constraints.txt torch==2.13.0
+	# torch first, pinned, from the build TORCH names: a bare `torch` would pull the CUDA build.
+	$(PIP) install -c constraints.txt $(TORCH_FROM_$(TORCH)) torch==2.13.0
 	$(PIP) install -c constraints.txt -e '.[dev]'
 	touch $@
 

@@ -126,6 +126,10 @@ class RoundRecord:
     mean_feature_relative_error: float | None = field(default=None, metadata=OMIT)
     features: list[FeatureRecord] | None = field(default=None, metadata=OMIT)
     reveal_error: str | None = field(default=None, metadata=OMIT)
+    #: the victim's privacy accounting after this round, as numbers (ε, δ of a DP defense)
+    privacy: dict[str, float] | None = field(default=None, metadata=OMIT)
+    #: why the round has no scores (the victim went away before scoring it)
+    unscored: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -140,6 +144,9 @@ class RunSummary:
     wall_time_s: float
     mean_feature_cosine: float | None = field(default=None, metadata=OMIT)
     mean_feature_relative_error: float | None = field(default=None, metadata=OMIT)
+    #: ε the victim's accountant reports after the last round (DP defenses), and its δ
+    epsilon: float | None = field(default=None, metadata=OMIT)
+    delta: float | None = field(default=None, metadata=OMIT)
 
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
@@ -149,6 +156,7 @@ class RunSummary:
         cosines = [r.mean_feature_cosine for r in rounds if r.mean_feature_cosine is not None]
         errors = [r.mean_feature_relative_error for r in rounds
                   if r.mean_feature_relative_error is not None]
+        privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
         return cls(
             rounds=len(rounds),
             images=len(psnrs),
@@ -158,6 +166,8 @@ class RunSummary:
             wall_time_s=float(sum(r.wall_time_s for r in rounds)),
             mean_feature_cosine=float(np.mean(cosines)) if cosines else None,
             mean_feature_relative_error=float(np.mean(errors)) if errors else None,
+            epsilon=privacy.get("epsilon_total"),
+            delta=privacy.get("delta"),
         )
 
 
@@ -168,13 +178,15 @@ class UpdateRun:
     header: RunHeader
     rounds: list[RoundRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # about the whole run
+    #: running, finished, interrupted (Ctrl-C) or victim gone (it died mid-run)
+    status: str = "running"
 
     @property
     def summary(self) -> RunSummary:
         return RunSummary.of(self.rounds)
 
     def to_json(self) -> dict[str, Any]:
-        return {**to_json(self.header), "rounds": to_json(self.rounds),
+        return {**to_json(self.header), "status": self.status, "rounds": to_json(self.rounds),
                 "summary": to_json(self.summary), "warnings": list(self.warnings)}
 
     def write(self, out: Path) -> None:
@@ -184,17 +196,24 @@ class UpdateRun:
         """The table of scored images, the means, and where the files are."""
         lines = [""]
         if any(r.images for r in self.rounds):
-            lines.append(f"{'round':>5}  {'image':>5}  {'PSNR dB':>8}  {'SSIM':>6}  "
+            lines.append(f"{'round':>5}  {'image':>13}  {'PSNR dB':>8}  {'SSIM':>6}  "
                          f"{'MSE':>8}  {'time s':>7}")
         for i, r in enumerate(self.rounds):
             for img in r.images:
-                lines.append(f"{i:>5}  {img.index:>5}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
+                which = f"{img.index + 1} of {r.num_images}"
+                lines.append(f"{i:>5}  {which:>13}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
                              f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}")
+            if r.unscored:
+                lines.append(f"{i:>5}  unscored: {r.unscored}")
         s = self.summary
         acc = "n/a" if s.label_accuracy is None else f"{s.label_accuracy:.0%}"
         if s.mean_psnr is not None and s.mean_ssim is not None:
             lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
-                         f"label accuracy {acc} over {s.images} image(s)")
+                         f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
+                         "more of the private images leaked)")
+        if s.epsilon is not None:
+            delta = f" at δ = {s.delta:g}" if s.delta is not None else ""
+            lines.append(f"privacy spent (the victim's DP accountant): ε = {s.epsilon:.4g}{delta}")
         if s.mean_feature_cosine is not None:
             lines.append(f"recovered features: mean cosine {s.mean_feature_cosine:.6f}, mean "
                          f"relative error {s.mean_feature_relative_error:.2e}, label accuracy "

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import numpy as np
 import torch
 
-from fedleak.attacks import Observation, Reconstruction, create_attack
+from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
 from fedleak.attacks.dishonest import flip_labels
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
@@ -48,7 +49,11 @@ from fedleak.harness.attacker.settings import AttackSettings, jsonable
 from fedleak.harness.shared.datasets import DatasetInfo, denormalize
 from fedleak.harness.shared.observation import observation_from_update
 from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.shared.protocol import Protocol
 from fedleak.v1 import victim_pb2 as pb
+
+#: Status codes that mean the victim is gone (not that it refused the request).
+GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def run_update_attack(
@@ -74,44 +79,100 @@ def run_update_attack(
     run = UpdateRun(RunHeader.now(
         client.address, str(model_spec(described)), info.name, settings.attack,
         jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device))
+    run.write(out)  # a run folder always says what it is, even if stopped in round 0
     secagg = any(d.name == "secagg" for d in described.defenses)
-    for index in range(settings.rounds):
-        if secagg:
-            aggregation = run_secure_aggregation(client, params, buffers, protocol)
-            received = as_received_update(aggregation, list(params),
-                                          [tuple(t.shape) for t in params.values()],
-                                          settings.secagg_target)
-        else:
-            received = client.compute_update(params, buffers, protocol)
-        observation = observation_for(model, params, buffers, received, info, settings.device)
-        started = time.perf_counter()
-        reconstruction = reconstruct_with_progress(
-            attack, observation, device=settings.device, seed=settings.seed + index,
-            label=f"round {index} {settings.attack}", show=settings.show_progress)
-        wall = time.perf_counter() - started
-        images = None
-        if reconstruction.has_images:
-            images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
-        labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
-        for warning in reconstruction.warnings:
-            log(f"warning: {warning}")
-        features = reconstruction.features
+    try:
+        for index in range(settings.rounds):
+            attack_round(client, settings, described, attack, model, params, buffers,
+                         protocol, secagg, index, out, run, log)
+    except KeyboardInterrupt:
+        run.status = "interrupted"
+        run.write(out)
+        raise
+    run.status = "finished"
+    run.write(out)
+    return run
+
+
+class VictimGone(VictimError):
+    """The victim stopped answering mid-run; what was finished is kept on disk."""
+
+
+def attack_round(
+    client: VictimClient,
+    settings: AttackSettings,
+    described: pb.DescribeResponse,
+    attack: Attack[Observation],
+    model: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor],
+    protocol: Protocol,
+    secagg: bool,
+    index: int,
+    out: Path,
+    run: UpdateRun,
+    log: Callable[[str], None],
+) -> None:
+    """One round: receive, reconstruct, save the reconstruction, score, reveal, record.
+
+    The reconstruction is written before ``Score`` is asked, so a victim that dies meanwhile
+    still leaves it on disk, recorded as unscored (and :class:`VictimGone` is raised).
+    """
+    info = dataset_info(described)
+    if secagg:
+        aggregation = run_secure_aggregation(client, params, buffers, protocol)
+        received = as_received_update(aggregation, list(params),
+                                      [tuple(t.shape) for t in params.values()],
+                                      settings.secagg_target)
+    else:
+        received = client.compute_update(params, buffers, protocol)
+    observation = observation_for(model, params, buffers, received, info, settings.device)
+    started = time.perf_counter()
+    reconstruction = reconstruct_with_progress(
+        attack, observation, device=settings.device, seed=settings.seed + index,
+        label=f"round {index} {settings.attack}", show=settings.show_progress)
+    wall = time.perf_counter() - started
+    for warning in reconstruction.warnings:
+        log(f"warning: {warning}")
+    round_dir = out / f"round-{index:03d}"
+    round_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    images = None
+    if reconstruction.has_images:
+        images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
+        np.save(round_dir / "reconstruction.npy", images.numpy())
+        save_grid(round_dir / "reconstruction.png", images)
+        files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
+    features = reconstruction.features
+    if features is not None:
+        np.save(round_dir / "features.npy", features.detach().cpu().numpy())
+        files["features"] = str((round_dir / "features.npy").relative_to(out))
+    labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
+    try:
         score = client.score(received.round_id, images, labels, received.user_ids,
                              features=None if features is None else features.detach().cpu(),
                              feature_layer=reconstruction.feature_layer)
-        round_dir = out / f"round-{index:03d}"
-        round_dir.mkdir(parents=True, exist_ok=True)
-        entry = round_record(received, reconstruction, score, wall)
-        if features is not None:
-            path = round_dir / "features.npy"
-            np.save(path, features.detach().cpu().numpy())
-            entry.features_file = str(path.relative_to(out))
-        if images is not None:
-            save_pictures(client, described, received, images, score, round_dir, entry, out)
+    except VictimError as err:
+        if err.code not in GONE:
+            raise
+        entry = round_record(received, reconstruction, None, wall)
+        entry.files = {k: v for k, v in files.items() if k != "features"}
+        entry.features_file = files.get("features")
+        entry.unscored = f"victim gone: {err.details}"
         run.rounds.append(entry)
+        run.status = "victim gone"
         run.write(out)
-        log(round_line(index, score, wall))
-    return run
+        raise VictimGone(err.code, f"{err.details}; the reconstruction of round {index} is "
+                         f"saved in {round_dir} and recorded unscored in "
+                         f"{out / 'metrics.json'}") from None
+    entry = round_record(received, reconstruction, score, wall)
+    entry.files = {k: v for k, v in files.items() if k != "features"}
+    entry.features_file = files.get("features")
+    if images is not None:
+        save_comparison(client, described, received, images, score, round_dir, entry, out)
+    run.rounds.append(entry)
+    run.write(out)
+    log(round_line(index, score, wall, entry.privacy))
 
 
 def observation_for(
@@ -130,10 +191,11 @@ def observation_for(
 
 
 def round_record(
-    received: ReceivedUpdate, reconstruction: Reconstruction, score: pb.ScoreResponse,
+    received: ReceivedUpdate, reconstruction: Reconstruction, score: pb.ScoreResponse | None,
     wall: float,
 ) -> RoundRecord:
-    """What one round leaves in ``metrics.json``."""
+    """What one round leaves in ``metrics.json`` (``score`` None: not scored)."""
+    scored = score is not None
     entry = RoundRecord(
         round_id=received.round_id,
         update_kind=received.update_kind,
@@ -145,25 +207,40 @@ def round_record(
         restart_objectives=reconstruction.restart_objectives,
         wall_time_s=wall,
         labels=[int(y) for y in reconstruction.labels.cpu().tolist()],
-        mean_psnr=score.mean_psnr if score.images else None,
-        mean_ssim=score.mean_ssim if score.images else None,
-        mean_mse=score.mean_mse if score.images else None,
-        label_accuracy=score.label_accuracy if score.labels_scored else None,
+        mean_psnr=score.mean_psnr if score is not None and score.images else None,
+        mean_ssim=score.mean_ssim if score is not None and score.images else None,
+        mean_mse=score.mean_mse if score is not None and score.images else None,
+        label_accuracy=score.label_accuracy if score is not None and score.labels_scored
+        else None,
         images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse)
-                for s in score.images],
+                for s in score.images] if score is not None else [],
         warnings=list(reconstruction.warnings),
+        privacy=privacy_spent(received.metadata),
     )
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer
-        entry.mean_feature_cosine = score.mean_feature_cosine if score.features_scored else None
-        entry.mean_feature_relative_error = (score.mean_feature_relative_error
-                                             if score.features_scored else None)
-        entry.features = [FeatureRecord(f.index, f.matched_index, f.cosine, f.relative_error)
-                          for f in score.features]
+        if scored and score is not None and score.features_scored:
+            entry.mean_feature_cosine = score.mean_feature_cosine
+            entry.mean_feature_relative_error = score.mean_feature_relative_error
+            entry.features = [FeatureRecord(f.index, f.matched_index, f.cosine,
+                                            f.relative_error) for f in score.features]
     return entry
 
 
-def round_line(index: int, score: pb.ScoreResponse, wall: float) -> str:
+def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:
+    """The victim's DP accounting of a round as numbers (``epsilon_total``, ``epsilon_round``,
+    ``delta``), or None when it reports none."""
+    out = {}
+    for key in ("epsilon_total", "epsilon_round", "delta"):
+        try:
+            out[key] = float(metadata[key])
+        except (KeyError, ValueError):
+            continue
+    return out or None
+
+
+def round_line(index: int, score: pb.ScoreResponse, wall: float,
+               privacy: dict[str, float] | None = None) -> str:
     """One line per finished round for the terminal."""
     parts = []
     if score.images:
@@ -173,10 +250,12 @@ def round_line(index: int, score: pb.ScoreResponse, wall: float) -> str:
                      f"{score.mean_feature_relative_error:.2e}")
     if score.labels_scored:
         parts.append(f"labels {score.label_accuracy:.0%}")
+    if privacy and "epsilon_total" in privacy:
+        parts.append(f"ε {privacy['epsilon_total']:.4g}")
     return f"round {index}: " + ", ".join([*parts, f"{wall:.1f} s"])
 
 
-def save_pictures(
+def save_comparison(
     client: VictimClient,
     described: pb.DescribeResponse,
     received: ReceivedUpdate,
@@ -186,10 +265,7 @@ def save_pictures(
     entry: RoundRecord,
     out: Path,
 ) -> None:
-    """``reconstruction.png``/``.npy``, and ``comparison.png`` when the truth can be revealed."""
-    np.save(round_dir / "reconstruction.npy", images.numpy())
-    save_grid(round_dir / "reconstruction.png", images)
-    entry.files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
+    """``comparison.png`` (truth above reconstruction) when the truth can be revealed."""
     if not (described.reveal_enabled and client.token):
         return
     try:

@@ -8,6 +8,7 @@ run (either threat model) and its summary are the attacker room's.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import click
 
 from fedleak.harness.cli.options import (
+    LazyEpilog,
     check_device,
     option_pairs,
     protocol_options,
@@ -39,7 +41,7 @@ def default_out(attack: str) -> Path:
     return Path("runs") / f"{attack}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
-@click.command(epilog=_attack_epilog())
+@click.command(cls=LazyEpilog, epilog_factory=_attack_epilog)
 @click.option("--victim", "address", required=True, help="Victim address HOST:PORT.")
 @click.option("--attack", default="inverting-gradients", show_default=True,
               help="Attack name (listed below).")
@@ -101,6 +103,9 @@ def attack(**kw: Any) -> None:
         try:
             client.wait_ready(timeout=15)
             record = run_attack(client, settings, out, log=click.echo)
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: what finished is in {out / 'metrics.json'}", err=True)
+            sys.exit(130)
         except VictimError as err:
             raise click.ClickException(f"victim at {kw['address']}: {err}") from None
         except ValueError as err:

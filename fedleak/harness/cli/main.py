@@ -34,14 +34,18 @@ def main() -> None:
 
 @main.command("list")
 def list_names() -> None:
-    """List data sets, models and attacks."""
+    """List data sets, models with their options, attacks and defenses with their parameters."""
     from fedleak.attacks import attack_names
     from fedleak.harness.shared.datasets import DATASET_NAMES
-    from fedleak.harness.shared.models import model_names
+    from fedleak.harness.shared.models import model_names, model_options
 
     click.echo("data sets: " + ", ".join(DATASET_NAMES))
-    click.echo("models:    " + ", ".join(model_names()))
-    click.echo("attacks:   " + ", ".join(attack_names()))
+    click.echo("models (--model NAME[:key=value,...]):")
+    for name in model_names():
+        options = model_options(name)
+        click.echo(f"  {name}" + (f"  options: {', '.join(options)}" if options else ""))
+    click.echo("attacks:   " + ", ".join(attack_names())
+               + "  (options: `fedleak attack --help`)")
     click.echo("defenses (--defense NAME:key=value,...):")
     from fedleak.defenses import DEFENSES, defense_names
 

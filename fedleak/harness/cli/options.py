@@ -121,3 +121,17 @@ def _token(value: str | None, path: str | None, flag: str) -> str | None:
     if not token:
         raise click.UsageError(f"{flag}-file {path} is empty: put the token on its first line")
     return token
+
+
+class LazyEpilog(click.Command):
+    """A command whose epilog is computed when help is shown, not at import: the epilog of
+    ``fedleak attack`` lists every attack's options, which needs torch, and ``fedleak --help``
+    must not pay for that."""
+
+    def __init__(self, *args: Any, epilog_factory: Callable[[], str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epilog_factory = epilog_factory
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.epilog = self.epilog_factory()
+        super().format_epilog(ctx, formatter)

@@ -32,14 +32,6 @@ SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "scor
                    "score_token_file", "max_message_mb", "tls_cert", "tls_key")
 
 
-def _defense_help() -> str:
-    from fedleak.defenses import defense_names
-
-    return ("A defense of the chain, e.g. dpsgd:noise-multiplier=0.5 or prune:p=0.9 "
-            "(repeatable, applied in order). Defenses: " + ", ".join(defense_names())
-            + "; `fedleak list` shows their parameters.")
-
-
 @click.group()
 def victim() -> None:
     """The federated user (victim) process."""
@@ -81,7 +73,9 @@ def victim() -> None:
               help="PEM certificate for TLS (with --tls-key); use for non-loopback hosts.")
 @click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
 @click.option("--defense", "defense_specs", multiple=True, metavar="NAME:KEY=VALUE,...",
-              help=_defense_help())
+              help="A defense of the chain, e.g. dpsgd:noise-multiplier=0.5 or prune:p=0.9 "
+                   "(repeatable, applied in order); `fedleak list` shows every defense with "
+                   "its parameters.")
 @click.option("--defense-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="TOML file with [[defense]] tables (name = ..., then parameters).")
 @click.option("--defense-seed", type=int, default=None,

@@ -85,6 +85,13 @@ def model_names() -> tuple[str, ...]:
     return tuple(_BUILDERS)
 
 
+def model_options(name: str) -> tuple[str, ...]:
+    """The ``key=value`` options model ``name`` takes (``name:key=value,...``)."""
+    if name not in _OPTIONS:
+        raise ModelError(f"unknown model {name!r}; choose one of {', '.join(_BUILDERS)}")
+    return _OPTIONS[name]
+
+
 def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Module:
     """Build the model ``spec`` for inputs of ``shape`` = (C, H, W) and ``num_classes`` classes.
 

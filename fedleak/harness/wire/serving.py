@@ -31,9 +31,12 @@ def start_grpc_server(
     """Start a server with ``add_servicer``'s service, health and reflection on ``host:port``.
 
     Returns the server and the bound port. Raises :class:`OSError` when the address cannot be
-    bound (a port in use, a host that is not this machine's).
+    bound (a port in use, a host that is not this machine's). ``SO_REUSEPORT`` is off: gRPC's
+    default lets a second server bind a port in use, and clients then reach one or the other
+    at random — a leftover victim would silently answer for the new one.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=list(options))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
+                         options=[*options, ("grpc.so_reuseport", 0)])
     add_servicer(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -43,12 +46,17 @@ def start_grpc_server(
         (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     address = f"{host}:{port}"
-    if credentials is not None:
-        bound = server.add_secure_port(address, credentials)
-    else:
-        bound = server.add_insecure_port(address)
+    try:
+        if credentials is not None:
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        raise OSError(f"could not bind {address}: the port is taken or the host is not local")
+        raise OSError(f"could not bind {address}: port {port} is in use (another fedleak "
+                      "process? stop it) or the host is not this machine's; choose another "
+                      "with --port, or --port 0 for a free one")
     server.start()
     return server, bound
 

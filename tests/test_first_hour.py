@@ -1,0 +1,114 @@
+"""What a new user meets in the first hour, with real processes and real signals: ports in use,
+Ctrl-C, a victim that dies mid-attack, privacy spent in the summary, clear CLI errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fedleak.harness.cli.main import main
+from fedleak.harness.victim.process import VictimProcess
+
+pytestmark = pytest.mark.integration
+MLP = ["--dataset", "digits", "--split", "all", "--images", "0-7", "--model",
+       "mlp:width=16,depth=1"]
+
+
+def fedleak(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _attacker(address: str, out: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "fedleak", "attack", "--victim", address,
+                             "--quiet", "--out", str(out), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition: object, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.2)
+    assert condition(), "timed out"  # type: ignore[operator]
+
+
+def test_a_second_server_on_a_port_in_use_is_refused() -> None:
+    with VictimProcess(MLP) as first:
+        port = first.address.rsplit(":", 1)[1]
+        second = fedleak("victim", "serve", *MLP, "--port", port)
+        assert second.returncode != 0
+        assert f"port {port} is in use" in second.stderr and "--port 0" in second.stderr
+        defense = fedleak("defense", "serve", "--defense", "clip:max-norm=1", "--port", port)
+        assert defense.returncode != 0 and "--port 0" in defense.stderr
+        assert first.alive()
+
+
+def test_ctrl_c_keeps_the_finished_rounds_and_exits_130(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.json"
+    with VictimProcess(MLP) as victim:
+        attacker = _attacker(victim.address, tmp_path, "--rounds", "50", "--iterations", "2000")
+
+        def one_round_done() -> bool:
+            return metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 1
+
+        _wait_for(one_round_done)
+        attacker.send_signal(signal.SIGINT)
+        _, stderr = attacker.communicate(timeout=60)
+    assert attacker.returncode == 130, stderr
+    record = json.loads(metrics.read_text())
+    assert record["status"] == "interrupted" and 1 <= len(record["rounds"]) < 50
+    assert all(r["mean_psnr"] is not None for r in record["rounds"])
+    assert "interrupted" in stderr and "Aborted" not in stderr
+
+
+def test_a_victim_that_dies_mid_attack_leaves_the_reconstruction(tmp_path: Path) -> None:
+    victim = VictimProcess(MLP).start()
+    try:
+        attacker = _attacker(victim.address, tmp_path, "--iterations", "8000")
+        _wait_for(lambda: (tmp_path / "metrics.json").exists())  # the round has begun
+        time.sleep(1)
+        os.kill(victim.pid, signal.SIGKILL)
+        _, stderr = attacker.communicate(timeout=300)
+    finally:
+        victim.stop()
+    assert attacker.returncode == 1
+    assert "saved in" in stderr and "unscored" in stderr
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["status"] == "victim gone"
+    (entry,) = record["rounds"]
+    assert entry["unscored"].startswith("victim gone") and entry["mean_psnr"] is None
+    assert (tmp_path / "round-000" / "reconstruction.npy").exists()
+    assert (tmp_path / "round-000" / "reconstruction.png").exists()
+
+
+def test_privacy_spent_is_printed_and_stored_as_numbers(tmp_path: Path) -> None:
+    args = [*MLP, "--defense", "dpsgd:noise-multiplier=1.0,max-grad-norm=1.0"]
+    with VictimProcess(args) as victim:
+        run = fedleak("attack", "--victim", victim.address, "--iterations", "5", "--rounds",
+                      "2", "--quiet", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    epsilons = [r["privacy"]["epsilon_total"] for r in record["rounds"]]
+    assert all(isinstance(e, float) for e in epsilons) and epsilons[0] < epsilons[1]
+    assert record["summary"]["epsilon"] == epsilons[1]
+    assert "privacy spent" in run.stdout and "ε" in run.stdout
+    assert "1 of 1" in run.stdout  # which image of the round each score line is
+
+
+def test_cli_errors_come_at_once_and_name_what_to_change() -> None:
+    runner = CliRunner()
+    no_port = runner.invoke(main, ["attack", "--victim", "localhost", "--iterations", "1"])
+    assert no_port.exit_code == 2 and "HOST:PORT" in no_port.output
+    listing = runner.invoke(main, ["list"])
+    assert "mlp  options: width, depth, bias" in listing.output
+    demo_help = runner.invoke(main, ["demo", "--help"])
+    assert "higher PSNR" in demo_help.output and "--iterations" in demo_help.output
+    assert "Optimisation steps" in demo_help.output
