@@ -277,3 +277,14 @@ def test_sweep_against_a_victim_the_user_runs(tmp_path: Path) -> None:
     assert result.attack is not None and result.attack.defenses == ["prune:p=0.5,scope=layer"]
     assert len(result.picture_files()) == 2 and result.accuracy is not None
     assert "comparison" in result.picture_files()[0]  # the token let the sweep reveal
+
+
+def test_ray_without_the_extra_is_a_clear_error(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(tiny_spec(""))
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from fedleak.harness.cli.main import main\n"
+            f"main(['sweep', {str(spec)!r}, '--ray', '--out', {str(tmp_path / 'run')!r}])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "pip install 'fedleak[ray]'" in run.stderr

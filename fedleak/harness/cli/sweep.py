@@ -43,6 +43,14 @@ from fedleak.harness.cli.options import read_tokens, token_options
               help="Print the grid's points and what the store holds, then exit.")
 @click.option("--print-spec", is_flag=True, help="Print the spec's TOML and exit.")
 @click.option("--quiet", is_flag=True, help="No progress bars (one line per point).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None,
+              metavar="[ADDRESS]",
+              help="Run each point as a Ray task (pip install 'fedleak[ray]'): --ray alone "
+                   "starts a local Ray, --ray auto joins the running cluster, --ray HOST:PORT "
+                   "that one. Resources per point: [sweep.resources] in the spec.")
+@click.option("--ray-retries", default=2, show_default=True, type=click.IntRange(0),
+              help="With --ray: re-runs of a point whose worker process or node died, before "
+                   "it is recorded as failed.")
 def sweep(**kw: Any) -> None:
     """Measure a grid of defense settings: attack leakage, utility and ε per point.
 
@@ -68,14 +76,26 @@ def sweep(**kw: Any) -> None:
     if kw["list_only"]:
         _list_points(points, run_dir)
         return
-    click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} "
-               f"({kw['jobs']} job(s))")
+    where = (f"Ray at {kw['ray_address'] or 'a local cluster'}"
+             if kw["ray_address"] is not None else f"{kw['jobs']} job(s)")
+    click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} ({where})")
     token, score_token = read_tokens(kw)
+    ray = None
+    if kw["ray_address"] is not None:
+        from fedleak.harness.sweep.ray_backend import RayOptions, import_ray
+
+        try:
+            import_ray()
+        except RuntimeError as err:
+            raise click.UsageError(str(err)) from None
+        ray = RayOptions(address=kw["ray_address"] or None, retries=kw["ray_retries"])
     options = SweepOptions(jobs=kw["jobs"], threads=kw["threads"], victims=kw["victims"],
                            token=token, score_token=score_token,
-                           show_progress=not kw["quiet"])
+                           show_progress=not kw["quiet"], ray=ray)
     try:
         outcome = run_sweep(spec, run_dir, options, echo=click.echo)
+    except RuntimeError as err:  # RayUnavailable: no cluster at the address
+        raise click.ClickException(str(err)) from None
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: finished measurements are kept in {run_dir}; run the "
                    "same command again to continue", err=True)

@@ -42,13 +42,17 @@ def attack_victim_settings(point: Point, checkpoint: str | None) -> VictimSettin
 
 def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: str | None,
                    on_round: Callable[[str], None],
-                   score_token: str | None = None) -> AttackMeasurement:
-    """Attack K rounds of the point's victim; the measurement (paths relative to run_dir)."""
+                   score_token: str | None = None, device: str = "cpu") -> AttackMeasurement:
+    """Attack K rounds of the point's victim; the measurement (paths relative to run_dir).
+
+    ``device`` is where the attack runs (``cuda`` for a point placed on a GPU).
+    """
     out = run_dir / "points" / point.point_id / "attack"
     if out.exists():  # left by an interrupted attempt: nothing of it was stored
         shutil.rmtree(out)
     settings = AttackSettings(attack=point.attack, options=dict(point.attack_options),
-                              seed=point.seed, rounds=point.rounds, show_progress=False)
+                              seed=point.seed, rounds=point.rounds, show_progress=False,
+                              device=device)
     started = time.perf_counter()
     if point.victim:
         with VictimClient(point.victim, token=token, score_token=score_token) as client:

@@ -52,6 +52,7 @@ class AttackMeasurement:
     measure_time_s: float = 0.0
     mean_feature_cosine: float | None = None
     mean_feature_relative_error: float | None = None
+    node: str | None = None  # the Ray node that measured it (--ray)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,6 +81,7 @@ class UtilityMeasurement:
     defenses: list[str] = field(default_factory=list)
     test_images: int = 0
     training_time_s: float = 0.0
+    node: str | None = None  # the Ray node that measured it (--ray)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,3 +99,17 @@ def float_or_none(text: str | None) -> float | None:
         return None if text is None else float(text)
     except ValueError:
         return None
+
+
+def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
+              utility: UtilityMeasurement | None, where: str = "") -> str:
+    """The line printed when a point is done: its figures (and where it was measured)."""
+    parts = ["no attack"]
+    if attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
+        parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
+    if utility is not None:
+        parts.append(f"test accuracy {utility.test_accuracy:.1%}")
+    eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
+    if eps is not None:
+        parts.append(f"ε {eps:.4g}")
+    return f"done {label} [{point_id}]{where}: " + ", ".join(parts)

@@ -53,6 +53,36 @@ class UtilitySettings:
 
 
 @dataclass(frozen=True)
+class PointResources:
+    """What one point needs of a Ray node (``[sweep.resources]``); not part of a point's id.
+
+    A point given ``num_gpus > 0`` runs its attack with ``device=cuda`` on the GPU Ray gives it.
+    """
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_cpus", "num_gpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
+                    or not math.isfinite(value):
+                raise SpecError(f"sweep.resources.{name} must be a number >= 0, got {value!r}")
+        if self.num_cpus == 0 and self.num_gpus == 0:
+            raise SpecError("sweep.resources: a point needs some num_cpus or num_gpus")
+
+    @property
+    def device(self) -> str:
+        """Where a point's attack runs."""
+        return "cuda" if self.num_gpus > 0 else "cpu"
+
+    @property
+    def threads(self) -> int:
+        """Torch threads for a point's attack and victims: its CPUs, at least one."""
+        return max(1, int(self.num_cpus))
+
+
+@dataclass(frozen=True)
 class DefenseSetting:
     """One value of the defense axis: a chain of ``name:key=value`` specs and its labels."""
 

@@ -4,7 +4,7 @@ Per point, in this order, each skipped when the store already has it:
 
 1. **attack**: start a victim process for the point (its defense chain, the first K·n images
    of the split, n per round, ``--allow-reveal`` with a fresh token), run
-   :func:`fedleak.harness.attacker.run_attack` for K rounds into
+   :func:`fedleak.harness.attacker.run.run_attack` for K rounds into
    ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
 2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim).
 
@@ -13,6 +13,8 @@ utility training talk to that address, and the defense is whatever that victim r
 ``Describe`` is recorded). A point that fails is marked ``failed`` with the error and the sweep
 goes on; a re-run retries it. ``jobs > 1`` measures points in a pool of worker processes, each
 point with its own victim processes; every worker writes its own measurements to the store.
+With ``ray`` the points run as Ray tasks on a cluster and the driver alone writes the store
+(:mod:`fedleak.harness.sweep.ray_backend`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.checkpoints import checkpoint_path, ensure_checkpoint
-from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.measure import Credentials, Needs, measure
+from fedleak.harness.sweep.measurements import done_line
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
+from fedleak.harness.sweep.ray_backend import RayOptions, run_on_ray
 from fedleak.harness.sweep.spec import SweepSpec
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
@@ -46,6 +50,7 @@ class SweepOptions:
     victims: tuple[str, ...] = ()
     token: str | None = None
     score_token: str | None = None
+    ray: RayOptions | None = None  # run points as Ray tasks (fedleak sweep --ray)
     show_progress: bool = True
 
 
@@ -90,7 +95,11 @@ def run_sweep(
     progress = TqdmProgress(len(points), outcome.skipped, options.show_progress, echo)
     threads = options.threads or max(1, (os.cpu_count() or 1) // max(1, options.jobs))
     try:
-        if options.jobs <= 1 or len(todo) <= 1:
+        if options.ray is not None:
+            results = run_on_ray(todo, run_dir, spec.resources,
+                                 Credentials(options.token, options.score_token), options.ray,
+                                 progress, options.threads) if todo else []
+        elif options.jobs <= 1 or len(todo) <= 1:
             saved = os.environ.get("OMP_NUM_THREADS")
             previous = _set_threads(threads)
             try:
@@ -117,9 +126,8 @@ def run_sweep(
 
 
 def _missing(store: ResultStore, point: Point) -> bool:
-    if not store.done(point.point_id, "attack"):
-        return True
-    return point.utility_settings.enabled and not store.done(point.point_id, "utility")
+    needs = needs_of(store, point)
+    return needs.attack or needs.utility
 
 
 def _set_threads(threads: int) -> int:
@@ -196,52 +204,33 @@ def _drain(events: Any, progress: TqdmProgress, wait: float) -> None:
 def measure_point(point_json: str, run_dir: str, token: str | None,
                   progress: ProgressSink,
                   score_token: str | None = None) -> tuple[str, str, str, str]:
-    """Measure what the store lacks for one point; returns (id, label, status, error)."""
-    from fedleak.harness.sweep.leakage import measure_attack
-    from fedleak.harness.sweep.utility import measure_utility
-
+    """Measure what the store lacks for one point, recording each measurement as it finishes;
+    returns (id, label, status, error)."""
     point = Point.from_json(point_json)
     pid, root = point.point_id, Path(run_dir)
     with ResultStore(root / STORE_NAME) as store:
-        need_attack = not store.done(pid, "attack")
-        need_utility = point.utility_settings.enabled and not store.done(pid, "utility")
-        total = (point.rounds if need_attack else 0) + \
-            (point.utility_settings.rounds if need_utility else 0)
-        progress.start(pid, point.label, total)
+        needs = needs_of(store, point)
+        progress.start(pid, point.label, needs.steps(point))
         store.set_status(pid, "running")
-        checkpoint = checkpoint_path(point, root)
+
+        def record(kind: str, measurement: Any, started: float) -> None:
+            store.record(pid, kind, measurement.to_json(), started)
+
         try:
-            if need_attack:
-                started = time.time()
-                leakage = measure_attack(point, root, checkpoint, token,
-                                         lambda text: progress.advance(pid, "attack " + text),
-                                         score_token)
-                store.record(pid, "attack", leakage.to_json(), started)
-            if need_utility:
-                started = time.time()
-                utility = measure_utility(point, checkpoint,
-                                          lambda _, text: progress.advance(pid, text), token)
-                store.record(pid, "utility", utility.to_json(), started)
+            measure(point, root, checkpoint_path(point, root), needs,
+                    Credentials(token, score_token), progress, record)
         except Exception as err:  # recorded with the point; the sweep goes on
             error = f"{type(err).__name__}: {err}"
             store.set_status(pid, "failed", error)
             progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
             return pid, point.label, "failed", error
         store.set_status(pid, "done")
-        progress.end(pid, _done_line(point, store))
+        progress.end(pid, done_line(point.label, pid, *store.finished(pid)))
         return pid, point.label, "done", ""
 
 
-def _done_line(point: Point, store: ResultStore) -> str:
-    found = {m.kind: m.metrics for m in store.measurements(point.point_id)}
-    attack = AttackMeasurement.from_json(found["attack"]) if "attack" in found else None
-    utility = UtilityMeasurement.from_json(found["utility"]) if "utility" in found else None
-    parts = ["no attack"]
-    if attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
-        parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
-    if utility is not None:
-        parts.append(f"test accuracy {utility.test_accuracy:.1%}")
-    eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
-    if eps is not None:
-        parts.append(f"ε {eps:.4g}")
-    return f"done {point.label} [{point.point_id}]: " + ", ".join(parts)
+def needs_of(store: ResultStore, point: Point) -> Needs:
+    """Which measurements of ``point`` the store lacks."""
+    return Needs(attack=not store.done(point.point_id, "attack"),
+                 utility=point.utility_settings.enabled
+                 and not store.done(point.point_id, "utility"))

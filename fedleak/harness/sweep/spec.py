@@ -21,6 +21,10 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
     kind = "fedsgd"                 # or fedavg with local_epochs, local_batch_size, lr
     batchnorm = "eval"              # optional: BatchNorm on running statistics (default train)
 
+    [sweep.resources]               # optional: what one point needs of a Ray node (--ray)
+    num_cpus = 1
+    num_gpus = 0                    # > 0: the point's attack runs on a GPU (device cuda)
+
     [sweep.utility]                 # federated training through the same defended path
     rounds = 150
     batch_size = 4
@@ -50,16 +54,23 @@ from __future__ import annotations
 import itertools
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
-from importlib import resources
+from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
-from fedleak.harness.sweep.points import DefenseSetting, Point, SpecError, UtilitySettings
+from fedleak.harness.sweep.points import (
+    DefenseSetting,
+    Point,
+    PointResources,
+    SpecError,
+    UtilitySettings,
+)
 
 PRESETS_PACKAGE = "fedleak.harness.sweep"
 PRESETS_FOLDER = "presets"
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
+             "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense"}
 _DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
@@ -84,6 +95,7 @@ class SweepSpec:
     images: str | None = None
     data_root: str | None = None
     train_epochs: int = 20
+    resources: PointResources = field(default_factory=PointResources)
     source: str = field(default="", repr=False)
 
     def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
@@ -122,7 +134,7 @@ class SweepSpec:
 
 def preset_names() -> list[str]:
     """Names of the bundled presets (``fedleak sweep --preset NAME``)."""
-    folder = resources.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER)
+    folder = package_files.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER)
     if not folder.is_dir():
         raise SpecError("this installation lacks the bundled presets (fedleak/harness/sweep/"
                         "presets/*.toml must be installed as package data); pass a spec file")
@@ -133,7 +145,7 @@ def preset_text(name: str) -> str:
     """The TOML text of preset ``name``."""
     if name not in preset_names():
         raise SpecError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
-    return resources.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER, f"{name}.toml").read_text()
+    return package_files.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER, f"{name}.toml").read_text()
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -187,6 +199,7 @@ def parse_spec(text: str, source: str = "spec") -> SweepSpec:
         images=str(sweep["images"]) if "images" in sweep else None,
         data_root=str(sweep["data_root"]) if sweep.get("data_root") else None,
         train_epochs=_positive_int(sweep.get("train_epochs", 20), "sweep.train_epochs"),
+        resources=_resources(sweep.get("resources", {})),
         source=text,
     )
 
@@ -293,6 +306,12 @@ def _trained(value: Any) -> list[bool | str]:
             raise SpecError(f"sweep.trained: {item!r} is neither true/false nor an existing "
                             "checkpoint file")
     return out
+
+
+def _resources(value: Any) -> PointResources:
+    table = _keys(value, "sweep.resources")
+    _no_unknown(table, {"num_cpus", "num_gpus"}, "sweep.resources")
+    return PointResources(**table)
 
 
 def _utility(value: Any) -> UtilitySettings:

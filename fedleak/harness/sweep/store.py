@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.points import Point
 
 KINDS = ("attack", "utility")
@@ -162,6 +163,14 @@ class ResultStore:
             args = (point_id,)
         rows = self._db.execute(query + " ORDER BY id", args).fetchall()
         return [Measurement(i, p, k, json.loads(m), s, f) for i, p, k, m, s, f in rows]
+
+    def finished(self, point_id: str) -> tuple[AttackMeasurement | None,
+                                               UtilityMeasurement | None]:
+        """The point's attack and utility measurements, typed (None where not measured)."""
+        found = {m.kind: m.metrics for m in self.measurements(point_id)}
+        attack = AttackMeasurement.from_json(found["attack"]) if "attack" in found else None
+        utility = UtilityMeasurement.from_json(found["utility"]) if "utility" in found else None
+        return attack, utility
 
     # -- meta ------------------------------------------------------------------------------
 

@@ -1,0 +1,73 @@
+"""Measure one point — its leakage, then its utility — wherever it runs.
+
+The same steps run in the sweep's own process, in a ``--jobs`` worker and in a Ray task on
+another node: attack K private batches of the point's victim
+(:func:`~fedleak.harness.sweep.leakage.measure_attack`), then train federatedly through the
+defended path (:func:`~fedleak.harness.sweep.utility.measure_utility`). Each finished
+measurement goes to ``on_measured`` the moment it finishes: the store itself on one machine,
+a list returned to the driver from a Ray task (the driver alone writes the store there).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedleak.harness.sweep.leakage import measure_attack
+from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.points import Point
+from fedleak.harness.sweep.progress import ProgressSink
+from fedleak.harness.sweep.utility import measure_utility
+
+#: ``on_measured(kind, measurement, started_at)``: kind is ``attack`` or ``utility``.
+OnMeasured = Callable[[str, AttackMeasurement | UtilityMeasurement, float], None]
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Tokens for victims the user runs: the victim's (Reveal) and the evaluator's (Score)."""
+
+    token: str | None = None
+    score_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Which measurements a point still lacks."""
+
+    attack: bool
+    utility: bool
+
+    def steps(self, point: Point) -> int:
+        """Progress steps: one per attacked round and one per utility round."""
+        return ((point.rounds if self.attack else 0)
+                + (point.utility_settings.rounds if self.utility else 0))
+
+
+def measure(
+    point: Point,
+    root: Path,
+    checkpoint: str | None,
+    needs: Needs,
+    credentials: Credentials,
+    progress: ProgressSink,
+    on_measured: OnMeasured,
+    device: str = "cpu",
+) -> None:
+    """Measure what ``needs`` says under ``root`` (the run folder, or a worker's scratch copy
+    of its layout); exceptions propagate after the finished measurements were handed over."""
+    pid = point.point_id
+    if needs.attack:
+        started = time.time()
+        leakage = measure_attack(point, root, checkpoint, credentials.token,
+                                 lambda text: progress.advance(pid, "attack " + text),
+                                 credentials.score_token, device=device)
+        on_measured("attack", leakage, started)
+    if needs.utility:
+        started = time.time()
+        utility = measure_utility(point, checkpoint,
+                                  lambda _, text: progress.advance(pid, text),
+                                  credentials.token)
+        on_measured("utility", utility, started)

@@ -1,0 +1,222 @@
+"""Sweep points as Ray tasks: a sweep that outgrows one machine (``fedleak sweep --ray``).
+
+Each point — its victim processes, its attack rounds, its utility training — runs as one Ray
+task with the resources the spec declares (``[sweep.resources]``: ``num_cpus``,
+``num_gpus``; a point given a GPU attacks with ``device=cuda``). The task measures into a
+scratch folder on its node laid out like the run folder and returns what it measured: the
+typed measurements and the files of its attack run (metrics.json, reconstructions, pictures:
+kilobytes). The private data never crosses the network; it stays inside the victim process on
+the task's node. The driver alone writes the SQLite store and the run folder, the moment each
+point's result arrives, so the store stays the single truth: killing the driver loses only the
+points in flight, and the same command resumes as on one machine.
+
+A task whose worker process or node dies is re-run by Ray up to ``retries`` times
+(``max_retries``) and then recorded as failed with Ray's reason; an error of the measurement
+itself is not retried (it would fail again) and is recorded as on one machine. A point is
+recorded once, from the one result the driver receives. Progress events travel back through a
+``ray.util.queue.Queue`` and are drawn by the same bars as ``--jobs``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedleak.harness.sweep.checkpoints import checkpoint_path
+from fedleak.harness.sweep.measure import Credentials, Needs, measure
+from fedleak.harness.sweep.measurements import (
+    AttackMeasurement,
+    UtilityMeasurement,
+    done_line,
+)
+from fedleak.harness.sweep.points import Point, PointResources
+from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, replay
+from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+
+#: How a point's outcome is summed up: (point id, label, status, error).
+Result = tuple[str, str, str, str]
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class RayUnavailable(RuntimeError):
+    """``--ray`` without Ray installed, or no cluster at the address."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a clear error naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("fedleak sweep --ray needs Ray: pip install 'fedleak[ray]' (in "
+                             "this checkout: .venv/bin/pip install -c constraints.txt "
+                             "-e '.[ray]')") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the cluster is (None: start a local one; ``auto``: the running one) and how
+    often a task whose worker or node died is re-run."""
+
+    address: str | None = None
+    retries: int = 2
+
+
+def connect(options: RayOptions) -> Any:
+    """Connect to (or start) the cluster; the ``ray`` module."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=options.address or None, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except ConnectionError as err:
+            raise RayUnavailable(f"no Ray cluster at {options.address!r} ({err}); start one "
+                                 "with `ray start --head` or give its address") from None
+    return ray
+
+
+def measure_on_node(point_json: str, needs: tuple[bool, bool], checkpoint: bytes | None,
+                    credentials: Credentials, threads: int, device: str,
+                    events: Any) -> dict[str, Any]:
+    """The Ray task: measure one point on this node, return measurements and files.
+
+    Runs in a Ray worker process. It writes nothing the driver reads but its return value.
+    """
+    import ray
+    import torch
+
+    point = Point.from_json(point_json)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # victims started from here inherit it
+    torch.set_num_threads(threads)
+    progress = QueueProgress(events)
+    measured: list[tuple[str, dict[str, Any], float]] = []
+    error = ""
+    with tempfile.TemporaryDirectory(prefix="fedleak-point-") as scratch:
+        root = Path(scratch)
+        local_checkpoint = None
+        if checkpoint is not None:
+            local_checkpoint = str(root / CHECKPOINT_NAME)
+            Path(local_checkpoint).write_bytes(checkpoint)
+        elif isinstance(point.trained, str):
+            local_checkpoint = point.trained  # a path the spec names: on every node
+
+        def keep(kind: str, measurement: AttackMeasurement | UtilityMeasurement,
+                 started: float) -> None:
+            measured.append((kind, measurement.to_json(), started))
+
+        try:
+            measure(point, root, local_checkpoint, Needs(*needs), credentials, progress, keep,
+                    device=device)
+        except Exception as err:  # returned: the driver records it, Ray does not retry it
+            error = f"{type(err).__name__}: {err}"
+        files = {str(path.relative_to(root)): path.read_bytes()
+                 for path in sorted((root / "points").rglob("*")) if path.is_file()}
+    context = ray.get_runtime_context()
+    return {"measured": measured, "error": error, "files": files,
+            "node": f"{ray.util.get_node_ip_address()} {context.get_node_id()[:8]}"}
+
+
+def run_on_ray(todo: list[Point], run_dir: Path, resources: PointResources,
+               credentials: Credentials, options: RayOptions, progress: ProgressSink,
+               threads: int | None = None) -> list[Result]:
+    """Measure ``todo`` as Ray tasks; the driver records each result as it arrives."""
+    ray = connect(options)
+    from ray.util.queue import Queue
+
+    events = Queue()
+    task = ray.remote(measure_on_node).options(
+        num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
+        max_retries=options.retries, retry_exceptions=False)
+    pending: dict[Any, Point] = {}
+    with ResultStore(run_dir / STORE_NAME) as store:
+        for point in todo:
+            needs = Needs(attack=not store.done(point.point_id, "attack"),
+                          utility=point.utility_settings.enabled
+                          and not store.done(point.point_id, "utility"))
+            store.set_status(point.point_id, "running")
+            progress.start(point.point_id, point.label, needs.steps(point))
+            ref = task.remote(point.to_json(), (needs.attack, needs.utility),
+                              _checkpoint_bytes(point, run_dir), credentials,
+                              threads or resources.threads, resources.device, events)
+            pending[ref] = point
+    results: list[Result] = []
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
+            _drain(events, progress)
+            for ref in ready:
+                point = pending.pop(ref)
+                results.append(_record(ray, ref, point, run_dir, progress))
+        _drain(events, progress)
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return results
+
+
+def _checkpoint_bytes(point: Point, run_dir: Path) -> bytes | None:
+    """A checkpoint the sweep trained travels with the task (other nodes cannot read it)."""
+    if point.trained is not True:
+        return None
+    path = checkpoint_path(point, run_dir)
+    return Path(path).read_bytes() if path else None
+
+
+def _record(ray: Any, ref: Any, point: Point, run_dir: Path, progress: ProgressSink) -> Result:
+    """Write one task's files and measurements (the driver alone writes the store)."""
+    pid = point.point_id
+    with ResultStore(run_dir / STORE_NAME) as store:
+        try:
+            returned = ray.get(ref)
+        except ray.exceptions.RayError as err:  # the worker or node died, retries spent
+            error = f"{type(err).__name__}: {_first_line(err)}"
+            store.set_status(pid, "failed", error)
+            progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
+            return pid, point.label, "failed", error
+        for relative, data in returned["files"].items():
+            target = run_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        for kind, metrics, started in returned["measured"]:
+            metrics["node"] = returned["node"]
+            store.record(pid, kind, metrics, started)
+        where = f" on {returned['node']}"
+        if returned["error"]:
+            store.set_status(pid, "failed", returned["error"])
+            progress.end(pid, f"FAILED {point.label} [{pid}]{where}: {returned['error']}")
+            return pid, point.label, "failed", returned["error"]
+        store.set_status(pid, "done")
+        progress.end(pid, done_line(point.label, pid, *store.finished(pid), where))
+        return pid, point.label, "done", ""
+
+
+def _drain(events: Any, progress: ProgressSink) -> None:
+    try:
+        while True:
+            replay(events.get_nowait(), progress)
+    except queue.Empty:
+        pass
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def wait_for_nodes(count: int, timeout: float = 60.0,
+                   echo: Callable[[str], Any] = print) -> None:
+    """Block until the connected cluster has ``count`` live nodes (for scripts and tests)."""
+    ray = import_ray()
+    deadline = time.monotonic() + timeout
+    while sum(n["Alive"] for n in ray.nodes()) < count:
+        if time.monotonic() > deadline:
+            raise RayUnavailable(f"the Ray cluster has fewer than {count} live nodes")
+        time.sleep(0.5)
+    echo(f"Ray cluster: {count} node(s)")
