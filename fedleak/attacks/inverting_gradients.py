@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.capture import DeviceSignedAdam, capturable, run_iterations
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
@@ -91,6 +92,11 @@ class InvertingGradientsConfig:
         default=True,
         metadata={"help": "run the restarts as one batched computation (torch.func.vmap) when "
                           "the model allows it (no BatchNorm); same result per restart"},
+    )
+    capture: bool = field(
+        default=True,
+        metadata={"help": "on a GPU, record one iteration as a CUDA graph and replay it "
+                          "(falls back to eager with a notice when capture fails)"},
     )
 
     def __post_init__(self) -> None:
@@ -231,12 +237,14 @@ class InvertingGradients(Attack[Observation]):
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
         replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 else None
+        notices: list[str | None] = []
         if replay is not None:
             stacked = stacked_inits(gaussian_init, shape, range(seed, seed + cfg.restarts),
                                     device)
             batched = RestartsCosineObjective([u.to(device) for u in observation.update])
-            self.optimise(stacked, labels, replay, batched, restart_total_variation, bounds,
-                          offset=0, total=total, progress=progress)
+            notices.append(self.optimise(stacked, labels, replay, batched,
+                                         restart_total_variation, bounds, offset=0,
+                                         total=total, progress=progress))
             candidates = list(stacked)
         else:
             def one_by_one(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -245,9 +253,10 @@ class InvertingGradients(Attack[Observation]):
             candidates = []
             for restart in range(cfg.restarts):
                 images = gaussian_init(shape, seed + restart, device).unsqueeze(0)
-                self.optimise(images, labels, one_by_one, objective,
-                              lambda x: total_variation(x[0]), bounds,
-                              offset=restart * cfg.iterations, total=total, progress=progress)
+                notices.append(self.optimise(images, labels, one_by_one, objective,
+                                             lambda x: total_variation(x[0]), bounds,
+                                             offset=restart * cfg.iterations, total=total,
+                                             progress=progress))
                 candidates.append(images[0])
         finals = [self.evaluate(images, labels, observation, objective) for images in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
@@ -257,7 +266,9 @@ class InvertingGradients(Attack[Observation]):
             objective=finals[best],
             iterations=total,
             restart_objectives=finals,
-            extras={"vectorised_restarts": replay is not None},
+            extras={"vectorised_restarts": replay is not None,
+                    "captured": capturable(device) and cfg.capture and not any(notices)},
+            warnings=sorted({n for n in notices if n}),
         )
 
     def evaluate(
@@ -286,7 +297,8 @@ class InvertingGradients(Attack[Observation]):
         offset: int,
         total: int,
         progress: Progress | None,
-    ) -> None:
+        graph_safe: bool | None = None,
+    ) -> str | None:
         """Signed Adam on ``images`` ``[R, n, C, H, W]`` in place: R restarts side by side.
 
         Each step replays the update of every restart (``replay``), forms the cosine term's
@@ -296,13 +308,19 @@ class InvertingGradients(Attack[Observation]):
         ``s_r``, steps signed Adam at the shared step size and projects onto the box. See
         :mod:`fedleak.attacks.restarts` for why the restarts stay independent. Progress counts
         restart-iterations from ``offset`` out of ``total`` and reports the lowest objective.
+
+        On a GPU (``graph_safe`` None: when ``capture`` is on and CUDA is there) the step keeps
+        all its state on the device and one step is captured as a CUDA graph
+        (:mod:`fedleak.attacks.capture`); returns a notice when capture fell back to eager.
         """
         cfg = self.config
         width = images.shape[0]
+        if graph_safe is None:
+            graph_safe = cfg.capture and capturable(images.device)
         images.requires_grad_(True)
-        optimiser = SignedAdam(images, signed=cfg.signed)
         per_restart = (-1, *[1] * (images.dim() - 1))
-        for iteration in range(cfg.iterations):
+
+        def gradient() -> tuple[torch.Tensor, torch.Tensor]:
             update = replay(images, labels)
             value, output_grads, scale = objective.value_and_output_grads(update)
             outputs = list(update)
@@ -312,15 +330,62 @@ class InvertingGradients(Attack[Observation]):
                 outputs.append(variation)
                 output_grads.append(cfg.tv / scale)
             (grad,) = torch.autograd.grad(outputs, images, output_grads)
-            grad.mul_(scale.view(per_restart))
+            return grad.mul_(scale.view(per_restart)), value
+
+        def report(done_steps: int, value: float) -> None:
+            if progress is not None:
+                progress(offset + done_steps * width, total, value)
+
+        notice = None
+        if graph_safe:
+            notice = self._optimise_graph_safe(images, gradient, bounds, offset, width, report)
+        else:
+            optimiser = SignedAdam(images, signed=cfg.signed)
+            for iteration in range(cfg.iterations):
+                grad, value = gradient()
+                with torch.no_grad():
+                    optimiser.step(grad, step_size(iteration, cfg.iterations, cfg.lr,
+                                                   cfg.lr_decay))
+                    if cfg.boxed:
+                        images.clamp_(bounds[0], bounds[1])
+                reported = offset // width + iteration + 1
+                if reported % cfg.log_every == 0 or iteration == 0:
+                    report(iteration + 1, float(value.min().item()))
+        images.requires_grad_(False)
+        return notice
+
+    def _optimise_graph_safe(
+        self,
+        images: torch.Tensor,
+        gradient: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        bounds: tuple[torch.Tensor, torch.Tensor],
+        offset: int,
+        width: int,
+        report: Callable[[int, float], None],
+    ) -> str | None:
+        """The loop with device-side state, captured as a CUDA graph where possible."""
+        cfg = self.config
+        schedule = torch.tensor([step_size(i, cfg.iterations, cfg.lr, cfg.lr_decay)
+                                 for i in range(cfg.iterations)], dtype=torch.float64)
+        optimiser = DeviceSignedAdam(images, schedule, signed=cfg.signed)
+        objective = torch.zeros(width, device=images.device)
+
+        def step() -> None:
+            grad, value = gradient()
             with torch.no_grad():
-                optimiser.step(grad, step_size(iteration, cfg.iterations, cfg.lr, cfg.lr_decay))
+                optimiser.step(grad)
                 if cfg.boxed:
                     images.clamp_(bounds[0], bounds[1])
-            reported = offset // width + iteration + 1
-            if progress is not None and (reported % cfg.log_every == 0 or iteration == 0):
-                progress(offset + (iteration + 1) * width, total, float(value.min().item()))
-        images.requires_grad_(False)
+                objective.copy_(value.detach().reshape(-1).expand(width))
+
+        first = offset // width
+
+        def on_step(done: int) -> None:
+            if (first + done) % cfg.log_every == 0 or done == 1:
+                report(done, float(objective.min().item()))
+
+        return run_iterations(step, cfg.iterations, images.device,
+                              capture=capturable(images.device), on_step=on_step)
 
 
 def gaussian_init(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:

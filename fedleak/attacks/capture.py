@@ -1,0 +1,122 @@
+"""Captured iterations: one optimisation step recorded as a CUDA graph, then replayed.
+
+On a GPU one attack iteration — the replayed update (a forward and a double backward of the
+model), the cosine objective, one vector–Jacobian product, signed Adam, the box projection and
+the step-size schedule — is hundreds of small kernels, and the GPU waits for Python between
+them. ``torch.cuda.graph`` records the kernels of one iteration once and replays them with one
+launch. That needs a *graph-safe* step: every tensor it reads or writes keeps its address
+(static buffers: the images, Adam's moments, the objective), and nothing in it depends on a
+Python number that changes between iterations or reads the device back to the host. So:
+
+- the step size is read on the device from a precomputed schedule, ``lr_t = schedule[t]``
+  (the ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋ decay of :func:`~fedleak.attacks.inverting_gradients.step_size`);
+- Adam's step counter t is a device tensor, and its bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ are
+  computed on the device (:class:`DeviceSignedAdam`, the same maths as
+  :class:`~fedleak.attacks.inverting_gradients.SignedAdam`);
+- the objective is copied into a static buffer that the caller reads only every ``log_every``
+  replays (the loop's one host synchronisation).
+
+:func:`run_iterations` warms the step up on a side stream (cuDNN and cuBLAS pick their kernels,
+the caching allocator settles), captures one step and replays it; where capture is impossible
+(not CUDA, or an operation that cannot be captured) it runs the very same graph-safe step
+eagerly and says why. The eager CPU path of the attacks does not use this module: on two CPU
+cores Python is not the bottleneck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+class DeviceSignedAdam:
+    """Signed Adam whose whole state lives on the images' device (graph-safe).
+
+    ``m ← β₁m + (1−β₁)s``, ``v ← β₂v + (1−β₂)s²``, ``x ← x − lr_t/(1−β₁ᵗ) · m/(√v/√(1−β₂ᵗ) + ε)``
+    with ``s = sign(∇)`` and ``lr_t = schedule[t − 1]``: the step counter and the bias
+    corrections are computed in float64 on the device, as ``SignedAdam`` does in Python.
+    """
+
+    def __init__(self, images: torch.Tensor, schedule: torch.Tensor, signed: bool = True) -> None:
+        self.images = images
+        self.signed = signed
+        self.m = torch.zeros_like(images)
+        self.v = torch.zeros_like(images)
+        device = images.device
+        self.t = torch.zeros((), dtype=torch.int64, device=device)
+        self.schedule = schedule.to(device=device, dtype=torch.float64)
+        self._betas = torch.tensor(ADAM_BETAS, dtype=torch.float64, device=device)
+
+    def step(self, grad: torch.Tensor) -> None:
+        """One update of ``images`` in place; ``grad`` is overwritten."""
+        beta1, beta2 = ADAM_BETAS
+        self.t += 1
+        s = grad.sign_() if self.signed else grad
+        self.m.lerp_(s, 1 - beta1)
+        self.v.mul_(beta2).addcmul_(s, s, value=1 - beta2)
+        corrections = 1 - self._betas.pow(self.t)  # [1 − β₁ᵗ, 1 − β₂ᵗ], float64
+        lr = self.schedule.index_select(0, (self.t - 1).view(1)).squeeze(0)
+        factor = (lr / corrections[0]).to(self.images.dtype)
+        denom = (self.v.sqrt() / corrections[1].sqrt().to(self.v.dtype)).add_(ADAM_EPS)
+        self.images.sub_(self.m / denom * factor)
+
+
+def capturable(device: torch.device) -> bool:
+    """Whether steps on ``device`` can be captured as CUDA graphs."""
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+def run_iterations(
+    step: Callable[[], None],
+    iterations: int,
+    device: torch.device,
+    *,
+    capture: bool = True,
+    warmup: int = 3,
+    on_step: Callable[[int], None] | None = None,
+) -> str | None:
+    """Run the graph-safe ``step`` ``iterations`` times, captured on CUDA when ``capture``.
+
+    ``on_step(done)`` is called after every iteration; it should read the device only now and
+    then (every ``log_every`` steps), since each read waits for the GPU. Returns None, or a
+    one-line notice when capture was asked for but the step ran eagerly.
+    """
+    notice = None
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        for _ in range(count):
+            step()
+            done += 1
+            if on_step is not None:
+                on_step(done)
+
+    if not capture or not capturable(device) or iterations <= warmup + 1:
+        advance(iterations)
+        return None if not capture or not capturable(device) else \
+            "too few iterations to capture; ran eagerly"
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        advance(warmup)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+    except RuntimeError as err:  # an operation that cannot be captured
+        notice = f"CUDA graph capture failed ({str(err).splitlines()[0][:120]}); ran eagerly"
+        torch.cuda.synchronize(device)
+        advance(iterations - done)
+        return notice
+    while done < iterations:
+        graph.replay()
+        done += 1
+        if on_step is not None:
+            on_step(done)
+    return notice
