@@ -112,3 +112,18 @@ def test_cli_errors_come_at_once_and_name_what_to_change() -> None:
     demo_help = runner.invoke(main, ["demo", "--help"])
     assert "higher PSNR" in demo_help.output and "--iterations" in demo_help.output
     assert "Optimisation steps" in demo_help.output
+
+
+def test_packed_rounds_score_as_separate_ones(tmp_path: Path) -> None:
+    """`fedleak attack --pack 3` attacks three rounds as one computation: same figures."""
+    figures = {}
+    for pack in ("1", "3"):
+        with VictimProcess(MLP) as victim:
+            run = fedleak("attack", "--victim", victim.address, "--rounds", "3", "--pack", pack,
+                          "--restarts", "2", "--iterations", "30", "--quiet", "--out",
+                          str(tmp_path / pack))
+        assert run.returncode == 0, run.stderr
+        record = json.loads((tmp_path / pack / "metrics.json").read_text())
+        figures[pack] = [r["mean_psnr"] for r in record["rounds"]]
+    assert len(figures["3"]) == 3
+    assert figures["3"] == pytest.approx(figures["1"], abs=0.05)

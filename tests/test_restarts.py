@@ -115,3 +115,36 @@ def test_restart_objective_and_tv_are_the_per_restart_ones():
     tv = restart_total_variation(images)
     for r in range(3):
         assert tv[r].item() == pytest.approx(total_variation(images[r]).item(), rel=1e-6)
+
+
+def observations(protocol: Protocol) -> list:
+    """Three rounds of one architecture: other images, other labels, other global models."""
+    images = two_images()
+    return [make_observation("lenet-zhu", SHAPE, 10, batch, labels, protocol, seed=seed)
+            for batch, labels, seed in ((images, torch.tensor([3, 5]), 0),
+                                        (images.flip(0), torch.tensor([1, 1]), 1),
+                                        (images.roll(3, dims=-1), torch.tensor([7, 2]), 2))]
+
+
+@PROTOCOLS
+def test_packed_attacks_equal_separate_ones(protocol: Protocol):
+    """Several rounds attacked as one computation: each gets its separate result."""
+    attack = "fedavg" if protocol.kind == "fedavg" else "inverting-gradients"
+    options = {"iterations": 20, "restarts": 2, "tv": 1e-3}
+    rounds = observations(protocol)
+    packed = create_attack(attack, options).reconstruct_many(rounds, seed=4)
+    separate = [create_attack(attack, options).reconstruct(o, seed=4 + i)
+                for i, o in enumerate(rounds)]
+    for one, alone in zip(packed, separate, strict=True):
+        assert one.extras["packed_with"] == 3
+        assert one.restart_objectives == pytest.approx(alone.restart_objectives, rel=1e-4)
+        torch.testing.assert_close(one.images, alone.images, rtol=0, atol=1e-4)
+        assert one.labels.tolist() == alone.labels.tolist()
+    assert len({round(r.objective, 6) for r in packed}) == 3  # three different problems
+
+
+def test_unpackable_observations_run_one_after_the_other():
+    rounds = observations(Protocol())
+    rounds[1] = make_observation("mlp", SHAPE, 10, two_images(), torch.tensor([0, 1]))
+    results = create_attack("inverting-gradients", {"iterations": 3}).reconstruct_many(rounds)
+    assert [("packed_with" in r.extras) for r in results] == [False, False, False]

@@ -11,7 +11,7 @@ method an attack implements.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
@@ -72,6 +72,51 @@ class Attack(ABC, Generic[Target]):
         with torch.random.fork_rng(devices=forked):
             torch.manual_seed(seed)
             return self.recover(target, device=dev, seed=seed, progress=progress)
+
+    def reconstruct_many(
+        self,
+        targets: Sequence[Target],
+        *,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        progress: Progress | None = None,
+    ) -> list[Reconstruction]:
+        """Independent attacks on several targets (rounds, private images): target i gets
+        what ``reconstruct(targets[i], seed=seed + i)`` gives, up to float rounding.
+
+        The same checks as :meth:`reconstruct` for every target; an attack that can pack the
+        targets into one computation (one GPU kept busy) overrides :meth:`recover_many`.
+        """
+        if not targets:
+            return []
+        expected = THREAT_MODELS[self.threat_model]
+        dev = resolve_device(device)
+        for target in targets:
+            if not isinstance(target, expected):
+                raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) "
+                                f"takes targets of type {expected.__name__}, got "
+                                f"{type(target).__name__}")
+            if isinstance(target, Observation):
+                check_device(target, dev)
+        forked = [dev] if dev.type == "cuda" else []
+        with torch.random.fork_rng(devices=forked):
+            return self.recover_many(targets, device=dev, seed=seed, progress=progress)
+
+    def recover_many(
+        self,
+        targets: Sequence[Target],
+        *,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
+    ) -> list[Reconstruction]:
+        """One after the other, each seeded as :meth:`reconstruct` seeds it."""
+        results = []
+        for index, target in enumerate(targets):
+            torch.manual_seed(seed + index)
+            results.append(self.recover(target, device=device, seed=seed + index,
+                                        progress=progress))
+        return results
 
     @abstractmethod
     def recover(

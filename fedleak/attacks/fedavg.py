@@ -32,6 +32,7 @@ its batches at random, would make Δ(x) a different function from the user's, an
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -80,22 +81,45 @@ class FedAvgInversion(InvertingGradients):
         progress: Progress | None,
     ) -> Reconstruction:
         """Eq. (4) on the delta through the replayed local update; see the module docstring."""
-        check_fedavg_observation(observation)
-        if self.config.labels == "known":
-            if observation.labels is None:
-                raise FedAvgObservationError(
-                    "labels=known, but the observation carries no labels (a victim never sends "
-                    "them); use labels=recover"
-                )
-        else:
-            observation = dataclasses.replace(observation, labels=None)
+        observation = _prepared(self, observation)
         result = super().recover(observation, device=device, seed=seed, progress=progress)
+        self._describe(result, observation)
+        return result
+
+    def recover_many(
+        self,
+        targets: Sequence[Observation],
+        *,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
+    ) -> list[Reconstruction]:
+        """Several FedAvg rounds packed, each checked as :meth:`recover` checks it."""
+        prepared = [_prepared(self, observation) for observation in targets]
+        results = super().recover_many(prepared, device=device, seed=seed, progress=progress)
+        for result, observation in zip(results, prepared, strict=True):
+            self._describe(result, observation)
+        return results
+
+    def _describe(self, result: Reconstruction, observation: Observation) -> None:
         result.extras.update(
             local_steps=observation.local_steps,
             local_learning_rate=observation.learning_rate,
             label_source=self.config.labels,
         )
-        return result
+
+
+def _prepared(attack: FedAvgInversion, observation: Observation) -> Observation:
+    """The observation checked and with the labels the config's source allows."""
+    check_fedavg_observation(observation)
+    if attack.config.labels == "known":
+        if observation.labels is None:
+            raise FedAvgObservationError(
+                "labels=known, but the observation carries no labels (a victim never sends "
+                "them); use labels=recover"
+            )
+        return observation
+    return dataclasses.replace(observation, labels=None)
 
 
 def check_fedavg_observation(observation: Observation) -> None:

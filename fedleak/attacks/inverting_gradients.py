@@ -52,6 +52,7 @@ from fedleak.attacks.restarts import (
     RestartsCosineObjective,
     RestartsUpdateFn,
     batched_replay,
+    packed_replay,
     restart_total_variation,
     stacked_inits,
 )
@@ -270,6 +271,61 @@ class InvertingGradients(Attack[Observation]):
                     "captured": capturable(device) and cfg.capture and not any(notices)},
             warnings=sorted({n for n in notices if n}),
         )
+
+    def recover_many(
+        self,
+        targets: Sequence[Observation],
+        *,
+        device: torch.device,
+        seed: int,
+        progress: Progress | None,
+    ) -> list[Reconstruction]:
+        """Packed attacks: P observations × R restarts optimised as one batch.
+
+        Observation p's restarts start where ``reconstruct(targets[p], seed=seed + p)`` starts
+        them and each row is optimised against its own observed update at its own θ_p
+        (:class:`~fedleak.attacks.restarts.RestartsCosineObjective` per row, the harness's
+        packed replay), so every observation gets the result it would get alone, up to float
+        rounding. Falls back to one after the other when the observations cannot be packed
+        (training-mode BatchNorm, different architectures or protocols, ``vectorised`` off).
+        """
+        cfg = self.config
+        packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
+        if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1:
+            return super().recover_many(targets, device=device, seed=seed, progress=progress)
+        first = targets[0]
+        count, restarts = len(targets), cfg.restarts
+        labels = torch.stack([recover_labels(o).to(device) for o in targets])
+        shape = (first.num_images, *first.image_shape)
+        images = torch.stack([
+            stacked_inits(gaussian_init, shape, range(seed + p, seed + p + restarts), device)
+            for p in range(count)])
+        flat = images.view(count * restarts, *shape)
+        observed = [torch.stack([o.update[i].to(device) for o in targets])
+                    .repeat_interleave(restarts, dim=0) for i in range(len(first.update))]
+        objective = RestartsCosineObjective(observed, per_row=True)
+
+        def replay(x: torch.Tensor, _: torch.Tensor) -> list[torch.Tensor]:
+            updates = packed(x.view(count, restarts, *shape), labels)
+            return [u.reshape(count * restarts, *u.shape[2:]) for u in updates]
+
+        notice = self.optimise(flat, labels, replay, objective, restart_total_variation,
+                               first.image_bounds(device), offset=0,
+                               total=count * restarts * cfg.iterations, progress=progress)
+        results = []
+        for p, observation in enumerate(targets):
+            single = CosineObjective([u.to(device) for u in observation.update])
+            finals = [self.evaluate(candidate, labels[p], observation, single)
+                      for candidate in images[p]]
+            best = min(range(len(finals)), key=finals.__getitem__)
+            results.append(Reconstruction(
+                images=images[p, best].detach().clone(), labels=labels[p].detach(),
+                objective=finals[best], iterations=cfg.iterations * restarts,
+                restart_objectives=finals,
+                extras={"vectorised_restarts": True, "packed_with": count,
+                        "captured": capturable(device) and cfg.capture and not notice},
+                warnings=[notice] if notice else []))
+        return results
 
     def evaluate(
         self,

@@ -32,6 +32,9 @@ from fedleak.attacks.observation import Observation
 
 #: ``restarts(images [R, n, C, H, W], labels [n]) -> [R, *θ_l.shape] per parameter``.
 RestartsUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+#: ``packed(images [P, R, n, C, H, W], labels [P, n]) -> [P, R, *θ_l.shape] per parameter``:
+#: observation p's user replayed on its own θ_p for each of its R candidate batches.
+PackedUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
 
 
 def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
@@ -56,31 +59,40 @@ def restart_total_variation(images: torch.Tensor) -> torch.Tensor:
 
 
 class RestartsCosineObjective:
-    """``1 − cos(u(x_r), u*)`` of eq. (4) for every restart r at once, with its gradients.
+    """``1 − cos(u(x_r), u*_r)`` of eq. (4) for every restart r at once, with its gradients.
 
-    Candidates are stacked updates (one [R, *θ_l.shape] tensor per parameter); ``u*`` is the
-    observed update, shared by all restarts.
+    Candidates are stacked updates (one [R, *θ_l.shape] tensor per parameter). The observed
+    update ``u*`` is shared by all restarts, or, with ``per_row``, given per row
+    ([R, *θ_l.shape]: packed attacks on several observations, each row against its own).
     """
 
-    def __init__(self, observed: Sequence[torch.Tensor]) -> None:
+    def __init__(self, observed: Sequence[torch.Tensor], per_row: bool = False) -> None:
         self.observed = [t.detach() for t in observed]
-        squares = torch.stack([t.double().square().sum() for t in self.observed]).sum()
+        self.per_row = per_row
+        if per_row:
+            squares = torch.stack([t.double().reshape(t.shape[0], -1).square().sum(1)
+                                   for t in self.observed]).sum(0)
+        else:
+            squares = torch.stack([t.double().square().sum() for t in self.observed]).sum()
         self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
 
     def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a_r = ⟨u_r, u*⟩`` and ``b_r = ‖u_r‖²``, each shaped [R]."""
+        """``a_r = ⟨u_r, u*_r⟩`` and ``b_r = ‖u_r‖²``, each shaped [R]."""
         cross, square = [], []
         for u, o in zip(candidate, self.observed, strict=True):
             flat = u.reshape(u.shape[0], -1)
-            cross.append(flat @ o.reshape(-1))
+            if self.per_row:
+                cross.append(torch.linalg.vecdot(flat, o.reshape(o.shape[0], -1)))
+            else:
+                cross.append(flat @ o.reshape(-1))
             square.append(torch.linalg.vecdot(flat, flat))
         return torch.stack(cross).sum(0), torch.stack(square).sum(0)
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Per-restart objective [R], the cotangents ``g_r = u* − (a_r/b_r) u_r`` (stacked)
-        and the scales ``s_r = −1/(√b_r ‖u*‖)`` [R]: ∂J_r/∂u_r = s_r g_r."""
+        """Per-restart objective [R], the cotangents ``g_r = u*_r − (a_r/b_r) u_r`` (stacked)
+        and the scales ``s_r = −1/(√b_r ‖u*_r‖)`` [R]: ∂J_r/∂u_r = s_r g_r."""
         detached = [u.detach() for u in candidate]
         a, b = self.dots(detached)
         root_b = b.sqrt()
@@ -89,8 +101,24 @@ class RestartsCosineObjective:
         ratio = -a / b
         grads = []
         for u, o in zip(detached, self.observed, strict=True):
-            grads.append(torch.addcmul(o, u, ratio.view(-1, *[1] * o.dim())))
+            grads.append(torch.addcmul(o, u, ratio.view(-1, *[1] * (u.dim() - 1))))
         return value, grads, scale
+
+
+def packed_replay(observations: Sequence[Observation]) -> PackedUpdateFn | None:
+    """One replay for several observations' candidates at once, or None when they cannot be
+    packed (the harness offers ``simulate.pack(others)`` for vectorisable models of one
+    architecture and protocol; attacks never import the harness)."""
+    first = observations[0].simulate
+    pack = getattr(first, "pack", None)
+    if not callable(pack) or not all(getattr(o.simulate, "vectorisable", False)
+                                     for o in observations):
+        return None
+    try:
+        packed: PackedUpdateFn = pack([o.simulate for o in observations[1:]])
+    except ValueError:
+        return None
+    return packed
 
 
 def stacked_inits(

@@ -44,8 +44,12 @@ class AttackSettings:
     show_progress: bool = True
     release: ReleaseRequest = field(default_factory=ReleaseRequest)
     recovered_ssim: float = 0.0
+    #: rounds attacked as one packed computation (same result per round; faster on a GPU)
+    pack: int = 1
 
     def __post_init__(self) -> None:
+        if self.pack < 1:
+            raise ValueError(f"pack must be >= 1, got {self.pack}")
         target = self.secagg_target
         if target != "sum" and not (target.startswith("user:") and target[5:].isdigit()):
             raise ValueError(f"secagg target {target!r}: use sum or user:U")

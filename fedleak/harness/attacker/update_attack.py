@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -33,7 +34,10 @@ from fedleak.harness.attacker.described import (
     server_model,
     victim_protocol,
 )
-from fedleak.harness.attacker.progress import reconstruct_with_progress
+from fedleak.harness.attacker.progress import (
+    reconstruct_many_with_progress,
+    reconstruct_with_progress,
+)
 from fedleak.harness.attacker.records import (
     FeatureRecord,
     ImageRecord,
@@ -80,11 +84,12 @@ def run_update_attack(
         client.address, str(model_spec(described)), info.name, settings.attack,
         jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device))
     run.write(out)  # a run folder always says what it is, even if stopped in round 0
-    secagg = any(d.name == "secagg" for d in described.defenses)
+    server = Server(client, settings, described, info, attack, model, params, buffers,
+                    protocol, any(d.name == "secagg" for d in described.defenses), out, run,
+                    log)
     try:
-        for index in range(settings.rounds):
-            attack_round(client, settings, described, attack, model, params, buffers,
-                         protocol, secagg, index, out, run, log)
+        for first in range(0, settings.rounds, settings.pack):
+            server.attack_rounds(range(first, min(first + settings.pack, settings.rounds)))
     except KeyboardInterrupt:
         run.status = "interrupted"
         run.write(out)
@@ -98,81 +103,106 @@ class VictimGone(VictimError):
     """The victim stopped answering mid-run; what was finished is kept on disk."""
 
 
-def attack_round(
-    client: VictimClient,
-    settings: AttackSettings,
-    described: pb.DescribeResponse,
-    attack: Attack[Observation],
-    model: torch.nn.Module,
-    params: dict[str, torch.Tensor],
-    buffers: dict[str, torch.Tensor],
-    protocol: Protocol,
-    secagg: bool,
-    index: int,
-    out: Path,
-    run: UpdateRun,
-    log: Callable[[str], None],
-) -> None:
-    """One round: receive, reconstruct, save the reconstruction, score, reveal, record.
+@dataclass
+class Server:
+    """What the honest-but-curious server holds for a run, and how it attacks rounds."""
 
-    The reconstruction is written before ``Score`` is asked, so a victim that dies meanwhile
-    still leaves it on disk, recorded as unscored (and :class:`VictimGone` is raised).
-    """
-    info = dataset_info(described)
-    if secagg:
-        aggregation = run_secure_aggregation(client, params, buffers, protocol)
-        received = as_received_update(aggregation, list(params),
-                                      [tuple(t.shape) for t in params.values()],
-                                      settings.secagg_target)
-    else:
-        received = client.compute_update(params, buffers, protocol)
-    observation = observation_for(model, params, buffers, received, info, settings.device)
-    started = time.perf_counter()
-    reconstruction = reconstruct_with_progress(
-        attack, observation, device=settings.device, seed=settings.seed + index,
-        label=f"round {index} {settings.attack}", show=settings.show_progress)
-    wall = time.perf_counter() - started
-    for warning in reconstruction.warnings:
-        log(f"warning: {warning}")
-    round_dir = out / f"round-{index:03d}"
-    round_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, str] = {}
-    images = None
-    if reconstruction.has_images:
-        images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
-        np.save(round_dir / "reconstruction.npy", images.numpy())
-        save_grid(round_dir / "reconstruction.png", images)
-        files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
-    features = reconstruction.features
-    if features is not None:
-        np.save(round_dir / "features.npy", features.detach().cpu().numpy())
-        files["features"] = str((round_dir / "features.npy").relative_to(out))
-    labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
-    try:
-        score = client.score(received.round_id, images, labels, received.user_ids,
-                             features=None if features is None else features.detach().cpu(),
-                             feature_layer=reconstruction.feature_layer)
-    except VictimError as err:
-        if err.code not in GONE:
-            raise
-        entry = round_record(received, reconstruction, None, wall)
+    client: VictimClient
+    settings: AttackSettings
+    described: pb.DescribeResponse
+    info: DatasetInfo
+    attack: Attack[Observation]
+    model: torch.nn.Module
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    protocol: Protocol
+    secagg: bool
+    out: Path
+    run: UpdateRun
+    log: Callable[[str], None]
+
+    def receive(self) -> ReceivedUpdate:
+        """One round's update: ComputeUpdate, or a secure-aggregation round."""
+        if self.secagg:
+            aggregation = run_secure_aggregation(self.client, self.params, self.buffers,
+                                                 self.protocol)
+            return as_received_update(aggregation, list(self.params),
+                                      [tuple(t.shape) for t in self.params.values()],
+                                      self.settings.secagg_target)
+        return self.client.compute_update(self.params, self.buffers, self.protocol)
+
+    def attack_rounds(self, indices: range) -> None:
+        """Receive the rounds ``indices``, attack them (packed when more than one), then
+        save, score and record each."""
+        s = self.settings
+        received = [self.receive() for _ in indices]
+        observations = [observation_for(self.model, self.params, self.buffers, r, self.info,
+                                        s.device) for r in received]
+        label = f"round {indices[0]}" + (f"-{indices[-1]}" if len(indices) > 1 else "")
+        started = time.perf_counter()
+        if len(observations) == 1:
+            reconstructions = [reconstruct_with_progress(
+                self.attack, observations[0], device=s.device, seed=s.seed + indices[0],
+                label=f"{label} {s.attack}", show=s.show_progress)]
+        else:
+            reconstructions = reconstruct_many_with_progress(
+                self.attack, observations, device=s.device, seed=s.seed + indices[0],
+                label=f"{label} {s.attack} (packed)", show=s.show_progress)
+        wall = (time.perf_counter() - started) / len(observations)
+        for index, got, reconstruction in zip(indices, received, reconstructions, strict=True):
+            self.finish_round(index, got, reconstruction, wall)
+
+    def finish_round(self, index: int, received: ReceivedUpdate,
+                     reconstruction: Reconstruction, wall: float) -> None:
+        """Save the reconstruction, score it, reveal for the picture, record the round.
+
+        The reconstruction is written before ``Score`` is asked, so a victim that dies
+        meanwhile still leaves it on disk, recorded as unscored (:class:`VictimGone`).
+        """
+        out, run = self.out, self.run
+        for warning in reconstruction.warnings:
+            self.log(f"warning: {warning}")
+        round_dir = out / f"round-{index:03d}"
+        round_dir.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str] = {}
+        images = None
+        if reconstruction.has_images:
+            images = denormalize(reconstruction.images.detach().cpu(), self.info).clamp(0, 1)
+            np.save(round_dir / "reconstruction.npy", images.numpy())
+            save_grid(round_dir / "reconstruction.png", images)
+            files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
+        features = reconstruction.features
+        if features is not None:
+            np.save(round_dir / "features.npy", features.detach().cpu().numpy())
+            files["features"] = str((round_dir / "features.npy").relative_to(out))
+        labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
+        try:
+            score = self.client.score(
+                received.round_id, images, labels, received.user_ids,
+                features=None if features is None else features.detach().cpu(),
+                feature_layer=reconstruction.feature_layer)
+        except VictimError as err:
+            if err.code not in GONE:
+                raise
+            entry = round_record(received, reconstruction, None, wall)
+            entry.files = {k: v for k, v in files.items() if k != "features"}
+            entry.features_file = files.get("features")
+            entry.unscored = f"victim gone: {err.details}"
+            run.rounds.append(entry)
+            run.status = "victim gone"
+            run.write(out)
+            raise VictimGone(err.code, f"{err.details}; the reconstruction of round {index} "
+                             f"is saved in {round_dir} and recorded unscored in "
+                             f"{out / 'metrics.json'}") from None
+        entry = round_record(received, reconstruction, score, wall)
         entry.files = {k: v for k, v in files.items() if k != "features"}
         entry.features_file = files.get("features")
-        entry.unscored = f"victim gone: {err.details}"
+        if images is not None:
+            save_comparison(self.client, self.described, received, images, score, round_dir,
+                            entry, out)
         run.rounds.append(entry)
-        run.status = "victim gone"
         run.write(out)
-        raise VictimGone(err.code, f"{err.details}; the reconstruction of round {index} is "
-                         f"saved in {round_dir} and recorded unscored in "
-                         f"{out / 'metrics.json'}") from None
-    entry = round_record(received, reconstruction, score, wall)
-    entry.files = {k: v for k, v in files.items() if k != "features"}
-    entry.features_file = files.get("features")
-    if images is not None:
-        save_comparison(client, described, received, images, score, round_dir, entry, out)
-    run.rounds.append(entry)
-    run.write(out)
-    log(round_line(index, score, wall, entry.privacy))
+        self.log(round_line(index, score, wall, entry.privacy))
 
 
 def observation_for(

@@ -52,6 +52,10 @@ def default_out(attack: str) -> Path:
               help="Random restarts; the lowest objective wins (attack default if unset).")
 @click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
               help="Rounds to attack, each on the victim's next private batch.")
+@click.option("--pack", default=1, show_default=True, type=click.IntRange(1),
+              help="Attack this many rounds as one packed computation (inverting-gradients, "
+                   "fedavg; models without training-mode BatchNorm): the same result per "
+                   "round, one GPU kept busy. Others run one after the other.")
 @click.option("--seed", default=0, show_default=True, help="Seeds the attack's initialisation.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -137,7 +141,8 @@ def attack_settings(kw: dict[str, Any]) -> Any:
     try:
         return AttackSettings(
             attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
-            rounds=kw["rounds"], checkpoint=kw["checkpoint"], model_seed=kw["model_seed"],
+            rounds=kw["rounds"], pack=kw["pack"], checkpoint=kw["checkpoint"],
+            model_seed=kw["model_seed"],
             protocol=changes_from_options(protocol_values(kw)), flip_labels=flip,
             secagg_target=kw.get("secagg_target") or "sum",
             show_progress=not kw.get("quiet", False), release=release,

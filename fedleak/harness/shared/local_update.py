@@ -28,7 +28,7 @@ models do much worse under ``train``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -213,3 +213,56 @@ class UpdateSimulator:
         return list(vmap(one, in_dims=(0, 0))(images, buffers))
 
 
+
+    def pack(self, others: Sequence[UpdateSimulator]) -> PackedReplay:
+        """One replay for this user and ``others`` (same architecture and protocol), each at
+        its own global parameters: packed attacks on several rounds or images."""
+        return PackedReplay([self, *others])
+
+
+class PackedReplay:
+    """The user's update for P observations at once, each with its own θ_p and R candidates.
+
+    ``packed(images [P, R, n, C, H, W], labels [P, n])`` returns one [P, R, *θ_l.shape]
+    tensor per parameter; entry (p, r) is ``simulators[p](images[p, r], labels[p])`` up to
+    float rounding: :func:`local_update` (``functional=True``) under ``torch.func.vmap`` over
+    the candidates r inside ``vmap`` over the observations p, the parameters and buffers of
+    observation p being its own. Every simulator must be :attr:`UpdateSimulator.vectorisable`
+    and share the architecture (parameter names, shapes, dtypes) and the protocol.
+    """
+
+    def __init__(self, simulators: Sequence[UpdateSimulator]) -> None:
+        first = simulators[0]
+        for other in simulators[1:]:
+            if not other.vectorisable or other.protocol != first.protocol:
+                raise ValueError("packed observations need one vectorisable architecture and "
+                                 "one protocol")
+            if [(k, v.shape, v.dtype) for k, v in other.parameters.items()] != \
+                    [(k, v.shape, v.dtype) for k, v in first.parameters.items()]:
+                raise ValueError("packed observations need the same architecture")
+        if not first.vectorisable:
+            raise ValueError("packing needs a model without training-mode BatchNorm")
+        self.model = first.model
+        self.protocol = first.protocol
+        self.parameters = {k: torch.stack([s.parameters[k] for s in simulators]).detach()
+                           for k in first.parameters}
+        self.buffers = {k: torch.stack([s.buffers[k] for s in simulators])
+                        for k in first.buffers}
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        if images.dim() != 6:
+            raise ValueError(f"packed replay takes images [P, R, n, C, H, W], got {images.shape}")
+        copies = images.shape[1]
+
+        def observation(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                        candidates: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+            own = {k: v.expand(copies, *v.shape).clone() for k, v in buffers.items()}
+
+            def one(x: torch.Tensor, b: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+                return local_update(self.model, params, b, x, y, self.protocol, True,
+                                    functional=True)
+
+            return list(vmap(one, in_dims=(0, 0))(candidates, own))
+
+        return list(vmap(observation, in_dims=(0, 0, 0, 0))(self.parameters, self.buffers,
+                                                             images, labels))
