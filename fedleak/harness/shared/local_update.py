@@ -35,6 +35,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from fedleak.harness.shared.batch_norm import decomposed_batch_norm
 from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.shared.second_order import lean_second_order
 
@@ -166,13 +167,11 @@ class UpdateSimulator:
             v.requires_grad_(True)
         self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
         self.protocol = protocol
-        #: Whether :meth:`restarts` is available: not for models with training-mode
-        #: BatchNorm, whose second derivatives under ``torch.func.vmap`` were measured to
-        #: differ from the sequential replay (1e-2 relative on convnet FedAvg, far more on
-        #: resnet20-4 FedAvg). Eval-mode BatchNorm is a fixed affine map and vectorises.
-        self.vectorisable = protocol.batchnorm == "eval" or not any(
-            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()
-        )
+        #: Whether :meth:`restarts` and :meth:`pack` are available: for every model, since
+        #: training-mode batch norm is replayed in elementary operations under ``vmap``
+        #: (:mod:`fedleak.harness.shared.batch_norm`: torch.func's own rule for its double
+        #: backward gives a wrong derivative). Kept as a flag for replays that cannot.
+        self.vectorisable = True
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         with lean_second_order():
@@ -192,15 +191,12 @@ class UpdateSimulator:
         to ``images``. It is :func:`local_update` (``functional=True``) under
         ``torch.func.vmap`` over r, so each candidate batch is its own user and every candidate
         gets its own copy of the buffers. PyTorch's own second derivatives are used here (the
-        lean ones do not support ``torch.func``). Only for :attr:`vectorisable` models: with
-        training-mode BatchNorm the vmapped second derivatives did not match the sequential
-        replay, so such models are refused.
+        lean ones do not support ``torch.func``), with training-mode batch norm written out in
+        elementary operations (:func:`~fedleak.harness.shared.batch_norm.decomposed_batch_norm`),
+        whose derivatives under ``vmap`` agree with finite differences.
         """
         if not self.vectorisable:
-            raise ValueError(
-                "restarts cannot be vectorised for a model with BatchNorm (torch.func's "
-                "batch-norm rules do not reproduce the sequential replay); run them one by one"
-            )
+            raise ValueError("this replay cannot be vectorised; run the restarts one by one")
         if images.dim() != 5:
             raise ValueError(f"restarts takes images shaped [R, n, C, H, W], got {images.shape}")
         copies = images.shape[0]
@@ -210,7 +206,8 @@ class UpdateSimulator:
             return local_update(self.model, self.parameters, own_buffers, x, labels,
                                 self.protocol, True, functional=True)
 
-        return list(vmap(one, in_dims=(0, 0))(images, buffers))
+        with decomposed_batch_norm():
+            return list(vmap(one, in_dims=(0, 0))(images, buffers))
 
 
 
@@ -229,6 +226,8 @@ class PackedReplay:
     the candidates r inside ``vmap`` over the observations p, the parameters and buffers of
     observation p being its own. Every simulator must be :attr:`UpdateSimulator.vectorisable`
     and share the architecture (parameter names, shapes, dtypes) and the protocol.
+    Training-mode batch norm is replayed in elementary operations, as in
+    :meth:`UpdateSimulator.restarts`.
     """
 
     def __init__(self, simulators: Sequence[UpdateSimulator]) -> None:
@@ -241,7 +240,7 @@ class PackedReplay:
                     [(k, v.shape, v.dtype) for k, v in first.parameters.items()]:
                 raise ValueError("packed observations need the same architecture")
         if not first.vectorisable:
-            raise ValueError("packing needs a model without training-mode BatchNorm")
+            raise ValueError("this replay cannot be packed")
         self.model = first.model
         self.protocol = first.protocol
         self.parameters = {k: torch.stack([s.parameters[k] for s in simulators]).detach()
@@ -264,5 +263,6 @@ class PackedReplay:
 
             return list(vmap(one, in_dims=(0, 0))(candidates, own))
 
-        return list(vmap(observation, in_dims=(0, 0, 0, 0))(self.parameters, self.buffers,
-                                                             images, labels))
+        with decomposed_batch_norm():
+            return list(vmap(observation, in_dims=(0, 0, 0, 0))(self.parameters, self.buffers,
+                                                                 images, labels))
