@@ -13,10 +13,8 @@ per iteration of:
   computation (``reconstruct_many``), against one of them alone;
 
 then the wall time of one paper-budget attack (``--paper-iterations``, 24,000 by default) on
-resnet20-4, and the device it ran on. Models with training-mode BatchNorm (convnet,
-resnet20-4, resnet32-10 under the default protocol) run their restarts and packs one after the
-other: torch.func's batch-norm rules do not reproduce the sequential replay (see
-docs/fedavg.md); ``--batchnorm eval`` measures them vectorised.
+resnet20-4, and the device it ran on. ``--batchnorm eval`` measures the BatchNorm models with
+running statistics (Geiping et al.'s setting); by default they normalise with the batch's.
 
     .venv/bin/python bench/gpu_speed.py --device cuda                 # the issue's table
     .venv/bin/python bench/gpu_speed.py --device cpu --models lenet-zhu --paper-iterations 0
@@ -91,7 +89,6 @@ def main() -> None:
         observation = observation_for(model, device)
         if args.batchnorm != "train":
             observation.simulate.protocol = protocol  # type: ignore[attr-defined]
-            observation.simulate.vectorisable = True  # type: ignore[attr-defined]
         plain = statistics.median(time_straightforward(observation, device, args.iterations,
                                                        args.window))
         ours = statistics.median(fedleak_rates(observation, device, args.iterations,

@@ -54,8 +54,8 @@ def default_out(attack: str) -> Path:
               help="Rounds to attack, each on the victim's next private batch.")
 @click.option("--pack", default=1, show_default=True, type=click.IntRange(1),
               help="Attack this many rounds as one packed computation (inverting-gradients, "
-                   "fedavg; models without training-mode BatchNorm): the same result per "
-                   "round, one GPU kept busy. Others run one after the other.")
+                   "fedavg): the same result per round, one GPU kept busy. Other attacks run "
+                   "them one after the other.")
 @click.option("--seed", default=0, show_default=True, help="Seeds the attack's initialisation.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
