@@ -280,3 +280,17 @@ def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> Non
         VictimProcess([*args, "--defense", "secagg:threshold=2"], start_timeout=60).start()
     with VictimProcess([*args, "--defense", "secagg:threshold=2,allow-minority=true"]) as victim:
         assert "WARNING: secure aggregation with threshold 2 of 4" in victim.stderr_tail()
+
+
+def test_a_burst_of_sigterms_stops_an_idle_victim() -> None:
+    """The stop handler takes no lock: a handler that did could deadlock with the main
+    thread it interrupted (which waited on the same lock), and the victim ignored SIGTERM."""
+    for _ in range(3):
+        victim = VictimProcess(DIGITS).start()
+        assert victim._proc is not None
+        for _ in range(30):
+            if victim._proc.poll() is not None:
+                break
+            os.kill(victim.pid, signal.SIGTERM)
+            time.sleep(0.005)
+        assert victim._proc.wait(timeout=30) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 
@@ -68,12 +69,16 @@ def serve_until_signal(server: grpc.Server, grace: float = 2.0,
     ``stopping`` is set first, so running computations that watch it end at their next step;
     the server then cancels what is left. Work that still holds a thread ``grace`` seconds
     later cannot keep the process alive: the caller should exit right after this returns.
+
+    The handler only appends to a list: a handler that took a lock (``Event.set``) could
+    deadlock with the main thread it interrupted while that thread held the same lock in
+    ``Event.wait`` — a victim then ignored SIGTERM for ever.
     """
-    signalled = threading.Event()
+    received: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: signalled.set())
-    while not signalled.wait(0.5):
-        pass
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    while not received:
+        time.sleep(0.2)
     if stopping is not None:
         stopping.set()
     server.stop(grace).wait(grace + 1)
