@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent import futures
 
@@ -103,17 +103,23 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=50062, help="0 picks a free port")
     args = parser.parse_args()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    # SO_REUSEPORT off: a second server on a port in use must fail, not share it.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         options=[("grpc.so_reuseport", 0)])
     defense_pb2_grpc.add_DefenseServiceServicer_to_server(SignCompression(), server)
-    port = server.add_insecure_port(f"{args.host}:{args.port}")
+    try:
+        port = server.add_insecure_port(f"{args.host}:{args.port}")
+    except RuntimeError:
+        port = 0
     if port == 0:
         parser.error(f"cannot bind {args.host}:{args.port}")
     server.start()
     print(f"sign-compression defense listening on {args.host}:{port}", flush=True)
-    stop = threading.Event()
+    received: list[int] = []  # a signal handler must take no lock (Event.set could deadlock)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    while not received:
+        time.sleep(0.2)
     server.stop(2).wait()
 
 
