@@ -34,13 +34,19 @@ class Quantize(UpdateDefense):
         levels = 2 ** (self.config.bits - 1) - 1
         out = []
         for u in update:
-            scale = u.abs().max()
+            if u.numel() == 0:
+                out.append(u.clone())
+                continue
+            # in at least float32, so values near a half-precision dtype's largest stay finite
+            work = u.to(torch.promote_types(u.dtype, torch.float32))
+            scale = work.abs().max()
             if scale == 0:
                 out.append(u.clone())
                 continue
-            scaled = u.abs() / scale * levels
+            scaled = work.abs() / scale * levels
             lower = scaled.floor()
             up = torch.rand(u.shape, generator=generator, dtype=u.dtype, device=u.device)
-            rounded = lower + (up < scaled - lower).to(u.dtype)
-            out.append(torch.sign(u) * rounded * scale / levels)
+            rounded = lower + (up.to(work.dtype) < scaled - lower).to(work.dtype)
+            magnitude = torch.minimum(rounded * (scale / levels), scale)  # never beyond m
+            out.append((torch.sign(work) * magnitude).to(u.dtype))
         return out

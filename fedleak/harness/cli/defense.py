@@ -40,7 +40,14 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     --defense remote:address=HOST:PORT."""
     from fedleak.defenses import parse_defense_spec
     from fedleak.harness.remote_defense.server import served_defense, start_defense_server
-    from fedleak.harness.wire.serving import serve_until_signal
+    from fedleak.harness.wire.serving import (
+        StopSignals,
+        die_with_parent_if_asked,
+        serve_until_signal,
+    )
+
+    signals = StopSignals()  # from the start: a SIGTERM while starting is not lost
+    die_with_parent_if_asked()  # started by a test or a script: die with that parent
 
     try:
         name, params = parse_defense_spec(spec)
@@ -58,5 +65,5 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())
     click.echo(f"fedleak defense service listening on {host}:{bound} ({served.name}: {shown})")
     sys.stdout.flush()
-    serve_until_signal(server)
+    serve_until_signal(server, signals=signals)
     click.echo("fedleak defense service stopped", err=True)

@@ -111,6 +111,10 @@ def victim() -> None:
 @click.pass_context
 def victim_serve(ctx: click.Context, **kw: Any) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
+    from fedleak.harness.wire.serving import StopSignals, die_with_parent_if_asked
+
+    signals = StopSignals()  # from the start: a SIGTERM while starting is not lost
+    die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
     from fedleak.harness.victim.server import start_server
     from fedleak.harness.victim.settings import SetupError, create_victim
     from fedleak.harness.wire.serving import serve_until_signal
@@ -148,7 +152,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
                f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
                f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
     sys.stdout.flush()
-    serve_until_signal(server, stopping=stopping)
+    serve_until_signal(server, stopping=stopping, signals=signals)
     click.echo("fedleak victim stopped", err=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -56,9 +56,9 @@ class RemoteDefenseConfig:
     def __post_init__(self) -> None:
         try:
             split_address(self.address, "defense service")
-        except ValueError as err:
-            raise ValueError(f"{err} (remote:address=HOST:PORT of a running `fedleak defense "
-                             "serve`)") from None
+        except ValueError:
+            raise ValueError(f"address must be HOST:PORT of a running defense service (e.g. "
+                             f"`fedleak defense serve`), got {self.address!r}") from None
         if self.tls_ca and not Path(self.tls_ca).is_file():
             raise ValueError(f"tls-ca {self.tls_ca!r} is not a file: give the PEM certificate")
         if self.stage not in REMOTE_STAGES:

@@ -4,9 +4,11 @@
     fedleak victim serve --defense remote:address=127.0.0.1:50061
 
 ``Defend`` assembles the streamed update Δ, applies the defense with a generator seeded by the
-seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form. Bad input
-is answered with ``INVALID_ARGUMENT`` and a message naming what to change; the service keeps
-serving. Health checking and reflection are on, as on the victim.
+seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form, each tensor
+in the dtype it came in. Bad input (a malformed stream, tensors that are not floating point,
+empty or not finite, values the defense overflows on) is answered with ``INVALID_ARGUMENT``
+and a message naming what to change; the service keeps serving. Health checking and
+reflection are on, as on the victim.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fedleak.harness.remote_defense.wire import (
     assemble_update,
     update_chunks,
 )
+from fedleak.harness.wire.quoting import quoted
 from fedleak.harness.wire.serving import start_grpc_server
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
@@ -66,21 +69,64 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         if not received.tensors:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the update has no tensors")
-        bad = [n for n, t in zip(received.names, received.tensors, strict=True)
-               if not t.is_floating_point()]
-        if bad:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"update tensors {bad} are not floating point; send the update as "
-                          "float tensors")
+        problem = _refusal(received.names, received.tensors)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         generator = torch.Generator().manual_seed(received.seed)
         try:
             with self._lock:
                 defended = self.defense.apply(received.tensors, generator)
+            defended = _as_received(received.tensors, defended)
         except Exception as err:  # noqa: BLE001 - the service must keep serving
             log.exception("defense %s failed", self.defense.name)
             context.abort(grpc.StatusCode.INTERNAL,
                           f"defense {self.defense.name!r} failed: {type(err).__name__}: {err}")
+        overflowed = [n for n, t in zip(received.names, defended, strict=True)
+                      if not bool(torch.isfinite(t).all())]
+        if overflowed:  # finite in, not finite out: never answered (the contract says finite)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"defense {self.defense.name!r} overflowed to NaN or infinite values in "
+                          f"update tensors {_listed(overflowed)} (values near the largest their "
+                          "dtype holds); send smaller values or a wider dtype such as FLOAT32")
         yield from update_chunks(defended, received.names, chunk_bytes=self.chunk_bytes)
+
+
+def _listed(names: list[str], limit: int = 5) -> str:
+    """Tensor names for a message: quoted, at most ``limit`` of them."""
+    shown = ", ".join(quoted(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _refusal(names: list[str], tensors: list[torch.Tensor]) -> str:
+    """Why an assembled update cannot be defended ("" if it can): every tensor must hold
+    finite floats, at least one of them (the victim never sends less)."""
+    named = list(zip(names, tensors, strict=True))
+    not_float = [n for n, t in named if not t.is_floating_point()]
+    if not_float:
+        return (f"update tensors {_listed(not_float)} are not floating point; send the update "
+                "as float tensors")
+    empty = [n for n, t in named if t.numel() == 0]
+    if empty:
+        return (f"update tensors {_listed(empty)} hold no values (a zero dimension); send only "
+                "tensors with at least one value")
+    not_finite = [n for n, t in named if not bool(torch.isfinite(t).all())]
+    if not_finite:
+        return (f"update tensors {_listed(not_finite)} contain NaN or infinite values; send a "
+                "finite update")
+    return ""
+
+
+def _as_received(received: list[torch.Tensor], defended: list[torch.Tensor]) \
+        -> list[torch.Tensor]:
+    """The defended tensors in the dtypes they came in (a defense over the whole update may
+    promote, e.g. ``torch.cat`` of float32 and float64); the count and shapes must match."""
+    if len(defended) != len(received):
+        raise ValueError(f"the defense returned {len(defended)} tensors for {len(received)}")
+    for before, after in zip(received, defended, strict=True):
+        if after.shape != before.shape:
+            raise ValueError(f"the defense returned shape {list(after.shape)} for "
+                             f"{list(before.shape)}")
+    return [after.to(before.dtype) for before, after in zip(received, defended, strict=True)]
 
 
 def start_defense_server(

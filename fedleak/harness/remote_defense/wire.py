@@ -10,18 +10,20 @@ message limit. :func:`assemble_update` checks everything a peer could get wrong 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from fedleak.harness.wire.codec import (
+    MAX_DIMS,
     CodecError,
     decode_tensor,
     dtype_from_pb,
     dtype_name,
     encode_tensor,
+    shape_text,
 )
 from fedleak.harness.wire.quoting import quoted
 from fedleak.v1 import defense_pb2 as dpb
@@ -80,10 +82,13 @@ class _Pending:
         except CodecError as err:
             raise UpdateStreamError(f"{what} {quoted(piece.name)}: {err}") from None
         shape = [int(s) for s in piece.shape]
+        if len(shape) > MAX_DIMS:
+            raise UpdateStreamError(f"{what} {quoted(piece.name)}: shape {shape_text(shape)} has "
+                                    f"{len(shape)} dimensions; a tensor has at most {MAX_DIMS}")
         if any(s < 0 for s in shape):
-            raise UpdateStreamError(f"{what} {quoted(piece.name)}: shape {shape} has a negative "
-                                    "dimension")
-        self.expected = int(np.prod(shape, dtype=np.int64)) * itemsize
+            raise UpdateStreamError(f"{what} {quoted(piece.name)}: shape {shape_text(shape)} "
+                                    "has a negative dimension")
+        self.expected = math.prod(shape) * itemsize  # Python ints: 2**62 dims do not wrap
 
     def same_tensor(self, piece: pb.Tensor) -> bool:
         return (piece.name == self.header.name and piece.dtype == self.header.dtype
@@ -97,7 +102,7 @@ class _Pending:
         if len(self.data) + len(piece.data) > self.expected:
             raise UpdateStreamError(
                 f"{self.what} {quoted(name)}: more than the {self.expected} bytes that shape "
-                f"{list(self.header.shape)} of {dtype_name(self.header.dtype)} holds")
+                f"{shape_text(self.header.shape)} of {dtype_name(self.header.dtype)} holds")
         self.data += piece.data
 
     def finish(self) -> torch.Tensor:

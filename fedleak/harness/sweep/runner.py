@@ -146,7 +146,7 @@ _worker_sink: ProgressSink | None = None
 
 
 def _init_worker(events: Any, threads: int) -> None:
-    from fedleak.harness.victim.process import die_with_parent
+    from fedleak.harness.wire.serving import die_with_parent
 
     die_with_parent()  # a killed sweep takes its workers (and their victims) with it
     global _worker_sink

@@ -4,6 +4,10 @@ Used by ``fedleak demo``, sweeps and the integration tests: the victim is a real
 process; this only starts it, reads the address it bound, and stops it with SIGTERM. A victim
 is described by :class:`~fedleak.harness.victim.settings.VictimSettings`, handed to the child
 as a JSON file (``--settings``), or, for tests of the CLI itself, by ``victim serve`` options.
+The child is told this process's pid (``FEDLEAK_PARENT_PID``) and asks Linux to stop it when
+this process — strictly, the thread that started it — dies (``wire.serving.die_with_parent``),
+so a parent killed with SIGKILL leaves no victim behind; start victims from a thread that
+lives as long as they should.
 """
 
 from __future__ import annotations
@@ -20,28 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.wire.serving import PARENT_PID_ENV
 
 _READY = re.compile(r"listening on (\S+:\d+)")
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent dies (``prctl``
-    ``PR_SET_PDEATHSIG``), so children of a process killed with ``kill -9`` never outlive it;
-    a no-op elsewhere. Safe in ``preexec_fn`` (between fork and exec)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except OSError:
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.kill(os.getpid(), sig)
-
-
 class VictimProcessError(RuntimeError):
     """The victim process exited or did not report its address in time."""
 
@@ -85,8 +70,9 @@ class VictimProcess:
             self._settings_file = Path(name)
             args = ["--settings", name]
         command = [*self.command, "--host", "127.0.0.1", "--port", "0", *args]
+        env[PARENT_PID_ENV] = str(os.getpid())  # the child dies with us (die_with_parent)
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, preexec_fn=die_with_parent)
+                                      text=True, env=env)
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         found = threading.Event()
         threading.Thread(target=self._read_address, args=(found,), daemon=True).start()

@@ -56,6 +56,21 @@ MAX_REMEMBERED_RELEASES = 8
 MAX_CANDIDATES = 200_000
 
 
+def output_width(model: nn.Module, input_shape: tuple[int, ...], device: str = "cpu") -> int:
+    """How many outputs ``model`` gives per input of ``input_shape`` (C, H, W).
+
+    One forward pass in evaluation mode, the mode restored after: in training mode the pass
+    would update BatchNorm's running statistics, which are part of the public global model.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return model(torch.zeros((1, *input_shape), device=device)).numel()
+    finally:
+        model.train(was_training)
+
+
 class ReleaseCancelled(Exception):
     """The client cancelled the Release call; training stopped."""
 
@@ -133,6 +148,9 @@ class ModelReleaser:
         self._lock = threading.Lock()
         self._training = threading.Lock()
         self._training_set: tuple[Tensor, Tensor] | None = None
+        #: Outputs of the model per input, probed once here: a probe while serving would race
+        #: with local training for the model's train/eval mode.
+        self.output_width = output_width(model, tuple(data.info.shape), device)
 
     # -- what may be released ---------------------------------------------------------------
 
@@ -153,13 +171,10 @@ class ModelReleaser:
         self.training_set()
 
     def _check_model(self) -> None:
-        shape = (1, *self.data.info.shape)
-        with torch.no_grad():
-            out = self.initial_model(torch.zeros(shape, device=self.device))
-        if out.numel() != 1:
+        if self.output_width != 1:
             raise FailedPrecondition(
                 f"Release trains a binary classifier with one output, but this victim's model "
-                f"gives {out.numel()}; start the victim with --model kkt-mlp"
+                f"gives {self.output_width}; start the victim with --model kkt-mlp"
             )
 
     def _dp(self) -> DPSGD | None:

@@ -70,6 +70,6 @@ class RoundBook:
             found = self._rounds.get(round_id)
         if found is None:
             raise NotFound(f"unknown round id {quoted(round_id)}: use a round_id that "
-                           f"ComputeUpdate returned (the victim remembers the last "
-                           f"{MAX_REMEMBERED_ROUNDS})")
+                           f"ComputeUpdate or BeginSecAgg returned (the victim remembers the last "
+                           f"{MAX_REMEMBERED_ROUNDS}), or a release_id of Release")
         return found

@@ -26,6 +26,10 @@ from fedleak.defenses.secagg.messages import M
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, Unavailable
 
 PHASES = ("advertise-keys", "share-keys", "masked-input", "unmasking")
+#: Longest refusal of the protocol code quoted in an answer: it lists user ids from the server's
+#: message, which a hostile server makes as long as a message may be (an answer longer than
+#: gRPC's metadata limit reaches the client as RESOURCE_EXHAUSTED, the reason lost).
+REASON_LIMIT = 400
 
 
 class UserDroppedOut(Unavailable):
@@ -90,6 +94,13 @@ class SecAggSession:
                 return user.unmasking(server_request(phase, message, UnmaskingRequest)) \
                     .to_bytes()
             except SecAggError as err:
-                raise FailedPrecondition(f"user {user_id} refuses: {err}") from err
+                raise FailedPrecondition(f"user {user_id} refuses: {_reason(err)}") from err
             except ValueError as err:
-                raise InvalidArgument(f"user {user_id} cannot read the message: {err}") from err
+                raise InvalidArgument(f"user {user_id} cannot read the message: "
+                                      f"{_reason(err)}") from err
+
+
+def _reason(err: Exception, limit: int = REASON_LIMIT) -> str:
+    """``err``'s message, cut to ``limit`` characters with the full length said when cut."""
+    text = str(err)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"

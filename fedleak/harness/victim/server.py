@@ -174,7 +174,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if self.score_token:
             self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
         if not request.round_id:
-            raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate returned")
+            raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate or "
+                                  "BeginSecAgg returned, or the release_id of Release")
         if self.victim.releaser.get(request.round_id) is not None:  # KKT candidates
             return score_release(self.victim.releaser, request)
         scorer = self.victim.scorer

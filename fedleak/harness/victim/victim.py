@@ -153,6 +153,7 @@ class Victim:
         if self.config.defenses.transport is not None:
             raise FailedPrecondition("this victim's users aggregate securely: call BeginSecAgg "
                                      "(fedleak attack does when Describe lists secagg)")
+        self._check_classifier()
         params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(changes or ProtocolChanges())
@@ -204,6 +205,17 @@ class Victim:
                 f"local training failed for {self.config.model} on {n} image(s): "
                 f"{err}; start the victim with a larger --batch-size or another model"
             ) from err
+
+    def _check_classifier(self) -> None:
+        """FAILED_PRECONDITION unless the model scores every class of the private labels (a
+        one-output model, such as kkt-mlp, only serves Release)."""
+        width, classes = self.releaser.output_width, self.info.num_classes
+        if width < classes:
+            raise FailedPrecondition(
+                f"this victim's model {self.config.model} gives {width} output(s) for the "
+                f"{classes} classes of {self.info.name}, so it cannot compute a local update: "
+                "it only serves Release; start the victim with a classifier (e.g. --model mlp) "
+                "for ComputeUpdate and BeginSecAgg")
 
     def _checked(
         self, what: str, received: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
@@ -287,6 +299,7 @@ class Victim:
         if secagg is None:
             raise FailedPrecondition("this victim does not run secure aggregation; start it "
                                      "with --defense secagg and --users K, or use ComputeUpdate")
+        self._check_classifier()
         params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(changes or ProtocolChanges())

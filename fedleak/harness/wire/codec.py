@@ -1,13 +1,16 @@
 """Tensors on the wire: raw little-endian bytes with dtype and shape, never pickle.
 
-:func:`decode_tensor` checks everything a peer could get wrong (unknown dtype, negative or
-inconsistent shape, byte count) and raises :class:`CodecError` with a message naming the
-tensor, so the server can answer ``INVALID_ARGUMENT``.
+:func:`decode_tensor` checks everything a peer could get wrong (unknown dtype, negative,
+inconsistent or impossibly large shape, too many dimensions, byte count) and raises
+:class:`CodecError` with a message naming the tensor (shapes cut to their first dimensions),
+so the server can answer ``INVALID_ARGUMENT``.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -78,6 +81,20 @@ def encode_tensor(tensor: torch.Tensor, name: str = "") -> pb.Tensor:
 
 
 FLOAT_DTYPES = frozenset({pb.FLOAT32, pb.FLOAT64, pb.FLOAT16, pb.BFLOAT16})
+#: The most bytes a shape's non-zero dimensions may span: numpy (and torch) cannot describe an
+#: array beyond it, even an empty one such as ``[0, 2**62]``.
+MAX_EXTENT_BYTES = sys.maxsize
+#: The most dimensions a tensor may have (numpy's limit).
+MAX_DIMS = 64
+
+
+def shape_text(shape: Iterable[int], limit: int = 8) -> str:
+    """A declared shape for a message: its first ``limit`` dimensions, and how many there are
+    when cut (a client may declare thousands)."""
+    dims = [int(s) for s in shape]
+    if len(dims) <= limit:
+        return str(dims)
+    return f"[{', '.join(map(str, dims[:limit]))}, … ({len(dims)} dimensions)]"
 
 
 def declared_shape(message: pb.Tensor) -> tuple[int, ...]:
@@ -94,7 +111,7 @@ def check_declared(message: pb.Tensor, what: str, shape: tuple[int | None, ...],
     if len(got) != len(shape) or any(e is not None and g != e
                                      for g, e in zip(got, shape, strict=True)):
         wanted = wanted or "[" + ", ".join("?" if e is None else str(e) for e in shape) + "]"
-        raise CodecError(f"{what} has shape {list(got)[:8]}; expected {wanted}")
+        raise CodecError(f"{what} has shape {shape_text(got)}; expected {wanted}")
     if floating and message.dtype not in FLOAT_DTYPES:
         raise CodecError(f"{what} has dtype {dtype_name(message.dtype)}; send floating point "
                          "(FLOAT32)")
@@ -107,12 +124,19 @@ def decode_tensor(message: pb.Tensor, what: str = "tensor") -> torch.Tensor:
         raise CodecError(f"{label}: dtype {dtype_name(message.dtype)} is not supported; "
                          f"send one of {', '.join(pb.DType.Name(v) for v in _NUMPY)}")
     shape = tuple(int(s) for s in message.shape)
+    if len(shape) > MAX_DIMS:
+        raise CodecError(f"{label}: shape {shape_text(shape)} has {len(shape)} dimensions; a "
+                         f"tensor has at most {MAX_DIMS}")
     if any(s < 0 for s in shape):
-        raise CodecError(f"{label}: shape {list(shape)} has a negative dimension")
+        raise CodecError(f"{label}: shape {shape_text(shape)} has a negative dimension")
     np_dtype = _NUMPY[message.dtype]
+    if math.prod(s for s in shape if s) * np_dtype.itemsize > MAX_EXTENT_BYTES:
+        raise CodecError(f"{label}: shape {shape_text(shape)} is too large for any tensor (its "
+                         f"non-zero dimensions span over {MAX_EXTENT_BYTES} bytes, even with a "
+                         "zero dimension); send the tensor's real shape")
     expected = math.prod(shape) * np_dtype.itemsize  # Python ints: no overflow
     if len(message.data) != expected:
-        raise CodecError(f"{label}: shape {list(shape)} of {dtype_name(message.dtype)} needs "
+        raise CodecError(f"{label}: shape {shape_text(shape)} of {dtype_name(message.dtype)} needs "
                          f"{expected} bytes, got {len(message.data)}")
     array = np.frombuffer(message.data, dtype=np_dtype).reshape(shape)
     tensor = torch.from_numpy(array.copy())

@@ -8,7 +8,9 @@ and a bound port (0 picks a free one). :func:`serve_until_signal` blocks until S
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +19,39 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+#: Set by a parent that starts a fedleak server: its pid, so the server can die with it.
+PARENT_PID_ENV = "FEDLEAK_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (``prctl``
+    ``PR_SET_PDEATHSIG``; strictly, when the parent *thread* that started it exits), so a parent
+    killed with ``kill -9`` leaves no child behind; a no-op elsewhere. ``parent``: the pid the
+    parent had, to catch a parent that died before the call (the process then stops at once).
+
+    Called by the child itself, not in ``preexec_fn``: a ``preexec_fn`` forces ``fork``, and a
+    process forked while gRPC channels are open can crash before it reaches ``exec``.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except OSError:
+        return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def die_with_parent_if_asked() -> None:
+    """:func:`die_with_parent` when a fedleak parent asked for it (``FEDLEAK_PARENT_PID``)."""
+    parent = os.environ.pop(PARENT_PID_ENV, None)
+    if parent and parent.isdigit():
+        die_with_parent(parent=int(parent))
 
 
 def start_grpc_server(
@@ -62,22 +97,32 @@ def start_grpc_server(
     return server, bound
 
 
-def serve_until_signal(server: grpc.Server, grace: float = 2.0,
-                       stopping: threading.Event | None = None) -> None:
-    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s.
-
-    ``stopping`` is set first, so running computations that watch it end at their next step;
-    the server then cancels what is left. Work that still holds a thread ``grace`` seconds
-    later cannot keep the process alive: the caller should exit right after this returns.
+class StopSignals:
+    """SIGTERM and SIGINT recorded from the moment this is made (make it before starting a
+    server, so a signal during start-up is not lost to the default handler).
 
     The handler only appends to a list: a handler that took a lock (``Event.set``) could
     deadlock with the main thread it interrupted while that thread held the same lock in
     ``Event.wait`` — a victim then ignored SIGTERM for ever.
     """
-    received: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: received.append(signum))
-    while not received:
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self.received.append(signum))
+
+
+def serve_until_signal(server: grpc.Server, grace: float = 2.0,
+                       stopping: threading.Event | None = None,
+                       signals: StopSignals | None = None) -> None:
+    """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s.
+
+    ``stopping`` is set first, so running computations that watch it end at their next step;
+    the server then cancels what is left. Work that still holds a thread ``grace`` seconds
+    later cannot keep the process alive: the caller should exit right after this returns.
+    """
+    signals = signals or StopSignals()
+    while not signals.received:
         time.sleep(0.2)
     if stopping is not None:
         stopping.set()
