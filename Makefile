@@ -4,19 +4,23 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# Which torch build: TORCH=cpu (default) takes torch 2.13.0+cpu from PyTorch's CPU index (or a
-# local wheel) and never pulls CUDA wheels; TORCH=cuda takes PyPI's Linux wheel, the CUDA build
-# (several GB with its nvidia-* packages), for a GPU machine.
+# Which torch build: TORCH=cpu (default) takes torch 2.13.0+cpu, a local wheel where pip finds
+# one (find-links, a mirror) and otherwise PyTorch's CPU index, and never pulls CUDA wheels;
+# TORCH=cuda takes PyPI's Linux wheel, the CUDA build (several GB with its nvidia-* packages).
 TORCH ?= cpu
-TORCH_FROM_cpu := --extra-index-url https://download.pytorch.org/whl/cpu
-TORCH_FROM_cuda :=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: install demo test lint protos bench
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	# torch first, pinned, from the build TORCH names: a bare `torch` would pull the CUDA build.
-	$(PIP) install -c constraints.txt $(TORCH_FROM_$(TORCH)) torch==2.13.0
+ifeq ($(TORCH),cuda)
+	$(PIP) install -c constraints.txt torch==2.13.0
+else
+	$(PIP) install -c constraints.txt 'torch==2.13.0+cpu' \
+	  || $(PIP) install -c constraints.txt --extra-index-url $(TORCH_CPU_INDEX) 'torch==2.13.0+cpu'
+endif
 	$(PIP) install -c constraints.txt -e '.[dev]'
 	touch $@
 
