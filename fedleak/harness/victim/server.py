@@ -36,6 +36,7 @@ from fedleak.harness.wire.codec import (
 )
 from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors, quoted
 from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
+from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.harness.wire.serving import start_grpc_server
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
@@ -269,20 +270,10 @@ def _decode_named(
                                   f"{dtype_name(message.dtype)}, the model needs {dtype}")
         out[message.name] = decode_tensor(message, what)
     missing = [name for name in infos if name not in out]
-    if missing or unknown:
-        parts = []
-        if missing:
-            parts.append(f"missing {what}s {_names(missing)}")
-        if unknown:
-            parts.append(f"unknown {what}s {_names(unknown)}")
-        raise InvalidArgument(f"{'; '.join(parts)}: send exactly the {len(infos)} {what}s that "
-                              "Describe lists")
+    problem = name_mismatch(what, missing, unknown, len(infos))
+    if problem:
+        raise InvalidArgument(problem)
     return out
-
-
-def _names(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(quoted(n) for n in names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def _matches(context: grpc.ServicerContext, key: str, token: str | None) -> bool:

@@ -43,6 +43,7 @@ from fedleak.harness.wire.errors import (
     InvalidArgument,
     ResourceExhausted,
 )
+from fedleak.harness.wire.quoting import name_mismatch
 
 
 @dataclass(frozen=True)
@@ -222,14 +223,9 @@ class Victim:
     ) -> dict[str, torch.Tensor]:
         missing = [n for n in expected if n not in received]
         extra = [n for n in received if n not in expected]
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {what}s {_names(missing)}")
-            if extra:
-                parts.append(f"unknown {what}s {_names(extra)}")
-            raise InvalidArgument(f"{'; '.join(parts)}: send exactly the {len(expected)} "
-                                  f"{what}s that Describe lists")
+        problem = name_mismatch(what, missing, extra, len(expected))
+        if problem:
+            raise InvalidArgument(problem)
         out = {}
         for name, ref in expected.items():
             tensor = received[name]
@@ -338,6 +334,3 @@ class Victim:
         return __version__
 
 
-def _names(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(repr(n) for n in names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
