@@ -30,7 +30,7 @@ demo: install
 	$(VENV)/bin/fedleak demo
 
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check fedleak tests bench examples

@@ -28,9 +28,17 @@ def fedleak(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 
 def _attacker(address: str, out: Path, *args: str) -> subprocess.Popen[str]:
+    # SIGINT back to its default in the child, as in a terminal: a test run started in the
+    # background of a non-interactive shell inherits SIGINT ignored, and Python then never
+    # raises KeyboardInterrupt (the attacker rightly leaves an ignored SIGINT ignored).
     return subprocess.Popen([sys.executable, "-m", "fedleak", "attack", "--victim", address,
                              "--quiet", "--out", str(out), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(condition: object, timeout: float = 120) -> None:
