@@ -5,10 +5,11 @@ with ``create_graph``, the double backward to x and λ) and one optimiser step. 
 n = 100 (m = 100, 200) on 1×8×8 digits (d = 64) and the paper's d–1000–1000–1 network
 (``--depth 1`` for d–1000–1), the attack runs ``--iterations`` steps through its real code
 path (``create_attack("kkt").reconstruct``); the time is read from the progress callback after
-a warm-up window.
+a warm-up window. On CUDA the step is captured as a CUDA graph (``--no-capture``: eager).
 
     .venv/bin/python bench/kkt_speed.py                        # CPU
     .venv/bin/python bench/kkt_speed.py --device cuda --iterations 2000
+    .venv/bin/python bench/kkt_speed.py --device cuda --iterations 2000 --no-capture
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def seconds_per_1000(n: int, args: argparse.Namespace) -> float:
 
     options = {"iterations": args.iterations, "log_every": args.window, "lr_low": 1e-5,
                "lr_high": 1e-5, "sigma_x_low": args.sigma_x, "sigma_x_high": args.sigma_x,
-               "float64": args.float64, "optimizer": args.optimizer}
+               "float64": args.float64, "optimizer": args.optimizer,
+               "capture": not args.no_capture}
     create_attack("kkt", options).reconstruct(released, device=args.device, progress=progress)
     (first, t0), (last, t1) = stamps[1], stamps[-1]
     return (t1 - t0) / (last - first) * 1000
@@ -55,13 +57,16 @@ def main() -> None:
     parser.add_argument("--sigma-x", type=float, default=0.01,
                         help="init scale of the candidates (float32 with a tiny one meets "
                         "subnormal numbers, which are slow on CPUs)")
+    parser.add_argument("--no-capture", action="store_true",
+                        help="run the eager loop on CUDA instead of the captured step")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"device {args.device}, threads {torch.get_num_threads()}, d=64, "
           f"kkt-mlp width {args.width} depth {args.depth}, "
-          f"{'float64' if args.float64 else 'float32'}, {args.optimizer}")
+          f"{'float64' if args.float64 else 'float32'}, {args.optimizer}, "
+          f"capture {'off' if args.no_capture else 'on (CUDA only)'}")
     for n in args.n:
         seconds = seconds_per_1000(n, args)
         print(f"n={n:4d} (m={2 * n}): {seconds:.2f} s per 1000 iterations "

@@ -288,3 +288,35 @@ def test_binary_tasks_map_classes_to_plus_minus_one() -> None:
         binary_task("cifar100")
     indices, y = balanced_subset(torch.arange(100) % 10, "digits", 7, seed=0)
     assert y.tolist() == [1] * 4 + [-1] * 3 and len(set(indices.tolist())) == 7
+
+
+@pytest.mark.parametrize("options", [
+    {"optimizer": "sgd", "lr_low": 1e-3, "lr_high": 1e-2, "lambda_lr": 1e-3},
+    {"optimizer": "adam", "lr_low": 1e-3, "lr_high": 1e-2},
+    {"optimizer": "sgd", "lr_low": 1e6, "lr_high": 1e6},  # diverges: the last checked state
+])
+def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPatch,
+                                                    options: dict) -> None:
+    """The step a CUDA graph captures (device-side optimiser state, finiteness test and
+    snapshot every log_every steps) gives the eager loop's runs on the CPU."""
+    import fedleak.attacks.kkt as kkt
+
+    released = _small_release()
+    options = {**options, "iterations": 23, "runs": 2, "log_every": 5}
+    calls: dict[bool, list[tuple[int, int, float]]] = {False: [], True: []}
+    results = {}
+    for graph_safe in (False, True):
+        monkeypatch.setattr(kkt, "capturable", lambda _device, on=graph_safe: on)
+        results[graph_safe] = create_attack("kkt", options).reconstruct(
+            released, seed=4, progress=lambda *call, g=graph_safe: calls[g].append(call))
+    eager, graph_safe = results[False], results[True]
+    assert graph_safe.extras["captured"] and not eager.extras["captured"]
+    assert graph_safe.extras["run_diverged"] == eager.extras["run_diverged"]
+    torch.testing.assert_close(graph_safe.images, eager.images, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(graph_safe.extras["lambdas"], eager.extras["lambdas"],
+                               rtol=1e-5, atol=1e-5)
+    assert graph_safe.extras["run_objectives"] == pytest.approx(
+        eager.extras["run_objectives"], rel=1e-4)
+    assert [c[:2] for c in calls[True]] == [c[:2] for c in calls[False]]
+    if options["lr_low"] == 1e6:
+        assert all(eager.extras["run_diverged"])

@@ -85,3 +85,31 @@ def test_bad_options_are_refused() -> None:
                     {"optimizer": "lbfgs"}, {"weight": "-1"}):
         with pytest.raises(AttackConfigError):
             create_attack("qian", options)
+
+
+@pytest.mark.parametrize(("n", "options"), [
+    (1, {"optimizer": "adam", "lr": 0.05}),
+    (2, {"optimizer": "sgd", "lr": 0.01, "weight": 1e-3, "decay_every": 7}),
+    (1, {"optimizer": "sgd", "lr": 1e8}),  # diverges: both keep the last finite iterate
+])
+def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPatch, n: int,
+                                                    options: dict) -> None:
+    """The step a CUDA graph captures (device-side λ schedule, optimiser state and stop flag)
+    gives the eager loop's result on the CPU, divergence included."""
+    import fedleak.attacks.qian as qian
+
+    shape = (1, 8, 8)
+    observation = make_observation("lenet-zhu", shape, 10, torch.rand(n, *shape),
+                                   torch.tensor([3, 7][:n]), seed=1)
+    options = {**options, "iterations": 30, "restarts": 2, "log_every": 4}
+    calls: dict[bool, list[tuple[int, int, float]]] = {False: [], True: []}
+    results = {}
+    for graph_safe in (False, True):
+        monkeypatch.setattr(qian, "capturable", lambda _device, on=graph_safe: on)
+        results[graph_safe] = create_attack("qian", options).reconstruct(
+            observation, seed=2, progress=lambda *call, g=graph_safe: calls[g].append(call))
+    eager, graph_safe = results[False], results[True]
+    assert graph_safe.extras["captured"] and not eager.extras["captured"]
+    torch.testing.assert_close(graph_safe.images, eager.images, rtol=1e-5, atol=1e-4)
+    assert graph_safe.restart_objectives == pytest.approx(eager.restart_objectives, rel=1e-3)
+    assert [c[:2] for c in calls[True]] == [c[:2] for c in calls[False]]

@@ -65,6 +65,34 @@ class DeviceSignedAdam:
         self.images.sub_(self.m / denom * factor)
 
 
+class DeviceSGD:
+    """SGD with heavy-ball momentum whose state lives on the parameter's device (graph-safe).
+
+    ``b ← μ b + g`` (``b₁ = g``), ``p ← p − lr_t · b`` with ``lr_t = schedule[t − 1]``: the
+    update of ``torch.optim.SGD(momentum=μ, dampening=0)``; ``μ = 0`` is plain descent.
+    """
+
+    def __init__(self, parameter: torch.Tensor, schedule: torch.Tensor,
+                 momentum: float = 0.0) -> None:
+        self.parameter = parameter
+        self.momentum = momentum
+        self.buffer = torch.zeros_like(parameter)
+        self.t = torch.zeros((), dtype=torch.int64, device=parameter.device)
+        self.schedule = schedule.to(device=parameter.device, dtype=torch.float64)
+
+    def step(self, grad: torch.Tensor) -> None:
+        """One update of ``parameter`` in place."""
+        self.t += 1
+        self.buffer.mul_(self.momentum).add_(grad)
+        lr = self.schedule.index_select(0, (self.t - 1).view(1)).squeeze(0)
+        self.parameter.sub_(self.buffer * lr.to(self.parameter.dtype))
+
+
+def constant_schedule(lr: float, iterations: int) -> torch.Tensor:
+    """``schedule[t] = lr`` for every step t (float64, on the CPU)."""
+    return torch.full((iterations,), float(lr), dtype=torch.float64)
+
+
 def capturable(device: torch.device) -> bool:
     """Whether steps on ``device`` can be captured as CUDA graphs."""
     return device.type == "cuda" and torch.cuda.is_available()
@@ -77,24 +105,28 @@ def run_iterations(
     *,
     capture: bool = True,
     warmup: int = 3,
-    on_step: Callable[[int], None] | None = None,
+    on_step: Callable[[int], bool | None] | None = None,
 ) -> str | None:
     """Run the graph-safe ``step`` ``iterations`` times, captured on CUDA when ``capture``.
 
     ``on_step(done)`` is called after every iteration; it should read the device only now and
-    then (every ``log_every`` steps), since each read waits for the GPU. Returns None, or a
-    one-line notice when capture was asked for but the step ran eagerly.
+    then (every ``log_every`` steps), since each read waits for the GPU. When it returns True
+    the loop stops there (a diverged run). Returns None, or a one-line notice when capture was
+    asked for but the step ran eagerly.
     """
     notice = None
     done = 0
+    stopped = False
 
     def advance(count: int) -> None:
-        nonlocal done
+        nonlocal done, stopped
         for _ in range(count):
+            if stopped:
+                return
             step()
             done += 1
-            if on_step is not None:
-                on_step(done)
+            if on_step is not None and on_step(done):
+                stopped = True
 
     if not capture or not capturable(device) or iterations <= warmup + 1:
         advance(iterations)
@@ -105,6 +137,8 @@ def run_iterations(
     with torch.cuda.stream(side):
         advance(warmup)
     torch.cuda.current_stream(device).wait_stream(side)
+    if stopped:
+        return None
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
@@ -117,6 +151,35 @@ def run_iterations(
     while done < iterations:
         graph.replay()
         done += 1
-        if on_step is not None:
-            on_step(done)
+        if on_step is not None and on_step(done):
+            break
     return notice
+
+
+def captured_function(
+    function: Callable[[], None], device: torch.device, *, warmup: int = 3
+) -> tuple[Callable[[], None], str | None]:
+    """``function`` recorded once as a CUDA graph; returns (a replay of it, notice).
+
+    For an evaluation whose inputs and outputs live in static buffers and that has no side
+    effect besides writing those outputs (DLG's objective and gradient at the current images),
+    so the ``warmup`` eager calls on a side stream change nothing. Off CUDA, or when capture
+    fails, the function itself is returned with a one-line notice saying why (None off CUDA).
+    """
+    if not capturable(device):
+        return function, None
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            function()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            function()
+    except RuntimeError as err:  # an operation that cannot be captured
+        torch.cuda.synchronize(device)
+        return function, f"CUDA graph capture failed ({str(err).splitlines()[0][:120]}); " \
+            "ran eagerly"
+    return graph.replay, None

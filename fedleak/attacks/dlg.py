@@ -15,6 +15,13 @@ on an untrained 32×32 LeNet: after 50 steps the distance is still 160 and the P
 against 3e-4 and 32 dB with lr = 1), so the default is Zhu's lr = 1; pass ``lr=1e-4`` to
 reproduce the quote.
 
+On CUDA (``capture``, the default) the objective and its gradient — the replay's forward and
+double backward, the distance, the vector–Jacobian product back to the images — are recorded
+once as a CUDA graph and replayed at every evaluation L-BFGS asks for. L-BFGS itself cannot be
+captured: its two-loop recursion is cheap, but its stopping tests and line search branch on
+the objective in Python (``torch.optim.LBFGS`` reads it to the host at every evaluation), so it
+stays eager around the captured evaluation.
+
 L-BFGS on a third-order problem diverges now and then: every evaluated iterate with a finite
 objective lower than any before is kept, and a restart stops as soon as the objective or the
 images stop being finite; the best finite iterate is its result.
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.capture import capturable, captured_function
 from fedleak.attacks.inverting_gradients import gaussian_init
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
@@ -51,6 +59,11 @@ class DLGConfig:
         default="none", metadata={"help": "'none' (Zhu's code) or 'strong_wolfe'"}
     )
     log_every: int = field(default=10, metadata={"help": "report progress every k steps"})
+    capture: bool = field(
+        default=True,
+        metadata={"help": "on CUDA, record the objective and its gradient as a CUDA graph "
+                  "(L-BFGS itself stays eager); falls back to eager with a notice"},
+    )
 
     def __post_init__(self) -> None:
         for name in ("iterations", "restarts", "inner_iterations", "history_size", "log_every"):
@@ -77,6 +90,7 @@ class _BestIterate:
     def __init__(self) -> None:
         self.value = math.inf
         self.images: torch.Tensor | None = None
+        self.notice: str | None = None
 
     def offer(self, value: float, images: torch.Tensor) -> None:
         if math.isfinite(value) and value < self.value and bool(torch.isfinite(images).all()):
@@ -109,12 +123,16 @@ class DLG(Attack[Observation]):
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
         finals: list[float] = []
+        notices: list[str] = []
         best = _BestIterate()
+        graph_safe = cfg.capture and capturable(device)
         for restart in range(cfg.restarts):
             trial = self._trial(
                 gaussian_init(shape, seed + restart, device), labels, observation, observed,
                 offset=restart * cfg.iterations, total=total, progress=progress,
+                graph_safe=graph_safe,
             )
+            notices += [trial.notice] if trial.notice else []
             finals.append(trial.value)
             if trial.images is not None and trial.value < best.value:
                 best = trial
@@ -125,6 +143,8 @@ class DLG(Attack[Observation]):
             objective=best.value,
             iterations=total,
             restart_objectives=finals,
+            warnings=sorted(set(notices)),
+            extras={"captured": graph_safe and not notices},
         )
 
     def _trial(
@@ -137,6 +157,7 @@ class DLG(Attack[Observation]):
         offset: int,
         total: int,
         progress: Progress | None,
+        graph_safe: bool = False,
     ) -> _BestIterate:
         cfg = self.config
         images.requires_grad_(True)
@@ -148,13 +169,27 @@ class DLG(Attack[Observation]):
             line_search_fn=None if cfg.line_search == "none" else cfg.line_search,
         )
         best = _BestIterate()
+        objective = torch.zeros((), dtype=images.dtype, device=images.device)
+        gradient = torch.zeros_like(images)
 
-        def closure() -> torch.Tensor:
+        def evaluate() -> None:
+            """Objective and gradient at the current images, into static buffers."""
             loss = gradient_distance(observation.simulate(images, labels), observed)
             # ∂/∂x only: backward() would also fill .grad of the replay's parameters
-            (images.grad,) = torch.autograd.grad(loss, images)
+            (grad,) = torch.autograd.grad(loss, images)
+            with torch.no_grad():
+                objective.copy_(loss)
+                gradient.copy_(grad)
+
+        if graph_safe:
+            evaluate, best.notice = captured_function(evaluate, images.device)
+
+        def closure() -> torch.Tensor:
+            evaluate()
+            images.grad = gradient.clone()
+            loss = objective.clone()  # the buffers change at the next evaluation
             best.offer(float(loss.item()), images)
-            return loss.detach()
+            return loss
 
         for iteration in range(cfg.iterations):
             loss = optimiser.step(closure)

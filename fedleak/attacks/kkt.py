@@ -38,7 +38,9 @@ Details, as in the paper (Sec. 5.2, App. B.2):
 to x and λ (a double backward per iteration, no per-sample gradients).
 
 A run whose objective stops being finite ends there and returns its last finite state (checked
-every ``log_every`` iterations); ``extras["run_diverged"]`` says which runs did.
+every ``log_every`` iterations); ``extras["run_diverged"]`` says which runs did. On CUDA
+(``capture``) one iteration is recorded as a CUDA graph and replayed
+(:meth:`KKT.iterate_graph_safe`, the eager loop's maths with its state on the device).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -54,6 +57,13 @@ from torch import nn
 from torch.func import functional_call
 
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.capture import (
+    DeviceSGD,
+    DeviceSignedAdam,
+    capturable,
+    constant_schedule,
+    run_iterations,
+)
 from fedleak.attacks.observation import Reconstruction
 from fedleak.attacks.registry import register_attack
 from fedleak.attacks.release import ReleasedModel
@@ -254,6 +264,11 @@ class KKTConfig:
     log_every: int = field(
         default=100, metadata={"help": "report progress and check finiteness every k steps"}
     )
+    capture: bool = field(
+        default=True,
+        metadata={"help": "on CUDA, record one step as a CUDA graph and replay it "
+                  "(falls back to eager with a notice when capture fails)"},
+    )
 
     def __post_init__(self) -> None:
         for name in ("iterations", "runs", "log_every"):
@@ -315,6 +330,7 @@ class _RunResult:
     objective: float
     stationarity: float
     diverged: bool
+    notice: str | None = None
 
 
 @register_attack("kkt")
@@ -364,14 +380,16 @@ class KKT(Attack[ReleasedModel]):
         runs = range(cfg.first_run, cfg.first_run + cfg.runs)
         results: list[_RunResult] = []
         settings: list[RunSettings] = []
+        graph_safe = cfg.capture and capturable(dev)
         for k, run in enumerate(runs):
             settings.append(sample_run_settings(cfg, seed, run))
             set_relu_alpha(model, settings[-1].alpha)
             generator = torch.Generator().manual_seed(seed * 1_000_003 + run)
             results.append(
-                self._run(model, parameters, labels, released, settings[-1], generator,
-                          offset=k * cfg.iterations, progress=progress)
+                self.run(model, parameters, labels, released, settings[-1], generator,
+                         offset=k * cfg.iterations, progress=progress, graph_safe=graph_safe)
             )
+        notices = sorted({r.notice for r in results if r.notice})
         objectives = [r.objective for r in results]
         return Reconstruction(
             images=torch.cat([r.x for r in results]),
@@ -379,7 +397,9 @@ class KKT(Attack[ReleasedModel]):
             objective=min(objectives, key=lambda v: v if math.isfinite(v) else math.inf),
             iterations=cfg.iterations * cfg.runs,
             restart_objectives=objectives,
+            warnings=notices,
             extras={
+                "captured": graph_safe and not notices,
                 "lambdas": torch.cat([r.lambdas for r in results]),
                 "run_index": torch.tensor(list(runs)).repeat_interleave(m),
                 "run_settings": [asdict(s) for s in settings],
@@ -392,7 +412,7 @@ class KKT(Attack[ReleasedModel]):
             },
         )
 
-    def _run(
+    def run(
         self,
         model: nn.Module,
         parameters: dict[str, torch.Tensor],
@@ -403,7 +423,14 @@ class KKT(Attack[ReleasedModel]):
         *,
         offset: int,
         progress: Progress | None,
+        graph_safe: bool = False,
     ) -> _RunResult:
+        """One random-search run: init x ~ N(0, σ_x² I), λ ~ U[0, λ_init], then the iterations.
+
+        Eagerly with ``torch.optim`` or, ``graph_safe``, as a step whose whole state lives on
+        the device, captured as a CUDA graph on CUDA (:meth:`iterate_graph_safe`). Both check
+        finiteness every ``log_every`` steps and return the last state that passed.
+        """
         cfg = self.config
         dev, dtype = labels.device, labels.dtype
         m = labels.shape[0]
@@ -411,6 +438,51 @@ class KKT(Attack[ReleasedModel]):
         x = (x * settings.sigma_x).to(dev).requires_grad_(True)
         lambdas = torch.rand(m, generator=generator, dtype=dtype) * cfg.lambda_init
         lambdas = lambdas.to(dev).requires_grad_(True)
+
+        def objective(x: torch.Tensor, lambdas: torch.Tensor) -> KKTTerms:
+            return kkt_objective(
+                model, parameters, x, lambdas, labels,
+                alphas=(cfg.alpha1, cfg.alpha2, cfg.alpha3),
+                lambda_min=settings.lambda_min, value_range=released.value_range,
+            )
+
+        iterate = self.iterate_graph_safe if graph_safe else self.iterate
+        last, diverged, notice = iterate(objective, x, lambdas, settings, offset, progress)
+        final = (x.detach().clone(), lambdas.detach().clone())
+        if not diverged:
+            terms = objective(*final)
+            diverged = not bool(torch.isfinite(terms.total) and torch.isfinite(final[0]).all())
+            if not diverged:
+                last = final
+                if progress is not None:
+                    progress(offset + cfg.iterations, cfg.iterations * cfg.runs,
+                             float(terms.total.detach()))
+        if diverged:
+            terms = objective(*last)
+        return _RunResult(
+            x=last[0],
+            lambdas=last[1],
+            objective=float(terms.total.detach()),
+            stationarity=float(terms.stationarity.detach()),
+            diverged=diverged,
+            notice=notice,
+        )
+
+    def iterate(
+        self,
+        objective: Callable[[torch.Tensor, torch.Tensor], KKTTerms],
+        x: torch.Tensor,
+        lambdas: torch.Tensor,
+        settings: RunSettings,
+        offset: int,
+        progress: Progress | None,
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], bool, str | None]:
+        """The eager loop: SGD with momentum (or Adam) on (x, λ) from ``torch.optim``.
+
+        Returns the last state that passed a finiteness check, whether a check failed (the
+        loop stops there), and no notice.
+        """
+        cfg = self.config
         groups: list[dict[str, Any]] = [
             {"params": [x]}, {"params": [lambdas], "lr": cfg.lambda_lr or settings.lr}]
         optimiser: torch.optim.Optimizer
@@ -420,41 +492,85 @@ class KKT(Attack[ReleasedModel]):
             optimiser = torch.optim.SGD(groups, lr=settings.lr, momentum=SGD_MOMENTUM)
         total = cfg.iterations * cfg.runs
         last = (x.detach().clone(), lambdas.detach().clone())
-        diverged = False
-
-        def objective(x: torch.Tensor, lambdas: torch.Tensor) -> KKTTerms:
-            return kkt_objective(
-                model, parameters, x, lambdas, labels,
-                alphas=(cfg.alpha1, cfg.alpha2, cfg.alpha3),
-                lambda_min=settings.lambda_min, value_range=released.value_range,
-            )
-
         for iteration in range(cfg.iterations):
             terms = objective(x, lambdas)
             x.grad, lambdas.grad = torch.autograd.grad(terms.total, [x, lambdas])
             if iteration % cfg.log_every == 0:
                 value = float(terms.total.detach())
                 if not (math.isfinite(value) and bool(torch.isfinite(x).all())):
-                    diverged = True
-                    break
+                    return last, True, None
                 last = (x.detach().clone(), lambdas.detach().clone())
                 if progress is not None:
                     progress(offset + iteration + 1, total, value)
             optimiser.step()
-        final = (x.detach().clone(), lambdas.detach().clone())
-        if not diverged:
-            terms = objective(*final)
-            diverged = not bool(torch.isfinite(terms.total) and torch.isfinite(final[0]).all())
-            if not diverged:
-                last = final
-                if progress is not None:
-                    progress(offset + cfg.iterations, total, float(terms.total.detach()))
-        if diverged:
-            terms = objective(*last)
-        return _RunResult(
-            x=last[0],
-            lambdas=last[1],
-            objective=float(terms.total.detach()),
-            stationarity=float(terms.stationarity.detach()),
-            diverged=diverged,
-        )
+        return last, False, None
+
+    def iterate_graph_safe(
+        self,
+        objective: Callable[[torch.Tensor, torch.Tensor], KKTTerms],
+        x: torch.Tensor,
+        lambdas: torch.Tensor,
+        settings: RunSettings,
+        offset: int,
+        progress: Progress | None,
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], bool, str | None]:
+        """:meth:`iterate`'s maths as a graph-safe step, captured as a CUDA graph on CUDA.
+
+        The optimisers keep their state and step counter on the device
+        (:class:`~fedleak.attacks.capture.DeviceSGD`,
+        :class:`~fedleak.attacks.capture.DeviceSignedAdam` unsigned); at every ``log_every``-th
+        step the device tests finiteness and, when it passes, copies (x, λ) into static
+        buffers, so the host needs to read only the objective and that test, at those steps,
+        and stops there when it failed. Returns as :meth:`iterate` does, with a notice when
+        capture fell back to eager.
+        """
+        cfg = self.config
+        dev, dtype = x.device, x.dtype
+        lambda_lr = cfg.lambda_lr or settings.lr
+        optimisers: list[DeviceSignedAdam | DeviceSGD]
+        if cfg.optimizer == "adam":
+            optimisers = [
+                DeviceSignedAdam(x, constant_schedule(settings.lr, cfg.iterations), signed=False),
+                DeviceSignedAdam(lambdas, constant_schedule(lambda_lr, cfg.iterations),
+                                 signed=False)]
+        else:
+            optimisers = [
+                DeviceSGD(x, constant_schedule(settings.lr, cfg.iterations), SGD_MOMENTUM),
+                DeviceSGD(lambdas, constant_schedule(lambda_lr, cfg.iterations), SGD_MOMENTUM)]
+        t = torch.zeros((), dtype=torch.int64, device=dev)
+        passed = torch.ones((), dtype=torch.bool, device=dev)
+        value = torch.zeros((), dtype=dtype, device=dev)
+        last = (x.detach().clone(), lambdas.detach().clone())
+
+        def step() -> None:
+            terms = objective(x, lambdas)
+            grads = torch.autograd.grad(terms.total, [x, lambdas])
+            with torch.no_grad():
+                check = t.remainder(cfg.log_every) == 0
+                finite = torch.isfinite(terms.total) & torch.isfinite(x).all()
+                passed.copy_(finite | ~check)
+                keep = check & finite
+                last[0].copy_(torch.where(keep, x, last[0]))
+                last[1].copy_(torch.where(keep, lambdas, last[1]))
+                value.copy_(terms.total)
+                for optimiser, grad in zip(optimisers, grads, strict=True):
+                    optimiser.step(grad)
+                t.add_(1)
+
+        diverged = False
+        total = cfg.iterations * cfg.runs
+
+        def on_step(done: int) -> bool:
+            nonlocal diverged
+            if (done - 1) % cfg.log_every != 0:
+                return False
+            if not bool(passed):
+                diverged = True
+                return True
+            if progress is not None:
+                progress(offset + done, total, float(value))
+            return False
+
+        notice = run_iterations(step, cfg.iterations, dev, capture=capturable(dev),
+                                on_step=on_step)
+        return last, diverged, notice
