@@ -6,10 +6,13 @@ n = 100 (m = 100, 200) on 1×8×8 digits (d = 64) and the paper's d–1000–100
 (``--depth 1`` for d–1000–1), the attack runs ``--iterations`` steps through its real code
 path (``create_attack("kkt").reconstruct``); the time is read from the progress callback after
 a warm-up window. On CUDA the step is captured as a CUDA graph (``--no-capture``: eager).
+``--runs K --pack K`` optimises K runs of the search as one packed computation (``--pack 1``:
+one after another); the figure is then per 1000 run-iterations.
 
     .venv/bin/python bench/kkt_speed.py                        # CPU
     .venv/bin/python bench/kkt_speed.py --device cuda --iterations 2000
     .venv/bin/python bench/kkt_speed.py --device cuda --iterations 2000 --no-capture
+    .venv/bin/python bench/kkt_speed.py --runs 8 --pack 8      # against --runs 8 --pack 1
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def seconds_per_1000(n: int, args: argparse.Namespace) -> float:
     options = {"iterations": args.iterations, "log_every": args.window, "lr_low": 1e-5,
                "lr_high": 1e-5, "sigma_x_low": args.sigma_x, "sigma_x_high": args.sigma_x,
                "float64": args.float64, "optimizer": args.optimizer,
-               "capture": not args.no_capture}
+               "capture": not args.no_capture, "runs": args.runs, "pack": args.pack}
     create_attack("kkt", options).reconstruct(released, device=args.device, progress=progress)
     (first, t0), (last, t1) = stamps[1], stamps[-1]
     return (t1 - t0) / (last - first) * 1000
@@ -57,6 +60,8 @@ def main() -> None:
     parser.add_argument("--sigma-x", type=float, default=0.01,
                         help="init scale of the candidates (float32 with a tiny one meets "
                         "subnormal numbers, which are slow on CPUs)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of the random search")
+    parser.add_argument("--pack", type=int, default=1, help="runs per packed computation")
     parser.add_argument("--no-capture", action="store_true",
                         help="run the eager loop on CUDA instead of the captured step")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
@@ -66,11 +71,13 @@ def main() -> None:
     print(f"device {args.device}, threads {torch.get_num_threads()}, d=64, "
           f"kkt-mlp width {args.width} depth {args.depth}, "
           f"{'float64' if args.float64 else 'float32'}, {args.optimizer}, "
+          f"{args.runs} run(s) in packs of {args.pack}, "
           f"capture {'off' if args.no_capture else 'on (CUDA only)'}")
     for n in args.n:
         seconds = seconds_per_1000(n, args)
-        print(f"n={n:4d} (m={2 * n}): {seconds:.2f} s per 1000 iterations "
-              f"({seconds:.2f} ms/iteration)", flush=True)
+        unit = "run-iterations" if args.runs > 1 else "iterations"
+        print(f"n={n:4d} (m={2 * n}): {seconds:.2f} s per 1000 {unit} "
+              f"({seconds:.2f} ms per {unit[:-1]})", flush=True)
 
 
 if __name__ == "__main__":

@@ -320,3 +320,51 @@ def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPa
     assert [c[:2] for c in calls[True]] == [c[:2] for c in calls[False]]
     if options["lr_low"] == 1e6:
         assert all(eager.extras["run_diverged"])
+
+
+@pytest.mark.parametrize(("seed", "options"), [
+    (4, {"optimizer": "sgd", "lr_low": 1e-3, "lr_high": 1e-1, "float64": True}),
+    (4, {"optimizer": "adam", "lr_low": 1e-3, "lr_high": 1e-1, "float64": True,
+         "lambda_lr": 1e-2}),
+    (2, {"optimizer": "sgd", "lr_low": 1e-3, "lr_high": 1e7}),  # two runs diverge, two not
+])
+def test_packed_runs_land_where_runs_alone_land(seed: int, options: dict) -> None:
+    """K runs of the random search as one vmapped computation (per-run θ-gradients, ReLU
+    sharpness, learning rates and divergence) give each run the result it gets alone."""
+    released = _small_release()
+    options = {**options, "iterations": 23, "runs": 4, "log_every": 5}
+    alone = create_attack("kkt", options).reconstruct(released, seed=seed)
+    calls: list[tuple[int, int, float]] = []
+    packed = create_attack("kkt", {**options, "pack": 3}).reconstruct(
+        released, seed=seed, progress=lambda *call: calls.append(call))
+    assert packed.extras["run_diverged"] == alone.extras["run_diverged"]
+    if options["lr_high"] == 1e7:
+        assert packed.extras["run_diverged"] == [True, True, False, False]
+    torch.testing.assert_close(packed.images, alone.images, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(packed.extras["lambdas"], alone.extras["lambdas"],
+                               rtol=1e-5, atol=1e-6)
+    assert packed.extras["run_objectives"] == pytest.approx(alone.extras["run_objectives"],
+                                                            rel=1e-6)
+    done = [c[0] for c in calls]
+    assert done == sorted(done) and done[-1] == 92 and all(c[1] == 92 for c in calls)
+
+
+def test_detached_smooth_relu_has_the_functions_derivatives() -> None:
+    """relu(z)⁺ + s − s̄ with s = log(1 + e^{αz})/α: value relu, first and second derivatives
+    those of SmoothBackwardReLU (σ(αz) and ασ(αz)(1 − σ(αz)))."""
+    from fedleak.attacks.kkt import SmoothBackwardReLU
+    from fedleak.attacks.kkt_packed import DetachedSmoothReLU, Sharpness
+
+    sharpness = Sharpness()
+    sharpness.alpha = torch.tensor(7.0, dtype=torch.float64)
+    z = torch.linspace(-2, 2, 41, dtype=torch.float64, requires_grad=True)
+    outputs = {"function": SmoothBackwardReLU.apply(z, 7.0),
+               "detached": DetachedSmoothReLU(sharpness)(z)}
+    derivatives = {}
+    for name, out in outputs.items():
+        assert torch.equal(out.detach(), z.detach().clamp_min(0))
+        (first,) = torch.autograd.grad(out.sum(), z, create_graph=True)
+        (second,) = torch.autograd.grad(first.sum(), z)
+        derivatives[name] = (first.detach(), second)
+    for got, want in zip(derivatives["detached"], derivatives["function"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

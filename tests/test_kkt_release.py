@@ -97,7 +97,8 @@ def test_kkt_attack_from_the_cli_writes_metrics_and_pictures(
     args = ["attack", "--victim", kkt_victim.address, "--attack", "kkt", "--token", TOKEN,
             "--iterations", "150", "--release-epochs", "1500", "--quiet", "--out", str(out),
             "-o", "optimizer=adam", "-o", "runs=2", "-o", "lr-low=0.01", "-o", "lr-high=0.01",
-            "-o", "sigma-x-low=0.01", "-o", "sigma-x-high=0.01", "-o", "log-every=50"]
+            "-o", "sigma-x-low=0.01", "-o", "sigma-x-high=0.01", "-o", "log-every=50",
+            "-o", "pack=2"]  # the two runs as one packed computation
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "recovered" in result.output and "ssim_vs_margin.png" in result.output

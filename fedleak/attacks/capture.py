@@ -33,12 +33,25 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
 
+def scheduled_rate(schedule: torch.Tensor, t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``schedule[t − 1]`` read on the device, shaped to scale ``like``.
+
+    A schedule ``[T]`` gives one rate (0-dim); a schedule ``[T, K]`` gives one rate per leading
+    slice of ``like`` (K packed runs), shaped ``[K, 1, …, 1]``.
+    """
+    rate = schedule.index_select(0, (t - 1).view(1)).squeeze(0)
+    if rate.dim() == 1:
+        rate = rate.view(-1, *[1] * (like.dim() - 1))
+    return rate
+
+
 class DeviceSignedAdam:
     """Signed Adam whose whole state lives on the images' device (graph-safe).
 
     ``m ← β₁m + (1−β₁)s``, ``v ← β₂v + (1−β₂)s²``, ``x ← x − lr_t/(1−β₁ᵗ) · m/(√v/√(1−β₂ᵗ) + ε)``
     with ``s = sign(∇)`` and ``lr_t = schedule[t − 1]``: the step counter and the bias
-    corrections are computed in float64 on the device, as ``SignedAdam`` does in Python.
+    corrections are computed in float64 on the device, as ``SignedAdam`` does in Python. A
+    schedule ``[T, K]`` steps K packed runs at their own rates (:func:`scheduled_rate`).
     """
 
     def __init__(self, images: torch.Tensor, schedule: torch.Tensor, signed: bool = True) -> None:
@@ -59,7 +72,7 @@ class DeviceSignedAdam:
         self.m.lerp_(s, 1 - beta1)
         self.v.mul_(beta2).addcmul_(s, s, value=1 - beta2)
         corrections = 1 - self._betas.pow(self.t)  # [1 − β₁ᵗ, 1 − β₂ᵗ], float64
-        lr = self.schedule.index_select(0, (self.t - 1).view(1)).squeeze(0)
+        lr = scheduled_rate(self.schedule, self.t, self.images)
         factor = (lr / corrections[0]).to(self.images.dtype)
         denom = (self.v.sqrt() / corrections[1].sqrt().to(self.v.dtype)).add_(ADAM_EPS)
         self.images.sub_(self.m / denom * factor)
@@ -69,7 +82,8 @@ class DeviceSGD:
     """SGD with heavy-ball momentum whose state lives on the parameter's device (graph-safe).
 
     ``b ← μ b + g`` (``b₁ = g``), ``p ← p − lr_t · b`` with ``lr_t = schedule[t − 1]``: the
-    update of ``torch.optim.SGD(momentum=μ, dampening=0)``; ``μ = 0`` is plain descent.
+    update of ``torch.optim.SGD(momentum=μ, dampening=0)``; ``μ = 0`` is plain descent. A
+    schedule ``[T, K]`` steps K packed runs at their own rates (:func:`scheduled_rate`).
     """
 
     def __init__(self, parameter: torch.Tensor, schedule: torch.Tensor,
@@ -84,7 +98,7 @@ class DeviceSGD:
         """One update of ``parameter`` in place."""
         self.t += 1
         self.buffer.mul_(self.momentum).add_(grad)
-        lr = self.schedule.index_select(0, (self.t - 1).view(1)).squeeze(0)
+        lr = scheduled_rate(self.schedule, self.t, self.parameter)
         self.parameter.sub_(self.buffer * lr.to(self.parameter.dtype))
 
 

@@ -64,6 +64,13 @@ from fedleak.attacks.capture import (
     constant_schedule,
     run_iterations,
 )
+from fedleak.attacks.kkt_packed import (
+    PackedRuns,
+    iterate_packed,
+    pack_progress,
+    packed_objective,
+    with_detached_smooth_relu,
+)
 from fedleak.attacks.observation import Reconstruction
 from fedleak.attacks.registry import register_attack
 from fedleak.attacks.release import ReleasedModel
@@ -269,9 +276,14 @@ class KKTConfig:
         metadata={"help": "on CUDA, record one step as a CUDA graph and replay it "
                   "(falls back to eager with a notice when capture fails)"},
     )
+    pack: int = field(
+        default=1,
+        metadata={"help": "runs optimised side by side as one batched computation (each "
+                  "with its own settings and result); 1 = one run after another"},
+    )
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "runs", "log_every"):
+        for name in ("iterations", "runs", "log_every", "pack"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.first_run < 0 or self.num_candidates < 0 or not self.lambda_lr >= 0:
@@ -379,14 +391,19 @@ class KKT(Attack[ReleasedModel]):
         labels = candidate_labels(m).to(device=dev, dtype=dtype)
         runs = range(cfg.first_run, cfg.first_run + cfg.runs)
         results: list[_RunResult] = []
-        settings: list[RunSettings] = []
         graph_safe = cfg.capture and capturable(dev)
-        for k, run in enumerate(runs):
-            settings.append(sample_run_settings(cfg, seed, run))
-            set_relu_alpha(model, settings[-1].alpha)
-            generator = torch.Generator().manual_seed(seed * 1_000_003 + run)
+        settings = [sample_run_settings(cfg, seed, run) for run in runs]
+        generators = [torch.Generator().manual_seed(seed * 1_000_003 + run) for run in runs]
+        for k in range(0, len(runs), cfg.pack):
+            chunk = slice(k, k + cfg.pack)
+            if cfg.pack > 1:
+                results += self.run_pack(model, parameters, labels, released, settings[chunk],
+                                         generators[chunk], offset=k * cfg.iterations,
+                                         progress=progress)
+                continue
+            set_relu_alpha(model, settings[k].alpha)
             results.append(
-                self.run(model, parameters, labels, released, settings[-1], generator,
+                self.run(model, parameters, labels, released, settings[k], generators[k],
                          offset=k * cfg.iterations, progress=progress, graph_safe=graph_safe)
             )
         notices = sorted({r.notice for r in results if r.notice})
@@ -412,6 +429,17 @@ class KKT(Attack[ReleasedModel]):
             },
         )
 
+    def initial_state(
+        self, released: ReleasedModel, settings: RunSettings, generator: torch.Generator,
+        labels: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x ~ N(0, σ_x² I) ``[m, *input_shape]``, λ ~ U[0, λ_init] ``[m]``, from ``generator``."""
+        dev, dtype = labels.device, labels.dtype
+        m = labels.shape[0]
+        x = torch.randn((m, *released.input_shape), generator=generator, dtype=dtype)
+        lambdas = torch.rand(m, generator=generator, dtype=dtype) * self.config.lambda_init
+        return (x * settings.sigma_x).to(dev), lambdas.to(dev)
+
     def run(
         self,
         model: nn.Module,
@@ -425,19 +453,83 @@ class KKT(Attack[ReleasedModel]):
         progress: Progress | None,
         graph_safe: bool = False,
     ) -> _RunResult:
-        """One random-search run: init x ~ N(0, σ_x² I), λ ~ U[0, λ_init], then the iterations.
+        """One random-search run from :meth:`initial_state`, then the iterations.
 
         Eagerly with ``torch.optim`` or, ``graph_safe``, as a step whose whole state lives on
         the device, captured as a CUDA graph on CUDA (:meth:`iterate_graph_safe`). Both check
         finiteness every ``log_every`` steps and return the last state that passed.
         """
+        x, lambdas = self.initial_state(released, settings, generator, labels)
+        x.requires_grad_(True)
+        lambdas.requires_grad_(True)
+        objective = self._objective(model, parameters, labels, released, settings)
+        iterate = self.iterate_graph_safe if graph_safe else self.iterate
+        last, diverged, notice = iterate(objective, x, lambdas, settings, offset, progress)
+        final = (x.detach().clone(), lambdas.detach().clone())
+        return self._finish(objective, last, final, diverged, notice, offset, progress)
+
+    def run_pack(
+        self,
+        model: nn.Module,
+        parameters: dict[str, torch.Tensor],
+        labels: torch.Tensor,
+        released: ReleasedModel,
+        settings: list[RunSettings],
+        generators: list[torch.Generator],
+        *,
+        offset: int,
+        progress: Progress | None,
+    ) -> list[_RunResult]:
+        """K runs as one batched computation (:mod:`fedleak.attacks.kkt_packed`).
+
+        Each run draws the init it draws alone and keeps its own settings; the packed step is
+        captured as a CUDA graph on CUDA (``capture``). Each run is then finished as a run
+        alone is: its final state if that is finite, else its last passing state.
+        """
         cfg = self.config
         dev, dtype = labels.device, labels.dtype
-        m = labels.shape[0]
-        x = torch.randn((m, *released.input_shape), generator=generator, dtype=dtype)
-        x = (x * settings.sigma_x).to(dev).requires_grad_(True)
-        lambdas = torch.rand(m, generator=generator, dtype=dtype) * cfg.lambda_init
-        lambdas = lambdas.to(dev).requires_grad_(True)
+        states = [self.initial_state(released, s, g, labels)
+                  for s, g in zip(settings, generators, strict=True)]
+        packed_model, sharpness = with_detached_smooth_relu(released.model)
+        packed_model = packed_model.to(device=dev, dtype=dtype)
+
+        def per_run(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=dev)
+
+        runs = PackedRuns(
+            x=torch.stack([x for x, _ in states]),
+            lambdas=torch.stack([lam for _, lam in states]),
+            lr=per_run([s.lr for s in settings]),
+            lambda_lr=per_run([cfg.lambda_lr or s.lr for s in settings]),
+            alpha=per_run([s.alpha for s in settings]),
+            lambda_min=per_run([s.lambda_min for s in settings]),
+        )
+        objective = packed_objective(
+            packed_model, sharpness, parameters, labels,
+            weights=(cfg.alpha1, cfg.alpha2, cfg.alpha3), value_range=released.value_range)
+        outcome = iterate_packed(
+            objective, runs, iterations=cfg.iterations, optimizer=cfg.optimizer,
+            momentum=SGD_MOMENTUM, log_every=cfg.log_every, capture=cfg.capture,
+            report=pack_progress(progress, offset, len(settings), cfg.iterations * cfg.runs))
+        results = []
+        for k, run_settings in enumerate(settings):
+            set_relu_alpha(model, run_settings.alpha)
+            results.append(self._finish(
+                self._objective(model, parameters, labels, released, run_settings),
+                (outcome.last[0][k].clone(), outcome.last[1][k].clone()),
+                (outcome.final[0][k].clone(), outcome.final[1][k].clone()),
+                outcome.diverged[k], outcome.notice, offset + k * cfg.iterations, None))
+        if progress is not None:
+            finite = [r.objective for r in results if math.isfinite(r.objective)]
+            progress(offset + len(settings) * cfg.iterations, cfg.iterations * cfg.runs,
+                     min(finite, default=math.inf))
+        return results
+
+    def _objective(
+        self, model: nn.Module, parameters: dict[str, torch.Tensor], labels: torch.Tensor,
+        released: ReleasedModel, settings: RunSettings,
+    ) -> Callable[[torch.Tensor, torch.Tensor], KKTTerms]:
+        cfg = self.config
 
         def objective(x: torch.Tensor, lambdas: torch.Tensor) -> KKTTerms:
             return kkt_objective(
@@ -446,9 +538,20 @@ class KKT(Attack[ReleasedModel]):
                 lambda_min=settings.lambda_min, value_range=released.value_range,
             )
 
-        iterate = self.iterate_graph_safe if graph_safe else self.iterate
-        last, diverged, notice = iterate(objective, x, lambdas, settings, offset, progress)
-        final = (x.detach().clone(), lambdas.detach().clone())
+        return objective
+
+    def _finish(
+        self,
+        objective: Callable[[torch.Tensor, torch.Tensor], KKTTerms],
+        last: tuple[torch.Tensor, torch.Tensor],
+        final: tuple[torch.Tensor, torch.Tensor],
+        diverged: bool,
+        notice: str | None,
+        offset: int,
+        progress: Progress | None,
+    ) -> _RunResult:
+        """The run's result: its final state when that is finite, else its last passing one."""
+        cfg = self.config
         if not diverged:
             terms = objective(*final)
             diverged = not bool(torch.isfinite(terms.total) and torch.isfinite(final[0]).all())
