@@ -92,6 +92,17 @@ def test_captured_attacks_match_eager_on_cuda(attack: str, options: dict) -> Non
     torch.testing.assert_close(captured.images, eager.images, rtol=1e-4, atol=1e-3)
 
 
+def test_packed_kkt_runs_match_runs_alone_on_cuda() -> None:
+    model = build_release_model((1, 8, 8), width=64, seed=0)
+    released = ReleasedModel.from_module(model, (1, 8, 8), num_train=4)
+    options = {"iterations": 40, "runs": 4, "lr_low": 1e-3, "lr_high": 1e-2}
+    alone = create_attack("kkt", options).reconstruct(released, device="cuda", seed=2)
+    packed = create_attack("kkt", {**options, "pack": 4}).reconstruct(released, device="cuda",
+                                                                       seed=2)
+    assert packed.extras["run_diverged"] == alone.extras["run_diverged"]
+    torch.testing.assert_close(packed.images, alone.images, rtol=1e-4, atol=1e-4)
+
+
 VICTIMS = {
     "plain": ["--model", "lenet-zhu"],
     "dpsgd": ["--model", "lenet-zhu", "--defense", "dpsgd:noise-multiplier=0.1"],

@@ -184,3 +184,16 @@ def test_unpackable_observations_run_one_after_the_other():
     rounds[1] = make_observation("mlp", SHAPE, 10, two_images(), torch.tensor([0, 1]))
     results = create_attack("inverting-gradients", {"iterations": 3}).reconstruct_many(rounds)
     assert [("packed_with" in r.extras) for r in results] == [False, False, False]
+
+
+def test_packed_targets_take_their_own_seeds():
+    """``seeds`` gives each packed target the seed it would be attacked with alone (sweep
+    points of one pack share the sweep's seed); a wrong count is refused."""
+    rounds = observations(Protocol())[:2]
+    attack = create_attack("inverting-gradients", {"iterations": 5})
+    packed = attack.reconstruct_many(rounds, seeds=[7, 7])
+    for one, observation in zip(packed, rounds, strict=True):
+        alone = attack.reconstruct(observation, seed=7)
+        torch.testing.assert_close(one.images, alone.images, rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="2 targets"):
+        attack.reconstruct_many(rounds, seeds=[1])

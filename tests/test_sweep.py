@@ -7,6 +7,8 @@ half-way and checks that running it again finishes without repeating or losing a
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import sqlite3
@@ -16,7 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from fedleak.harness.sweep.runner import pack_units
 from fedleak.harness.sweep.spec import SpecError, load_preset, parse_spec
 from fedleak.harness.sweep.store import DuplicateMeasurement, ResultStore
 from tests.helpers import tiny_spec
@@ -207,11 +211,81 @@ def test_tiny_sweep_end_to_end_via_the_cli(tmp_path: Path) -> None:
     page = fedleak("report", str(out))
     assert page.returncode == 0 and "report.html" in page.stdout
 
+    if not torch.cuda.is_available():
+        bad = fedleak("sweep", str(spec), "--out", str(out), "--device", "cuda")
+        assert bad.returncode == 2 and "CUDA is not available" in bad.stderr
     bad = fedleak("sweep", str(spec), "--preset", "quick")
     assert bad.returncode == 2 and "SPEC.toml or --preset" in bad.stderr
     spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prunex"'))
     bad = fedleak("sweep", str(spec), "--out", str(out))
     assert bad.returncode == 2 and "choose one of clip, dpsgd" in bad.stderr
+
+
+def test_points_differing_only_in_defenses_are_attacked_as_one_pack(tmp_path: Path) -> None:
+    """--pack-points 2: the two points' victims run side by side and each round of both is one
+    packed computation (metrics.json says packed_with 2); every point measures what it
+    measures alone."""
+    spec = tmp_path / "pack.toml"
+    spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prune"\nparam = "p"\n'
+                              'values = [0.9]', utility_rounds=1))
+    points = parse_spec(spec.read_text()).points()
+    scores = {}
+    for pack in ("2", "1"):
+        out = tmp_path / f"pack-{pack}"
+        done = fedleak("sweep", str(spec), "--out", str(out), "--quiet", "--no-report",
+                       "--pack-points", pack)
+        assert done.returncode == 0, done.stderr
+        assert "2 point(s) measured, 0 already done, 0 failed" in done.stdout
+        for point in points:
+            run = json.loads((out / "points" / point.point_id / "attack" / "metrics.json")
+                             .read_text())
+            assert [r.get("packed_with") for r in run["rounds"]] == (
+                [2] if pack == "2" else [None])
+        scores[pack] = {r[1]: json.loads(r[3])["mean_psnr"] for r in rows(out / "results.sqlite")
+                        if r[2] == "attack"}
+    assert scores["2"] == pytest.approx(scores["1"], abs=0.05)
+
+
+def test_a_failed_pack_attacks_its_points_alone(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    """When the packed attack fails (say one point's defense breaks its victim), each point is
+    measured alone, so only the bad point fails and its pack mates lose nothing."""
+    import fedleak.harness.sweep.measure as measure_module
+    from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
+
+    points = parse_spec(SPEC).points()[:3]
+    alone: list[tuple[str, Needs]] = []
+
+    def broken_pack(*_: object, **__: object) -> list:
+        raise RuntimeError("victim of point 2 died")
+
+    def one(point, root, checkpoint, needs, credentials, progress, on_measured, device):
+        alone.append((point.point_id, needs))
+        if point is points[1]:
+            raise ValueError("bad defense")
+
+    class Sink:
+        def start(self, *_: object) -> None: ...
+        def advance(self, *_: object) -> None: ...
+        def end(self, *_: object) -> None: ...
+
+    monkeypatch.setattr(measure_module, "measure_attacks_packed", broken_pack)
+    monkeypatch.setattr(measure_module, "measure", one)
+    errors = measure_pack(points, tmp_path, [None] * 3, [Needs(True, True)] * 3, Credentials(),
+                          Sink(), [lambda *_: None] * 3)
+    assert [type(e).__name__ if e else None for e in errors] == [None, "ValueError", None]
+    assert alone == [(p.point_id, Needs(True, True)) for p in points]
+
+
+def test_pack_units_group_points_that_differ_only_in_defenses() -> None:
+    points = parse_spec(SPEC).points()  # one reference, two dpsgd, one chain: same attack
+    units = pack_units(points, [True] * len(points), 3)
+    assert [len(u) for u in units] == [3, 1]
+    assert [p for u in units for p in u] == points  # in order, nothing lost or repeated
+    assert [len(u) for u in pack_units(points, [True, False, True, True], 2)] == [2, 1, 1]
+    assert [len(u) for u in pack_units(points, [True] * len(points), 1)] == [1, 1, 1, 1]
+    other = dataclasses.replace(points[1], seed=9)  # another seed: another problem
+    assert [len(u) for u in pack_units([points[0], other, points[2]], [True] * 3, 3)] == [2, 1]
 
 
 @pytest.mark.e2e

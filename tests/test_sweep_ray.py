@@ -90,6 +90,20 @@ def test_points_land_on_both_nodes_and_match_one_machine(cluster: str, tmp_path:
                            capture_output=True, text=True, timeout=300, env=ENV)
     assert local.returncode == 0, local.stderr
     assert _table(on_ray.stdout) == _table(local.stdout) and len(_table(local.stdout)) == 2
+    packed = subprocess.run(_sweep(spec, tmp_path / "packed", "--ray", cluster,
+                                   "--pack-points", "2"),
+                            capture_output=True, text=True, timeout=300, env=ENV)
+    assert packed.returncode == 0, packed.stderr
+    measured = _measurements(tmp_path / "packed")
+    assert len({m["node"] for _, kind, m in measured if kind == "attack"}) == 1  # one task
+    runs = list((tmp_path / "packed" / "points").rglob("metrics.json"))
+    assert len(runs) == 2 and all(
+        [r.get("packed_with") for r in json.loads(run.read_text())["rounds"]] == [2]
+        for run in runs)
+    local_psnr = {p: m["mean_psnr"] for p, kind, m in _measurements(tmp_path / "local")
+                  if kind == "attack"}
+    assert {p: m["mean_psnr"] for p, kind, m in measured if kind == "attack"} == \
+        pytest.approx(local_psnr, abs=0.05)
 
 
 def _task_pids() -> list[int]:

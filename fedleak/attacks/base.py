@@ -79,16 +79,22 @@ class Attack(ABC, Generic[Target]):
         *,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        seeds: Sequence[int] | None = None,
         progress: Progress | None = None,
     ) -> list[Reconstruction]:
-        """Independent attacks on several targets (rounds, private images): target i gets
-        what ``reconstruct(targets[i], seed=seed + i)`` gives, up to float rounding.
+        """Independent attacks on several targets (rounds, private images, sweep points):
+        target i gets what ``reconstruct(targets[i], seed=seeds[i])`` gives, up to float
+        rounding; ``seeds`` defaults to ``seed, seed + 1, …``.
 
         The same checks as :meth:`reconstruct` for every target; an attack that can pack the
         targets into one computation (one GPU kept busy) overrides :meth:`recover_many`.
         """
         if not targets:
             return []
+        seeds = [seed + i for i in range(len(targets))] if seeds is None else list(seeds)
+        if len(seeds) != len(targets):
+            raise ValueError(f"reconstruct_many got {len(seeds)} seeds for {len(targets)} "
+                             "targets; give one seed per target")
         expected = THREAT_MODELS[self.threat_model]
         dev = resolve_device(device)
         for target in targets:
@@ -100,22 +106,21 @@ class Attack(ABC, Generic[Target]):
                 check_device(target, dev)
         forked = [dev] if dev.type == "cuda" else []
         with torch.random.fork_rng(devices=forked):
-            return self.recover_many(targets, device=dev, seed=seed, progress=progress)
+            return self.recover_many(targets, device=dev, seeds=seeds, progress=progress)
 
     def recover_many(
         self,
         targets: Sequence[Target],
         *,
         device: torch.device,
-        seed: int,
+        seeds: Sequence[int],
         progress: Progress | None,
     ) -> list[Reconstruction]:
-        """One after the other, each seeded as :meth:`reconstruct` seeds it."""
+        """One after the other, target i seeded as :meth:`reconstruct` seeds ``seeds[i]``."""
         results = []
-        for index, target in enumerate(targets):
-            torch.manual_seed(seed + index)
-            results.append(self.recover(target, device=device, seed=seed + index,
-                                        progress=progress))
+        for target, seed in zip(targets, seeds, strict=True):
+            torch.manual_seed(seed)
+            results.append(self.recover(target, device=device, seed=seed, progress=progress))
         return results
 
     @abstractmethod

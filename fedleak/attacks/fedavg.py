@@ -91,12 +91,12 @@ class FedAvgInversion(InvertingGradients):
         targets: Sequence[Observation],
         *,
         device: torch.device,
-        seed: int,
+        seeds: Sequence[int],
         progress: Progress | None,
     ) -> list[Reconstruction]:
         """Several FedAvg rounds packed, each checked as :meth:`recover` checks it."""
         prepared = [_prepared(self, observation) for observation in targets]
-        results = super().recover_many(prepared, device=device, seed=seed, progress=progress)
+        results = super().recover_many(prepared, device=device, seeds=seeds, progress=progress)
         for result, observation in zip(results, prepared, strict=True):
             self._describe(result, observation)
         return results

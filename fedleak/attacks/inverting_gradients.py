@@ -277,12 +277,12 @@ class InvertingGradients(Attack[Observation]):
         targets: Sequence[Observation],
         *,
         device: torch.device,
-        seed: int,
+        seeds: Sequence[int],
         progress: Progress | None,
     ) -> list[Reconstruction]:
         """Packed attacks: P observations × R restarts optimised as one batch.
 
-        Observation p's restarts start where ``reconstruct(targets[p], seed=seed + p)`` starts
+        Observation p's restarts start where ``reconstruct(targets[p], seed=seeds[p])`` starts
         them and each row is optimised against its own observed update at its own θ_p
         (:class:`~fedleak.attacks.restarts.RestartsCosineObjective` per row, the harness's
         packed replay), so every observation gets the result it would get alone, up to float
@@ -292,13 +292,13 @@ class InvertingGradients(Attack[Observation]):
         cfg = self.config
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1:
-            return super().recover_many(targets, device=device, seed=seed, progress=progress)
+            return super().recover_many(targets, device=device, seeds=seeds, progress=progress)
         first = targets[0]
         count, restarts = len(targets), cfg.restarts
         labels = torch.stack([recover_labels(o).to(device) for o in targets])
         shape = (first.num_images, *first.image_shape)
         images = torch.stack([
-            stacked_inits(gaussian_init, shape, range(seed + p, seed + p + restarts), device)
+            stacked_inits(gaussian_init, shape, range(seeds[p], seeds[p] + restarts), device)
             for p in range(count)])
         flat = images.view(count * restarts, *shape)
         observed = [torch.stack([o.update[i].to(device) for o in targets])

@@ -47,12 +47,14 @@ def reconstruct_with_progress(
 
 
 def reconstruct_many_with_progress(
-    attack: Attack, targets: list[Any], *, device: str, seed: int, label: str,
-    show: bool = True,
+    attack: Attack, targets: list[Any], *, device: str, label: str, seed: int = 0,
+    seeds: list[int] | None = None, show: bool = True,
 ) -> list[Reconstruction]:
-    """``attack.reconstruct_many(targets)`` (packed where the attack can) with one bar."""
+    """``attack.reconstruct_many(targets)`` (packed where the attack can) with one bar;
+    target i seeded ``seeds[i]`` (default ``seed + i``)."""
     bar = IterationBar(label, show)
     try:
-        return attack.reconstruct_many(targets, device=device, seed=seed, progress=bar)
+        return attack.reconstruct_many(targets, device=device, seed=seed, seeds=seeds,
+                                       progress=bar)
     finally:
         bar.close()

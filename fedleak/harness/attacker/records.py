@@ -130,6 +130,8 @@ class RoundRecord:
     privacy: dict[str, float] | None = field(default=None, metadata=OMIT)
     #: why the round has no scores (the victim went away before scoring it)
     unscored: str | None = field(default=None, metadata=OMIT)
+    #: how many targets (rounds, or sweep points' victims) were attacked as one computation
+    packed_with: int | None = field(default=None, metadata=OMIT)
 
 
 @dataclass

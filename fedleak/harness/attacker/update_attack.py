@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +71,25 @@ def run_update_attack(
     ``metrics.json`` is rewritten after every round, so an interrupted run keeps what it
     measured.
     """
+    server = open_server(client, settings, out, log)
+    try:
+        for first in range(0, settings.rounds, settings.pack):
+            server.attack_rounds(range(first, min(first + settings.pack, settings.rounds)))
+    except KeyboardInterrupt:
+        server.close("interrupted")
+        raise
+    server.close("finished")
+    return server.run
+
+
+def open_server(
+    client: VictimClient,
+    settings: AttackSettings,
+    out: Path,
+    log: Callable[[str], None] = print,
+) -> Server:
+    """The server's side of a run against ``client``: θ from ``Describe``, the attack, and a
+    run record already written to ``out`` (a run folder always says what it is)."""
     out.mkdir(parents=True, exist_ok=True)
     described = client.describe()
     info = dataset_info(described)
@@ -83,20 +102,31 @@ def run_update_attack(
     run = UpdateRun(RunHeader.now(
         client.address, str(model_spec(described)), info.name, settings.attack,
         jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device))
-    run.write(out)  # a run folder always says what it is, even if stopped in round 0
-    server = Server(client, settings, described, info, attack, model, params, buffers,
-                    protocol, any(d.name == "secagg" for d in described.defenses), out, run,
-                    log)
-    try:
-        for first in range(0, settings.rounds, settings.pack):
-            server.attack_rounds(range(first, min(first + settings.pack, settings.rounds)))
-    except KeyboardInterrupt:
-        run.status = "interrupted"
-        run.write(out)
-        raise
-    run.status = "finished"
     run.write(out)
-    return run
+    return Server(client, settings, described, info, attack, model, params, buffers,
+                  protocol, any(d.name == "secagg" for d in described.defenses), out, run, log)
+
+
+def attack_across_victims(servers: Sequence[Server], index: int, label: str = "") -> None:
+    """Round ``index`` of several victims (sweep points of one architecture) attacked as one
+    packed computation, then saved, scored and recorded by each server.
+
+    Each victim's round gets the seed it gets alone (``seed + index`` of its own settings), so
+    a packed point measures what it measures alone, up to float rounding.
+    """
+    first = servers[0]
+    received = [server.receive() for server in servers]
+    observations = [observation_for(s.model, s.params, s.buffers, r, s.info, s.settings.device)
+                    for s, r in zip(servers, received, strict=True)]
+    started = time.perf_counter()
+    reconstructions = reconstruct_many_with_progress(
+        first.attack, observations, device=first.settings.device,
+        seeds=[s.settings.seed + index for s in servers],
+        label=f"{label}round {index} {first.settings.attack} ({len(servers)} victims packed)",
+        show=first.settings.show_progress)
+    wall = (time.perf_counter() - started) / len(servers)
+    for server, got, reconstruction in zip(servers, received, reconstructions, strict=True):
+        server.finish_round(index, got, reconstruction, wall)
 
 
 class VictimGone(VictimError):
@@ -120,6 +150,11 @@ class Server:
     out: Path
     run: UpdateRun
     log: Callable[[str], None]
+
+    def close(self, status: str) -> None:
+        """Record how the run ended (``finished``, ``interrupted``) in ``metrics.json``."""
+        self.run.status = status
+        self.run.write(self.out)
 
     def receive(self) -> ReceivedUpdate:
         """One round's update: ComputeUpdate, or a secure-aggregation round."""
@@ -246,6 +281,7 @@ def round_record(
                 for s in score.images] if score is not None else [],
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
+        packed_with=reconstruction.extras.get("packed_with"),
     )
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer

@@ -32,6 +32,14 @@ from fedleak.harness.cli.options import read_tokens, token_options
               help="Points measured in parallel, each with its own victim processes.")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="Torch threads per job, victims included (default: cores / jobs).")
+@click.option("--pack-points", default=1, show_default=True, type=click.IntRange(1),
+              metavar="K",
+              help="Attack up to K points that differ only in their defenses as one packed "
+                   "computation (their victims side by side, each round of all of them in one "
+                   "batch: one GPU kept busy). Each point keeps the result it gets alone.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu",
+              show_default=True,
+              help="Where attacks run without --ray (with --ray: [sweep.resources] num_gpus).")
 @click.option("--victim", "victims", multiple=True, metavar="HOST:PORT",
               help="Measure victims you already run instead of starting them (repeatable): "
                    "one point per attack and victim; the defense is whatever that victim "
@@ -76,6 +84,12 @@ def sweep(**kw: Any) -> None:
     if kw["list_only"]:
         _list_points(points, run_dir)
         return
+    if kw["device"] == "cuda" and kw["ray_address"] is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.UsageError("--device cuda: CUDA is not available on this machine; use "
+                                   "--device cpu, or --ray with num_gpus in [sweep.resources]")
     where = (f"Ray at {kw['ray_address'] or 'a local cluster'}"
              if kw["ray_address"] is not None else f"{kw['jobs']} job(s)")
     click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} ({where})")
@@ -91,7 +105,8 @@ def sweep(**kw: Any) -> None:
         ray = RayOptions(address=kw["ray_address"] or None, retries=kw["ray_retries"])
     options = SweepOptions(jobs=kw["jobs"], threads=kw["threads"], victims=kw["victims"],
                            token=token, score_token=score_token,
-                           show_progress=not kw["quiet"], ray=ray)
+                           show_progress=not kw["quiet"], ray=ray,
+                           pack_points=kw["pack_points"], device=kw["device"])
     try:
         outcome = run_sweep(spec, run_dir, options, echo=click.echo)
     except RuntimeError as err:  # RayUnavailable: no cluster at the address

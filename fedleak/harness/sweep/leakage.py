@@ -6,22 +6,32 @@ n per round, reveal allowed, the defenses' randomness fixed by the point's seed)
 process, runs the attacker's own run against it (:func:`~fedleak.harness.attacker.run.run_attack`),
 and keeps the means, the per-round pictures and the ε the victim reports. With ``point.victim``
 it attacks a victim the user runs instead.
+
+Points that differ only in their defenses (same attack, options, model, data, rounds and seed:
+:func:`pack_key`) can be measured as a pack (``fedleak sweep --pack-points K``): the sweep
+starts all their victims, and each round of all of them is attacked as one packed computation
+(:func:`~fedleak.harness.attacker.update_attack.attack_across_victims`), so one GPU stays busy;
+each point still gets its own run folder, scores and measurement, the ones it gets alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
+from fedleak.attacks import attack_class
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import defense_specs
 from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.run import run_attack
 from fedleak.harness.attacker.settings import AttackSettings
+from fedleak.harness.attacker.update_attack import attack_across_victims, open_server
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
     RoundMeasurement,
@@ -30,6 +40,7 @@ from fedleak.harness.sweep.measurements import (
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
+from fedleak.v1 import victim_pb2 as pb
 
 
 def attack_victim_settings(point: Point, checkpoint: str | None) -> VictimSettings:
@@ -40,6 +51,30 @@ def attack_victim_settings(point: Point, checkpoint: str | None) -> VictimSettin
         checkpoint=checkpoint)
 
 
+def pack_key(point: Point) -> str | None:
+    """What points must share to be attacked as one pack: everything measured but the
+    defenses and the utility training; None for a point against a user-run victim."""
+    if point.victim:
+        return None
+    measured = point.measured()
+    for key in ("defenses", "utility", "train_epochs"):
+        measured.pop(key, None)
+    return json.dumps(measured, sort_keys=True)
+
+
+def _run_folder(point: Point, run_dir: Path) -> Path:
+    out = run_dir / "points" / point.point_id / "attack"
+    if out.exists():  # left by an interrupted attempt: nothing of it was stored
+        shutil.rmtree(out)
+    return out
+
+
+def _settings(point: Point, device: str) -> AttackSettings:
+    return AttackSettings(attack=point.attack, options=dict(point.attack_options),
+                          seed=point.seed, rounds=point.rounds, show_progress=False,
+                          device=device)
+
+
 def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: str | None,
                    on_round: Callable[[str], None],
                    score_token: str | None = None, device: str = "cpu") -> AttackMeasurement:
@@ -47,12 +82,8 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
 
     ``device`` is where the attack runs (``cuda`` for a point placed on a GPU).
     """
-    out = run_dir / "points" / point.point_id / "attack"
-    if out.exists():  # left by an interrupted attempt: nothing of it was stored
-        shutil.rmtree(out)
-    settings = AttackSettings(attack=point.attack, options=dict(point.attack_options),
-                              seed=point.seed, rounds=point.rounds, show_progress=False,
-                              device=device)
+    out = _run_folder(point, run_dir)
+    settings = _settings(point, device)
     started = time.perf_counter()
     if point.victim:
         with VictimClient(point.victim, token=token, score_token=score_token) as client:
@@ -68,6 +99,62 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
     if not isinstance(record, UpdateRun):
         raise ValueError(f"attack {point.attack!r} does not attack updates; a sweep measures "
                          "update attacks (run kkt with `fedleak attack`)")
+    return attack_measurement(point, record, described, out, run_dir,
+                              time.perf_counter() - started)
+
+
+def measure_attacks_packed(
+    points: Sequence[Point], run_dir: Path, checkpoints: Sequence[str | None],
+    on_round: Callable[[str, str], None], device: str = "cpu",
+) -> list[AttackMeasurement]:
+    """Attack the K rounds of several points' victims, round by round, as packs.
+
+    The points must share :func:`pack_key`; ``on_round(point_id, text)`` hears each point's
+    rounds. Every victim is started (each with its own token) before the first round; each
+    point's measurement time is the pack's divided by the number of points.
+    """
+    keys = {pack_key(point) for point in points}
+    if None in keys or len(keys) != 1:
+        raise ValueError("points packed together must differ only in their defenses and be "
+                         "measured against victims the sweep starts")
+    if attack_class(points[0].attack).threat_model != "update":
+        raise ValueError(f"attack {points[0].attack!r} does not attack updates; a sweep "
+                         "measures update attacks (run kkt with `fedleak attack`)")
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        servers = []
+        for point, checkpoint in zip(points, checkpoints, strict=True):
+            secret = secrets.token_hex(16)
+            process = stack.enter_context(
+                VictimProcess(attack_victim_settings(point, checkpoint), token=secret))
+            client = stack.enter_context(VictimClient(process.address, token=secret))
+            servers.append(open_server(client, _settings(point, device),
+                                       _run_folder(point, run_dir),
+                                       _point_log(on_round, point.point_id)))
+        try:
+            for index in range(points[0].rounds):
+                attack_across_victims(servers, index)
+        except KeyboardInterrupt:
+            for server in servers:
+                server.close("interrupted")
+            raise
+        for server in servers:
+            server.close("finished")
+    share = (time.perf_counter() - started) / len(points)
+    return [attack_measurement(point, server.run, server.described, server.out, run_dir, share)
+            for point, server in zip(points, servers, strict=True)]
+
+
+def _point_log(on_round: Callable[[str, str], None], point_id: str) -> Callable[[str], None]:
+    def log(text: str) -> None:
+        on_round(point_id, text)
+
+    return log
+
+
+def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeResponse,
+                       out: Path, run_dir: Path, seconds: float) -> AttackMeasurement:
+    """What the store keeps of one point's attack run (paths relative to ``run_dir``)."""
     rounds = [RoundMeasurement(
         mean_psnr=entry.mean_psnr, mean_ssim=entry.mean_ssim,
         label_accuracy=entry.label_accuracy,
@@ -83,7 +170,7 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
         wall_time_s=summary.wall_time_s, rounds=rounds,
         epsilon=float_or_none(last.get("epsilon_total")),
         delta=float_or_none(last.get("delta")), defenses=defense_specs(described),
-        measure_time_s=time.perf_counter() - started,
+        measure_time_s=seconds,
         mean_feature_cosine=summary.mean_feature_cosine,
         mean_feature_relative_error=summary.mean_feature_relative_error,
     )

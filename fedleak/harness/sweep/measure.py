@@ -6,16 +6,21 @@ another node: attack K private batches of the point's victim
 defended path (:func:`~fedleak.harness.sweep.utility.measure_utility`). Each finished
 measurement goes to ``on_measured`` the moment it finishes: the store itself on one machine,
 a list returned to the driver from a Ray task (the driver alone writes the store there).
+
+A *pack* of points that differ only in their defenses (``--pack-points``) is measured by
+:func:`measure_pack`: their attacks as one packed computation round by round, then each
+point's utility; when the packed attack fails, each point is attacked alone, so one bad point
+costs its pack mates nothing.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedleak.harness.sweep.leakage import measure_attack
+from fedleak.harness.sweep.leakage import measure_attack, measure_attacks_packed
 from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink
@@ -71,3 +76,45 @@ def measure(
                                   lambda _, text: progress.advance(pid, text),
                                   credentials.token)
         on_measured("utility", utility, started)
+
+
+def measure_pack(
+    points: Sequence[Point],
+    root: Path,
+    checkpoints: Sequence[str | None],
+    needs: Sequence[Needs],
+    credentials: Credentials,
+    progress: ProgressSink,
+    on_measured: Sequence[OnMeasured],
+    device: str = "cpu",
+) -> list[Exception | None]:
+    """Measure several points, their attacks packed (:func:`measure_attacks_packed`) when more
+    than one needs one; returns each point's exception or None (measurements that finished
+    were handed to its ``on_measured`` either way)."""
+    attacking = [i for i, need in enumerate(needs) if need.attack]
+    attacked: set[int] = set()
+    if len(attacking) > 1:
+        started = time.time()
+        try:
+            leakages = measure_attacks_packed(
+                [points[i] for i in attacking], root, [checkpoints[i] for i in attacking],
+                lambda pid, text: progress.advance(pid, "attack " + text), device=device)
+        except Exception as err:  # each point is attacked alone below
+            for i in attacking:
+                progress.advance(points[i].point_id,
+                                 f"packed attack failed ({type(err).__name__}); alone")
+        else:
+            for i, leakage in zip(attacking, leakages, strict=True):
+                on_measured[i]("attack", leakage, started)
+                attacked.add(i)
+    errors: list[Exception | None] = []
+    for i, point in enumerate(points):
+        remaining = Needs(attack=needs[i].attack and i not in attacked, utility=needs[i].utility)
+        try:
+            measure(point, root, checkpoints[i], remaining, credentials, progress,
+                    on_measured[i], device=device)
+        except Exception as err:  # recorded with the point; the others go on
+            errors.append(err)
+        else:
+            errors.append(None)
+    return errors

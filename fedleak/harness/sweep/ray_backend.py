@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.checkpoints import checkpoint_path
-from fedleak.harness.sweep.measure import Credentials, Needs, measure
+from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
     UtilityMeasurement,
@@ -81,51 +81,60 @@ def connect(options: RayOptions) -> Any:
     return ray
 
 
-def measure_on_node(point_json: str, needs: tuple[bool, bool], checkpoint: bytes | None,
-                    credentials: Credentials, threads: int, device: str,
-                    events: Any) -> dict[str, Any]:
-    """The Ray task: measure one point on this node, return measurements and files.
+def measure_on_node(point_jsons: list[str], needs: list[tuple[bool, bool]],
+                    checkpoints: list[bytes | None], credentials: Credentials, threads: int,
+                    device: str, events: Any) -> dict[str, Any]:
+    """The Ray task: measure one unit of points (one point, or a pack of points that differ
+    only in their defenses) on this node; return measurements and files.
 
-    Runs in a Ray worker process. It writes nothing the driver reads but its return value.
+    Runs in a Ray worker process. It writes nothing the driver reads but its return value:
+    ``measured`` and ``errors`` per point, the files of all, and the node.
     """
     import ray
     import torch
 
-    point = Point.from_json(point_json)
+    points = [Point.from_json(text) for text in point_jsons]
     os.environ["OMP_NUM_THREADS"] = str(threads)  # victims started from here inherit it
     torch.set_num_threads(threads)
     progress = QueueProgress(events)
-    measured: list[tuple[str, dict[str, Any], float]] = []
-    error = ""
+    measured: list[list[tuple[str, dict[str, Any], float]]] = [[] for _ in points]
     with tempfile.TemporaryDirectory(prefix="fedleak-point-") as scratch:
         root = Path(scratch)
-        local_checkpoint = None
-        if checkpoint is not None:
-            local_checkpoint = str(root / CHECKPOINT_NAME)
-            Path(local_checkpoint).write_bytes(checkpoint)
-        elif isinstance(point.trained, str):
-            local_checkpoint = point.trained  # a path the spec names: on every node
+        local_checkpoints: list[str | None] = []
+        for k, (point, checkpoint) in enumerate(zip(points, checkpoints, strict=True)):
+            if checkpoint is not None:
+                local = root / f"checkpoint-{k}" / CHECKPOINT_NAME
+                local.parent.mkdir()
+                local.write_bytes(checkpoint)
+                local_checkpoints.append(str(local))
+            else:  # a path the spec names is on every node
+                local_checkpoints.append(point.trained if isinstance(point.trained, str)
+                                         else None)
 
-        def keep(kind: str, measurement: AttackMeasurement | UtilityMeasurement,
-                 started: float) -> None:
-            measured.append((kind, measurement.to_json(), started))
+        def keeper(k: int) -> Callable[[str, AttackMeasurement | UtilityMeasurement, float],
+                                       None]:
+            def keep(kind: str, measurement: AttackMeasurement | UtilityMeasurement,
+                     started: float) -> None:
+                measured[k].append((kind, measurement.to_json(), started))
 
-        try:
-            measure(point, root, local_checkpoint, Needs(*needs), credentials, progress, keep,
-                    device=device)
-        except Exception as err:  # returned: the driver records it, Ray does not retry it
-            error = f"{type(err).__name__}: {err}"
+            return keep
+
+        failures = measure_pack(points, root, local_checkpoints,
+                                [Needs(*need) for need in needs], credentials, progress,
+                                [keeper(k) for k in range(len(points))], device=device)
+        errors = ["" if err is None else f"{type(err).__name__}: {err}" for err in failures]
         files = {str(path.relative_to(root)): path.read_bytes()
-                 for path in sorted((root / "points").rglob("*")) if path.is_file()}
+                 for path in sorted((root / "points").rglob("*")) if path.is_file()} \
+            if (root / "points").exists() else {}
     context = ray.get_runtime_context()
-    return {"measured": measured, "error": error, "files": files,
+    return {"measured": measured, "errors": errors, "files": files,
             "node": f"{ray.util.get_node_ip_address()} {context.get_node_id()[:8]}"}
 
 
-def run_on_ray(todo: list[Point], run_dir: Path, resources: PointResources,
+def run_on_ray(units: list[list[Point]], run_dir: Path, resources: PointResources,
                credentials: Credentials, options: RayOptions, progress: ProgressSink,
                threads: int | None = None) -> list[Result]:
-    """Measure ``todo`` as Ray tasks; the driver records each result as it arrives."""
+    """Measure each unit of points as one Ray task; the driver records results as they come."""
     ray = connect(options)
     from ray.util.queue import Queue
 
@@ -133,26 +142,28 @@ def run_on_ray(todo: list[Point], run_dir: Path, resources: PointResources,
     task = ray.remote(measure_on_node).options(
         num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
         max_retries=options.retries, retry_exceptions=False)
-    pending: dict[Any, Point] = {}
+    pending: dict[Any, list[Point]] = {}
     with ResultStore(run_dir / STORE_NAME) as store:
-        for point in todo:
-            needs = Needs(attack=not store.done(point.point_id, "attack"),
-                          utility=point.utility_settings.enabled
-                          and not store.done(point.point_id, "utility"))
-            store.set_status(point.point_id, "running")
-            progress.start(point.point_id, point.label, needs.steps(point))
-            ref = task.remote(point.to_json(), (needs.attack, needs.utility),
-                              _checkpoint_bytes(point, run_dir), credentials,
+        for unit in units:
+            needs = []
+            for point in unit:
+                need = Needs(attack=not store.done(point.point_id, "attack"),
+                             utility=point.utility_settings.enabled
+                             and not store.done(point.point_id, "utility"))
+                store.set_status(point.point_id, "running")
+                progress.start(point.point_id, point.label, need.steps(point))
+                needs.append((need.attack, need.utility))
+            ref = task.remote([p.to_json() for p in unit], needs,
+                              [_checkpoint_bytes(p, run_dir) for p in unit], credentials,
                               threads or resources.threads, resources.device, events)
-            pending[ref] = point
+            pending[ref] = unit
     results: list[Result] = []
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
             _drain(events, progress)
             for ref in ready:
-                point = pending.pop(ref)
-                results.append(_record(ray, ref, point, run_dir, progress))
+                results.extend(_record(ray, ref, pending.pop(ref), run_dir, progress))
         _drain(events, progress)
     except KeyboardInterrupt:
         for ref in pending:
@@ -169,32 +180,41 @@ def _checkpoint_bytes(point: Point, run_dir: Path) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
-def _record(ray: Any, ref: Any, point: Point, run_dir: Path, progress: ProgressSink) -> Result:
+def _record(ray: Any, ref: Any, unit: list[Point], run_dir: Path,
+            progress: ProgressSink) -> list[Result]:
     """Write one task's files and measurements (the driver alone writes the store)."""
-    pid = point.point_id
+    results: list[Result] = []
     with ResultStore(run_dir / STORE_NAME) as store:
         try:
             returned = ray.get(ref)
         except ray.exceptions.RayError as err:  # the worker or node died, retries spent
             error = f"{type(err).__name__}: {_first_line(err)}"
-            store.set_status(pid, "failed", error)
-            progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
-            return pid, point.label, "failed", error
+            for point in unit:
+                store.set_status(point.point_id, "failed", error)
+                progress.end(point.point_id, f"FAILED {point.label} [{point.point_id}]: "
+                             f"{error}")
+                results.append((point.point_id, point.label, "failed", error))
+            return results
         for relative, data in returned["files"].items():
             target = run_dir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        for kind, metrics, started in returned["measured"]:
-            metrics["node"] = returned["node"]
-            store.record(pid, kind, metrics, started)
         where = f" on {returned['node']}"
-        if returned["error"]:
-            store.set_status(pid, "failed", returned["error"])
-            progress.end(pid, f"FAILED {point.label} [{pid}]{where}: {returned['error']}")
-            return pid, point.label, "failed", returned["error"]
-        store.set_status(pid, "done")
-        progress.end(pid, done_line(point.label, pid, *store.finished(pid), where))
-        return pid, point.label, "done", ""
+        for point, measured, error in zip(unit, returned["measured"], returned["errors"],
+                                          strict=True):
+            pid = point.point_id
+            for kind, metrics, started in measured:
+                metrics["node"] = returned["node"]
+                store.record(pid, kind, metrics, started)
+            if error:
+                store.set_status(pid, "failed", error)
+                progress.end(pid, f"FAILED {point.label} [{pid}]{where}: {error}")
+                results.append((pid, point.label, "failed", error))
+                continue
+            store.set_status(pid, "done")
+            progress.end(pid, done_line(point.label, pid, *store.finished(pid), where))
+            results.append((pid, point.label, "done", ""))
+    return results
 
 
 def _drain(events: Any, progress: ProgressSink) -> None:

@@ -15,6 +15,11 @@ goes on; a re-run retries it. ``jobs > 1`` measures points in a pool of worker p
 point with its own victim processes; every worker writes its own measurements to the store.
 With ``ray`` the points run as Ray tasks on a cluster and the driver alone writes the store
 (:mod:`fedleak.harness.sweep.ray_backend`).
+
+With ``pack_points`` K > 1, points that differ only in their defenses are measured K at a
+time (:func:`pack_units`): their victims run side by side and each round of all of them is
+attacked as one packed computation (one job, one Ray task, one GPU kept busy); each point
+keeps its own measurements, the ones it gets alone.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.checkpoints import checkpoint_path, ensure_checkpoint
-from fedleak.harness.sweep.measure import Credentials, Needs, measure
+from fedleak.harness.sweep.leakage import pack_key
+from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
 from fedleak.harness.sweep.measurements import done_line
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
@@ -52,6 +58,8 @@ class SweepOptions:
     score_token: str | None = None
     ray: RayOptions | None = None  # run points as Ray tasks (fedleak sweep --ray)
     show_progress: bool = True
+    pack_points: int = 1  # points attacked as one packed computation (same but defenses)
+    device: str = "cpu"  # where attacks run without Ray (with Ray: [sweep.resources])
 
 
 @dataclass
@@ -86,6 +94,7 @@ def run_sweep(
         store.add_points(points)
         store.set_meta("name", spec.name)
         todo = [p for p in points if _missing(store, p)]
+        units = pack_units(todo, [needs_of(store, p).attack for p in todo], options.pack_points)
     outcome = SweepOutcome(run_dir, len(points), len(points) - len(todo))
     if outcome.skipped:
         echo(f"{outcome.skipped} of {len(points)} point(s) already measured in "
@@ -96,16 +105,17 @@ def run_sweep(
     threads = options.threads or max(1, (os.cpu_count() or 1) // max(1, options.jobs))
     try:
         if options.ray is not None:
-            results = run_on_ray(todo, run_dir, spec.resources,
+            results = run_on_ray(units, run_dir, spec.resources,
                                  Credentials(options.token, options.score_token), options.ray,
                                  progress, options.threads) if todo else []
-        elif options.jobs <= 1 or len(todo) <= 1:
+        elif options.jobs <= 1 or len(units) <= 1:
             saved = os.environ.get("OMP_NUM_THREADS")
             previous = _set_threads(threads)
             try:
-                results = [measure_point(p.to_json(), str(run_dir), options.token, progress,
-                                         options.score_token)
-                           for p in todo]
+                results = [result for unit in units
+                           for result in measure_points(
+                               [p.to_json() for p in unit], str(run_dir), options.token,
+                               progress, options.score_token, options.device)]
             finally:
                 _set_threads(previous)
                 if saved is None:
@@ -113,7 +123,7 @@ def run_sweep(
                 else:
                     os.environ["OMP_NUM_THREADS"] = saved
         else:
-            results = _run_pool(todo, run_dir, options, threads, progress)
+            results = _run_pool(units, run_dir, options, threads, progress)
     finally:
         progress.close()
     for point_id, label, status, error in results:
@@ -123,6 +133,25 @@ def run_sweep(
             outcome.measured.append(point_id)
     outcome.wall_time_s = time.perf_counter() - started
     return outcome
+
+
+def pack_units(points: list[Point], attacking: list[bool], size: int) -> list[list[Point]]:
+    """``points`` cut into units of work: up to ``size`` points that still need an attack and
+    share :func:`~fedleak.harness.sweep.leakage.pack_key` per unit, every other point alone;
+    in the order the points come."""
+    units: list[list[Point]] = []
+    open_units: dict[str, list[Point]] = {}
+    for point, attack in zip(points, attacking, strict=True):
+        key = pack_key(point) if attack and size > 1 else None
+        if key is None:
+            units.append([point])
+            continue
+        unit = open_units.get(key)
+        if unit is None or len(unit) >= size:
+            unit = open_units[key] = []
+            units.append(unit)
+        unit.append(point)
+    return units
 
 
 def _missing(store: ResultStore, point: Point) -> bool:
@@ -154,13 +183,13 @@ def _init_worker(events: Any, threads: int) -> None:
     _set_threads(threads)
 
 
-def _pool_task(point_json: str, run_dir: str, token: str | None,
-               score_token: str | None) -> tuple[str, str, str, str]:
+def _pool_task(point_jsons: list[str], run_dir: str, token: str | None,
+               score_token: str | None, device: str) -> list[tuple[str, str, str, str]]:
     assert _worker_sink is not None
-    return measure_point(point_json, run_dir, token, _worker_sink, score_token)
+    return measure_points(point_jsons, run_dir, token, _worker_sink, score_token, device)
 
 
-def _run_pool(todo: list[Point], run_dir: Path, options: SweepOptions, threads: int,
+def _run_pool(units: list[list[Point]], run_dir: Path, options: SweepOptions, threads: int,
               progress: TqdmProgress) -> list[tuple[str, str, str, str]]:
     context = multiprocessing.get_context("spawn")
     events = context.Queue()
@@ -168,19 +197,19 @@ def _run_pool(todo: list[Point], run_dir: Path, options: SweepOptions, threads: 
     with futures.ProcessPoolExecutor(options.jobs, mp_context=context,
                                      initializer=_init_worker,
                                      initargs=(events, threads)) as pool:
-        pending = {pool.submit(_pool_task, p.to_json(), str(run_dir), options.token,
-                               options.score_token): p
-                   for p in todo}
+        pending = {pool.submit(_pool_task, [p.to_json() for p in unit], str(run_dir),
+                               options.token, options.score_token, options.device): unit
+                   for unit in units}
         try:
             while pending:
                 _drain(events, progress, wait=0.2)
                 for done in [f for f in pending if f.done()]:
-                    point = pending.pop(done)
+                    unit = pending.pop(done)
                     try:
-                        results.append(done.result())
+                        results.extend(done.result())
                     except Exception as err:  # the worker process itself died
-                        results.append((point.point_id, point.label, "failed",
-                                        f"{type(err).__name__}: {err}"))
+                        results.extend((point.point_id, point.label, "failed",
+                                        f"{type(err).__name__}: {err}") for point in unit)
             _drain(events, progress, wait=0.0)
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -201,32 +230,41 @@ def _drain(events: Any, progress: TqdmProgress, wait: float) -> None:
 # --------------------------------------------------------------------------- one point
 
 
-def measure_point(point_json: str, run_dir: str, token: str | None,
-                  progress: ProgressSink,
-                  score_token: str | None = None) -> tuple[str, str, str, str]:
-    """Measure what the store lacks for one point, recording each measurement as it finishes;
-    returns (id, label, status, error)."""
-    point = Point.from_json(point_json)
-    pid, root = point.point_id, Path(run_dir)
+def measure_points(point_jsons: list[str], run_dir: str, token: str | None,
+                   progress: ProgressSink, score_token: str | None = None,
+                   device: str = "cpu") -> list[tuple[str, str, str, str]]:
+    """Measure what the store lacks for one unit of points (one point, or a pack), recording
+    each measurement as it finishes; returns (id, label, status, error) per point."""
+    points = [Point.from_json(text) for text in point_jsons]
+    root = Path(run_dir)
     with ResultStore(root / STORE_NAME) as store:
-        needs = needs_of(store, point)
-        progress.start(pid, point.label, needs.steps(point))
-        store.set_status(pid, "running")
+        needs = [needs_of(store, point) for point in points]
+        for point, need in zip(points, needs, strict=True):
+            progress.start(point.point_id, point.label, need.steps(point))
+            store.set_status(point.point_id, "running")
 
-        def record(kind: str, measurement: Any, started: float) -> None:
-            store.record(pid, kind, measurement.to_json(), started)
+        def recorder(pid: str) -> Callable[[str, Any, float], None]:
+            def record(kind: str, measurement: Any, started: float) -> None:
+                store.record(pid, kind, measurement.to_json(), started)
 
-        try:
-            measure(point, root, checkpoint_path(point, root), needs,
-                    Credentials(token, score_token), progress, record)
-        except Exception as err:  # recorded with the point; the sweep goes on
-            error = f"{type(err).__name__}: {err}"
-            store.set_status(pid, "failed", error)
-            progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
-            return pid, point.label, "failed", error
-        store.set_status(pid, "done")
-        progress.end(pid, done_line(point.label, pid, *store.finished(pid)))
-        return pid, point.label, "done", ""
+            return record
+
+        errors = measure_pack(points, root, [checkpoint_path(p, root) for p in points], needs,
+                              Credentials(token, score_token), progress,
+                              [recorder(p.point_id) for p in points], device=device)
+        results = []
+        for point, err in zip(points, errors, strict=True):
+            pid = point.point_id
+            if err is not None:  # recorded with the point; the sweep goes on
+                error = f"{type(err).__name__}: {err}"
+                store.set_status(pid, "failed", error)
+                progress.end(pid, f"FAILED {point.label} [{pid}]: {error}")
+                results.append((pid, point.label, "failed", error))
+                continue
+            store.set_status(pid, "done")
+            progress.end(pid, done_line(point.label, pid, *store.finished(pid)))
+            results.append((pid, point.label, "done", ""))
+        return results
 
 
 def needs_of(store: ResultStore, point: Point) -> Needs:
