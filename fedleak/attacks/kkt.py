@@ -490,6 +490,7 @@ class KKT(Attack[ReleasedModel]):
         dev, dtype = labels.device, labels.dtype
         states = [self.initial_state(released, s, g, labels)
                   for s, g in zip(settings, generators, strict=True)]
+        model_output(model, parameters, states[0][0][:1])  # one scalar output per input
         packed_model, sharpness = with_detached_smooth_relu(released.model)
         packed_model = packed_model.to(device=dev, dtype=dtype)
 
