@@ -61,13 +61,8 @@ class Attack(ABC, Generic[Target]):
         there (its ``simulate`` runs where its parameters live), a :class:`ReleasedModel` is
         moved by the attack. ``seed`` makes the run reproducible.
         """
-        expected = THREAT_MODELS[self.threat_model]
-        if not isinstance(target, expected):
-            raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) takes a "
-                            f"target of type {expected.__name__}, got {type(target).__name__}")
         dev = resolve_device(device)
-        if isinstance(target, Observation):
-            check_device(target, dev)
+        self._check_target(target, dev)
         forked = [dev] if dev.type == "cuda" else []
         with torch.random.fork_rng(devices=forked):
             torch.manual_seed(seed)
@@ -95,18 +90,22 @@ class Attack(ABC, Generic[Target]):
         if len(seeds) != len(targets):
             raise ValueError(f"reconstruct_many got {len(seeds)} seeds for {len(targets)} "
                              "targets; give one seed per target")
-        expected = THREAT_MODELS[self.threat_model]
         dev = resolve_device(device)
         for target in targets:
-            if not isinstance(target, expected):
-                raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) "
-                                f"takes targets of type {expected.__name__}, got "
-                                f"{type(target).__name__}")
-            if isinstance(target, Observation):
-                check_device(target, dev)
+            self._check_target(target, dev)
         forked = [dev] if dev.type == "cuda" else []
         with torch.random.fork_rng(devices=forked):
             return self.recover_many(targets, device=dev, seeds=seeds, progress=progress)
+
+    def _check_target(self, target: Any, device: torch.device) -> None:
+        """The target is what this attack's threat model gives the server, and lives on
+        ``device`` (an Observation's model)."""
+        expected = THREAT_MODELS[self.threat_model]
+        if not isinstance(target, expected):
+            raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) takes a "
+                            f"target of type {expected.__name__}, got {type(target).__name__}")
+        if isinstance(target, Observation):
+            check_device(target, device)
 
     def recover_many(
         self,

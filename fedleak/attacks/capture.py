@@ -34,12 +34,14 @@ ADAM_EPS = 1e-8
 
 
 def scheduled_rate(schedule: torch.Tensor, t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``schedule[t − 1]`` read on the device, shaped to scale ``like``.
+    """``schedule[t − 1]`` read on the device, shaped to scale ``like``; past its end the
+    schedule's last entry holds (a one-entry schedule is a constant rate).
 
     A schedule ``[T]`` gives one rate (0-dim); a schedule ``[T, K]`` gives one rate per leading
     slice of ``like`` (K packed runs), shaped ``[K, 1, …, 1]``.
     """
-    rate = schedule.index_select(0, (t - 1).view(1)).squeeze(0)
+    step = (t - 1).clamp(max=schedule.shape[0] - 1).view(1)
+    rate = schedule.index_select(0, step).squeeze(0)
     if rate.dim() == 1:
         rate = rate.view(-1, *[1] * (like.dim() - 1))
     return rate
@@ -102,9 +104,9 @@ class DeviceSGD:
         self.parameter.sub_(self.buffer * lr.to(self.parameter.dtype))
 
 
-def constant_schedule(lr: float, iterations: int) -> torch.Tensor:
-    """``schedule[t] = lr`` for every step t (float64, on the CPU)."""
-    return torch.full((iterations,), float(lr), dtype=torch.float64)
+def constant_schedule(lr: float) -> torch.Tensor:
+    """The schedule of a constant rate ``lr`` (one float64 entry, on the CPU)."""
+    return torch.tensor([float(lr)], dtype=torch.float64)
 
 
 def capturable(device: torch.device) -> bool:

@@ -184,10 +184,11 @@ class DLG(Attack[Observation]):
         if graph_safe:
             evaluate, best.notice = captured_function(evaluate, images.device)
 
+        images.grad = gradient  # L-BFGS copies it out (torch.cat) at every evaluation
+
         def closure() -> torch.Tensor:
             evaluate()
-            images.grad = gradient.clone()
-            loss = objective.clone()  # the buffers change at the next evaluation
+            loss = objective.clone()  # L-BFGS returns its first loss after later evaluations
             best.offer(float(loss.item()), images)
             return loss
 

@@ -45,7 +45,6 @@ every ``log_every`` iterations); ``extras["run_diverged"]`` says which runs did.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable
@@ -69,6 +68,7 @@ from fedleak.attacks.kkt_packed import (
     iterate_packed,
     pack_progress,
     packed_objective,
+    replace_relus,
     with_detached_smooth_relu,
 )
 from fedleak.attacks.observation import Reconstruction
@@ -113,14 +113,7 @@ def with_smooth_relu(model: nn.Module, alpha: float) -> tuple[nn.Module, int]:
     Returns the copy and how many modules were swapped. ReLUs called functionally
     (``torch.relu`` inside ``forward``) cannot be swapped and keep the step derivative.
     """
-    twin = copy.deepcopy(model)
-    swapped = 0
-    for parent in list(twin.modules()):
-        for child_name, child in list(parent.named_children()):
-            if isinstance(child, nn.ReLU):
-                setattr(parent, child_name, SmoothReLU(alpha))
-                swapped += 1
-    return twin, swapped
+    return replace_relus(model, lambda: SmoothReLU(alpha))
 
 
 def set_relu_alpha(model: nn.Module, alpha: float) -> None:
@@ -634,13 +627,13 @@ class KKT(Attack[ReleasedModel]):
         optimisers: list[DeviceSignedAdam | DeviceSGD]
         if cfg.optimizer == "adam":
             optimisers = [
-                DeviceSignedAdam(x, constant_schedule(settings.lr, cfg.iterations), signed=False),
-                DeviceSignedAdam(lambdas, constant_schedule(lambda_lr, cfg.iterations),
+                DeviceSignedAdam(x, constant_schedule(settings.lr), signed=False),
+                DeviceSignedAdam(lambdas, constant_schedule(lambda_lr),
                                  signed=False)]
         else:
             optimisers = [
-                DeviceSGD(x, constant_schedule(settings.lr, cfg.iterations), SGD_MOMENTUM),
-                DeviceSGD(lambdas, constant_schedule(lambda_lr, cfg.iterations), SGD_MOMENTUM)]
+                DeviceSGD(x, constant_schedule(settings.lr), SGD_MOMENTUM),
+                DeviceSGD(lambdas, constant_schedule(lambda_lr), SGD_MOMENTUM)]
         t = torch.zeros((), dtype=torch.int64, device=dev)
         passed = torch.ones((), dtype=torch.bool, device=dev)
         value = torch.zeros((), dtype=dtype, device=dev)

@@ -66,14 +66,23 @@ class DetachedSmoothReLU(nn.Module):
         return z.clamp_min(0).detach() + (soft - soft.detach())
 
 
-def with_detached_smooth_relu(model: nn.Module) -> tuple[nn.Module, Sharpness]:
-    """A deep copy of ``model`` whose ``nn.ReLU`` modules read one shared α (set per run)."""
+def replace_relus(model: nn.Module, make: Callable[[], nn.Module]) -> tuple[nn.Module, int]:
+    """A deep copy of ``model`` with every ``nn.ReLU`` module replaced by ``make()``; returns
+    the copy and how many were replaced (ReLUs called functionally cannot be)."""
     twin = copy.deepcopy(model)
-    sharpness = Sharpness()
+    replaced = 0
     for parent in list(twin.modules()):
         for child_name, child in list(parent.named_children()):
             if isinstance(child, nn.ReLU):
-                setattr(parent, child_name, DetachedSmoothReLU(sharpness))
+                setattr(parent, child_name, make())
+                replaced += 1
+    return twin, replaced
+
+
+def with_detached_smooth_relu(model: nn.Module) -> tuple[nn.Module, Sharpness]:
+    """A deep copy of ``model`` whose ``nn.ReLU`` modules read one shared α (set per run)."""
+    sharpness = Sharpness()
+    twin, _ = replace_relus(model, lambda: DetachedSmoothReLU(sharpness))
     return twin, sharpness
 
 
@@ -168,15 +177,13 @@ def iterate_packed(
     x, lambdas = runs.x.clone(), runs.lambdas.clone()
     dev = x.device
     count = x.shape[0]
-    steps = torch.ones(iterations, 1, dtype=torch.float64)
+    rates = (runs.lr.double().view(1, -1), runs.lambda_lr.double().view(1, -1))  # [1, K]
     optimisers: list[DeviceSignedAdam | DeviceSGD]
     if optimizer == "adam":
-        optimisers = [DeviceSignedAdam(x, steps * runs.lr.cpu().double(), signed=False),
-                      DeviceSignedAdam(lambdas, steps * runs.lambda_lr.cpu().double(),
-                                       signed=False)]
+        optimisers = [DeviceSignedAdam(x, rates[0], signed=False),
+                      DeviceSignedAdam(lambdas, rates[1], signed=False)]
     else:
-        optimisers = [DeviceSGD(x, steps * runs.lr.cpu().double(), momentum),
-                      DeviceSGD(lambdas, steps * runs.lambda_lr.cpu().double(), momentum)]
+        optimisers = [DeviceSGD(x, rates[0], momentum), DeviceSGD(lambdas, rates[1], momentum)]
     t = torch.zeros((), dtype=torch.int64, device=dev)
     alive = torch.ones(count, dtype=torch.bool, device=dev)
     totals = torch.zeros(count, dtype=x.dtype, device=dev)

@@ -277,7 +277,7 @@ class Qian(Attack[Observation]):
         cfg = self.config
         dev, dtype = images.device, images.dtype
         images.requires_grad_(True)
-        schedule = constant_schedule(cfg.lr, cfg.iterations)
+        schedule = constant_schedule(cfg.lr)
         optimiser: DeviceSignedAdam | DeviceSGD = (
             DeviceSignedAdam(images, schedule, signed=False) if cfg.optimizer == "adam"
             else DeviceSGD(images, schedule))

@@ -47,14 +47,13 @@ def reconstruct_with_progress(
 
 
 def reconstruct_many_with_progress(
-    attack: Attack, targets: list[Any], *, device: str, label: str, seed: int = 0,
-    seeds: list[int] | None = None, show: bool = True,
+    attack: Attack, targets: list[Any], *, device: str, seeds: list[int], label: str,
+    show: bool = True,
 ) -> list[Reconstruction]:
     """``attack.reconstruct_many(targets)`` (packed where the attack can) with one bar;
-    target i seeded ``seeds[i]`` (default ``seed + i``)."""
+    target i seeded ``seeds[i]``."""
     bar = IterationBar(label, show)
     try:
-        return attack.reconstruct_many(targets, device=device, seed=seed, seeds=seeds,
-                                       progress=bar)
+        return attack.reconstruct_many(targets, device=device, seeds=seeds, progress=bar)
     finally:
         bar.close()

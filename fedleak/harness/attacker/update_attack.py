@@ -74,7 +74,8 @@ def run_update_attack(
     server = open_server(client, settings, out, log)
     try:
         for first in range(0, settings.rounds, settings.pack):
-            server.attack_rounds(range(first, min(first + settings.pack, settings.rounds)))
+            attack_packed([(server, index) for index in
+                           range(first, min(first + settings.pack, settings.rounds))])
     except KeyboardInterrupt:
         server.close("interrupted")
         raise
@@ -107,25 +108,37 @@ def open_server(
                   protocol, any(d.name == "secagg" for d in described.defenses), out, run, log)
 
 
-def attack_across_victims(servers: Sequence[Server], index: int, label: str = "") -> None:
-    """Round ``index`` of several victims (sweep points of one architecture) attacked as one
-    packed computation, then saved, scored and recorded by each server.
+def attack_packed(rounds: Sequence[tuple[Server, int]]) -> None:
+    """Receive round ``index`` from each ``(server, index)``, attack them all as one packed
+    computation when there are several (K rounds of one victim, ``--pack``; one round of K
+    sweep points' victims, ``--pack-points``), then save, score and record each with its server.
 
-    Each victim's round gets the seed it gets alone (``seed + index`` of its own settings), so
-    a packed point measures what it measures alone, up to float rounding.
+    Each round gets the seed it gets alone (``seed + index`` of its server's settings), so a
+    packed round measures what it measures alone, up to float rounding.
     """
-    first = servers[0]
-    received = [server.receive() for server in servers]
-    observations = [observation_for(s.model, s.params, s.buffers, r, s.info, s.settings.device)
-                    for s, r in zip(servers, received, strict=True)]
+    first, start = rounds[0]
+    s = first.settings
+    received = [server.receive() for server, _ in rounds]
+    observations = [observation_for(server.model, server.params, server.buffers, got,
+                                    server.info, server.settings.device)
+                    for (server, _), got in zip(rounds, received, strict=True)]
+    last = rounds[-1][1]
+    label = f"round {start}" + (f"-{last}" if last != start else "") + f" {s.attack}"
+    victims = len({id(server) for server, _ in rounds})
     started = time.perf_counter()
-    reconstructions = reconstruct_many_with_progress(
-        first.attack, observations, device=first.settings.device,
-        seeds=[s.settings.seed + index for s in servers],
-        label=f"{label}round {index} {first.settings.attack} ({len(servers)} victims packed)",
-        show=first.settings.show_progress)
-    wall = (time.perf_counter() - started) / len(servers)
-    for server, got, reconstruction in zip(servers, received, reconstructions, strict=True):
+    if len(rounds) == 1:
+        reconstructions = [reconstruct_with_progress(
+            first.attack, observations[0], device=s.device, seed=s.seed + start, label=label,
+            show=s.show_progress)]
+    else:
+        reconstructions = reconstruct_many_with_progress(
+            first.attack, observations, device=s.device,
+            seeds=[server.settings.seed + index for server, index in rounds],
+            label=label + (" (packed)" if victims == 1 else f" ({victims} victims packed)"),
+            show=s.show_progress)
+    wall = (time.perf_counter() - started) / len(rounds)
+    for (server, index), got, reconstruction in zip(rounds, received, reconstructions,
+                                                    strict=True):
         server.finish_round(index, got, reconstruction, wall)
 
 
@@ -165,27 +178,6 @@ class Server:
                                       [tuple(t.shape) for t in self.params.values()],
                                       self.settings.secagg_target)
         return self.client.compute_update(self.params, self.buffers, self.protocol)
-
-    def attack_rounds(self, indices: range) -> None:
-        """Receive the rounds ``indices``, attack them (packed when more than one), then
-        save, score and record each."""
-        s = self.settings
-        received = [self.receive() for _ in indices]
-        observations = [observation_for(self.model, self.params, self.buffers, r, self.info,
-                                        s.device) for r in received]
-        label = f"round {indices[0]}" + (f"-{indices[-1]}" if len(indices) > 1 else "")
-        started = time.perf_counter()
-        if len(observations) == 1:
-            reconstructions = [reconstruct_with_progress(
-                self.attack, observations[0], device=s.device, seed=s.seed + indices[0],
-                label=f"{label} {s.attack}", show=s.show_progress)]
-        else:
-            reconstructions = reconstruct_many_with_progress(
-                self.attack, observations, device=s.device, seed=s.seed + indices[0],
-                label=f"{label} {s.attack} (packed)", show=s.show_progress)
-        wall = (time.perf_counter() - started) / len(observations)
-        for index, got, reconstruction in zip(indices, received, reconstructions, strict=True):
-            self.finish_round(index, got, reconstruction, wall)
 
     def finish_round(self, index: int, received: ReceivedUpdate,
                      reconstruction: Reconstruction, wall: float) -> None:

@@ -10,7 +10,7 @@ it attacks a victim the user runs instead.
 Points that differ only in their defenses (same attack, options, model, data, rounds and seed:
 :func:`pack_key`) can be measured as a pack (``fedleak sweep --pack-points K``): the sweep
 starts all their victims, and each round of all of them is attacked as one packed computation
-(:func:`~fedleak.harness.attacker.update_attack.attack_across_victims`), so one GPU stays busy;
+(:func:`~fedleak.harness.attacker.update_attack.attack_packed`), so one GPU stays busy;
 each point still gets its own run folder, scores and measurement, the ones it gets alone.
 """
 
@@ -31,7 +31,7 @@ from fedleak.harness.attacker.described import defense_specs
 from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.run import run_attack
 from fedleak.harness.attacker.settings import AttackSettings
-from fedleak.harness.attacker.update_attack import attack_across_victims, open_server
+from fedleak.harness.attacker.update_attack import attack_packed, open_server
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
     RoundMeasurement,
@@ -97,8 +97,7 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
             described = client.describe()
             record = run_attack(client, settings, out, log=on_round)
     if not isinstance(record, UpdateRun):
-        raise ValueError(f"attack {point.attack!r} does not attack updates; a sweep measures "
-                         "update attacks (run kkt with `fedleak attack`)")
+        raise _not_an_update_attack(point.attack)
     return attack_measurement(point, record, described, out, run_dir,
                               time.perf_counter() - started)
 
@@ -118,8 +117,7 @@ def measure_attacks_packed(
         raise ValueError("points packed together must differ only in their defenses and be "
                          "measured against victims the sweep starts")
     if attack_class(points[0].attack).threat_model != "update":
-        raise ValueError(f"attack {points[0].attack!r} does not attack updates; a sweep "
-                         "measures update attacks (run kkt with `fedleak attack`)")
+        raise _not_an_update_attack(points[0].attack)
     started = time.perf_counter()
     with ExitStack() as stack:
         servers = []
@@ -133,7 +131,7 @@ def measure_attacks_packed(
                                        _point_log(on_round, point.point_id)))
         try:
             for index in range(points[0].rounds):
-                attack_across_victims(servers, index)
+                attack_packed([(server, index) for server in servers])
         except KeyboardInterrupt:
             for server in servers:
                 server.close("interrupted")
@@ -143,6 +141,11 @@ def measure_attacks_packed(
     share = (time.perf_counter() - started) / len(points)
     return [attack_measurement(point, server.run, server.described, server.out, run_dir, share)
             for point, server in zip(points, servers, strict=True)]
+
+
+def _not_an_update_attack(attack: str) -> ValueError:
+    return ValueError(f"attack {attack!r} does not attack updates; a sweep measures update "
+                      "attacks (run kkt with `fedleak attack`)")
 
 
 def _point_log(on_round: Callable[[str, str], None], point_id: str) -> Callable[[str], None]:

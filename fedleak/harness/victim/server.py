@@ -28,7 +28,6 @@ from fedleak.harness.wire.channel import (
 )
 from fedleak.harness.wire.codec import (
     check_declared,
-    declared_shape,
     decode_tensor,
     dtype_name,
     dtype_to_pb,
@@ -261,10 +260,8 @@ def _decode_named(
             unknown.append(message.name)
             continue
         shape, dtype = infos[message.name]
-        if declared_shape(message) != shape:
-            raise InvalidArgument(f"{what} {quoted(message.name)} has shape "
-                                  f"{list(declared_shape(message))[:8]}, the model needs "
-                                  f"{list(shape)}")
+        check_declared(message, f"{what} {quoted(message.name)}", shape, floating=False,
+                       wanted=f"{list(shape)}, the model's")
         if message.dtype != dtype_to_pb(dtype):
             raise InvalidArgument(f"{what} {quoted(message.name)} has dtype "
                                   f"{dtype_name(message.dtype)}, the model needs {dtype}")
