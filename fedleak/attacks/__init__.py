@@ -7,9 +7,12 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     analytic,
     dlg,
     fedavg,
+    fishing,
+    imprint,
     inverting_gradients,
     kkt,
     qian,
+    trap_weights,
 )
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.observation import Observation, Reconstruction

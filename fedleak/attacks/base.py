@@ -25,6 +25,12 @@ Progress = Callable[[int, int, float], None]
 #: Threat model name → the type of what the server holds in it.
 THREAT_MODELS: dict[str, type] = {"update": Observation, "release": ReleasedModel}
 
+#: What the server may do, weakest first: send the real global model (``honest``, the
+#: honest-but-curious server), craft the *values* of θ it sends (``malicious-parameters``:
+#: trap weights, fishing), or also have designed the architecture the user runs
+#: (``malicious-architecture``: an imprint block in front of the model).
+SERVER_ROLES = ("honest", "malicious-parameters", "malicious-architecture")
+
 Target = TypeVar("Target", Observation, ReleasedModel)
 
 
@@ -42,6 +48,8 @@ class Attack(ABC, Generic[Target]):
 
     name: ClassVar[str] = ""
     threat_model: ClassVar[str] = "update"
+    #: which server this attack plays (one of :data:`SERVER_ROLES`); recorded with every run
+    server_role: ClassVar[str] = "honest"
     Config: ClassVar[type[Any]]
 
     def __init__(self, config: Any | None = None) -> None:

@@ -41,6 +41,9 @@ class Observation:
     learning_rate: float | None = None
     labels: torch.Tensor | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    #: earlier rounds a malicious server ran for this same reconstruction (probe rounds at
+    #: other crafted parameters, oldest first); empty for an honest server
+    probes: list[Observation] = field(default_factory=list)
 
     def image_bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Lower and upper bounds of valid images in normalised space, shaped [1, C, 1, 1]."""

@@ -69,20 +69,22 @@ class ModelSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DataSpec(_message.Message):
-    __slots__ = ("dataset", "shape", "num_classes", "mean", "std", "class_names")
+    __slots__ = ("dataset", "shape", "num_classes", "mean", "std", "class_names", "split")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
     MEAN_FIELD_NUMBER: _ClassVar[int]
     STD_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAMES_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     num_classes: int
     mean: _containers.RepeatedScalarFieldContainer[float]
     std: _containers.RepeatedScalarFieldContainer[float]
     class_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    split: str
+    def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ...) -> None: ...
 
 class ProtocolSpec(_message.Message):
     __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate", "batchnorm")

@@ -26,6 +26,14 @@ from fedleak import __version__
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
+#: an image counts as recovered *exactly* at this PSNR on [0, 1] or above (an error of 1 % of
+#: the range per pixel): what imprint and trap-weights promise, beside the mean PSNR
+EXACT_PSNR = 40.0
+
+
+def exact_count(psnrs: list[float]) -> int:
+    """How many of ``psnrs`` reach :data:`EXACT_PSNR`."""
+    return sum(1 for p in psnrs if p >= EXACT_PSNR)
 
 
 def to_json(record: Any) -> Any:
@@ -67,12 +75,16 @@ class RunHeader:
     torch: str
     machine: str
     threads: int
+    #: which server the attack played: honest, malicious-parameters, malicious-architecture
+    threat_model: str = "honest"
 
     @classmethod
     def now(cls, victim: str, victim_model: str, dataset: str, attack: str,
-            attack_config: dict[str, Any], settings: dict[str, Any], device: str) -> RunHeader:
+            attack_config: dict[str, Any], settings: dict[str, Any], device: str,
+            threat_model: str = "honest") -> RunHeader:
         return cls(__version__, victim, victim_model, dataset, attack, attack_config, settings,
-                   device, torch.__version__, platform.machine(), torch.get_num_threads())
+                   device, torch.__version__, platform.machine(), torch.get_num_threads(),
+                   threat_model)
 
 
 # --------------------------------------------------------------------------- update rounds
@@ -132,6 +144,12 @@ class RoundRecord:
     unscored: str | None = field(default=None, metadata=OMIT)
     #: how many targets (rounds, or sweep points' victims) were attacked as one computation
     packed_with: int | None = field(default=None, metadata=OMIT)
+    #: images scored at PSNR >= EXACT_PSNR (None: not scored)
+    exact: int | None = field(default=None, metadata=OMIT)
+    #: probe rounds a malicious server ran (at other crafted θ) before this one
+    probe_rounds: int | None = field(default=None, metadata=OMIT)
+    #: what the attack reports of itself (bins, expected exact recoveries, ...)
+    attack_extras: dict[str, Any] | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -149,6 +167,8 @@ class RunSummary:
     #: ε the victim's accountant reports after the last round (DP defenses), and its δ
     epsilon: float | None = field(default=None, metadata=OMIT)
     delta: float | None = field(default=None, metadata=OMIT)
+    #: images scored at PSNR >= EXACT_PSNR dB, over every round
+    exact: int | None = field(default=None, metadata=OMIT)
 
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
@@ -170,6 +190,7 @@ class RunSummary:
             mean_feature_relative_error=float(np.mean(errors)) if errors else None,
             epsilon=privacy.get("epsilon_total"),
             delta=privacy.get("delta"),
+            exact=exact_count(psnrs) if psnrs else None,
         )
 
 
@@ -213,6 +234,9 @@ class UpdateRun:
             lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
                          f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
                          "more of the private images leaked)")
+        if s.exact is not None:
+            lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB): {s.exact} of "
+                         f"{s.images} image(s) (threat model: {self.header.threat_model})")
         if s.epsilon is not None:
             delta = f" at δ = {s.delta:g}" if s.delta is not None else ""
             lines.append(f"privacy spent (the victim's DP accountant): ε = {s.epsilon:.4g}{delta}")

@@ -26,6 +26,7 @@ import torch
 
 from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
 from fedleak.attacks.dishonest import flip_labels
+from fedleak.attacks.malicious import MaliciousAttack, ServerKnowledge
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
@@ -44,11 +45,13 @@ from fedleak.harness.attacker.records import (
     RoundRecord,
     RunHeader,
     UpdateRun,
+    exact_count,
 )
 from fedleak.harness.attacker.secure_aggregation import (
     as_received_update,
     run_secure_aggregation,
 )
+from fedleak.harness.attacker.server_knowledge import server_knowledge
 from fedleak.harness.attacker.settings import AttackSettings, jsonable
 from fedleak.harness.shared.datasets import DatasetInfo, denormalize
 from fedleak.harness.shared.observation import observation_from_update
@@ -100,12 +103,27 @@ def open_server(
         params = flip_labels(params, info.num_classes, *settings.flip_labels)
     attack = create_attack(settings.attack, settings.options)
     protocol = victim_protocol(described).with_changes(settings.protocol)
+    secagg = any(d.name == "secagg" for d in described.defenses)
     run = UpdateRun(RunHeader.now(
         client.address, str(model_spec(described)), info.name, settings.attack,
-        jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device))
+        jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device,
+        threat_model=attack.server_role))
+    knowledge = None
+    if isinstance(attack, MaliciousAttack):
+        if settings.pack > 1:
+            raise ValueError(f"attack {settings.attack!r} crafts θ for every round: it cannot "
+                             "be packed; leave --pack at 1")
+        users = described.num_users if secagg and settings.secagg_target == "sum" else 1
+        knowledge, warning = server_knowledge(
+            described, model, params, buffers, info, described.protocol.num_images or 1, users,
+            protocol.update_kind())
+        if warning:
+            run.warnings.append(warning)
+            log(f"warning: {warning}")
+        attack.check(knowledge)  # refuses a victim that cannot carry it, before any round
     run.write(out)
     return Server(client, settings, described, info, attack, model, params, buffers,
-                  protocol, any(d.name == "secagg" for d in described.defenses), out, run, log)
+                  protocol, secagg, out, run, log, knowledge)
 
 
 def attack_packed(rounds: Sequence[tuple[Server, int]]) -> None:
@@ -118,10 +136,9 @@ def attack_packed(rounds: Sequence[tuple[Server, int]]) -> None:
     """
     first, start = rounds[0]
     s = first.settings
-    received = [server.receive() for server, _ in rounds]
-    observations = [observation_for(server.model, server.params, server.buffers, got,
-                                    server.info, server.settings.device)
-                    for (server, _), got in zip(rounds, received, strict=True)]
+    pairs = [server.receive(index) for server, index in rounds]
+    received = [got for got, _ in pairs]
+    observations = [observation for _, observation in pairs]
     last = rounds[-1][1]
     label = f"round {start}" + (f"-{last}" if last != start else "") + f" {s.attack}"
     victims = len({id(server) for server, _ in rounds})
@@ -137,6 +154,9 @@ def attack_packed(rounds: Sequence[tuple[Server, int]]) -> None:
             label=label + (" (packed)" if victims == 1 else f" ({victims} victims packed)"),
             show=s.show_progress)
     wall = (time.perf_counter() - started) / len(rounds)
+    for observation, reconstruction in zip(observations, reconstructions, strict=True):
+        if observation.probes:
+            reconstruction.extras["probe_rounds"] = len(observation.probes)
     for (server, index), got, reconstruction in zip(rounds, received, reconstructions,
                                                     strict=True):
         server.finish_round(index, got, reconstruction, wall)
@@ -163,21 +183,54 @@ class Server:
     out: Path
     run: UpdateRun
     log: Callable[[str], None]
+    #: what a malicious server knows before crafting θ (None: the server is honest)
+    knowledge: ServerKnowledge | None = None
 
     def close(self, status: str) -> None:
         """Record how the run ended (``finished``, ``interrupted``) in ``metrics.json``."""
         self.run.status = status
         self.run.write(self.out)
 
-    def receive(self) -> ReceivedUpdate:
-        """One round's update: ComputeUpdate, or a secure-aggregation round."""
+    def receive(self, index: int = 0) -> tuple[ReceivedUpdate, Observation]:
+        """Round ``index``'s update and the attack's view of it.
+
+        An honest server sends θ once. A malicious one sends what its attack crafts, round
+        after round, until the attack has what it needs; the earlier (probe) rounds travel in
+        the observation's ``probes``.
+        """
+        if self.knowledge is None:
+            got = self.exchange(self.params)
+            return got, observation_for(self.model, self.params, self.buffers, got, self.info,
+                                        self.settings.device)
+        attack = self.attack
+        assert isinstance(attack, MaliciousAttack)
+        seed = self.settings.seed + index
+        probes: list[Observation] = []
+        crafted = attack.craft(self.knowledge, probes, seed)
+        if crafted is None:
+            raise ValueError(f"attack {attack.name!r} crafted no parameters for round {index}")
+        while True:
+            got = self.exchange(crafted)
+            observation = observation_for(self.model, crafted, self.buffers, got, self.info,
+                                          self.settings.device)
+            following = attack.craft(self.knowledge, [*probes, observation], seed)
+            if following is None:
+                observation.probes = probes
+                return got, observation
+            probes.append(observation)
+            self.log(f"round {index}: probe round {len(probes)} received")
+            crafted = following
+
+    def exchange(self, params: dict[str, torch.Tensor]) -> ReceivedUpdate:
+        """Send θ = ``params``, receive the update: ComputeUpdate, or a secure-aggregation
+        round."""
         if self.secagg:
-            aggregation = run_secure_aggregation(self.client, self.params, self.buffers,
+            aggregation = run_secure_aggregation(self.client, params, self.buffers,
                                                  self.protocol)
-            return as_received_update(aggregation, list(self.params),
-                                      [tuple(t.shape) for t in self.params.values()],
+            return as_received_update(aggregation, list(params),
+                                      [tuple(t.shape) for t in params.values()],
                                       self.settings.secagg_target)
-        return self.client.compute_update(self.params, self.buffers, self.protocol)
+        return self.client.compute_update(params, self.buffers, self.protocol)
 
     def finish_round(self, index: int, received: ReceivedUpdate,
                      reconstruction: Reconstruction, wall: float) -> None:
@@ -274,6 +327,11 @@ def round_record(
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
+        exact=exact_count([s.psnr for s in score.images]) if score is not None and score.images
+        else None,
+        attack_extras={k: v for k, v in reconstruction.extras.items()
+                       if isinstance(v, int | float | str | bool)} or None,
+        probe_rounds=reconstruction.extras.get("probe_rounds"),
     )
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer

@@ -179,6 +179,11 @@ class UpdateSimulator:
                 self.model, self.parameters, self.buffers, images, labels, self.protocol, True
             )
 
+    def at(self, parameters: Mapping[str, torch.Tensor]) -> UpdateSimulator:
+        """The same replay (model, buffers, protocol) at other global ``parameters``: a
+        malicious server replays rounds at parameters it crafted."""
+        return UpdateSimulator(self.model, parameters, self.buffers, self.protocol)
+
     def local_steps(self, num_images: int) -> int:
         """How many local SGD steps the replay takes over ``num_images`` images."""
         return self.protocol.local_steps(num_images)

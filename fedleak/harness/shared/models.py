@@ -19,6 +19,11 @@ Names:
 - ``mlp``: fully-connected ReLU network, ``depth`` hidden layers of ``width`` units (options
   ``width``, default 256, ``depth``, default 2, ``bias``, default true). With ``bias=false`` it
   is the homogeneous MLP of the KKT attack.
+- ``imprint``: a server-designed imprint block (Fowl et al. 2022,
+  :mod:`fedleak.attacks.imprint_block`) of ``bins`` units (default 128) in front of the model
+  ``inner`` (default ``mlp``); options of the inner model as ``inner.KEY=VALUE``, e.g.
+  ``imprint:bins=256,inner=convnet,inner.width=16``. A victim that runs it emulates a user who
+  accepted an architecture the server distributed (the malicious-architecture threat model).
 - ``kkt-mlp``: Haim et al.'s (2022) binary classifier d–1000–1000–1 (:class:`KKTMLP`; options
   ``width``, default 1000, ``depth``, default 2, ``init-std`` of the first layer, default 1e-4),
   one output logit whatever the class count.
@@ -103,7 +108,8 @@ def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Mod
         raise ModelError(f"unknown model {spec.name!r}; choose one of {', '.join(_BUILDERS)}")
     options = dict(spec.options)
     opacus = options.pop(OPACUS_OPTION, "false").lower() in ("true", "1")
-    unknown = set(options) - set(_OPTIONS[spec.name])
+    unknown = {k for k in set(options) - set(_OPTIONS[spec.name])
+               if not (INNER_PREFIX in _OPTIONS[spec.name] and k.startswith(INNER_PREFIX))}
     if unknown:
         valid = ", ".join((*_OPTIONS[spec.name], OPACUS_OPTION))
         raise ModelError(f"model {spec.name!r} has no option {sorted(unknown)}; valid: {valid}")
@@ -326,6 +332,26 @@ def _mlp(shape: Shape, num_classes: int, options: dict[str, str]) -> nn.Module:
         depth=_int(options, "depth", 2),
         bias=bias in ("true", "1"),
     )
+
+
+INNER_PREFIX = "inner."
+
+
+@_register("imprint", options=("bins", "inner", INNER_PREFIX))
+def _imprint(shape: Shape, num_classes: int, options: dict[str, str]) -> nn.Module:
+    """An imprint block of ``bins`` units in front of ``inner`` (its options as ``inner.KEY``)."""
+    from fedleak.attacks.imprint_block import ImprintedModel
+
+    inner_name = options.get("inner", "mlp")
+    if inner_name == "imprint":
+        raise ModelError("an imprint model cannot wrap another imprint model")
+    inner_options = {k[len(INNER_PREFIX):]: v for k, v in options.items()
+                     if k.startswith(INNER_PREFIX)}
+    inner = build_model(ModelSpec(inner_name, inner_options), shape, num_classes)
+    bins = _int(options, "bins", 128)
+    if bins < 2:
+        raise ModelError(f"model option bins must be at least 2, got {bins}")
+    return ImprintedModel(shape, bins, inner)
 
 
 def load_checkpoint(model: nn.Module, path: str) -> None:

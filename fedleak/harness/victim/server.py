@@ -73,6 +73,7 @@ class VictimServicer(pb_grpc.VictimServicer):
                 mean=list(info.mean),
                 std=list(info.std),
                 class_names=list(info.class_names),
+                split=v.config.split,
             ),
             protocol=protocol_to_pb(v.config.protocol, v.config.num_images),
             defenses=[pb.DefenseSpec(name=name, params=params, stage=stage)

@@ -150,6 +150,7 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         secagg_drops=parse_drops(s.secagg_drops),
         release=dataclasses.replace(s.release, seed=s.seed),
         limits=s.limits,
+        split=s.split,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator)

@@ -60,6 +60,8 @@ class VictimConfig:
     secagg_drops: dict[int, str] = field(default_factory=dict)
     release: ReleaseSettings = field(default_factory=ReleaseSettings)
     limits: VictimLimits = field(default_factory=VictimLimits)
+    #: which split of the data set the private pool was drawn from (public: Describe says it)
+    split: str = ""
 
 
 @dataclass

@@ -1,0 +1,60 @@
+"""The imprint block of "Robbing the Fed" (Fowl et al., ICLR 2022): a server-designed layer pair
+in front of any model.
+
+For an input ``x`` (flattened to ``d`` values) the block computes
+
+    a = ReLU(W₀ x + b₀)          (W₀: [k, d], one row per *bin*)
+    x' = x + reshape(W₁ a + b₁)   (W₁: [d, k], back to the input's shape)
+
+and hands ``x'`` to the inner model. With honest (random) values it is an ordinary residual
+MLP branch; a malicious server that distributed this architecture then sets its *values* per
+round (:mod:`fedleak.attacks.imprint`): every row of W₀ the same measurement ``m`` (e.g. the
+image's brightness), the biases at increasing cut-offs, every column of W₁ the same vector, and
+the gradients of W₀ and b₀ then hold single inputs exactly.
+
+The parameter names are part of the contract between the victim's model zoo (which builds
+``imprint:bins=K,inner=NAME``) and the attack: ``imprint.linear0.weight`` / ``.bias`` and
+``imprint.linear1.weight`` / ``.bias``, followed by the inner model's under ``inner.``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+#: module name of the block inside :class:`ImprintedModel`
+BLOCK = "imprint"
+WEIGHT0, BIAS0 = f"{BLOCK}.linear0.weight", f"{BLOCK}.linear0.bias"
+WEIGHT1, BIAS1 = f"{BLOCK}.linear1.weight", f"{BLOCK}.linear1.bias"
+
+
+class ImprintBlock(nn.Module):
+    """``x ↦ x + W₁ ReLU(W₀ x + b₀) + b₁`` over the flattened input, ``bins`` hidden units."""
+
+    def __init__(self, shape: tuple[int, int, int], bins: int) -> None:
+        super().__init__()
+        if bins < 2:
+            raise ValueError(f"an imprint block needs at least 2 bins, got {bins}")
+        self.shape = tuple(int(s) for s in shape)
+        pixels = math.prod(self.shape)
+        self.linear0 = nn.Linear(pixels, bins)
+        self.linear1 = nn.Linear(bins, pixels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        activations = F.relu(self.linear0(x.flatten(1)))
+        return x + self.linear1(activations).view(x.shape)
+
+
+class ImprintedModel(nn.Module):
+    """An imprint block in front of ``inner``: the architecture a malicious server distributes."""
+
+    def __init__(self, shape: tuple[int, int, int], bins: int, inner: nn.Module) -> None:
+        super().__init__()
+        self.imprint = ImprintBlock(shape, bins)
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(self.imprint(x))
