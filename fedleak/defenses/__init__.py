@@ -10,10 +10,12 @@ from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
     prune,
     quantize,
     secure_aggregation,
+    vet,
 )
 from fedleak.defenses.base import (
     STAGES,
     Defense,
+    ParameterCheck,
     PerExampleDefense,
     TransportDefense,
     UpdateDefense,
@@ -33,6 +35,7 @@ __all__ = [
     "Defense",
     "DefenseChain",
     "DefenseConfigError",
+    "ParameterCheck",
     "PerExampleDefense",
     "TransportDefense",
     "UpdateDefense",

@@ -1,5 +1,7 @@
 """The interfaces defenses implement, by the stage at which they act.
 
+- ``parameters``: on the model and parameters the server sent, before any training (``vet``
+  refuses parameters built to leak).
 - ``per-example``: inside the user's local training, on per-example gradients (DP-SGD).
 - ``update``: on the finished update before it leaves the user (clip, noise, prune, quantise).
 - ``transport``: on the way to the server (secure aggregation across several users).
@@ -17,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-STAGES = ("per-example", "update", "transport")
+STAGES = ("parameters", "per-example", "update", "transport")
 
 
 class Defense(ABC):
@@ -51,6 +53,23 @@ class UpdateDefense(Defense):
     @abstractmethod
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
         """The defended update; must not modify ``update`` in place."""
+
+
+class ParameterCheck(Defense):
+    """Inspects what the server sent before the user trains on it, and refuses it or not."""
+
+    stage: ClassVar[str] = "parameters"
+
+    @abstractmethod
+    def inspect(
+        self,
+        model: torch.nn.Module,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        images: torch.Tensor,
+    ) -> str | None:
+        """Why the user refuses to train at ``parameters`` on its ``images`` (normalised, the
+        round's private batch), or None when it accepts them. Must not change anything."""
 
 
 class PerExampleDefense(Defense):

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.defenses.base import Defense, PerExampleDefense, TransportDefense, UpdateDefense
+from fedleak.defenses.base import (
+    Defense,
+    ParameterCheck,
+    PerExampleDefense,
+    TransportDefense,
+    UpdateDefense,
+)
 from fedleak.defenses.registry import DefenseConfigError, create_defense
 
 
@@ -30,6 +36,10 @@ class DefenseChain:
             named = [d.name for d in self.defenses if d.stage == stage]
             if len(named) > 1:
                 raise DefenseConfigError(f"at most one {stage} defense, got {named}")
+
+    @property
+    def parameter_checks(self) -> list[ParameterCheck]:
+        return [d for d in self.defenses if isinstance(d, ParameterCheck)]
 
     @property
     def per_example(self) -> PerExampleDefense | None:

@@ -113,7 +113,8 @@ def as_received_update(
                       .view(shape))
         start += size
     metadata = dict(begin.metadata)
-    metadata.update({"secagg_target": target, "secagg_survivors": ",".join(map(str, users)),
+    metadata.update({"secagg_target": target, "images_per_user": str(begin.images_per_user),
+                     "secagg_survivors": ",".join(map(str, users)),
                      "secagg_offline": ",".join(f"{u}@{p}" for u, p in
                                                 sorted(aggregation.offline.items()))})
     return ReceivedUpdate(

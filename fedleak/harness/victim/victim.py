@@ -161,6 +161,9 @@ class Victim:
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(changes or ProtocolChanges())
         with self._lock:
+            upcoming = self._next_indices(advance=False)
+        self._vet(params, bufs, [upcoming])
+        with self._lock:
             indices = self._next_indices()
             round_id = uuid.uuid4().hex
             self.rounds.remember(Round(round_id, indices, protocol, parameters=params,
@@ -208,6 +211,18 @@ class Victim:
                 f"local training failed for {self.config.model} on {n} image(s): "
                 f"{err}; start the victim with a larger --batch-size or another model"
             ) from err
+
+    def _vet(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+             batches: list[torch.Tensor]) -> None:
+        """FAILED_PRECONDITION when a parameter check of the chain (``vet``) refuses θ for any
+        user's next batch; nothing is trained and no round is opened."""
+        for check in self.config.defenses.parameter_checks:
+            for indices in batches:
+                images = normalize(self.data.images[indices], self.info).to(self.config.device)
+                reason = check.inspect(self.model, params, buffers, images)
+                if reason is not None:
+                    raise FailedPrecondition(f"{reason}; the user refuses to train on these "
+                                             "parameters (defense vet)")
 
     def _check_classifier(self) -> None:
         """FAILED_PRECONDITION unless the model scores every class of the private labels (a
@@ -301,6 +316,9 @@ class Victim:
         params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(changes or ProtocolChanges())
+        with self._lock:
+            upcoming = [self._next_indices(u, advance=False) for u in range(self.config.num_users)]
+        self._vet(params, bufs, upcoming)
         with self._lock:
             user_indices = {u: self._next_indices(u, advance=False)
                             for u in range(self.config.num_users)}
