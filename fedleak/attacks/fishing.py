@@ -42,6 +42,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -252,10 +253,11 @@ class Fishing(MaliciousAttack):
         simulate = first.simulate
         if not hasattr(simulate, "at"):
             raise AttackRefused("the observation's replay cannot be moved to other parameters")
+        relocatable = cast(Relocatable, simulate)
         target = dataclasses.replace(
             first, update=difference, update_kind=first.update_kind, num_images=1, probes=[],
             labels=torch.tensor([cfg.target_class], device=device),
-            simulate=GateDifference(simulate, gate, theta, forced))
+            simulate=GateDifference(relocatable, gate, theta, forced))
         inversion = InvertingGradients(InvertingGradientsConfig(
             iterations=cfg.iterations, restarts=cfg.restarts, tv=cfg.tv, lr=cfg.lr,
             vectorised=False))
