@@ -53,6 +53,10 @@ class AttackMeasurement:
     mean_feature_cosine: float | None = None
     mean_feature_relative_error: float | None = None
     node: str | None = None  # the Ray node that measured it (--ray)
+    #: which server attacked: honest, malicious-parameters, malicious-architecture
+    threat_model: str = "honest"
+    #: images recovered exactly (PSNR >= 40 dB) over the point's rounds
+    exact: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -58,6 +58,7 @@ from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
+from fedleak.harness.shared.models import ModelError, ModelSpec
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
 from fedleak.harness.sweep.points import (
     DefenseSetting,
@@ -121,6 +122,10 @@ class SweepSpec:
         grid = itertools.product(self.attacks, self.models, self.protocols, self.trained,
                                  self.defenses)
         for (attack, options), model, protocol, trained, d in grid:
+            options = dict(options)
+            architecture = options.pop(ARCHITECTURE_KEY, None)
+            if architecture is not None:  # the user runs the server's architecture around it
+                model = server_architecture(str(architecture), model)
             point = Point(attack=attack, attack_options=options, model=model,
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
                           trained=trained, label=d.label, group=d.group, param=d.param,
@@ -273,12 +278,34 @@ def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
         name = str(table.pop("name"))
         options = {**_keys(table.pop("options", {}), f"{where}.options"), **table}
         options = {k.replace("_", "-"): v for k, v in sorted(options.items())}
+        architecture = options.pop(ARCHITECTURE_KEY, None)
         try:
             create_attack(name, options)
-        except AttackConfigError as err:
+            if architecture is not None:
+                server_architecture(str(architecture), "mlp")
+        except (AttackConfigError, ModelError) as err:
             raise SpecError(f"{where}: {err}") from None
+        if architecture is not None:
+            options[ARCHITECTURE_KEY] = str(architecture)
         out.append((name, options))
     return out
+
+
+#: key of a ``[[sweep.attack]]`` table naming the architecture a malicious server distributed
+#: (``imprint:bins=256``): that attack's points run every model of the grid inside it.
+ARCHITECTURE_KEY = "architecture"
+
+
+def server_architecture(architecture: str, model: str) -> str:
+    """``model`` inside the server-designed ``architecture``: ``imprint:bins=256`` around
+    ``mlp:width=64`` is ``imprint:bins=256,inner=mlp,inner.width=64``."""
+    outer, inner = ModelSpec.parse(architecture), ModelSpec.parse(model)
+    if outer.name != "imprint":
+        raise ModelError(f"architecture {architecture!r}: the server-designed architecture "
+                         "must be an imprint block (imprint:bins=K)")
+    options = {**outer.options, "inner": inner.name,
+               **{f"inner.{k}": v for k, v in inner.options.items()}}
+    return str(ModelSpec(outer.name, options))
 
 
 def _protocols(value: Any) -> list[Protocol]:
