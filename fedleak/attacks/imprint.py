@@ -13,12 +13,12 @@ is active for exactly the inputs with ⟨m, x⟩ > c_i, and since every column o
 same, every unit passes the same back-propagated value g_n = ε⟨u, δ_n⟩ for input n (δ_n the loss
 gradient at the block's output). For a mean loss over N inputs
 
-    ∂L/∂W₀[i] = (s/N) Σ_{n: ⟨m,x_n⟩ > c_i} g_n x_nᵀ,     ∂L/∂b₀[i] = (1/N) Σ_{n: ⟨m,x_n⟩ > c_i} g_n,
+    ∂L/∂W₀[i] = (1/N) Σ_{n: ⟨m,x_n⟩ > c_i} g_n x_nᵀ,     ∂L/∂b₀[i] = (1/N) Σ_{n: ⟨m,x_n⟩ > c_i} g_n,
 
 so consecutive rows differ by the inputs of one interval (c_i, c_{i+1}] (the last row alone
 holds (c_k, ∞)), and for an interval holding a single input (eq. 3 of the paper)
 
-    x_n = (∂L/∂W₀[i] − ∂L/∂W₀[i+1]) / (s · (∂L/∂b₀[i] − ∂L/∂b₀[i+1]))     exactly.
+    x_n = (∂L/∂W₀[i] − ∂L/∂W₀[i+1]) / (∂L/∂b₀[i] − ∂L/∂b₀[i+1])     exactly.
 
 The maths is linear in the update, so it holds unchanged for the **sum of several users'
 updates** (secure aggregation: the server sees only the sum, and still reads single inputs), and
@@ -72,8 +72,10 @@ class ImprintConfig:
         "help": "where the k cut-offs go: gaussian (at the i/(k+1) quantiles of a normal fitted "
                 "to the public measurements; smooth even with little public data) or quantiles "
                 "(the public measurements' empirical quantiles)"})
-    scale: float = field(default=1.0, metadata={"help": "s: W0 rows are s*m, biases -s*c_i"})
-    feedback: float = field(default=0.01, metadata={
+    scale: float = field(default=1e-3, metadata={
+        "help": "s: W0 rows are s*m, biases -s*c_i (small keeps θ small beside the update: a "
+                "FedAvg delta θ' - θ in float32 keeps its precision)"})
+    feedback: float = field(default=1.0, metadata={
         "help": "epsilon: every column of W1 is epsilon*u (u a fixed unit vector); larger "
                 "makes each bin's gradient larger and the inner model's input more perturbed"})
     threshold: float = field(default=1e-6, metadata={
@@ -178,7 +180,7 @@ class Imprint(MaliciousAttack):
         largest = d_b.abs().max()
         nonempty = d_b.abs() > cfg.threshold * largest if float(largest) > 0 else \
             torch.zeros_like(d_b, dtype=torch.bool)
-        candidates = d_w[nonempty] / (scale * d_b[nonempty, None])
+        candidates = d_w[nonempty] / d_b[nonempty, None]
         low, high = observation.image_bounds(candidates.device)
         shape = observation.image_shape
         images = candidates.view(-1, *shape)

@@ -11,7 +11,7 @@ any enabled test fires:
   random rows of dimension d); the imprint attack sets every row of its first layer to the
   same measurement and every column of the second to the same vector (cosine 1).
 - ``activation``: on the user's own batch, the mean fraction of inputs that switch on a unit
-  of a linear layer followed by ReLU is below ``min_activation`` (default 0.05). About half
+  of a linear layer followed by ReLU is below ``min_activation`` (default 0.25). About half
   the units fire for an input under an honest initialisation; trap weights make each fire for
   about 1/N of the inputs.
 - ``classifier``: one row of the last linear layer is ``max_row_ratio`` (default 8) times
@@ -52,7 +52,7 @@ class VetConfig:
         "help": "refuse a model with an imprint block"})
     max_cosine: float = field(default=0.99, metadata={
         "help": "largest |cosine| allowed between two rows (or columns) of a linear layer"})
-    min_activation: float = field(default=0.05, metadata={
+    min_activation: float = field(default=0.25, metadata={
         "help": "smallest mean fraction of inputs a ReLU unit may fire for"})
     max_row_ratio: float = field(default=8.0, metadata={
         "help": "largest ratio of a classifier row's norm to the median row norm"})
@@ -146,6 +146,16 @@ class Vet(ParameterCheck):
                 return (f"vet: the model carries an imprint block ({block!r}), an architecture "
                         "designed to read single inputs out of updates")
         layers = linear_weights(model, parameters)
+        if cfg.classifier and layers:
+            name, _, weight = layers[-1]
+            norms = weight.detach().double().norm(dim=1)
+            if norms.numel() >= 2 and float(norms.median()) > 0:
+                ratio = float(norms.max() / norms.median())
+                if ratio >= cfg.max_row_ratio:
+                    return (f"vet: row {int(norms.argmax())} of classifier {name!r} is "
+                            f"{ratio:.1f} times the median row's length (>= "
+                            f"{cfg.max_row_ratio:g}); θ looks crafted to single out a class or "
+                            "feature (fishing)")
         if cfg.rows:
             for name, _, weight in layers:
                 if weight.shape[1] < MIN_INPUTS_FOR_ROWS:
@@ -164,14 +174,4 @@ class Vet(ParameterCheck):
                     return (f"vet: the units of linear layer {name!r} fire for {rate:.1%} of "
                             f"this batch's inputs on average (< {cfg.min_activation:.0%}); θ "
                             "looks crafted to trap single inputs (trap weights)")
-        if cfg.classifier and layers:
-            name, _, weight = layers[-1]
-            norms = weight.detach().double().norm(dim=1)
-            if norms.numel() >= 2 and float(norms.median()) > 0:
-                ratio = float(norms.max() / norms.median())
-                if ratio >= cfg.max_row_ratio:
-                    return (f"vet: row {int(norms.argmax())} of classifier {name!r} is "
-                            f"{ratio:.1f} times the median row's length (>= "
-                            f"{cfg.max_row_ratio:g}); θ looks crafted to single out a class or "
-                            "feature (fishing)")
         return None

@@ -120,8 +120,15 @@ def open_server(
         if warning:
             run.warnings.append(warning)
             log(f"warning: {warning}")
-        attack.check(knowledge)  # refuses a victim that cannot carry it, before any round
     run.write(out)
+    if knowledge is not None and isinstance(attack, MaliciousAttack):
+        try:
+            attack.check(knowledge)  # refuses a victim that cannot carry it, before any round
+        except ValueError as err:
+            run.status = "refused"
+            run.warnings.append(str(err))
+            run.write(out)
+            raise
     return Server(client, settings, described, info, attack, model, params, buffers,
                   protocol, secagg, out, run, log, knowledge)
 
