@@ -119,7 +119,8 @@ def line(label: str, got: dict[str, Any], expected: str = "") -> None:
         click.echo(f"{label:<58} error: {got['error']}")
         return
     click.echo(f"{label:<58} exact {got['exact']:>3}/{got['images']:<3} mean "
-               f"{got['mean_psnr']:6.2f} dB, best {got['best_psnr']:6.2f} dB, {got['rounds']} round(s)"
+               f"{got['mean_psnr']:6.2f} dB, best {got['best_psnr']:6.2f} dB, "
+               f"{got['rounds']} round(s)"
                + (f"  [{expected}]" if expected else ""))
 
 

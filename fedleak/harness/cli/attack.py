@@ -27,11 +27,11 @@ from fedleak.harness.cli.options import (
 
 
 def _attack_epilog() -> str:
-    from fedleak.attacks import attack_names, describe_options
+    from fedleak.attacks import attack_class, attack_names, describe_options
 
-    lines = ["\b", "Attacks and their options (-o key=value):"]
+    lines = ["\b", "Attacks [threat model] and their options (-o key=value):"]
     for name in attack_names():
-        lines.append(f"  {name}")
+        lines.append(f"  {name} [{getattr(attack_class(name), 'server_role', 'honest')} server]")
         lines += [f"    {line}" for line in describe_options(name).splitlines()]
     return "\n".join(lines)
 
@@ -85,7 +85,13 @@ def default_out(attack: str) -> Path:
               help="Run folder (default runs/ATTACK-TIMESTAMP).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def attack(**kw: Any) -> None:
-    """Attack a victim as an honest-but-curious server and write the run to --out."""
+    """Attack a victim as the server and write the run to --out.
+
+    Honest attacks send the real global model and invert what comes back. Malicious ones
+    (imprint, trap-weights, fishing) craft the parameters θ they send, for one or several
+    probe rounds, and are refused at once when the victim's model cannot carry them; their
+    runs count exact recoveries (PSNR >= 40 dB) and record the threat model.
+    """
     from fedleak.attacks import AttackConfigError, create_attack
     from fedleak.harness.attacker.client import VictimClient, VictimError
     from fedleak.harness.attacker.run import run_attack

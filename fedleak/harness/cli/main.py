@@ -35,7 +35,7 @@ def main() -> None:
 @main.command("list")
 def list_names() -> None:
     """List data sets, models with their options, attacks and defenses with their parameters."""
-    from fedleak.attacks import attack_names
+    from fedleak.attacks import attack_class, attack_names
     from fedleak.harness.shared.datasets import DATASET_NAMES
     from fedleak.harness.shared.models import model_names, model_options
 
@@ -44,8 +44,12 @@ def list_names() -> None:
     for name in model_names():
         options = model_options(name)
         click.echo(f"  {name}" + (f"  options: {', '.join(options)}" if options else ""))
-    click.echo("attacks:   " + ", ".join(attack_names())
-               + "  (options: `fedleak attack --help`)")
+    click.echo("attacks [threat model] (options: `fedleak attack --help`):")
+    for name in attack_names():
+        cls = attack_class(name)
+        role = getattr(cls, "server_role", "honest")
+        what = "released model" if cls.threat_model == "release" else "updates"
+        click.echo(f"  {name} [{role} server, {what}]")
     click.echo("defenses (--defense NAME:key=value,...):")
     from fedleak.defenses import DEFENSES, defense_names
 
