@@ -6,8 +6,8 @@ For an input ``x`` (flattened to ``d`` values) the block computes
     a = ReLU(W₀ x + b₀)          (W₀: [k, d], one row per *bin*)
     x' = x + reshape(W₁ a + b₁)   (W₁: [d, k], back to the input's shape)
 
-and hands ``x'`` to the inner model. With honest (random) values it is an ordinary residual
-MLP branch; a malicious server that distributed this architecture then sets its *values* per
+and hands ``x'`` to the inner model. With honest values (W₀ = 0, W₁ = 0: the identity) the
+model is the inner model; a malicious server that distributed this architecture then sets its *values* per
 round (:mod:`fedleak.attacks.imprint`): every row of W₀ the same measurement ``m`` (e.g. the
 image's brightness), the biases at increasing cut-offs, every column of W₁ the same vector, and
 the gradients of W₀ and b₀ then hold single inputs exactly.
@@ -42,6 +42,11 @@ class ImprintBlock(nn.Module):
         pixels = math.prod(self.shape)
         self.linear0 = nn.Linear(pixels, bins)
         self.linear1 = nn.Linear(bins, pixels)
+        # honest values: W₀ = 0, W₁ = 0, b₁ = 0 make the block the identity, so the honest model
+        # is the inner model (and trains as stably) until a server sets the block's values
+        nn.init.zeros_(self.linear0.weight)
+        nn.init.zeros_(self.linear1.weight)
+        nn.init.zeros_(self.linear1.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         activations = F.relu(self.linear0(x.flatten(1)))
