@@ -7,7 +7,8 @@ For an input ``x`` (flattened to ``d`` values) the block computes
     x' = x + reshape(W₁ a + b₁)   (W₁: [d, k], back to the input's shape)
 
 and hands ``x'`` to the inner model. With honest values (W₀ = 0, W₁ = 0: the identity) the
-model is the inner model; a malicious server that distributed this architecture then sets its *values* per
+model is the inner model; a malicious server that distributed this architecture then sets its
+*values* per
 round (:mod:`fedleak.attacks.imprint`): every row of W₀ the same measurement ``m`` (e.g. the
 image's brightness), the biases at increasing cut-offs, every column of W₁ the same vector, and
 the gradients of W₀ and b₀ then hold single inputs exactly.

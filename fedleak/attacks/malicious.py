@@ -95,19 +95,6 @@ class MaliciousAttack(Attack[Observation]):
         """
 
 
-def linear_layer_names(parameters: Mapping[str, torch.Tensor]) -> list[str]:
-    """Module names of every ``NAME.weight`` [m, d] with a ``NAME.bias`` [m], in order."""
-    names = []
-    for name, tensor in parameters.items():
-        if not name.endswith(".weight") or tensor.dim() != 2:
-            continue
-        module = name[: -len(".weight")]
-        bias = parameters.get(module + ".bias")
-        if bias is not None and tuple(bias.shape) == (tensor.shape[0],):
-            names.append(module)
-    return names
-
-
 def layer_inputs(
     model: nn.Module,
     parameters: Mapping[str, torch.Tensor],
