@@ -45,7 +45,9 @@ DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
 
 def oracle() -> None:
     for budget in (1, 100):
-        with VictimProcess([*DIGITS, "--score-budget", str(budget)], token=TOKEN) as victim, \
+        args = [*DIGITS, "--score-budget", str(budget), "--image-score-budget",
+                str(max(budget, 8))]
+        with VictimProcess(args, token=TOKEN) as victim, \
                 VictimClient(victim.address, token=TOKEN, timeout=60) as client:
             params, buffers = client.global_model()
             got = client.compute_update(params, buffers)

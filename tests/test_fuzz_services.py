@@ -102,10 +102,11 @@ FEDLEAK = [sys.executable, "-m", "fedleak"]
 BATCH = 2
 PLAIN_ARGS = ["--dataset", "digits", "--split", "all", "--images", "0-7", "--model",
               "convnet:width=4", "--batch-size", str(BATCH), "--allow-reveal", "--score-budget",
-              "1000000", "--max-local-steps", "50", "--max-message-mb", "2"]
+              "1000000", "--image-score-budget", "1000000", "--max-local-steps", "50",
+              "--max-message-mb", "2"]
 KKT_ARGS = ["--dataset", "digits", "--images", "0-99", "--model", "kkt-mlp:width=32,depth=1",
             "--release-size", "8", "--release-epochs", "40", "--allow-reveal", "--score-budget",
-            "1000000"]
+            "1000000", "--image-score-budget", "1000000"]
 USERS = 3
 DROPPED_USER = 2  # offline from masked-input on
 SECAGG_ARGS = ["--dataset", "digits", "--split", "all", "--images", "0-11", "--model",

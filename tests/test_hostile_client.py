@@ -77,9 +77,76 @@ def test_the_score_oracle_is_refused_after_one_submission() -> None:
             client.score(third.round_id, torch.rand(1, 1, 8, 8))
 
 
+def fresh_round_finite_differences(client: VictimClient, shape: tuple[int, ...],
+                                   step: float = 0.5) -> tuple[int, VictimError | None]:
+    """The oracle across rounds (issue 21): one ``Score`` per fresh round on a pool of one
+    private image, a grey image then one pixel raised per round, as :func:`finite_differences`
+    does within one round. Returns the scores answered and the refusal."""
+    params, buffers = client.global_model()
+    grey = torch.full(shape, 0.5)
+    answered = 0
+    for i in range(grey[0].numel() + 1):
+        probe = grey.clone().view(-1)
+        if i:
+            probe[i - 1] += step
+        round_id = client.compute_update(params, buffers).round_id  # a new round, same image
+        try:
+            client.score(round_id, probe.view(shape))
+        except VictimError as err:
+            return answered, err
+        answered += 1
+    return answered, None
+
+
+def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None:
+    """Each fresh round has its own target budget, but not its own private image: the image's
+    lifetime budget (default 8) refuses the ninth score of the one image in the pool."""
+    from fedleak.harness.cli.victim import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
+    from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
+
+    assert CLI_DEFAULT == DEFAULT_IMAGE_BUDGET == 8
+    args = [*DIGITS[:5], "0", *DIGITS[6:]]  # --images 0: every round trains on image 0
+    with VictimProcess(args, token=TOKEN) as victim, \
+            VictimClient(victim.address, token=TOKEN, timeout=60) as client:
+        before = client.describe()
+        assert (before.image_score_budget, before.image_scores_left) == (8, 8)
+        assert before.images_score_exhausted == 0
+        answered, refusal = fresh_round_finite_differences(client, (1, 1, 8, 8))
+        after = client.describe()
+        # labels alone depend on the image too, and a release-less victim has nothing else
+        fresh = client.compute_update(*client.global_model()).round_id
+        with pytest.raises(VictimError, match="--image-score-budget"):
+            client.score(fresh, None, [0])
+    assert answered == 8  # of the 65 the attack needs (one per pixel and the grey base)
+    assert refusal is not None and refusal.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--image-score-budget" in refusal.details and "8 time(s)" in refusal.details
+    assert (after.image_scores_left, after.images_score_exhausted) == (0, 1)
+
+
+def test_the_image_budget_counts_every_target_holding_the_image() -> None:
+    """User sets of a secure-aggregation round and releases are new targets, not new images:
+    each answer is charged to every image scored; a refusal spends nothing."""
+    from fedleak.harness.victim.score_budget import ScoreBudget, ScoreBudgetExhausted
+
+    budget = ScoreBudget(limit=1, image_limit=3)
+    budget.spend(("round", "r", (0,)), "user 0", [0, 1])
+    budget.spend(("round", "r", (1,)), "user 1", [2, 3])
+    budget.spend(("round", "r", (0, 1)), "users 0, 1", [0, 1, 2, 3])
+    budget.spend(("release", "a"), "release a", [0, 5])
+    assert budget.image_scores_left() == 0 and budget.images_exhausted() == 1
+    with pytest.raises(ScoreBudgetExhausted, match="1 private image"):
+        budget.spend(("release", "b"), "release b", [0, 5])
+    with pytest.raises(ScoreBudgetExhausted, match="--score-budget"):
+        budget.spend(("release", "a"), "release a", [7])
+    budget.spend(("release", "b"), "release b", [5, 6])  # the refusals spent nothing
+    assert budget.spent(("release", "b")) == 1 and budget.images_exhausted() == 1
+    budget.spend(("round", "s", ()), "round s", [5])  # image 5: release a, b and this round
+    assert budget.images_exhausted() == 2
+
+
 def test_a_raised_budget_is_unsafe_warned_and_the_oracle_reads_the_image() -> None:
     """Rounded scores are no defence: with the budget raised, 65 calls read an 8×8 digit."""
-    args = [*DIGITS, "--score-budget", "100"]
+    args = [*DIGITS, "--score-budget", "100", "--image-score-budget", "100"]
     with VictimProcess(args, token=TOKEN) as victim, \
             VictimClient(victim.address, token=TOKEN, timeout=60) as client:
         params, buffers = client.global_model()
@@ -89,6 +156,7 @@ def test_a_raised_budget_is_unsafe_warned_and_the_oracle_reads_the_image() -> No
         warned = victim.stderr_tail()
     assert refusal is None and accepted == 65 and image is not None
     assert "WARNING: --score-budget 100" in warned and "oracle" in warned
+    assert "WARNING: --image-score-budget 100" in warned
     assert float(psnr_per_image(image, truth)[0]) > 25  # a grey guess scores about 10 dB
 
 

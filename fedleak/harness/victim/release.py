@@ -142,7 +142,8 @@ class ModelReleaser:
         self.settings = settings
         self.seed = settings.seed
         self.limits = limits or VictimLimits()
-        self.budget = budget or ScoreBudget(self.limits.score_budget)
+        self.budget = budget or ScoreBudget(self.limits.score_budget,
+                                            self.limits.image_score_budget)
         self.device = device
         self._releases: OrderedDict[str, ReleaseRecord] = OrderedDict()
         self._lock = threading.Lock()
@@ -322,7 +323,8 @@ class ModelReleaser:
         if not (math.isfinite(threshold) and -1 <= threshold <= 1):
             raise InvalidArgument(f"recovered_ssim must lie in [-1, 1] (0: {RECOVERED_SSIM}), "
                                   f"got {threshold}")
-        self.budget.spend(("release", release_id), f"release {release_id[:16]}")
+        self.budget.spend(("release", release_id), f"release {release_id[:16]}",
+                          record.indices.tolist())
         train01 = self.data.images[record.indices]
         match = vote_reconstructions(candidates01.float().clamp(0, 1), train01)
         with torch.no_grad():

@@ -104,9 +104,10 @@ class RoundScorer:
                 check_features(submission.features, feature_truth.shape[1])
             except FeatureScoringError as err:
                 raise InvalidArgument(str(err)) from err
-        users = tuple(sorted(set(submission.user_ids)))
+        # no user ids on a secure-aggregation round scores every user: the same target
+        users = tuple(sorted(set(submission.user_ids) or round_.user_indices))
         what = f"round {round_id[:16]}" + (f" (users {list(users)})" if users else "")
-        self.budget.spend(("round", round_id, users), what)
+        self.budget.spend(("round", round_id, users), what, indices.tolist())
         answer = SubmissionScore()
         if images is not None:
             scored = score_reconstruction(images.float().clamp(0, 1), truth,

@@ -111,7 +111,8 @@ class Victim:
         self._compute_lock = threading.Lock()
         # one computation runs, at most max_queued_computations wait; more are refused
         self._slots = threading.BoundedSemaphore(1 + config.limits.max_queued_computations)
-        self.score_budget = ScoreBudget(config.limits.score_budget)
+        self.score_budget = ScoreBudget(config.limits.score_budget,
+                                        config.limits.image_score_budget)
         # The defenses' randomness: secret from the server unless the experiment fixes it.
         self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
         # Model release (Release RPC): trains copies of this seeded model on a training set.
