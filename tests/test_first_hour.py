@@ -56,6 +56,12 @@ def test_a_second_server_on_a_port_in_use_is_refused() -> None:
         assert f"port {port} is in use" in second.stderr and "--port 0" in second.stderr
         defense = fedleak("defense", "serve", "--defense", "clip:max-norm=1", "--port", port)
         assert defense.returncode != 0 and "--port 0" in defense.stderr
+        # localhost is 127.0.0.1 and ::1: the port taken on one of them is taken
+        for command in (["victim", "serve", *MLP], ["defense", "serve", "--defense",
+                                                    "clip:max-norm=1"]):
+            other = fedleak(*command, "--host", "localhost", "--port", port)
+            assert other.returncode != 0, other.stdout
+            assert f"port {port} is in use on 127.0.0.1" in other.stderr
         assert first.alive()
 
 

@@ -339,6 +339,13 @@ def test_tls_failures_are_named_as_tls_failures(tmp_path: Path) -> None:
             client.wait_ready(timeout=2)
     with pytest.raises(ValueError, match="not HOST:PORT"):
         VictimClient("localhost")
+    _, other_key = self_signed_certificate(tmp_path, name="other")
+    mismatched = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", *DIGITS,
+                                 "--port", "0", "--tls-cert", str(cert), "--tls-key",
+                                 str(other_key)], capture_output=True, text=True, timeout=120)
+    assert mismatched.returncode != 0
+    assert "TLS certificate and key do not match" in mismatched.stderr
+    assert "in use" not in mismatched.stderr and "Traceback" not in mismatched.stderr
 
 
 def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> None:

@@ -110,6 +110,16 @@ def victim() -> None:
               help="Scores that may depend on one private image over the victim's life (every "
                    "round, user set and release it belongs to): bounds what Score can tell "
                    "about an image. See docs/security.md.")
+@click.option("--secagg-memory-mb", default=1024, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of secure-aggregation state kept: users' updates of unfinished "
+                   "rounds. The oldest rounds are forgotten to make room; a round larger than "
+                   "this is refused (RESOURCE_EXHAUSTED).")
+@click.option("--feature-memory-mb", default=512, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of round parameters kept for scoring recovered features "
+                   "(the latest round always).")
+@click.option("--release-memory-mb", default=512, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of released models kept for Score and Reveal (the oldest "
+                   "forgotten); a model larger than this is not released.")
 @click.option("--max-local-epochs", default=100, show_default=True, type=click.IntRange(1),
               help="The most FedAvg local epochs E a server may ask for.")
 @click.option("--max-local-steps", default=10_000, show_default=True, type=click.IntRange(1),
@@ -150,7 +160,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
         server, port = start_server(v, kw["host"], kw["port"], token,
                                     kw["max_message_mb"] << 20, cert, key,
                                     score_token=score_token, stopping=stopping)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
             from None
     for warning in start_warnings(v):
@@ -209,7 +219,10 @@ def victim_settings(kw: dict[str, Any]) -> Any:
                             image_score_budget=kw["image_score_budget"],
                             max_local_epochs=kw["max_local_epochs"],
                             max_local_steps=kw["max_local_steps"],
-                            max_learning_rate=kw["max_lr"]),
+                            max_learning_rate=kw["max_lr"],
+                            secagg_memory_mb=kw["secagg_memory_mb"],
+                            feature_memory_mb=kw["feature_memory_mb"],
+                            release_memory_mb=kw["release_memory_mb"]),
     )
 
 

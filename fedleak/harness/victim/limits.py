@@ -5,7 +5,9 @@ for longer than its operator allowed: FedAvg's local epochs E and local steps EÂ
 local learning rate Ï„ and the release's step size, the release's epochs (``--release-epochs``),
 and how many computations may wait for the one that runs. A request beyond a cap is refused
 with ``INVALID_ARGUMENT`` naming the cap and the flag that raises it; a victim busier than its
-queue allows answers ``RESOURCE_EXHAUSTED``.
+queue allows answers ``RESOURCE_EXHAUSTED``. What the victim keeps between calls has byte
+budgets: secure-aggregation sessions (``--secagg-memory-mb``), round parameters kept for
+scoring features (``--feature-memory-mb``) and released models (``--release-memory-mb``).
 
 ``score_budget`` is how many submissions ``Score`` accepts for one round (per user set in
 secure aggregation) or one release: a submission is final. More than one turns ``Score`` into
@@ -49,10 +51,14 @@ class VictimLimits:
     max_local_steps: int = 10_000
     max_learning_rate: float = 10.0
     max_queued_computations: int = 2
+    secagg_memory_mb: int = 1024
+    feature_memory_mb: int = 512
+    release_memory_mb: int = 512
 
     def __post_init__(self) -> None:
         for name in ("score_budget", "image_score_budget", "max_local_epochs",
-                     "max_local_steps"):
+                     "max_local_steps", "secagg_memory_mb", "feature_memory_mb",
+                     "release_memory_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                  f"{getattr(self, name)}")

@@ -48,7 +48,13 @@ from fedleak.harness.shared.release_training import (
 )
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
+from fedleak.harness.wire.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    quoted,
+)
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8
@@ -152,6 +158,9 @@ class ModelReleaser:
         #: Outputs of the model per input, probed once here: a probe while serving would race
         #: with local training for the model's train/eval mode.
         self.output_width = output_width(model, tuple(data.info.shape), device)
+        #: Bytes one remembered release holds (its model's parameters and buffers).
+        self.model_bytes = sum(t.numel() * t.element_size()
+                               for t in (*model.parameters(), *model.buffers()))
 
     # -- what may be released ---------------------------------------------------------------
 
@@ -254,6 +263,12 @@ class ModelReleaser:
         """Train a fresh copy of the seeded model on the training set and remember it."""
         self._check_model()
         indices, y = self.training_set()
+        budget = self.limits.release_memory_mb << 20
+        if self.model_bytes > budget:
+            raise ResourceExhausted(
+                f"a released model of this victim holds {self.model_bytes >> 20} MiB, more than "
+                f"the {self.limits.release_memory_mb} MiB it keeps for releases "
+                "(--release-memory-mb); raise it or use a smaller model")
         if not self._training.acquire(blocking=False):
             raise FailedPrecondition("a release is already training on this victim; wait for it "
                                      "or cancel it")
@@ -284,7 +299,9 @@ class ModelReleaser:
         record = ReleaseRecord(uuid.uuid4().hex, indices, y, model.cpu().eval(), result, metadata)
         with self._lock:
             self._releases[record.release_id] = record
-            while len(self._releases) > MAX_REMEMBERED_RELEASES:
+            while len(self._releases) > 1 and (
+                    len(self._releases) > MAX_REMEMBERED_RELEASES
+                    or len(self._releases) * self.model_bytes > budget):
                 self._releases.popitem(last=False)
         return record
 
@@ -297,7 +314,7 @@ class ModelReleaser:
         if record is None:
             raise NotFound(f"unknown release id {quoted(release_id)}: use the release_id that "
                            f"Release returned (the victim keeps the last "
-                           f"{MAX_REMEMBERED_RELEASES})")
+                           f"{MAX_REMEMBERED_RELEASES}, within --release-memory-mb)")
         return record
 
     # -- Score and Reveal ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from fedleak.harness.victim.feature_scoring import (
     linear_layer,
     score_features,
 )
-from fedleak.harness.victim.rounds import FEATURE_BYTES, FEATURE_ROUNDS, Round, RoundBook
+from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
 
@@ -156,8 +156,8 @@ class RoundScorer:
         if round_.parameters is None or round_.buffers is None:
             raise FailedPrecondition(
                 f"features can be scored only for the latest non-secure-aggregation rounds "
-                f"(up to {FEATURE_ROUNDS}, {FEATURE_BYTES >> 20} MiB of parameters); score "
-                "right after ComputeUpdate"
+                f"(up to {FEATURE_ROUNDS}, {self.rounds.feature_bytes >> 20} MiB of parameters, "
+                "--feature-memory-mb); score right after ComputeUpdate"
             )
         if not layer:
             raise InvalidArgument("feature_layer is empty: name the linear layer whose input "
