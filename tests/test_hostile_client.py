@@ -369,3 +369,17 @@ def test_a_burst_of_sigterms_stops_an_idle_victim() -> None:
             os.kill(victim.pid, signal.SIGTERM)
             time.sleep(0.005)
         assert victim._proc.wait(timeout=30) == 0
+
+
+def test_victims_do_not_import_code_planted_in_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep or demo started from a folder holding ``click.py`` (imported by every fedleak
+    command) must not run it in the victims it starts."""
+    planted = tmp_path / "planted-ran"
+    (tmp_path / "click.py").write_text(f"open({str(planted)!r}, 'w').write('ran')\n"
+                                       "raise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["", os.environ.get("PYTHONPATH", "")]))
+    with VictimProcess(DIGITS) as victim, VictimClient(victim.address, timeout=60) as client:
+        assert client.describe().num_private_images == 4
+    assert not planted.exists()

@@ -1,6 +1,10 @@
-"""Clients that open calls and never send their bodies must not silence a victim or a defense
-service: with more stalled calls than either has worker threads, health and ``Describe`` /
-``Info`` keep answering within a second, and the services serve normally once the stalls end.
+"""Raw calls on loopback against a victim and ``fedleak defense serve`` processes.
+
+Clients that open calls and never send their bodies must not silence either service: with
+more stalled calls than either has worker threads, health and ``Describe`` / ``Info`` keep
+answering within a second, and the services serve normally once the stalls end. Raw garbage
+bytes in place of a request are answered ``INVALID_ARGUMENT`` naming the message type (gRPC's
+own answer would be ``INTERNAL``).
 
 A stalled call here is a real HTTP/2 stream on loopback: its headers are sent, its request
 message never is (the request iterator blocks until the test releases it).
@@ -67,6 +71,21 @@ def _probe(probes: dict[str, object]) -> list[float]:
     return slowest
 
 
+#: Bytes no protobuf message parses: field 1 as a varint that never ends.
+GARBAGE = b"\x08" + b"\xff" * 11
+
+
+def _garbage(channel: grpc.Channel, method: str, streaming: bool = False) -> grpc.RpcError:
+    """The error a call of ``method`` with :data:`GARBAGE` for its request gets."""
+    identity = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as refused:
+        if streaming:
+            list(channel.stream_stream(method, **identity)(iter([GARBAGE]), timeout=30))
+        else:
+            channel.unary_unary(method, **identity)(GARBAGE, timeout=30)
+    return refused.value  # type: ignore[return-value]
+
+
 def _end(calls: list[grpc.Future], release: threading.Event) -> None:
     release.set()
     for call in calls:
@@ -96,6 +115,12 @@ def test_stalled_calls_do_not_freeze_the_victim() -> None:
         with VictimClient(victim.address, timeout=60) as client:  # and it computes again
             params, buffers = client.global_model()
             assert client.compute_update(params, buffers).round_id
+        for method, message in (("ComputeUpdate", "ComputeUpdateRequest"),
+                                ("Score", "ScoreRequest"), ("Describe", "DescribeRequest"),
+                                ("Release", "ReleaseRequest")):
+            refused = _garbage(probes, f"/fedleak.v1.Victim/{method}")
+            assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+            assert f"not a valid fedleak.v1.{message} message" in refused.details()
 
 
 def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
@@ -117,3 +142,7 @@ def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
             assert slowest and max(slowest) < 1.0
         finally:
             _end(calls, release)
+        refused = _garbage(probes, "/fedleak.v1.DefenseService/Defend", streaming=True)
+        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+        assert "not a valid fedleak.v1.UpdateChunk message" in refused.details()
+        assert stub.Info(dpb.DefenseInfoRequest(), timeout=5).name == "clip"
