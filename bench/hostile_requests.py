@@ -225,14 +225,20 @@ def secagg_flood(rounds: int = 30, budget_mb: int = 512) -> None:
 
 
 def defend_stream(total_gib: int = 2, cap_mb: int = 512) -> None:
-    """A ``total_gib`` GiB Defend stream against ``--max-update-mb cap_mb``, then one
-    cancelled by its client at half the cap: the service's resident memory."""
+    """A ``total_gib`` GiB Defend stream against ``--max-update-mb cap_mb``, then one that
+    stalls at half the cap and is cancelled by its client: the service's resident memory."""
     command = [sys.executable, "-m", "fedleak", "defense", "serve"]
     block = bytes(1 << 20)
     chunks_total = total_gib << 10
+    half = threading.Event()
+    release = threading.Event()
 
-    def chunks(count: int):  # type: ignore[no-untyped-def]
+    def chunks(count: int, stall_at: int | None = None):  # type: ignore[no-untyped-def]
         for i in range(count):
+            if i == stall_at:
+                half.set()
+                release.wait(60)
+                return
             yield dpb.UpdateChunk(piece=pb.Tensor(name="w", dtype=pb.FLOAT32,
                                                   shape=[chunks_total << 18], data=block),
                                   offset=i << 20)
@@ -249,28 +255,21 @@ def defend_stream(total_gib: int = 2, cap_mb: int = 512) -> None:
         except grpc.RpcError as err:
             code = err.code().name
         wall = time.perf_counter() - started
-        refused = _memory(service.pid)
-        call = stub.Defend(chunks(chunks_total), timeout=300)
-        time.sleep(0.2)
-        sent = threading.Event()
-
-        def cancel_later() -> None:
-            time.sleep(2)
-            call.cancel()
-            sent.set()
-
-        threading.Thread(target=cancel_later, daemon=True).start()
-        try:
-            list(call)
-        except grpc.RpcError:
-            pass
-        sent.wait()
         time.sleep(1)
+        refused = _memory(service.pid)
+        call = stub.Defend(chunks(chunks_total, stall_at=cap_mb // 2), timeout=300)
+        half.wait(60)
+        time.sleep(3)  # the server has read what was sent
+        held = _memory(service.pid)
+        call.cancel()
+        release.set()
+        time.sleep(3)
         cancelled = _memory(service.pid)
     print(f"defend stream: {total_gib} GiB against --max-update-mb {cap_mb} -> {code} in "
-          f"{wall:.1f} s; service RSS {before[0]:.0f} -> {refused[0]:.0f} MB (peak "
-          f"{refused[1]:.0f} MB); after a stream cancelled by its client: {cancelled[0]:.0f} MB "
-          f"(peak {cancelled[1]:.0f} MB)")
+          f"{wall:.1f} s; service RSS {before[0]:.0f} MB before, {refused[0]:.0f} MB after the "
+          f"refusal (peak {refused[1]:.0f} MB); a stream of {cap_mb // 2} MiB stalled: "
+          f"{held[0]:.0f} MB, after its client cancelled: {cancelled[0]:.0f} MB (peak "
+          f"{cancelled[1]:.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -1212,23 +1212,29 @@ def _answers_within_a_second(service: Service, health: Call) -> None:
     LOG.checks[f"{service.name}.{health.rpc} while stalled"] += 1
 
 
+def _answers_while_stalled(service: Service, methods: list[str], count: int) -> None:
+    """Stall ``count`` calls of ``methods``; the service's health call must answer within a
+    second three times meanwhile, and the service serve normally after."""
+    release = threading.Event()
+    calls = _stall(service, methods, count, release)
+    try:
+        for _ in range(3):
+            _answers_within_a_second(service, service.health)
+    finally:
+        release.set()
+        for call in calls:
+            call.cancel()
+    service.check_alive()
+
+
 @TIMEOUT
 @RAW_FUZZ
 @given(data=st.data())
 def test_stalled_calls_leave_the_victim_answering(victim: Service, data: st.DataObject) -> None:
     names = data.draw(st.lists(st.sampled_from([r for r, _ in VICTIM_RPCS]), min_size=1,
                                max_size=4), label="stalled rpcs")
-    count = data.draw(st.integers(1, 40), label="stalled calls")
-    release = threading.Event()
-    calls = _stall(victim, [f"/fedleak.v1.Victim/{n}" for n in names], count, release)
-    try:
-        for _ in range(3):
-            _answers_within_a_second(victim, victim.health)
-    finally:
-        release.set()
-        for call in calls:
-            call.cancel()
-    victim.check_alive()
+    _answers_while_stalled(victim, [f"/fedleak.v1.Victim/{n}" for n in names],
+                           data.draw(st.integers(1, 40), label="stalled calls"))
 
 
 @TIMEOUT
@@ -1237,17 +1243,8 @@ def test_stalled_calls_leave_the_victim_answering(victim: Service, data: st.Data
 def test_stalled_streams_leave_the_defense_service_answering(
     defense: Service, data: st.DataObject,
 ) -> None:
-    count = data.draw(st.integers(1, 40), label="stalled calls")
-    release = threading.Event()
-    calls = _stall(defense, ["/fedleak.v1.DefenseService/Defend"], count, release)
-    try:
-        for _ in range(3):
-            _answers_within_a_second(defense, defense.health)
-    finally:
-        release.set()
-        for call in calls:
-            call.cancel()
-    defense.check_alive()
+    _answers_while_stalled(defense, ["/fedleak.v1.DefenseService/Defend"],
+                           data.draw(st.integers(1, 40), label="stalled calls"))
 
 
 @TIMEOUT

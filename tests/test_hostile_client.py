@@ -354,7 +354,11 @@ def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> Non
     with pytest.raises(VictimProcessError, match="not a majority"):
         VictimProcess([*args, "--defense", "secagg:threshold=2"], start_timeout=60).start()
     with VictimProcess([*args, "--defense", "secagg:threshold=2,allow-minority=true"]) as victim:
-        assert "WARNING: secure aggregation with threshold 2 of 4" in victim.stderr_tail()
+        warning = "WARNING: secure aggregation with threshold 2 of 4"
+        waited = time.monotonic() + 30  # stderr is read by its own thread: it may lag stdout
+        while warning not in victim.stderr_tail() and time.monotonic() < waited:
+            time.sleep(0.1)
+        assert warning in victim.stderr_tail()
 
 
 def test_a_burst_of_sigterms_stops_an_idle_victim() -> None:

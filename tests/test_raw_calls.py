@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -92,26 +92,34 @@ def _end(calls: list[grpc.Future], release: threading.Event) -> None:
         call.cancel()
 
 
-def test_stalled_calls_do_not_freeze_the_victim() -> None:
+def _probe_while_stalled(stalls: grpc.Channel, probes: grpc.Channel, methods: list[str],
+                         own: Callable[[], object]) -> None:
+    """Stall ``STALLS`` calls of ``methods`` on ``stalls``; on ``probes`` the service's own
+    probe (``own``) and health must answer within their 1 s deadline for ``PROBE_SECONDS``."""
     release = threading.Event()
+    calls = _stall(stalls, methods, release)
+    try:
+        time.sleep(0.5)  # the stalled streams are open
+        health = health_pb2_grpc.HealthStub(probes)
+        slowest = _probe({
+            "own": own,
+            "health": lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=1.0),
+        })
+        assert slowest  # every probe answered (a missed 1 s deadline raises)
+        assert not any(call.done() for call in calls)  # still stalled throughout
+    finally:
+        _end(calls, release)
+
+
+def test_stalled_calls_do_not_freeze_the_victim() -> None:
     with VictimProcess(VICTIM) as victim, grpc.insecure_channel(victim.address) as stalls, \
             grpc.insecure_channel(victim.address) as probes:
         methods = [f"/fedleak.v1.Victim/{m}" for m in
                    ("ComputeUpdate", "Describe", "Score", "BeginSecAgg", "GetGlobalModel")]
         methods.append("/grpc.health.v1.Health/Check")
-        calls = _stall(stalls, methods, release)
-        try:
-            time.sleep(0.5)  # the stalled streams are open
-            stub = pb_grpc.VictimStub(probes)
-            health = health_pb2_grpc.HealthStub(probes)
-            slowest = _probe({
-                "describe": lambda: stub.Describe(pb.DescribeRequest(), timeout=1.0),
-                "health": lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=1.0),
-            })
-            assert slowest and max(slowest) < 1.0
-            assert not any(call.done() for call in calls)  # still stalled throughout
-        finally:
-            _end(calls, release)
+        stub = pb_grpc.VictimStub(probes)
+        _probe_while_stalled(stalls, probes, methods,
+                             lambda: stub.Describe(pb.DescribeRequest(), timeout=1.0))
         with VictimClient(victim.address, timeout=60) as client:  # and it computes again
             params, buffers = client.global_model()
             assert client.compute_update(params, buffers).round_id
@@ -124,24 +132,14 @@ def test_stalled_calls_do_not_freeze_the_victim() -> None:
 
 
 def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
-    release = threading.Event()
     service = VictimProcess(["--defense", "clip:max-norm=1"],
                             command=[sys.executable, "-m", "fedleak", "defense", "serve"])
     with service, grpc.insecure_channel(service.address) as stalls, \
             grpc.insecure_channel(service.address) as probes:
-        calls = _stall(stalls, ["/fedleak.v1.DefenseService/Defend",
-                                "/fedleak.v1.DefenseService/Info"], release)
-        try:
-            time.sleep(0.5)
-            stub = dpb_grpc.DefenseServiceStub(probes)
-            health = health_pb2_grpc.HealthStub(probes)
-            slowest = _probe({
-                "info": lambda: stub.Info(dpb.DefenseInfoRequest(), timeout=1.0),
-                "health": lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=1.0),
-            })
-            assert slowest and max(slowest) < 1.0
-        finally:
-            _end(calls, release)
+        stub = dpb_grpc.DefenseServiceStub(probes)
+        _probe_while_stalled(stalls, probes, ["/fedleak.v1.DefenseService/Defend",
+                                              "/fedleak.v1.DefenseService/Info"],
+                             lambda: stub.Info(dpb.DefenseInfoRequest(), timeout=1.0))
         refused = _garbage(probes, "/fedleak.v1.DefenseService/Defend", streaming=True)
         assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
         assert "not a valid fedleak.v1.UpdateChunk message" in refused.details()

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import torch
@@ -88,28 +89,40 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[dpb.UpdateChunk]:
         chunks = await self._receive(request_iterator, context)
+        if context.cancelled():  # the client went away: its stream ended early, drop it
+            chunks.clear()
+            return
         try:
             defended, names = await asyncio.get_running_loop().run_in_executor(
                 None, self._defend, chunks)
         except DefendRefused as err:
             await context.abort(err.code, str(err))
-        del chunks
         for chunk in update_chunks(defended, names, chunk_bytes=self.chunk_bytes):
             yield chunk
 
     async def _receive(self, request_iterator: AsyncIterator[dpb.UpdateChunk],
                        context: grpc.aio.ServicerContext) -> list[dpb.UpdateChunk]:
-        """The stream's chunks, within the byte cap and the receive timeout."""
+        """The stream's chunks, within the byte cap and the receive timeout. Whatever ends
+        the stream early (a refusal, the client cancelling) drops the chunks at once: a
+        cancelled coroutine's frame can outlive the call in a reference cycle."""
         chunks: list[dpb.UpdateChunk] = []
+        try:
+            await self._read_into(chunks, aiter(request_iterator), context)
+        except BaseException:
+            chunks.clear()
+            raise
+        return chunks
+
+    async def _read_into(self, chunks: list[dpb.UpdateChunk],
+                         iterator: AsyncIterator[dpb.UpdateChunk],
+                         context: grpc.aio.ServicerContext) -> None:
         total = 0
-        iterator = aiter(request_iterator)
         while True:
             try:
                 chunk = await asyncio.wait_for(anext(iterator), self.receive_timeout)
             except StopAsyncIteration:
-                return chunks
+                return
             except TimeoutError:
-                chunks.clear()  # (abort raises: the chunks are dropped with the call)
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"no chunk for {self.receive_timeout:g} s: send the update's chunks without "
@@ -117,7 +130,6 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
             await check_message(chunk, context)
             total += len(chunk.piece.data)
             if total > self.max_update_bytes:
-                chunks.clear()
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the update stream passed {self.max_update_bytes >> 20} MiB, this "
@@ -128,11 +140,14 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
     def _defend(self, chunks: list[dpb.UpdateChunk]) -> tuple[list[torch.Tensor], list[str]]:
         """Assemble, check and defend the update (on a worker thread); :class:`DefendRefused`
         names what is wrong."""
+        pending = deque(chunks)  # each chunk is let go as soon as its bytes are copied
+        chunks.clear()
         try:
-            received = assemble_update(chunks)
+            received = assemble_update(_draining(pending))
         except UpdateStreamError as err:
             raise DefendRefused(str(err)) from None
-        chunks.clear()
+        finally:
+            pending.clear()
         if not received.tensors:
             raise DefendRefused("the update has no tensors")
         problem = _refusal(received.names, received.tensors)
@@ -155,6 +170,11 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
                 f"tensors {_listed(overflowed)} (values near the largest their dtype holds); "
                 "send smaller values or a wider dtype such as FLOAT32")
         return defended, received.names
+
+
+def _draining(chunks: deque[dpb.UpdateChunk]) -> Iterator[dpb.UpdateChunk]:
+    while chunks:
+        yield chunks.popleft()
 
 
 class DefendRefused(Exception):

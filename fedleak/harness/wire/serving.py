@@ -63,6 +63,32 @@ def die_with_parent_if_asked() -> None:
         die_with_parent(parent=int(parent))
 
 
+#: ``mallopt`` parameter: allocations at least this large are served by ``mmap``.
+_M_MMAP_THRESHOLD = -3
+#: 256 KiB: received chunks (≤ 1 MiB) and decoded tensors are mapped, and unmapped when freed.
+MMAP_THRESHOLD = 256 << 10
+
+
+def return_large_frees_to_the_system() -> None:
+    """Fix glibc's mmap threshold (a no-op elsewhere), so memory a server frees — a refused
+    ``Defend`` stream, forgotten secure-aggregation updates — goes back to the system.
+
+    By default glibc raises the threshold each time a mapped block is freed (up to 32 MiB), so
+    the next blocks of that size come from the heap, whose freed middle is never returned: a
+    cancelled 512 MiB stream left the service holding it. Setting the threshold explicitly
+    turns that adjustment off.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        return
+
+
 def check_port_free(host: str, port: int) -> None:
     """Raise :class:`OSError` when ``port`` is taken on any address ``host`` resolves to.
 
@@ -177,6 +203,7 @@ def start_grpc_server(
     at random — a leftover victim would silently answer for the new one.
     """
     check_port_free(host, port)
+    return_large_frees_to_the_system()
     loop = asyncio.new_event_loop()
     started: concurrent.futures.Future[tuple[grpc.aio.Server, int]] = concurrent.futures.Future()
 
