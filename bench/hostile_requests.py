@@ -16,6 +16,7 @@ Against real victim processes on loopback, prints:
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -29,14 +30,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedleak.harness.attacker.client import VictimClient  # noqa: E402
+from fedleak.harness.attacker.client import VictimClient, VictimError  # noqa: E402
 from fedleak.harness.shared.metrics import psnr_per_image  # noqa: E402
 from fedleak.harness.shared.protocol import Protocol  # noqa: E402
 from fedleak.harness.victim.process import VictimProcess  # noqa: E402
 from fedleak.harness.wire.codec import encode_tensor  # noqa: E402
 from fedleak.harness.wire.protocol import protocol_to_pb  # noqa: E402
+from fedleak.v1 import defense_pb2 as dpb  # noqa: E402
+from fedleak.v1 import defense_pb2_grpc as dpb_grpc  # noqa: E402
 from fedleak.v1 import victim_pb2 as pb  # noqa: E402
-from tests.test_hostile_client import finite_differences  # noqa: E402
+from fedleak.v1 import victim_pb2_grpc as pb_grpc  # noqa: E402
+from tests.test_hostile_client import (  # noqa: E402
+    finite_differences,
+    fresh_round_finite_differences,
+)
 
 TOKEN = "bench-token"
 DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
@@ -45,7 +52,9 @@ DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
 
 def oracle() -> None:
     for budget in (1, 100):
-        with VictimProcess([*DIGITS, "--score-budget", str(budget)], token=TOKEN) as victim, \
+        args = [*DIGITS, "--score-budget", str(budget), "--image-score-budget",
+                str(max(budget, 8))]
+        with VictimProcess(args, token=TOKEN) as victim, \
                 VictimClient(victim.address, token=TOKEN, timeout=60) as client:
             params, buffers = client.global_model()
             got = client.compute_update(params, buffers)
@@ -131,8 +140,143 @@ def memory() -> None:
           f"victim RSS {before[0]:.0f} -> {after[0]:.0f} MB, peak {after[1]:.0f} MB")
 
 
+def oracle_across_rounds() -> None:
+    """The issue-21 attack: one Score per fresh round on the same private photo (defaults)."""
+    args = ["--dataset", "photos", "--split", "all", "--images", "0", "--model", "lenet-zhu"]
+    with VictimProcess(args) as victim, VictimClient(victim.address, timeout=60) as client:
+        answered, refusal = fresh_round_finite_differences(client, (1, 3, 32, 32))
+        left = client.describe().image_scores_left
+    print(f"oracle across rounds, defaults: {answered} scores answered for the one private "
+          f"photo (the attack needs 3,073 for one pass), then "
+          f"{refusal.code.name if refusal else 'none refused'}; Describe: {left} left")
+
+
+def stalls(count: int = 64, seconds: float = 5.0) -> None:
+    """``count`` calls that never send their request, on a victim and a defense service; the
+    slowest Describe / Info and health answers meanwhile."""
+    release = threading.Event()
+
+    def never():  # type: ignore[no-untyped-def]
+        release.wait(60)
+        yield from ()
+
+    identity = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    victim = VictimProcess(DIGITS, token=TOKEN)
+    service = VictimProcess(["--defense", "clip:max-norm=1"],
+                            command=[sys.executable, "-m", "fedleak", "defense", "serve"])
+    with victim, service:
+        for name, process, method, probe in (
+                ("victim", victim, "/fedleak.v1.Victim/ComputeUpdate", "Describe"),
+                ("defense service", service, "/fedleak.v1.DefenseService/Defend", "Info")):
+            with grpc.insecure_channel(process.address) as stall, \
+                    grpc.insecure_channel(process.address) as channel:
+                calls = [stall.stream_unary(method, **identity).future(never(), timeout=60)
+                         for _ in range(count)]
+                time.sleep(0.5)
+                health = health_pb2_grpc.HealthStub(channel)
+                check = functools.partial(health.Check, health_pb2.HealthCheckRequest(),
+                                          timeout=1)
+                if probe == "Describe":
+                    own = lambda: pb_grpc.VictimStub(channel).Describe(  # noqa: E731
+                        pb.DescribeRequest(), timeout=1)
+                else:
+                    own = lambda: dpb_grpc.DefenseServiceStub(channel).Info(  # noqa: E731
+                        dpb.DefenseInfoRequest(), timeout=1)
+                slowest = {probe: 0.0, "health": 0.0}
+                answered = 0
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    slowest[probe] = max(slowest[probe], _timed(own))
+                    slowest["health"] = max(slowest["health"], _timed(check))
+                    answered += 2
+                    time.sleep(0.1)
+                release.set()
+                for call in calls:
+                    call.cancel()
+                release.clear()
+            print(f"stalls: {count} stalled calls on the {name}: {answered} probes answered in "
+                  f"{seconds:.0f} s, slowest {probe} {slowest[probe] * 1000:.0f} ms, health "
+                  f"{slowest['health'] * 1000:.0f} ms")
+
+
+def secagg_flood(rounds: int = 30, budget_mb: int = 512) -> None:
+    """BeginSecAgg ``rounds`` times without finishing a round (convnet:width=64, 4 users: 93 MB
+    of updates a round): the victim's resident memory against ``--secagg-memory-mb``."""
+    args = ["--dataset", "photos", "--split", "all", "--images", "0-7", "--model",
+            "convnet:width=64", "--users", "4", "--defense", "secagg:threshold=3",
+            "--secagg-memory-mb", str(budget_mb)]
+    with VictimProcess(args) as victim, VictimClient(victim.address, timeout=300) as client:
+        params, buffers = client.global_model()
+        first = client.begin_secagg(params, buffers)
+        before = _memory(victim.pid)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            client.begin_secagg(params, buffers)
+        wall = time.perf_counter() - started
+        after = _memory(victim.pid)
+        try:
+            client.secagg_step(first.round_id, 0, pb.ADVERTISE_KEYS, b"")
+            oldest = "OK"
+        except VictimError as err:
+            oldest = err.code.name
+    print(f"secagg flood: {rounds} unfinished rounds in {wall:.0f} s with --secagg-memory-mb "
+          f"{budget_mb}: victim RSS {before[0]:.0f} -> {after[0]:.0f} MB (peak {after[1]:.0f} "
+          f"MB); the first round's step -> {oldest}")
+
+
+def defend_stream(total_gib: int = 2, cap_mb: int = 512) -> None:
+    """A ``total_gib`` GiB Defend stream against ``--max-update-mb cap_mb``, then one that
+    stalls at half the cap and is cancelled by its client: the service's resident memory."""
+    command = [sys.executable, "-m", "fedleak", "defense", "serve"]
+    block = bytes(1 << 20)
+    chunks_total = total_gib << 10
+    half = threading.Event()
+    release = threading.Event()
+
+    def chunks(count: int, stall_at: int | None = None):  # type: ignore[no-untyped-def]
+        for i in range(count):
+            if i == stall_at:
+                half.set()
+                release.wait(60)
+                return
+            yield dpb.UpdateChunk(piece=pb.Tensor(name="w", dtype=pb.FLOAT32,
+                                                  shape=[chunks_total << 18], data=block),
+                                  offset=i << 20)
+
+    with VictimProcess(["--defense", "clip:max-norm=1", "--max-update-mb", str(cap_mb)],
+                       command=command) as service, \
+            grpc.insecure_channel(service.address) as channel:
+        stub = dpb_grpc.DefenseServiceStub(channel)
+        before = _memory(service.pid)
+        started = time.perf_counter()
+        try:
+            list(stub.Defend(chunks(chunks_total), timeout=300))
+            code = "OK"
+        except grpc.RpcError as err:
+            code = err.code().name
+        wall = time.perf_counter() - started
+        time.sleep(1)
+        refused = _memory(service.pid)
+        call = stub.Defend(chunks(chunks_total, stall_at=cap_mb // 2), timeout=300)
+        half.wait(60)
+        time.sleep(3)  # the server has read what was sent
+        held = _memory(service.pid)
+        call.cancel()
+        release.set()
+        time.sleep(3)
+        cancelled = _memory(service.pid)
+    print(f"defend stream: {total_gib} GiB against --max-update-mb {cap_mb} -> {code} in "
+          f"{wall:.1f} s; service RSS {before[0]:.0f} MB before, {refused[0]:.0f} MB after the "
+          f"refusal (peak {refused[1]:.0f} MB); a stream of {cap_mb // 2} MiB stalled: "
+          f"{held[0]:.0f} MB, after its client cancelled: {cancelled[0]:.0f} MB (peak "
+          f"{cancelled[1]:.0f} MB)")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    oracle()
-    freezing()
-    memory()
+    parts = {"oracle": oracle, "across-rounds": oracle_across_rounds, "freezing": freezing,
+             "memory": memory, "stalls": stalls, "secagg-flood": secagg_flood,
+             "defend-stream": defend_stream}
+    chosen = sys.argv[1:] or list(parts)
+    for part in chosen:
+        parts[part]()

@@ -213,17 +213,16 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
     assert victim.scorer.score(rounds[0], labels).label_accuracy == 1.0
 
 
-def test_victim_keeps_round_parameters_within_a_byte_budget(monkeypatch) -> None:
-    from fedleak.harness.victim import rounds as rounds_module
+def test_victim_keeps_round_parameters_within_a_byte_budget() -> None:
     from fedleak.harness.victim.settings import VictimSettings, create_victim
     from fedleak.harness.wire.errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
     one_round = sum(t.numel() * t.element_size() for t in params.values())
-    monkeypatch.setattr(rounds_module, "FEATURE_BYTES", 2 * one_round)
+    victim.rounds.feature_bytes = 2 * one_round  # as --feature-memory-mb would
     rounds = [victim.compute_update(params, buffers).round_id for _ in range(3)]
     for kept in rounds[1:]:  # the two newest fit the budget
         victim.scorer.score(kept, features(torch.ones(1, 48)))
-    with pytest.raises(FailedPrecondition, match="MiB"):
+    with pytest.raises(FailedPrecondition, match="--feature-memory-mb"):
         victim.scorer.score(rounds[0], features(torch.ones(1, 48)))

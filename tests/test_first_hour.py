@@ -56,6 +56,12 @@ def test_a_second_server_on_a_port_in_use_is_refused() -> None:
         assert f"port {port} is in use" in second.stderr and "--port 0" in second.stderr
         defense = fedleak("defense", "serve", "--defense", "clip:max-norm=1", "--port", port)
         assert defense.returncode != 0 and "--port 0" in defense.stderr
+        # localhost is 127.0.0.1 and ::1: the port taken on one of them is taken
+        for command in (["victim", "serve", *MLP], ["defense", "serve", "--defense",
+                                                    "clip:max-norm=1"]):
+            other = fedleak(*command, "--host", "localhost", "--port", port)
+            assert other.returncode != 0, other.stdout
+            assert f"port {port} is in use on 127.0.0.1" in other.stderr
         assert first.alive()
 
 
@@ -120,6 +126,39 @@ def test_cli_errors_come_at_once_and_name_what_to_change() -> None:
     demo_help = runner.invoke(main, ["demo", "--help"])
     assert "higher PSNR" in demo_help.output and "--iterations" in demo_help.output
     assert "Optimisation steps" in demo_help.output
+
+
+def test_careless_operator_inputs_are_refused_at_start_with_the_reason(tmp_path: Path) -> None:
+    """Issue 21's small ones: a garbage checkpoint, a noise scale that overflows, a sweep name
+    that would leave runs/ — each refused at once with what to change, no traceback."""
+    from fedleak.harness.sweep.spec import SpecError, parse_spec
+
+    runner = CliRunner()
+    garbage = tmp_path / "model.pt"
+    garbage.write_bytes(b"not a checkpoint\x00\xff" * 10)
+    loaded = runner.invoke(main, ["victim", "serve", *MLP, "--checkpoint", str(garbage)])
+    assert loaded.exit_code == 2 and "is not a PyTorch state dict" in loaded.output
+    assert "Traceback" not in loaded.output
+    noisy = runner.invoke(main, ["victim", "serve", *MLP, "--defense", "noise:sigma=1e308"])
+    assert noisy.exit_code == 2 and "into infinities; use sigma <= 1e+36" in noisy.output
+    spec = (tmp_path / "spec.toml")
+    for name in ("../escape", "a/b", "..", "a\\b"):
+        spec.write_text(f"[sweep]\nname = {name!r}\n[[sweep.defense]]\nreference = true\n")
+        with pytest.raises(SpecError, match="plain name"):
+            parse_spec(spec.read_text(), str(spec))
+
+
+def test_an_attacker_stopped_by_an_error_records_failed(tmp_path: Path) -> None:
+    """metrics.json never stays "running" after the attacker exits: here the victim's image
+    budget of 1 refuses the second round's score of the same image."""
+    one_image = [*MLP[:5], "0", *MLP[6:], "--image-score-budget", "1"]
+    with VictimProcess(one_image) as victim:
+        attacker = _attacker(victim.address, tmp_path, "--rounds", "2", "--iterations", "2")
+        _, stderr = attacker.communicate(timeout=120)
+    assert attacker.returncode == 1 and "--image-score-budget" in stderr
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["status"] == "failed" and len(record["rounds"]) == 1
+    assert any("--image-score-budget" in w for w in record["warnings"])
 
 
 def test_packed_rounds_score_as_separate_ones(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -102,16 +103,20 @@ FEDLEAK = [sys.executable, "-m", "fedleak"]
 BATCH = 2
 PLAIN_ARGS = ["--dataset", "digits", "--split", "all", "--images", "0-7", "--model",
               "convnet:width=4", "--batch-size", str(BATCH), "--allow-reveal", "--score-budget",
-              "1000000", "--max-local-steps", "50", "--max-message-mb", "2"]
+              "1000000", "--image-score-budget", "1000000", "--max-local-steps", "50",
+              "--max-message-mb", "2"]
 KKT_ARGS = ["--dataset", "digits", "--images", "0-99", "--model", "kkt-mlp:width=32,depth=1",
             "--release-size", "8", "--release-epochs", "40", "--allow-reveal", "--score-budget",
-            "1000000"]
+            "1000000", "--image-score-budget", "1000000"]
 USERS = 3
 DROPPED_USER = 2  # offline from masked-input on
 SECAGG_ARGS = ["--dataset", "digits", "--split", "all", "--images", "0-11", "--model",
                "mlp:width=16,depth=1", "--batch-size", str(BATCH), "--users", str(USERS),
                "--defense", "secagg:threshold=2", "--secagg-drop",
-               f"{DROPPED_USER}@masked-input", "--allow-reveal"]
+               f"{DROPPED_USER}@masked-input", "--allow-reveal", "--secagg-memory-mb", "1"]
+#: Rounds of the secure-aggregation victim that fit its 1 MiB budget: 3 users' float64 updates
+#: of the 1,210 parameters of mlp:width=16 on 8×8 digits (29 KB a round).
+SECAGG_ROUNDS_KEPT = (1 << 20) // (USERS * 1210 * 8)
 DEFENSES = ["quantize:bits=4", "prune:p=0.5,scope=global"]
 IMAGE_SHAPE = (1, 8, 8)
 NUM_CLASSES = 10
@@ -1115,3 +1120,152 @@ def test_defense_service_answers_hostile_update_streams(
     reply = defense.send(Call("Defend", chunks))
     if reply.code == Code.OK:
         _check_defended(defense, chunks, reply.message)
+
+
+# -- raw bytes, stalled calls, round floods (issue 21) -------------------------------------------
+
+#: Examples of the tests below, which open many calls each: a tenth of the others.
+RAW_FUZZ = settings(FUZZ, max_examples=max(4, EXAMPLES // 10))
+VICTIM_RPCS = [(m.name, m.server_streaming)
+               for m in pb.DESCRIPTOR.services_by_name["Victim"].methods]
+IDENTITY = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+
+def send_raw(service: Service, rpc: str, data: list[bytes], path: str,
+             streams_in: bool = False, streams_out: bool = False) -> Reply:
+    """Send ``data`` as the raw request bytes of ``rpc`` (one message, or a stream of them);
+    the status must be a documented one — garbage is ``INVALID_ARGUMENT``, never
+    ``INTERNAL`` — and the service must keep serving."""
+    method = f"{path}/{rpc}"
+    try:
+        if streams_in:
+            list(service.channel.stream_stream(method, **IDENTITY)(iter(data), timeout=DEADLINE))
+        elif streams_out:
+            list(service.channel.unary_stream(method, **IDENTITY)(data[0], timeout=DEADLINE))
+        else:
+            service.channel.unary_unary(method, **IDENTITY)(data[0], timeout=DEADLINE)
+        reply = Reply(Code.OK, "")
+    except grpc.RpcError as err:
+        reply = Reply(err.code(), err.details() or "")
+    LOG.record(service.name, f"{rpc} (raw bytes)", reply.code, reply.details)
+    service.sent += 1
+    service._check_status(Call(rpc, data), reply)
+    service.check_alive(Call(rpc, data))
+    return reply
+
+
+#: Bytes no message parses (a varint that never ends, a truncated length-delimited field, a
+#: reserved wire type), and random bytes (which sometimes parse).
+GARBAGE = [b"\x08" + b"\xff" * 11, b"\x0a\x7f", b"\x0f", b"\xff" * 64]
+raw_bytes = st.one_of(st.sampled_from(GARBAGE), st.binary(max_size=512))
+
+
+@TIMEOUT
+@RAW_FUZZ
+@given(data=st.data())
+def test_raw_garbage_bytes_are_refused_with_a_documented_code(
+    victim: Service, data: st.DataObject,
+) -> None:
+    rpc, streams_out = data.draw(st.sampled_from(VICTIM_RPCS), label="rpc")
+    if rpc == "Release":  # a plain classifier victim refuses releases: no training
+        streams_out = True
+    payload = data.draw(raw_bytes, label="bytes")
+    reply = send_raw(victim, rpc, [payload], "/fedleak.v1.Victim", streams_out=streams_out)
+    if payload in GARBAGE:
+        assert reply.code == Code.INVALID_ARGUMENT and "not a valid" in reply.details, reply
+
+
+@TIMEOUT
+@RAW_FUZZ
+@given(data=st.data())
+def test_raw_garbage_chunks_are_refused_by_the_defense_service(
+    defense: Service, data: st.DataObject,
+) -> None:
+    good = [c.SerializeToString() for c in _good_defend().request]
+    chunks = data.draw(st.lists(raw_bytes, min_size=1, max_size=3), label="garbage")
+    at = data.draw(st.integers(0, len(good)), label="at")
+    stream = [*good[:at], *chunks, *good[at:]]
+    reply = send_raw(defense, "Defend", stream, "/fedleak.v1.DefenseService", streams_in=True)
+    if any(c in GARBAGE for c in chunks):
+        assert reply.code == Code.INVALID_ARGUMENT, reply
+
+
+def _stall(service: Service, methods: list[str], count: int,
+           release: threading.Event) -> list[grpc.Future]:
+    """``count`` calls cycling over ``methods`` that send headers and never a message."""
+
+    def never() -> Iterator[bytes]:
+        release.wait(DEADLINE)
+        yield from ()
+
+    return [service.channel.stream_unary(methods[i % len(methods)], **IDENTITY)
+            .future(never(), timeout=DEADLINE) for i in range(count)]
+
+
+def _answers_within_a_second(service: Service, health: Call) -> None:
+    method = getattr(service.stub, health.rpc)
+    try:
+        method(health.request, timeout=1.0, metadata=list(health.metadata) or None)
+    except grpc.RpcError as err:
+        raise LOG.fail(service.name, health.rpc, "no answer within 1 s while calls stall",
+                       health.request, err.code(), err.details() or "") from None
+    LOG.checks[f"{service.name}.{health.rpc} while stalled"] += 1
+
+
+def _answers_while_stalled(service: Service, methods: list[str], count: int) -> None:
+    """Stall ``count`` calls of ``methods``; the service's health call must answer within a
+    second three times meanwhile, and the service serve normally after."""
+    release = threading.Event()
+    calls = _stall(service, methods, count, release)
+    try:
+        for _ in range(3):
+            _answers_within_a_second(service, service.health)
+    finally:
+        release.set()
+        for call in calls:
+            call.cancel()
+    service.check_alive()
+
+
+@TIMEOUT
+@RAW_FUZZ
+@given(data=st.data())
+def test_stalled_calls_leave_the_victim_answering(victim: Service, data: st.DataObject) -> None:
+    names = data.draw(st.lists(st.sampled_from([r for r, _ in VICTIM_RPCS]), min_size=1,
+                               max_size=4), label="stalled rpcs")
+    _answers_while_stalled(victim, [f"/fedleak.v1.Victim/{n}" for n in names],
+                           data.draw(st.integers(1, 40), label="stalled calls"))
+
+
+@TIMEOUT
+@RAW_FUZZ
+@given(data=st.data())
+def test_stalled_streams_leave_the_defense_service_answering(
+    defense: Service, data: st.DataObject,
+) -> None:
+    _answers_while_stalled(defense, ["/fedleak.v1.DefenseService/Defend"],
+                           data.draw(st.integers(1, 40), label="stalled calls"))
+
+
+@TIMEOUT
+@RAW_FUZZ
+@given(data=st.data())
+def test_secure_aggregation_round_floods_stay_within_the_memory_budget(
+    secagg_victim: Service, data: st.DataObject,
+) -> None:
+    """Rounds begun and never finished: each is answered, the oldest are forgotten (their
+    steps refused with RESOURCE_EXHAUSTED naming --secagg-memory-mb), and an honest round
+    still completes afterwards (the next test's known-good BeginSecAgg and check_alive)."""
+    service = secagg_victim
+    flood = data.draw(st.integers(1, SECAGG_ROUNDS_KEPT + 8), label="rounds")
+    begun = []
+    for _ in range(flood):
+        reply = service.send(Call("BeginSecAgg", pb.BeginSecAggRequest(
+            parameters=service.params, buffers=service.buffers)))
+        assert reply.code == Code.OK, reply.details
+        begun.append(reply.message.round_id)
+    step = pb.SecAggStepRequest(round_id=begun[0], user_id=0, phase=pb.ADVERTISE_KEYS)
+    reply = service.send(Call("SecAggStep", step,
+                              also={Code.RESOURCE_EXHAUSTED: "--secagg-memory-mb"}))
+    if flood > SECAGG_ROUNDS_KEPT:
+        assert reply.code == Code.RESOURCE_EXHAUSTED, reply

@@ -77,9 +77,76 @@ def test_the_score_oracle_is_refused_after_one_submission() -> None:
             client.score(third.round_id, torch.rand(1, 1, 8, 8))
 
 
+def fresh_round_finite_differences(client: VictimClient, shape: tuple[int, ...],
+                                   step: float = 0.5) -> tuple[int, VictimError | None]:
+    """The oracle across rounds (issue 21): one ``Score`` per fresh round on a pool of one
+    private image, a grey image then one pixel raised per round, as :func:`finite_differences`
+    does within one round. Returns the scores answered and the refusal."""
+    params, buffers = client.global_model()
+    grey = torch.full(shape, 0.5)
+    answered = 0
+    for i in range(grey[0].numel() + 1):
+        probe = grey.clone().view(-1)
+        if i:
+            probe[i - 1] += step
+        round_id = client.compute_update(params, buffers).round_id  # a new round, same image
+        try:
+            client.score(round_id, probe.view(shape))
+        except VictimError as err:
+            return answered, err
+        answered += 1
+    return answered, None
+
+
+def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None:
+    """Each fresh round has its own target budget, but not its own private image: the image's
+    lifetime budget (default 8) refuses the ninth score of the one image in the pool."""
+    from fedleak.harness.cli.victim import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
+    from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
+
+    assert CLI_DEFAULT == DEFAULT_IMAGE_BUDGET == 8
+    args = [*DIGITS[:5], "0", *DIGITS[6:]]  # --images 0: every round trains on image 0
+    with VictimProcess(args, token=TOKEN) as victim, \
+            VictimClient(victim.address, token=TOKEN, timeout=60) as client:
+        before = client.describe()
+        assert (before.image_score_budget, before.image_scores_left) == (8, 8)
+        assert before.images_score_exhausted == 0
+        answered, refusal = fresh_round_finite_differences(client, (1, 1, 8, 8))
+        after = client.describe()
+        # labels alone depend on the image too, and a release-less victim has nothing else
+        fresh = client.compute_update(*client.global_model()).round_id
+        with pytest.raises(VictimError, match="--image-score-budget"):
+            client.score(fresh, None, [0])
+    assert answered == 8  # of the 65 the attack needs (one per pixel and the grey base)
+    assert refusal is not None and refusal.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--image-score-budget" in refusal.details and "8 time(s)" in refusal.details
+    assert (after.image_scores_left, after.images_score_exhausted) == (0, 1)
+
+
+def test_the_image_budget_counts_every_target_holding_the_image() -> None:
+    """User sets of a secure-aggregation round and releases are new targets, not new images:
+    each answer is charged to every image scored; a refusal spends nothing."""
+    from fedleak.harness.victim.score_budget import ScoreBudget, ScoreBudgetExhausted
+
+    budget = ScoreBudget(limit=1, image_limit=3)
+    budget.spend(("round", "r", (0,)), "user 0", [0, 1])
+    budget.spend(("round", "r", (1,)), "user 1", [2, 3])
+    budget.spend(("round", "r", (0, 1)), "users 0, 1", [0, 1, 2, 3])
+    budget.spend(("release", "a"), "release a", [0, 5])
+    assert budget.image_scores_left() == 0 and budget.images_exhausted() == 1
+    with pytest.raises(ScoreBudgetExhausted, match="1 private image"):
+        budget.spend(("release", "b"), "release b", [0, 5])
+    with pytest.raises(ScoreBudgetExhausted, match="--score-budget"):
+        budget.spend(("release", "a"), "release a", [7])
+    budget.spend(("release", "b"), "release b", [5, 6])  # the refusals spent nothing
+    assert budget.spent(("release", "b")) == 1 and budget.images_exhausted() == 1
+    budget.spend(("round", "s", ()), "round s", [5])  # image 5: release a, b and this round
+    assert budget.images_exhausted() == 2
+
+
 def test_a_raised_budget_is_unsafe_warned_and_the_oracle_reads_the_image() -> None:
     """Rounded scores are no defence: with the budget raised, 65 calls read an 8×8 digit."""
-    args = [*DIGITS, "--score-budget", "100"]
+    args = [*DIGITS, "--score-budget", "100", "--image-score-budget", "100"]
     with VictimProcess(args, token=TOKEN) as victim, \
             VictimClient(victim.address, token=TOKEN, timeout=60) as client:
         params, buffers = client.global_model()
@@ -89,6 +156,7 @@ def test_a_raised_budget_is_unsafe_warned_and_the_oracle_reads_the_image() -> No
         warned = victim.stderr_tail()
     assert refusal is None and accepted == 65 and image is not None
     assert "WARNING: --score-budget 100" in warned and "oracle" in warned
+    assert "WARNING: --image-score-budget 100" in warned
     assert float(psnr_per_image(image, truth)[0]) > 25  # a grey guess scores about 10 dB
 
 
@@ -271,6 +339,13 @@ def test_tls_failures_are_named_as_tls_failures(tmp_path: Path) -> None:
             client.wait_ready(timeout=2)
     with pytest.raises(ValueError, match="not HOST:PORT"):
         VictimClient("localhost")
+    _, other_key = self_signed_certificate(tmp_path, name="other")
+    mismatched = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", *DIGITS,
+                                 "--port", "0", "--tls-cert", str(cert), "--tls-key",
+                                 str(other_key)], capture_output=True, text=True, timeout=120)
+    assert mismatched.returncode != 0
+    assert "TLS certificate and key do not match" in mismatched.stderr
+    assert "in use" not in mismatched.stderr and "Traceback" not in mismatched.stderr
 
 
 def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> None:
@@ -279,7 +354,11 @@ def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> Non
     with pytest.raises(VictimProcessError, match="not a majority"):
         VictimProcess([*args, "--defense", "secagg:threshold=2"], start_timeout=60).start()
     with VictimProcess([*args, "--defense", "secagg:threshold=2,allow-minority=true"]) as victim:
-        assert "WARNING: secure aggregation with threshold 2 of 4" in victim.stderr_tail()
+        warning = "WARNING: secure aggregation with threshold 2 of 4"
+        waited = time.monotonic() + 30  # stderr is read by its own thread: it may lag stdout
+        while warning not in victim.stderr_tail() and time.monotonic() < waited:
+            time.sleep(0.1)
+        assert warning in victim.stderr_tail()
 
 
 def test_a_burst_of_sigterms_stops_an_idle_victim() -> None:
@@ -294,3 +373,17 @@ def test_a_burst_of_sigterms_stops_an_idle_victim() -> None:
             os.kill(victim.pid, signal.SIGTERM)
             time.sleep(0.005)
         assert victim._proc.wait(timeout=30) == 0
+
+
+def test_victims_do_not_import_code_planted_in_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep or demo started from a folder holding ``click.py`` (imported by every fedleak
+    command) must not run it in the victims it starts."""
+    planted = tmp_path / "planted-ran"
+    (tmp_path / "click.py").write_text(f"open({str(planted)!r}, 'w').write('ran')\n"
+                                       "raise SystemExit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["", os.environ.get("PYTHONPATH", "")]))
+    with VictimProcess(DIGITS) as victim, VictimClient(victim.address, timeout=60) as client:
+        assert client.describe().num_private_images == 4
+    assert not planted.exists()

@@ -49,6 +49,9 @@ class DPSGDConfig:
             raise ValueError(f"noise-multiplier must be >= 0, got {self.noise_multiplier}")
         if not self.max_grad_norm > 0:
             raise ValueError(f"max-grad-norm must be positive, got {self.max_grad_norm}")
+        if not self.noise_multiplier * self.max_grad_norm <= 1e36:  # float32 max is 3.4e38
+            raise ValueError(f"noise std σ·C = {self.noise_multiplier:g}·{self.max_grad_norm:g} "
+                             "would turn float32 gradients into infinities; keep it <= 1e36")
         if self.clipping not in ("flat", "per-layer"):
             raise ValueError(f"clipping must be flat or per-layer, got {self.clipping!r}")
         if not 0 < self.delta < 1:

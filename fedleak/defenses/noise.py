@@ -10,6 +10,9 @@ from fedleak.defenses.base import UpdateDefense
 from fedleak.defenses.registry import register_defense
 
 DISTRIBUTIONS = ("gaussian", "laplace")
+#: Largest σ accepted: float32 holds up to 3.4e38 and a draw ξ reaches |ξ| ≈ 16 (Laplace, by the
+#: inverse CDF's clamp at 1e-7), so σ·ξ stays finite with a margin of 20.
+MAX_SIGMA = 1e36
 
 
 @dataclass
@@ -20,6 +23,9 @@ class NoiseConfig:
     def __post_init__(self) -> None:
         if not self.sigma >= 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+        if self.sigma > MAX_SIGMA:
+            raise ValueError(f"sigma {self.sigma:g} would turn float32 updates (largest value "
+                             f"3.4e38) into infinities; use sigma <= {MAX_SIGMA:g}")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, "
                              f"got {self.distribution!r}")

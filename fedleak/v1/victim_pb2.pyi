@@ -134,7 +134,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,9 @@ class DescribeResponse(_message.Message):
     TOKEN_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     SCORE_TOKEN_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SCORE_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SCORES_LEFT_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_SCORE_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -167,7 +170,10 @@ class DescribeResponse(_message.Message):
     token_accepted: bool
     score_token_accepted: bool
     limits: VictimLimits
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ...) -> None: ...
+    image_score_budget: int
+    image_scores_left: int
+    images_score_exhausted: int
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ...) -> None: ...
 
 class VictimLimits(_message.Message):
     __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")

@@ -201,7 +201,8 @@ class UpdateRun:
     header: RunHeader
     rounds: list[RoundRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # about the whole run
-    #: running, finished, interrupted (Ctrl-C) or victim gone (it died mid-run)
+    #: running, finished, interrupted (Ctrl-C), victim gone (it died mid-run) or failed (an
+    #: error ended the run; the warnings say which)
     status: str = "running"
 
     @property

@@ -82,6 +82,12 @@ def run_update_attack(
     except KeyboardInterrupt:
         server.close("interrupted")
         raise
+    except Exception as err:  # the run ends here: metrics.json must not say "running"
+        if server.run.status == "running":  # not already "victim gone"
+            server.run.warnings.append(
+                f"the run stopped on an error: {type(err).__name__}: {err}")
+            server.close("failed")
+        raise
     server.close("finished")
     return server.run
 
@@ -194,7 +200,8 @@ class Server:
     knowledge: ServerKnowledge | None = None
 
     def close(self, status: str) -> None:
-        """Record how the run ended (``finished``, ``interrupted``) in ``metrics.json``."""
+        """Record how the run ended (``finished``, ``interrupted``, ``failed``) in
+        ``metrics.json``."""
         self.run.status = status
         self.run.write(self.out)
 

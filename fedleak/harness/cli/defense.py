@@ -34,8 +34,15 @@ def defense() -> None:
               help="PEM certificate for TLS (with --tls-key); victims then link with "
                    "remote:address=HOST:PORT,tls-ca=CERT.")
 @click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
+@click.option("--max-update-mb", default=1024, show_default=True, type=click.IntRange(1),
+              help="Largest update one Defend stream may send (MiB); a longer stream is "
+                   "refused with RESOURCE_EXHAUSTED and dropped.")
+@click.option("--receive-timeout", default=60.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds a Defend stream may pause between chunks before it is refused "
+                   "with DEADLINE_EXCEEDED and dropped.")
 def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
-                  tls_key: str | None) -> None:
+                  tls_key: str | None, max_update_mb: int, receive_timeout: float) -> None:
     """Serve one update defense until SIGTERM or SIGINT; victims use it with
     --defense remote:address=HOST:PORT."""
     from fedleak.defenses import parse_defense_spec
@@ -59,8 +66,10 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     cert = Path(tls_cert).read_bytes() if tls_cert else None
     key = Path(tls_key).read_bytes() if tls_key else None
     try:
-        server, bound = start_defense_server(served, host, port, tls_cert=cert, tls_key=key)
-    except (OSError, RuntimeError) as err:
+        server, bound = start_defense_server(served, host, port, tls_cert=cert, tls_key=key,
+                                             max_update_bytes=max_update_mb << 20,
+                                             receive_timeout=receive_timeout)
+    except (OSError, RuntimeError, ValueError) as err:
         raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from None
     shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())
     click.echo(f"fedleak defense service listening on {host}:{bound} ({served.name}: {shown})")

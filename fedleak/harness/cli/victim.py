@@ -27,6 +27,10 @@ from fedleak.harness.cli.options import (
     token_options,
 )
 
+#: Default of --image-score-budget (fedleak.harness.victim.score_budget.DEFAULT_IMAGE_BUDGET; a
+#: literal here so the CLI starts without importing the victim).
+DEFAULT_IMAGE_BUDGET = 8
+
 #: Options that say how to serve, not which victim: the only ones --settings leaves open.
 SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "score_token",
                    "score_token_file", "max_message_mb", "tls_cert", "tls_key")
@@ -101,6 +105,21 @@ def victim() -> None:
 @click.option("--score-budget", default=1, show_default=True, type=click.IntRange(1),
               help="Submissions Score accepts per round (per user set) and per release; a "
                    "submission is final. More than 1 makes Score an oracle: research only.")
+@click.option("--image-score-budget", default=DEFAULT_IMAGE_BUDGET, show_default=True,
+              type=click.IntRange(1),
+              help="Scores that may depend on one private image over the victim's life (every "
+                   "round, user set and release it belongs to): bounds what Score can tell "
+                   "about an image. See docs/security.md.")
+@click.option("--secagg-memory-mb", default=1024, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of secure-aggregation state kept: users' updates of unfinished "
+                   "rounds. The oldest rounds are forgotten to make room; a round larger than "
+                   "this is refused (RESOURCE_EXHAUSTED).")
+@click.option("--feature-memory-mb", default=512, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of round parameters kept for scoring recovered features "
+                   "(the latest round always).")
+@click.option("--release-memory-mb", default=512, show_default=True, type=click.IntRange(1),
+              help="Bytes (MiB) of released models kept for Score and Reveal (the oldest "
+                   "forgotten); a model larger than this is not released.")
 @click.option("--max-local-epochs", default=100, show_default=True, type=click.IntRange(1),
               help="The most FedAvg local epochs E a server may ask for.")
 @click.option("--max-local-steps", default=10_000, show_default=True, type=click.IntRange(1),
@@ -141,7 +160,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
         server, port = start_server(v, kw["host"], kw["port"], token,
                                     kw["max_message_mb"] << 20, cert, key,
                                     score_token=score_token, stopping=stopping)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError, ValueError) as err:
         raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
             from None
     for warning in start_warnings(v):
@@ -161,12 +180,15 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
 
 def start_warnings(v: Any) -> list[str]:
     """What a person starting this victim must read: unsafe settings they chose."""
-    from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING
+    from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING, UNSAFE_IMAGE_BUDGET_WARNING
 
     warnings = []
     budget = v.config.limits.score_budget
     if budget > 1:
         warnings.append(UNSAFE_BUDGET_WARNING.format(budget=budget))
+    image_budget = v.config.limits.image_score_budget
+    if image_budget > DEFAULT_IMAGE_BUDGET:
+        warnings.append(UNSAFE_IMAGE_BUDGET_WARNING.format(budget=image_budget))
     transport = v.config.defenses.transport
     if transport is not None:
         minority = transport.minority_warning(v.config.num_users)
@@ -194,9 +216,13 @@ def victim_settings(kw: dict[str, Any]) -> Any:
                                 max_epochs=kw["release_epochs"],
                                 target_loss=kw["release_target_loss"]),
         limits=VictimLimits(score_budget=kw["score_budget"],
+                            image_score_budget=kw["image_score_budget"],
                             max_local_epochs=kw["max_local_epochs"],
                             max_local_steps=kw["max_local_steps"],
-                            max_learning_rate=kw["max_lr"]),
+                            max_learning_rate=kw["max_lr"],
+                            secagg_memory_mb=kw["secagg_memory_mb"],
+                            feature_memory_mb=kw["feature_memory_mb"],
+                            release_memory_mb=kw["release_memory_mb"]),
     )
 
 

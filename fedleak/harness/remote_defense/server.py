@@ -13,9 +13,11 @@ reflection are on, as on the victim.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import torch
@@ -28,14 +30,16 @@ from fedleak.harness.remote_defense.wire import (
     assemble_update,
     update_chunks,
 )
+from fedleak.harness.wire.handlers import add_service, check_message
 from fedleak.harness.wire.quoting import quoted
-from fedleak.harness.wire.serving import start_grpc_server
+from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = dpb.DESCRIPTOR.services_by_name["DefenseService"].full_name
+SERVICE = dpb.DESCRIPTOR.services_by_name["DefenseService"]
+SERVICE_NAME = SERVICE.full_name
 
 
 def served_defense(name: str, params: dict[str, str]) -> UpdateDefense:
@@ -48,30 +52,107 @@ def served_defense(name: str, params: dict[str, str]) -> UpdateDefense:
     return defense
 
 
-class DefenseServicer(dpb_grpc.DefenseServiceServicer):
-    """``fedleak.v1.DefenseService`` backed by an in-process :class:`UpdateDefense`."""
+#: Default cap on the bytes of one ``Defend`` stream (``--max-update-mb``): a ResNet-152 update
+#: is ~240 MB.
+DEFAULT_MAX_UPDATE_BYTES = 1024 << 20
+#: Default seconds a ``Defend`` stream may wait between two chunks (``--receive-timeout``).
+DEFAULT_RECEIVE_TIMEOUT = 60.0
 
-    def __init__(self, defense: UpdateDefense, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+
+class DefenseServicer(dpb_grpc.DefenseServiceServicer):
+    """``fedleak.v1.DefenseService`` backed by an in-process :class:`UpdateDefense`.
+
+    ``Info`` and the receiving of ``Defend`` run on the server's event loop (a stalled stream
+    holds no thread); the defense itself runs on a worker thread. A stream is refused with
+    ``RESOURCE_EXHAUSTED`` once its chunks exceed ``max_update_bytes`` and with
+    ``DEADLINE_EXCEEDED`` when no chunk came for ``receive_timeout`` seconds; what it had sent
+    is dropped at once, as it is when the client cancels.
+    """
+
+    def __init__(self, defense: UpdateDefense, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
+                 receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT) -> None:
         self.defense = defense
         self.chunk_bytes = chunk_bytes
+        self.max_update_bytes = max_update_bytes
+        self.receive_timeout = receive_timeout
         self._lock = threading.Lock()  # a defense may keep state between calls
 
-    def Info(self, request: dpb.DefenseInfoRequest, context: grpc.ServicerContext) \
-            -> dpb.DefenseInfo:
+    async def Info(
+        self, request: dpb.DefenseInfoRequest, context: grpc.aio.ServicerContext
+    ) -> dpb.DefenseInfo:
         return dpb.DefenseInfo(name=self.defense.name, params=self.defense.public_params(),
                                stage=self.defense.stage, version=f"fedleak {__version__}")
 
-    def Defend(self, request_iterator: Iterable[dpb.UpdateChunk],
-               context: grpc.ServicerContext) -> Iterator[dpb.UpdateChunk]:
+    async def Defend(
+        self, request_iterator: AsyncIterator[dpb.UpdateChunk],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[dpb.UpdateChunk]:
+        chunks = await self._receive(request_iterator, context)
+        if context.cancelled():  # the client went away: its stream ended early, drop it
+            chunks.clear()
+            return
         try:
-            received = assemble_update(request_iterator)
+            defended, names = await asyncio.get_running_loop().run_in_executor(
+                None, self._defend, chunks)
+        except DefendRefused as err:
+            await context.abort(err.code, str(err))
+        for chunk in update_chunks(defended, names, chunk_bytes=self.chunk_bytes):
+            yield chunk
+
+    async def _receive(self, request_iterator: AsyncIterator[dpb.UpdateChunk],
+                       context: grpc.aio.ServicerContext) -> list[dpb.UpdateChunk]:
+        """The stream's chunks, within the byte cap and the receive timeout. Whatever ends
+        the stream early (a refusal, the client cancelling) drops the chunks at once: a
+        cancelled coroutine's frame can outlive the call in a reference cycle."""
+        chunks: list[dpb.UpdateChunk] = []
+        try:
+            await self._read_into(chunks, aiter(request_iterator), context)
+        except BaseException:
+            chunks.clear()
+            raise
+        return chunks
+
+    async def _read_into(self, chunks: list[dpb.UpdateChunk],
+                         iterator: AsyncIterator[dpb.UpdateChunk],
+                         context: grpc.aio.ServicerContext) -> None:
+        total = 0
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(iterator), self.receive_timeout)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no chunk for {self.receive_timeout:g} s: send the update's chunks without "
+                    "pausing (the service's --receive-timeout)")
+            await check_message(chunk, context)
+            total += len(chunk.piece.data)
+            if total > self.max_update_bytes:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the update stream passed {self.max_update_bytes >> 20} MiB, this "
+                    "service's cap on one update (--max-update-mb); send a smaller update or "
+                    "raise the cap")
+            chunks.append(chunk)
+
+    def _defend(self, chunks: list[dpb.UpdateChunk]) -> tuple[list[torch.Tensor], list[str]]:
+        """Assemble, check and defend the update (on a worker thread); :class:`DefendRefused`
+        names what is wrong."""
+        pending = deque(chunks)  # each chunk is let go as soon as its bytes are copied
+        chunks.clear()
+        try:
+            received = assemble_update(_draining(pending))
         except UpdateStreamError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            raise DefendRefused(str(err)) from None
+        finally:
+            pending.clear()
         if not received.tensors:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the update has no tensors")
+            raise DefendRefused("the update has no tensors")
         problem = _refusal(received.names, received.tensors)
         if problem:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            raise DefendRefused(problem)
         generator = torch.Generator().manual_seed(received.seed)
         try:
             with self._lock:
@@ -79,16 +160,30 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
             defended = _as_received(received.tensors, defended)
         except Exception as err:  # noqa: BLE001 - the service must keep serving
             log.exception("defense %s failed", self.defense.name)
-            context.abort(grpc.StatusCode.INTERNAL,
-                          f"defense {self.defense.name!r} failed: {type(err).__name__}: {err}")
+            raise DefendRefused(f"defense {self.defense.name!r} failed: {type(err).__name__}: "
+                                f"{err}", grpc.StatusCode.INTERNAL) from None
         overflowed = [n for n, t in zip(received.names, defended, strict=True)
                       if not bool(torch.isfinite(t).all())]
         if overflowed:  # finite in, not finite out: never answered (the contract says finite)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"defense {self.defense.name!r} overflowed to NaN or infinite values in "
-                          f"update tensors {_listed(overflowed)} (values near the largest their "
-                          "dtype holds); send smaller values or a wider dtype such as FLOAT32")
-        yield from update_chunks(defended, received.names, chunk_bytes=self.chunk_bytes)
+            raise DefendRefused(
+                f"defense {self.defense.name!r} overflowed to NaN or infinite values in update "
+                f"tensors {_listed(overflowed)} (values near the largest their dtype holds); "
+                "send smaller values or a wider dtype such as FLOAT32")
+        return defended, received.names
+
+
+def _draining(chunks: deque[dpb.UpdateChunk]) -> Iterator[dpb.UpdateChunk]:
+    while chunks:
+        yield chunks.popleft()
+
+
+class DefendRefused(Exception):
+    """Why an update is not defended, and the status that says so."""
+
+    def __init__(self, message: str,
+                 code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
@@ -132,16 +227,17 @@ def _as_received(received: list[torch.Tensor], defended: list[torch.Tensor]) \
 def start_defense_server(
     defense: UpdateDefense, host: str = "127.0.0.1", port: int = 0, workers: int = 4,
     tls_cert: bytes | None = None, tls_key: bytes | None = None,
-) -> tuple[grpc.Server, int]:
+    max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
+    receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+) -> tuple[Server, int]:
     """Serve ``defense``; returns the server and the bound port (``port=0``: a free one).
 
     With ``tls_cert`` and ``tls_key`` (PEM) the service speaks TLS; victims then link to it
     with ``remote:address=HOST:PORT,tls-ca=CERT.pem``.
     """
-    servicer = DefenseServicer(defense)
-    credentials = None
-    if tls_cert and tls_key:
-        credentials = grpc.ssl_server_credentials([(tls_key, tls_cert)])
+    servicer = DefenseServicer(defense, max_update_bytes=max_update_bytes,
+                               receive_timeout=receive_timeout)
+    credentials = server_credentials(tls_cert, tls_key)
     return start_grpc_server(
-        lambda server: dpb_grpc.add_DefenseServiceServicer_to_server(servicer, server),
+        lambda server, pool: add_service(server, servicer, SERVICE, pool),
         SERVICE_NAME, host, port, workers=workers, credentials=credentials)

@@ -356,10 +356,18 @@ def _imprint(shape: Shape, num_classes: int, options: dict[str, str]) -> nn.Modu
 
 def load_checkpoint(model: nn.Module, path: str) -> None:
     """Load a plain state dict from ``path`` (``weights_only``: no code runs from the file)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...
+        raise ModelError(f"checkpoint {path} is not a PyTorch state dict that loads without "
+                         f"running code ({type(err).__name__}: {str(err)[:200]}); save it with "
+                         "torch.save(model.state_dict(), path)") from None
+    if not isinstance(state, dict):
+        raise ModelError(f"checkpoint {path} holds a {type(state).__name__}, not a state dict; "
+                         "save it with torch.save(model.state_dict(), path)")
     try:
         model.load_state_dict(state)
-    except RuntimeError as err:
+    except (RuntimeError, TypeError, AttributeError) as err:
         raise ModelError(f"checkpoint {path} does not fit the model: {err}") from err
 
 

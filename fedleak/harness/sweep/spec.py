@@ -166,6 +166,17 @@ def load_preset(name: str) -> SweepSpec:
     return parse_spec(preset_text(name), f"preset {name}")
 
 
+def _run_name(name: str) -> str:
+    """The sweep's name, which names its run folder ``runs/sweep-NAME``: one path component,
+    so a spec cannot write outside ``runs/``."""
+    if not name or name in (".", "..") or ".." in name or "/" in name or "\\" in name \
+            or "\0" in name:
+        raise SpecError(f"sweep.name {name[:64]!r} must be a plain name (letters, digits, '-', "
+                        "'_', '.'; no '..' or path separator): it names the run folder "
+                        "runs/sweep-NAME")
+    return name
+
+
 def parse_spec(text: str, source: str = "spec") -> SweepSpec:
     """Parse TOML ``text``; every name and option is validated against its registry."""
     try:
@@ -177,7 +188,7 @@ def parse_spec(text: str, source: str = "spec") -> SweepSpec:
                         f"{', '.join(sorted(data)) or 'nothing'})")
     sweep = _keys(data["sweep"], "sweep")
     _no_unknown(sweep, _TOP_KEYS, "sweep")
-    name = str(sweep.get("name", Path(source).stem or "sweep"))
+    name = _run_name(str(sweep.get("name", Path(source).stem or "sweep")))
     dataset = _dataset(sweep.get("dataset", "digits"))
     split = str(sweep.get("split", "train"))
     if split not in ("train", "test", "all"):

@@ -5,12 +5,16 @@ for longer than its operator allowed: FedAvg's local epochs E and local steps EÂ
 local learning rate Ï„ and the release's step size, the release's epochs (``--release-epochs``),
 and how many computations may wait for the one that runs. A request beyond a cap is refused
 with ``INVALID_ARGUMENT`` naming the cap and the flag that raises it; a victim busier than its
-queue allows answers ``RESOURCE_EXHAUSTED``.
+queue allows answers ``RESOURCE_EXHAUSTED``. What the victim keeps between calls has byte
+budgets: secure-aggregation sessions (``--secagg-memory-mb``), round parameters kept for
+scoring features (``--feature-memory-mb``) and released models (``--release-memory-mb``).
 
 ``score_budget`` is how many submissions ``Score`` accepts for one round (per user set in
 secure aggregation) or one release: a submission is final. More than one turns ``Score`` into
 an oracle a client can climb (finite differences on the scored MSE read a private image in a
 few thousand calls), so a victim started with a larger budget warns that it is unsafe.
+``image_score_budget`` bounds the answers that depend on one private image over the victim's
+life, whatever the round, user set or release (:mod:`~fedleak.harness.victim.score_budget`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from fedleak.harness.shared.protocol import FEDAVG, Protocol
+from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
 from fedleak.harness.wire.errors import InvalidArgument
 
 #: Printed when a victim starts with a score budget above 1.
@@ -28,6 +33,12 @@ UNSAFE_BUDGET_WARNING = (
     "differences on the MSE). Use it for research only, never on a victim an untrusted "
     "client can reach."
 )
+#: Printed when a victim starts with a per-image score budget above the default.
+UNSAFE_IMAGE_BUDGET_WARNING = (
+    "WARNING: --image-score-budget {budget} lets a client get {budget} scores that depend on "
+    "one private image; finite differences read one value of the image per score. Keep it "
+    "small on a victim an untrusted client can reach."
+)
 
 
 @dataclass(frozen=True)
@@ -35,13 +46,19 @@ class VictimLimits:
     """Caps on server-chosen work (see the module docstring)."""
 
     score_budget: int = 1
+    image_score_budget: int = DEFAULT_IMAGE_BUDGET
     max_local_epochs: int = 100
     max_local_steps: int = 10_000
     max_learning_rate: float = 10.0
     max_queued_computations: int = 2
+    secagg_memory_mb: int = 1024
+    feature_memory_mb: int = 512
+    release_memory_mb: int = 512
 
     def __post_init__(self) -> None:
-        for name in ("score_budget", "max_local_epochs", "max_local_steps"):
+        for name in ("score_budget", "image_score_budget", "max_local_epochs",
+                     "max_local_steps", "secagg_memory_mb", "feature_memory_mb",
+                     "release_memory_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                  f"{getattr(self, name)}")

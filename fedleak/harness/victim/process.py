@@ -7,7 +7,8 @@ as a JSON file (``--settings``), or, for tests of the CLI itself, by ``victim se
 The child is told this process's pid (``FEDLEAK_PARENT_PID``) and asks Linux to stop it when
 this process — strictly, the thread that started it — dies (``wire.serving.die_with_parent``),
 so a parent killed with SIGKILL leaves no victim behind; start victims from a thread that
-lives as long as they should.
+lives as long as they should. Children run with ``python -P`` and an absolute ``PYTHONPATH``,
+so code planted in the working directory is never imported.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.wire.serving import PARENT_PID_ENV
 
 _READY = re.compile(r"listening on (\S+:\d+)")
+#: The fedleak command for child processes. ``-P`` keeps the working directory off
+#: ``sys.path`` (``-m`` would put it first): a victim started from a folder holding a planted
+#: ``torch.py`` or ``fedleak/`` must not import it. Installed plug-ins (entry points) and
+#: ``PYTHONPATH`` still work.
+FEDLEAK_COMMAND = (sys.executable, "-P", "-m", "fedleak")
+
+
+def safe_python_path(value: str) -> str:
+    """``PYTHONPATH`` for a child: each entry made absolute against this working directory, and
+    empty entries (which mean "the working directory") dropped."""
+    return os.pathsep.join(os.path.abspath(entry) for entry in value.split(os.pathsep) if entry)
 class VictimProcessError(RuntimeError):
     """The victim process exited or did not report its address in time."""
 
@@ -47,7 +59,7 @@ class VictimProcess:
         self._settings_file: Path | None = None
         self.token = token
         self.start_timeout = start_timeout
-        self.command = list(command or [sys.executable, "-m", "fedleak", "victim", "serve"])
+        self.command = list(command or [*FEDLEAK_COMMAND, "victim", "serve"])
         self.extra_env = dict(env or {})
         self.address = ""
         self._proc: subprocess.Popen[str] | None = None
@@ -60,6 +72,8 @@ class VictimProcess:
 
     def start(self) -> VictimProcess:
         env = {**os.environ, **self.extra_env}
+        if env.get("PYTHONPATH"):
+            env["PYTHONPATH"] = safe_python_path(env["PYTHONPATH"])
         if self.token:
             env["FEDLEAK_TOKEN"] = self.token
         args = self.args

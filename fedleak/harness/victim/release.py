@@ -48,7 +48,13 @@ from fedleak.harness.shared.release_training import (
 )
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
+from fedleak.harness.wire.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    quoted,
+)
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8
@@ -142,7 +148,8 @@ class ModelReleaser:
         self.settings = settings
         self.seed = settings.seed
         self.limits = limits or VictimLimits()
-        self.budget = budget or ScoreBudget(self.limits.score_budget)
+        self.budget = budget or ScoreBudget(self.limits.score_budget,
+                                            self.limits.image_score_budget)
         self.device = device
         self._releases: OrderedDict[str, ReleaseRecord] = OrderedDict()
         self._lock = threading.Lock()
@@ -151,6 +158,9 @@ class ModelReleaser:
         #: Outputs of the model per input, probed once here: a probe while serving would race
         #: with local training for the model's train/eval mode.
         self.output_width = output_width(model, tuple(data.info.shape), device)
+        #: Bytes one remembered release holds (its model's parameters and buffers).
+        self.model_bytes = sum(t.numel() * t.element_size()
+                               for t in (*model.parameters(), *model.buffers()))
 
     # -- what may be released ---------------------------------------------------------------
 
@@ -253,6 +263,12 @@ class ModelReleaser:
         """Train a fresh copy of the seeded model on the training set and remember it."""
         self._check_model()
         indices, y = self.training_set()
+        budget = self.limits.release_memory_mb << 20
+        if self.model_bytes > budget:
+            raise ResourceExhausted(
+                f"a released model of this victim holds {self.model_bytes >> 20} MiB, more than "
+                f"the {self.limits.release_memory_mb} MiB it keeps for releases "
+                "(--release-memory-mb); raise it or use a smaller model")
         if not self._training.acquire(blocking=False):
             raise FailedPrecondition("a release is already training on this victim; wait for it "
                                      "or cancel it")
@@ -283,7 +299,9 @@ class ModelReleaser:
         record = ReleaseRecord(uuid.uuid4().hex, indices, y, model.cpu().eval(), result, metadata)
         with self._lock:
             self._releases[record.release_id] = record
-            while len(self._releases) > MAX_REMEMBERED_RELEASES:
+            while len(self._releases) > 1 and (
+                    len(self._releases) > MAX_REMEMBERED_RELEASES
+                    or len(self._releases) * self.model_bytes > budget):
                 self._releases.popitem(last=False)
         return record
 
@@ -296,7 +314,7 @@ class ModelReleaser:
         if record is None:
             raise NotFound(f"unknown release id {quoted(release_id)}: use the release_id that "
                            f"Release returned (the victim keeps the last "
-                           f"{MAX_REMEMBERED_RELEASES})")
+                           f"{MAX_REMEMBERED_RELEASES}, within --release-memory-mb)")
         return record
 
     # -- Score and Reveal ------------------------------------------------------------------------
@@ -322,7 +340,8 @@ class ModelReleaser:
         if not (math.isfinite(threshold) and -1 <= threshold <= 1):
             raise InvalidArgument(f"recovered_ssim must lie in [-1, 1] (0: {RECOVERED_SSIM}), "
                                   f"got {threshold}")
-        self.budget.spend(("release", release_id), f"release {release_id[:16]}")
+        self.budget.spend(("release", release_id), f"release {release_id[:16]}",
+                          record.indices.tolist())
         train01 = self.data.images[record.indices]
         match = vote_reconstructions(candidates01.float().clamp(0, 1), train01)
         with torch.no_grad():

@@ -30,7 +30,7 @@ from fedleak.harness.victim.feature_scoring import (
     linear_layer,
     score_features,
 )
-from fedleak.harness.victim.rounds import FEATURE_BYTES, FEATURE_ROUNDS, Round, RoundBook
+from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
 
@@ -104,9 +104,10 @@ class RoundScorer:
                 check_features(submission.features, feature_truth.shape[1])
             except FeatureScoringError as err:
                 raise InvalidArgument(str(err)) from err
-        users = tuple(sorted(set(submission.user_ids)))
+        # no user ids on a secure-aggregation round scores every user: the same target
+        users = tuple(sorted(set(submission.user_ids) or round_.user_indices))
         what = f"round {round_id[:16]}" + (f" (users {list(users)})" if users else "")
-        self.budget.spend(("round", round_id, users), what)
+        self.budget.spend(("round", round_id, users), what, indices.tolist())
         answer = SubmissionScore()
         if images is not None:
             scored = score_reconstruction(images.float().clamp(0, 1), truth,
@@ -155,8 +156,8 @@ class RoundScorer:
         if round_.parameters is None or round_.buffers is None:
             raise FailedPrecondition(
                 f"features can be scored only for the latest non-secure-aggregation rounds "
-                f"(up to {FEATURE_ROUNDS}, {FEATURE_BYTES >> 20} MiB of parameters); score "
-                "right after ComputeUpdate"
+                f"(up to {FEATURE_ROUNDS}, {self.rounds.feature_bytes >> 20} MiB of parameters, "
+                "--feature-memory-mb); score right after ComputeUpdate"
             )
         if not layer:
             raise InvalidArgument("feature_layer is empty: name the linear layer whose input "

@@ -68,6 +68,11 @@ class SecAggSession:
         self.users = {u: SecAggUser(u, config) for u in updates}
         self._lock = threading.Lock()
 
+    def nbytes(self) -> int:
+        """Bytes of the updates still kept (each is dropped once its masked input is sent)."""
+        with self._lock:
+            return sum(u.nbytes for u in self.updates.values())
+
     def step(self, user_id: int, phase: str, message: bytes) -> bytes:
         """User ``user_id``'s answer in ``phase`` to the server's ``message``."""
         if user_id not in self.users:
@@ -89,8 +94,13 @@ class SecAggSession:
                         .to_bytes()
                 if phase == "masked-input":
                     request = server_request(phase, message, MaskedInputRequest)
-                    return user.masked_input_collection(request,
-                                                        self.updates[user_id]).to_bytes()
+                    update = self.updates.get(user_id)
+                    if update is None:
+                        raise FailedPrecondition(f"user {user_id} has sent its masked input "
+                                                 "of this round already")
+                    answer = user.masked_input_collection(request, update).to_bytes()
+                    del self.updates[user_id]  # no longer needed: free it
+                    return answer
                 return user.unmasking(server_request(phase, message, UnmaskingRequest)) \
                     .to_bytes()
             except SecAggError as err:

@@ -34,13 +34,15 @@ from fedleak.harness.wire.codec import (
     encode_tensor,
 )
 from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors, quoted
+from fedleak.harness.wire.handlers import add_service
 from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
 from fedleak.harness.wire.quoting import name_mismatch
-from fedleak.harness.wire.serving import start_grpc_server
+from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Victim"].full_name
+SERVICE = pb.DESCRIPTOR.services_by_name["Victim"]
+SERVICE_NAME = SERVICE.full_name
 
 
 class VictimServicer(pb_grpc.VictimServicer):
@@ -59,8 +61,14 @@ class VictimServicer(pb_grpc.VictimServicer):
         """Whether a call's work should stop: its client went away or the victim is stopping."""
         return lambda: self.stopping.is_set() or not context.is_active()
 
-    @answer_errors
-    def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
+    async def Describe(
+        self, request: pb.DescribeRequest, context: Any
+    ) -> pb.DescribeResponse:
+        """Answered on the server's event loop, never queued behind workers (cheap, no lock
+        held for long), so it answers while every worker computes or calls stall."""
+        return self.describe(context)
+
+    def describe(self, context: Any) -> pb.DescribeResponse:
         v = self.victim
         info = v.info
         return pb.DescribeResponse(
@@ -85,6 +93,9 @@ class VictimServicer(pb_grpc.VictimServicer):
             max_message_bytes=self.max_message_bytes,
             num_users=v.config.num_users,
             score_budget=v.config.limits.score_budget,
+            image_score_budget=v.score_budget.image_limit,
+            image_scores_left=v.score_budget.image_scores_left(),
+            images_score_exhausted=v.score_budget.images_exhausted(),
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
@@ -293,19 +304,17 @@ def start_server(
     workers: int = 8,
     score_token: str | None = None,
     stopping: threading.Event | None = None,
-) -> tuple[grpc.Server, int]:
+) -> tuple[Server, int]:
     """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one).
 
     ``stopping``, once set, stops every running computation at its next local step (set it
     before stopping the server). ``workers`` threads leave room for Describe and the health
     check while the victim computes (at most 1 + ``max_queued_computations`` compute at once).
     """
-    credentials = None
-    if tls_cert and tls_key:
-        credentials = grpc.ssl_server_credentials([(tls_key, tls_cert)])
+    credentials = server_credentials(tls_cert, tls_key)
     servicer = VictimServicer(victim, token, max_message_bytes, score_token, stopping)
     return start_grpc_server(
-        lambda server: pb_grpc.add_VictimServicer_to_server(servicer, server), SERVICE_NAME,
+        lambda server, pool: add_service(server, servicer, SERVICE, pool), SERVICE_NAME,
         host, port, options=message_options(max_message_bytes), credentials=credentials,
         workers=workers,
     )

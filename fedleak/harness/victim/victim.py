@@ -105,7 +105,8 @@ class Victim:
         self._buffer_names = [name for name, _ in model.named_buffers()]
         for defense in config.defenses.update:
             defense.bind(self._parameter_names)
-        self.rounds = RoundBook()
+        self.rounds = RoundBook(config.limits.feature_memory_mb << 20,
+                                config.limits.secagg_memory_mb << 20)
         self._round_counter = 0
         # each user's private shard: contiguous slices of the pool
         self._shards = list(torch.arange(len(data.labels)).chunk(config.num_users))
@@ -113,7 +114,8 @@ class Victim:
         self._compute_lock = threading.Lock()
         # one computation runs, at most max_queued_computations wait; more are refused
         self._slots = threading.BoundedSemaphore(1 + config.limits.max_queued_computations)
-        self.score_budget = ScoreBudget(config.limits.score_budget)
+        self.score_budget = ScoreBudget(config.limits.score_budget,
+                                        config.limits.image_score_budget)
         # The defenses' randomness: secret from the server unless the experiment fixes it.
         self._generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
         # Model release (Release RPC): trains copies of this seeded model on a training set.
@@ -316,6 +318,9 @@ class Victim:
         params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
         bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
         protocol = self._protocol_for_round(changes or ProtocolChanges())
+        values = sum(p.numel() for p in self.model.parameters())
+        users = self.config.num_users
+        self.rounds.check_secagg(users * values * 8, users, values)  # float64 updates
         with self._lock:
             upcoming = [self._next_indices(u, advance=False) for u in range(self.config.num_users)]
         self._vet(params, bufs, upcoming)
@@ -346,6 +351,11 @@ class Victim:
     def secagg_step(self, round_id: str, user_id: int, phase: str, message: bytes) -> bytes:
         """One user's message of one protocol phase."""
         round_ = self.rounds.get(round_id)
+        if round_.secagg_forgotten:
+            raise ResourceExhausted(
+                f"round {round_id[:16]} was forgotten to keep this victim's secure-aggregation "
+                f"state within {self.rounds.secagg_bytes >> 20} MiB (--secagg-memory-mb): "
+                "finish a round before starting more, or raise the budget")
         if round_.secagg is None:
             raise FailedPrecondition(f"round {round_id} is not a secure-aggregation round")
         return round_.secagg.step(user_id, phase, message)

@@ -1,20 +1,29 @@
 """Serving a fedleak gRPC service: health checking, reflection, binding, stopping on a signal.
 
 The victim (``fedleak.v1.Victim``) and the out-of-process defense (``fedleak.v1.DefenseService``)
-are served the same way: a thread pool, the standard health service reporting SERVING for the
-server and for the named service, server reflection (so grpcurl and grpc_health_probe work),
-and a bound port (0 picks a free one). :func:`serve_until_signal` blocks until SIGTERM or SIGINT.
+are served the same way: gRPC's asyncio server receiving every request on an event loop (a
+stalled call holds no thread), a thread pool for the handlers, the standard health service
+reporting SERVING for the server and for the named service, server reflection (so grpcurl and
+grpc_health_probe work), and a bound port (0 picks a free one). :func:`serve_until_signal`
+blocks until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import errno
 import os
 import signal
+import socket
+import ssl
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -54,8 +63,129 @@ def die_with_parent_if_asked() -> None:
         die_with_parent(parent=int(parent))
 
 
+#: ``mallopt`` parameter: allocations at least this large are served by ``mmap``.
+_M_MMAP_THRESHOLD = -3
+#: 256 KiB: received chunks (≤ 1 MiB) and decoded tensors are mapped, and unmapped when freed.
+MMAP_THRESHOLD = 256 << 10
+
+
+def return_large_frees_to_the_system() -> None:
+    """Fix glibc's mmap threshold (a no-op elsewhere), so memory a server frees — a refused
+    ``Defend`` stream, forgotten secure-aggregation updates — goes back to the system.
+
+    By default glibc raises the threshold each time a mapped block is freed (up to 32 MiB), so
+    the next blocks of that size come from the heap, whose freed middle is never returned: a
+    cancelled 512 MiB stream left the service holding it. Setting the threshold explicitly
+    turns that adjustment off.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        return
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`OSError` when ``port`` is taken on any address ``host`` resolves to.
+
+    gRPC binds every address of a name and succeeds when one of them binds: ``localhost`` on a
+    port a 127.0.0.1 server holds binds ``::1`` alone, and clients of ``localhost:PORT`` then
+    reach one server or the other. Each address is test-bound first (``SO_REUSEADDR``, so only
+    a socket bound or listening there counts, not one in TIME_WAIT); an address family this
+    machine lacks is skipped.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise OSError(f"cannot resolve host {host!r}: {err.strerror}; use an address of this "
+                      "machine, e.g. 127.0.0.1") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    raise OSError(
+                        f"port {port} is in use on {address[0]} ({host} resolves to "
+                        f"{', '.join(sorted({str(i[4][0]) for i in infos}))}): another fedleak "
+                        "process? stop it, or choose another with --port (--port 0 for a "
+                        "free one)") from None
+                # EADDRNOTAVAIL and the like: an address gRPC cannot bind either
+
+
+def check_tls_pair(cert: bytes, key: bytes) -> None:
+    """Raise :class:`ValueError` naming the problem when ``cert`` and ``key`` (PEM) are not a
+    certificate and its private key (gRPC would only say that it could not bind)."""
+    with tempfile.TemporaryDirectory() as folder:
+        cert_file, key_file = Path(folder, "cert.pem"), Path(folder, "key.pem")
+        cert_file.write_bytes(cert)
+        key_file.write_bytes(key)
+        key_file.chmod(0o600)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)
+        except ssl.SSLError as err:
+            reason = err.reason or str(err)
+            if "MISMATCH" in reason.upper():
+                raise ValueError("the TLS certificate and key do not match (--tls-cert, "
+                                 "--tls-key): give the key the certificate was made for") \
+                    from None
+            raise ValueError(f"the TLS certificate or key cannot be read ({reason}): give PEM "
+                             "files, --tls-cert the certificate and --tls-key its private "
+                             "key") from None
+
+
+def server_credentials(cert: bytes | None, key: bytes | None) -> grpc.ServerCredentials | None:
+    """TLS credentials from a PEM certificate and key, checked to be a pair; None without."""
+    if not (cert and key):
+        return None
+    check_tls_pair(cert, key)
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+class Server:
+    """A running fedleak server: gRPC's asyncio server on its own event-loop thread.
+
+    Requests are received on the event loop, so a client that opens calls and never sends
+    their bodies holds no thread: a stalled call costs a coroutine, not a worker, and health,
+    reflection and the ``reserved`` methods (answered on the loop itself, e.g. ``Describe``)
+    keep answering however many calls stall. Handlers written as plain functions run on a pool
+    of ``workers`` threads once their request has arrived. :meth:`stop` has the signature of
+    ``grpc.Server.stop``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server,
+                 thread: threading.Thread) -> None:
+        self._loop = loop
+        self._server = server
+        self._thread = thread
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop accepting calls, cancel those still running after ``grace`` seconds; the event
+        is set once stopped."""
+        done = threading.Event()
+        if not self._thread.is_alive():
+            done.set()
+            return done
+        future = asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop)
+        future.add_done_callback(lambda _: done.set())
+        return done
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
 def start_grpc_server(
-    add_servicer: Callable[[grpc.Server], None],
+    add_servicer: Callable[[grpc.aio.Server, futures.Executor], None],
     service_name: str,
     host: str,
     port: int,
@@ -63,38 +193,65 @@ def start_grpc_server(
     options: Sequence[tuple[str, int]] = (),
     credentials: grpc.ServerCredentials | None = None,
     workers: int = 4,
-) -> tuple[grpc.Server, int]:
+) -> tuple[Server, int]:
     """Start a server with ``add_servicer``'s service, health and reflection on ``host:port``.
 
     Returns the server and the bound port. Raises :class:`OSError` when the address cannot be
-    bound (a port in use, a host that is not this machine's). ``SO_REUSEPORT`` is off: gRPC's
+    bound (a port in use on any address the host resolves to, a host that is not this
+    machine's). ``SO_REUSEPORT`` is off: gRPC's
     default lets a second server bind a port in use, and clients then reach one or the other
     at random — a leftover victim would silently answer for the new one.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers),
-                         options=[*options, ("grpc.so_reuseport", 0)])
-    add_servicer(server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", service_name):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    address = f"{host}:{port}"
-    try:
-        if credentials is not None:
-            bound = server.add_secure_port(address, credentials)
-        else:
-            bound = server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if bound == 0:
-        raise OSError(f"could not bind {address}: port {port} is in use (another fedleak "
-                      "process? stop it) or the host is not this machine's; choose another "
-                      "with --port, or --port 0 for a free one")
-    server.start()
-    return server, bound
+    check_port_free(host, port)
+    return_large_frees_to_the_system()
+    loop = asyncio.new_event_loop()
+    started: concurrent.futures.Future[tuple[grpc.aio.Server, int]] = concurrent.futures.Future()
+
+    async def serve() -> None:
+        pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc")
+        server = grpc.aio.server(pool, options=[*options, ("grpc.so_reuseport", 0)])
+        add_servicer(server, pool)  # e.g. handlers.add_service: work on the pool
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        for name in ("", service_name):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        reflection.enable_server_reflection(
+            (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        address = f"{host}:{port}"
+        try:
+            if credentials is not None:
+                bound = server.add_secure_port(address, credentials)
+            else:
+                bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            started.set_exception(OSError(
+                f"could not bind {address}: port {port} is in use (another fedleak process? "
+                "stop it) or the host is not this machine's; choose another with --port, or "
+                "--port 0 for a free one"))
+            return
+        try:
+            await server.start()
+        except Exception as err:  # noqa: BLE001 - e.g. TLS credentials that do not load
+            started.set_exception(OSError(f"could not start serving on {address}: {err}"))
+            return
+        started.set_result((server, bound))
+        await server.wait_for_termination()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(serve())
+        except BaseException as err:  # noqa: BLE001 - reported to the starting thread
+            if not started.done():
+                started.set_exception(err)
+        # the loop is left open: gRPC's poller may still schedule its own shutdown on it
+
+    thread = threading.Thread(target=run, name=f"grpc-{service_name}", daemon=True)
+    thread.start()
+    server, bound = started.result()
+    return Server(loop, server, thread), bound
 
 
 class StopSignals:
@@ -112,7 +269,7 @@ class StopSignals:
             signal.signal(sig, lambda signum, _frame: self.received.append(signum))
 
 
-def serve_until_signal(server: grpc.Server, grace: float = 2.0,
+def serve_until_signal(server: Server, grace: float = 2.0,
                        stopping: threading.Event | None = None,
                        signals: StopSignals | None = None) -> None:
     """Block until SIGTERM or SIGINT, then stop the server, letting calls finish for ``grace`` s.
