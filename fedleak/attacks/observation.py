@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from fedleak.attacks.published import PublishedDefense
+
 #: ``simulate(images, labels) -> update``: the user's local update at the global parameters,
 #: differentiable with respect to ``images`` (normalised space, [n, C, H, W]).
 UpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
@@ -24,7 +26,9 @@ class Observation:
 
     ``update_kind`` is ``gradient`` (FedSGD: ∇_θ L) or ``delta`` (FedAvg: θ_{k+l} − θ_k, which
     points along −∇_θ L). ``mean``/``std`` are the per-channel normalisation, so the image box
-    [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in.
+    [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in. ``defenses``
+    is the user's defense chain as the victim publishes it (names, public parameters, stages;
+    empty when undefended), for attacks that model the defense.
     """
 
     parameter_names: list[str]
@@ -41,6 +45,7 @@ class Observation:
     learning_rate: float | None = None
     labels: torch.Tensor | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    defenses: tuple[PublishedDefense, ...] = ()
 
     def image_bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Lower and upper bounds of valid images in normalised space, shaped [1, C, 1, 1]."""

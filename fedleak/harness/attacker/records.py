@@ -132,6 +132,9 @@ class RoundRecord:
     unscored: str | None = field(default=None, metadata=OMIT)
     #: how many targets (rounds, or sweep points' victims) were attacked as one computation
     packed_with: int | None = field(default=None, metadata=OMIT)
+    #: the attack parts it ran with (objective, replay) and why (chosen from the published
+    #: defenses when ``auto``), for optimisation attacks built from parts
+    parts: dict[str, object] | None = field(default=None, metadata=OMIT)
 
 
 @dataclass

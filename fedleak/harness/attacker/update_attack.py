@@ -26,11 +26,13 @@ import torch
 
 from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
 from fedleak.attacks.dishonest import flip_labels
+from fedleak.attacks.published import PublishedDefense
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
     global_parameters,
     model_spec,
+    published_defenses,
     server_model,
     victim_protocol,
 )
@@ -58,6 +60,8 @@ from fedleak.v1 import victim_pb2 as pb
 
 #: Status codes that mean the victim is gone (not that it refused the request).
 GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: What a reconstruction's extras say about the parts it ran with (metrics.json ``parts``).
+PART_KEYS = ("objective", "replay", "part_reasons")
 
 
 def run_update_attack(
@@ -120,7 +124,8 @@ def attack_packed(rounds: Sequence[tuple[Server, int]]) -> None:
     s = first.settings
     received = [server.receive() for server, _ in rounds]
     observations = [observation_for(server.model, server.params, server.buffers, got,
-                                    server.info, server.settings.device)
+                                    server.info, server.settings.device,
+                                    published_defenses(server.described))
                     for (server, _), got in zip(rounds, received, strict=True)]
     last = rounds[-1][1]
     label = f"round {start}" + (f"-{last}" if last != start else "") + f" {s.attack}"
@@ -239,12 +244,15 @@ def observation_for(
     received: ReceivedUpdate,
     info: DatasetInfo,
     device: str,
+    defenses: tuple[PublishedDefense, ...] = (),
 ) -> Observation:
-    """The attack's threat model for a received round: θ sent, the update, the public facts."""
+    """The attack's threat model for a received round: θ sent, the update, the public facts
+    (with the defense chain ``Describe`` published)."""
     return observation_from_update(
         model, params, buffers, received.update, received.protocol, info,
         num_images=received.num_images, update_kind=received.update_kind,
-        local_steps=received.local_steps, metadata=received.metadata, device=device)
+        local_steps=received.local_steps, metadata=received.metadata, device=device,
+        defenses=defenses)
 
 
 def round_record(
@@ -274,6 +282,8 @@ def round_record(
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
+        parts={k: reconstruction.extras[k] for k in PART_KEYS
+               if k in reconstruction.extras} or None,
     )
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer

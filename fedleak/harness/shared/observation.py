@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks import Observation
+from fedleak.attacks.published import PublishedDefense, published
 from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
 from fedleak.harness.shared.defended_update import defended_update
@@ -67,6 +68,7 @@ def observe(
     return observation_from_update(
         model, parameters, buffers, update, protocol, info, num_images=int(images.shape[0]),
         metadata=metadata, labels=y.clone() if give_labels else None,
+        defenses=published(chain.describe()),
     )
 
 
@@ -84,11 +86,13 @@ def observation_from_update(
     metadata: Mapping[str, str] | None = None,
     labels: torch.Tensor | None = None,
     device: torch.device | str | None = None,
+    defenses: tuple[PublishedDefense, ...] = (),
 ) -> Observation:
     """What a server holds after a round, on ``device`` (default: where ``parameters`` live).
 
     ``update_kind`` and ``local_steps`` default to what ``protocol`` implies for
     ``num_images`` images; a victim reports both, and the attacker passes what it reported.
+    ``defenses`` is the defense chain the victim publishes in ``Describe``.
     """
     device = torch.device(device) if device is not None else \
         next(iter(parameters.values())).device
@@ -110,4 +114,5 @@ def observation_from_update(
         learning_rate=protocol.local_learning_rate,
         labels=labels,
         metadata=dict(metadata or {}),
+        defenses=tuple(defenses),
     )
