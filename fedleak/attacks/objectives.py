@@ -119,18 +119,31 @@ def require_prune(observation: Observation, part: str) -> None:
                         "--defense prune:p=...")
 
 
+@dataclass
+class MaskedConfig:
+    outside: float = field(default=0.0, metadata={
+        "help": "weight of the coordinates pruning zeroed (0: ignore them; 1: plain cosine)"})
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.outside <= 1:
+            raise ValueError(f"outside must lie in [0, 1], got {self.outside}")
+
+
 @register_objective("masked-cosine")
 class MaskedCosine(ObjectivePart):
-    """``1 − cos(M ⊙ u, u*)`` with M = 1[u* ≠ 0]: the cosine over the coordinates pruning kept."""
+    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0]: the cosine over the
+    coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones down-weighted."""
 
-    Config = NoOptions
+    Config = MaskedConfig
+    config: MaskedConfig
 
     def check(self, observation: Observation) -> None:
         require_prune(observation, self.name)
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
-        return kept_mask(observed)
+        w = self.config.outside
+        return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
 
 
 @dataclass
