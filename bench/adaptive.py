@@ -7,7 +7,14 @@ non-adaptive attack of the README's table) and ``aware`` (``objective=auto``, ``
 the parts chosen from the published defense chain, :mod:`fedleak.attacks.adaptive`). Prints one
 JSON line per attack and a table of mean PSNR (dB) per setting, with the gain.
 
+``--batchnorm`` measures the BatchNorm-statistics prior instead: the ConvNet of Inverting
+Gradients at width 16 (untrained, model seed 0) with training-mode BatchNorm, FedAvg (one
+epoch, batch 1, τ = 0.01, so one local step), one photo per round, the user returning its
+buffers: ``plain`` (bn = 0) against ``aware`` (bn = ``--bn-weight``, batch statistics inferred
+from the returned buffers), and a flat grey image's PSNR for scale.
+
     OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-1] [--iterations 1200]
+    OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.01] [--photos 0-1]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import psnr_per_image
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.observation import observe
+from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import parse_indices
 
 SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
@@ -59,14 +67,50 @@ def attack_once(setting: str, index: int, variant: str, iterations: int, tv: flo
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
+def batchnorm_once(index: int, variant: str, iterations: int, tv: float, weight: float
+                   ) -> dict[str, object]:
+    """One attack on photo ``index``: ConvNet width 16, training-mode BN, FedAvg, buffers."""
+    data = load_dataset("photos", "all")
+    info, image, label = data.info, data.images[index:index + 1], data.labels[index:index + 1]
+    torch.manual_seed(0)
+    model = build_model("convnet:width=16", info.shape, info.num_classes)
+    protocol = Protocol(kind="fedavg", local_epochs=1, batch_size=1, learning_rate=0.01)
+    observation = observe(model, image, label, info, protocol, return_buffers=True)
+    options = {"iterations": iterations, "tv": tv, "bn": weight if variant == "aware" else 0.0}
+    started = time.perf_counter()
+    result = create_attack("fedavg", options).reconstruct(observation, seed=0)
+    out = denormalize(result.images, info).clamp(0, 1)
+    grey = torch.full_like(image, 0.5)
+    return {"setting": "convnet BN fedavg buffers", "photo": index, "variant": variant,
+            "bn": options["bn"], "bn_source": result.extras.get("bn_source"),
+            "psnr": round(float(psnr_per_image(out, image)), 3),
+            "grey_psnr": round(float(psnr_per_image(grey, image)), 3),
+            "label_ok": result.labels.tolist() == label.tolist(),
+            "wall_s": round(time.perf_counter() - started, 1)}
+
+
 @click.command()
 @click.option("--photos", default="0-1", show_default=True)
 @click.option("--iterations", default=1200, show_default=True)
 @click.option("--tv", default=1e-2, show_default=True)
 @click.option("--model", "model_name", default="lenet-zhu", show_default=True)
 @click.option("--settings", "only", default="", help="Comma-separated subset of the settings.")
-def main(photos: str, iterations: int, tv: float, model_name: str, only: str) -> None:
+@click.option("--batchnorm", is_flag=True, help="Measure the BatchNorm prior (see above).")
+@click.option("--bn-weight", default=0.01, show_default=True)
+def main(photos: str, iterations: int, tv: float, model_name: str, only: str,
+         batchnorm: bool, bn_weight: float) -> None:
     torch.set_num_threads(1)
+    if batchnorm:
+        rows = [batchnorm_once(i, v, iterations, tv, bn_weight)
+                for i in parse_indices(photos, 20) for v in VARIANTS]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        for variant in VARIANTS:
+            mean = statistics.mean(float(str(r["psnr"])) for r in rows if r["variant"] == variant)
+            print(f"convnet:width=16 BN train, fedavg + buffers, {variant}: {mean:.2f} dB")
+        grey = statistics.mean(float(str(r["grey_psnr"])) for r in rows)
+        print(f"grey image: {grey:.2f} dB")
+        return
     chosen = [s for s in SETTINGS if not only or s in only.split(",")]
     table: dict[tuple[str, str], list[float]] = {}
     for setting in chosen:

@@ -80,8 +80,8 @@ def test_strongest_attack_per_setting_and_server_role(monkeypatch: pytest.Monkey
     none, prune = worst_cases(results)
     assert (none.label, none.attacks, prune.label, prune.attacks) == (
         "no defense", 3, "prune p=0.9", 3)
-    assert none.strongest["honest"].attack == "inverting-gradients (objective=default, " \
-        "replay=default)"
+    assert none.strongest["honest"].attack == "inverting-gradients (objective=auto, " \
+        "replay=auto)"
     assert none.strongest["honest"].psnr == 20.0
     assert prune.strongest["honest"].attack == "inverting-gradients (objective=cosine, " \
         "replay=plain)"

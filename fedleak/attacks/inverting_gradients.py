@@ -45,6 +45,7 @@ import torch
 
 from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.batch_statistics import SOURCES, batch_norm_prior, target_statistics
 from fedleak.attacks.capture import DeviceSignedAdam, capturable, run_iterations
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
@@ -111,6 +112,17 @@ class InvertingGradientsConfig:
         metadata={"help": "objective part (cosine, masked-cosine, gaussian[:masked=on|off]) or "
                           "auto: the one modelling the victim's published defenses"},
     )
+    bn: float = field(
+        default=0.0,
+        metadata={"help": "weight of the BatchNorm-statistics prior (Yin et al. 2021); needs a "
+                          "model with BatchNorm; 0: off. Runs the restarts one by one"},
+    )
+    bn_source: str = field(
+        default="auto",
+        metadata={"help": "statistics the prior pulls towards: returned (inferred from the "
+                          "buffers the user sent), global (the global model's running "
+                          "statistics) or auto (returned when sent, else global)"},
+    )
     replay: str = field(
         default=AUTO,
         metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]) or auto: "
@@ -125,6 +137,11 @@ class InvertingGradientsConfig:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not (self.tv >= 0 and math.isfinite(self.tv)):
             raise ValueError(f"tv must be >= 0, got {self.tv}")
+        if not (self.bn >= 0 and math.isfinite(self.bn)):
+            raise ValueError(f"bn must be >= 0, got {self.bn}")
+        if self.bn_source not in SOURCES:
+            raise ValueError(f"bn-source must be one of {', '.join(SOURCES)}, got "
+                             f"{self.bn_source!r}")
         try:
             check_spec(self.objective, "objective")
             check_spec(self.replay, "replay")
@@ -255,13 +272,15 @@ class InvertingGradients(Attack[Observation]):
         """
         cfg = self.config
         parts = self.parts(observation)
+        prior, source = self.batch_norm_prior(observation)
         labels = recover_labels(observation).to(device)
         observed = [u.to(device) for u in observation.update]
         objective = build_objective(parts.objective, CosineObjective, observed, observation)
         bounds = observation.image_bounds(device)
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
-        replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 else None
+        replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 \
+            and prior is None else None
         one_by_one = parts.replay.wrap(alone(observation), observation)
         notices: list[str | None] = []
         if replay is not None:
@@ -280,9 +299,10 @@ class InvertingGradients(Attack[Observation]):
                 notices.append(self.optimise(images, labels, one_by_one, objective,
                                              lambda x: total_variation(x[0]), bounds,
                                              offset=restart * cfg.iterations, total=total,
-                                             progress=progress))
+                                             progress=progress, prior=prior))
                 candidates.append(images[0])
-        finals = [self.evaluate(images, labels, one_by_one, objective) for images in candidates]
+        finals = [self.evaluate(images, labels, one_by_one, objective, prior)
+                  for images in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
         return Reconstruction(
             images=candidates[best].detach(),
@@ -292,9 +312,19 @@ class InvertingGradients(Attack[Observation]):
             restart_objectives=finals,
             extras={"vectorised_restarts": replay is not None,
                     "captured": capturable(device) and cfg.capture and not any(notices),
-                    **parts.describe()},
+                    **parts.describe(), **({"bn_source": source} if source else {})},
             warnings=sorted({n for n in notices if n}),
         )
+
+    def batch_norm_prior(self, observation: Observation
+                         ) -> tuple[Callable[[torch.Tensor], torch.Tensor] | None, str | None]:
+        """The BatchNorm-statistics prior R_BN and its source when ``bn`` > 0
+        (:mod:`fedleak.attacks.batch_statistics`), refused before the first iteration when
+        the model has no BatchNorm or the asked-for statistics are missing."""
+        if self.config.bn == 0:
+            return None, None
+        targets, source = target_statistics(observation, self.config.bn_source)
+        return batch_norm_prior(observation, targets), source
 
     def parts(self, observation: Observation) -> Parts:
         """The objective and replay parts for ``observation`` (``auto``: from its published
@@ -322,7 +352,7 @@ class InvertingGradients(Attack[Observation]):
         parts = [self.parts(o) for o in targets]
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
-                not all(p.replay.packable for p in parts):
+                not all(p.replay.packable for p in parts) or cfg.bn > 0:
             return super().recover_many(targets, device=device, seeds=seeds, progress=progress)
         first = targets[0]
         count, restarts = len(targets), cfg.restarts
@@ -366,11 +396,16 @@ class InvertingGradients(Attack[Observation]):
         labels: torch.Tensor,
         replay: RestartsUpdateFn,
         objective: CosineObjective | WeightedObjective,
+        prior: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> float:
-        """Eq. (4) at ``images`` (the objective part's term plus α TV; ``replay`` in restart
-        form, called on one restart); +inf when not finite."""
+        """Eq. (4) at ``images`` (the objective part's term plus α TV, plus ``bn`` R_BN when a
+        prior is given; ``replay`` in restart form, called on one restart); +inf when not
+        finite."""
         leaf = images.detach().requires_grad_(True)
         value = objective.value(replay(leaf.unsqueeze(0), labels))
+        if prior is not None:
+            with torch.no_grad():
+                value = value + self.config.bn * prior(leaf.detach())
         value = value + self.config.tv * total_variation(leaf.detach())
         result = float(value.item())
         return result if math.isfinite(result) else math.inf
@@ -388,6 +423,7 @@ class InvertingGradients(Attack[Observation]):
         total: int,
         progress: Progress | None,
         graph_safe: bool | None = None,
+        prior: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> str | None:
         """Signed Adam on ``images`` ``[R, n, C, H, W]`` in place: R restarts side by side.
 
@@ -419,6 +455,11 @@ class InvertingGradients(Attack[Observation]):
                 value = value + variation.detach() * cfg.tv
                 outputs.append(variation)
                 output_grads.append(cfg.tv / scale)
+            if prior is not None:  # one restart at a time: images [1, n, C, H, W]
+                statistics = prior(images[0])
+                value = value + statistics.detach() * cfg.bn
+                outputs.append(statistics)
+                output_grads.append(cfg.bn / scale)
             (grad,) = torch.autograd.grad(outputs, images, output_grads)
             return grad.mul_(scale.view(per_restart)), value
 

@@ -28,7 +28,9 @@ class Observation:
     points along −∇_θ L). ``mean``/``std`` are the per-channel normalisation, so the image box
     [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in. ``defenses``
     is the user's defense chain as the victim publishes it (names, public parameters, stages;
-    empty when undefended), for attacks that model the defense.
+    empty when undefended), for attacks that model the defense. ``returned_buffers`` are the
+    buffers (BatchNorm running statistics) the user's local training left, when it sends them
+    with the update (a FedAvg client's ``state_dict``), by name; None when it does not.
     """
 
     parameter_names: list[str]
@@ -46,6 +48,7 @@ class Observation:
     labels: torch.Tensor | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     defenses: tuple[PublishedDefense, ...] = ()
+    returned_buffers: dict[str, torch.Tensor] | None = None
 
     def image_bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Lower and upper bounds of valid images in normalised space, shaped [1, C, 1, 1]."""

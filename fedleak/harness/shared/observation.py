@@ -30,7 +30,7 @@ from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
 from fedleak.harness.shared.defended_update import defended_update
 from fedleak.harness.shared.local_update import UpdateSimulator
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.protocol import FEDAVG, Protocol
 
 
 def observe(
@@ -43,6 +43,7 @@ def observe(
     defenses: DefenseChain | None = None,
     generator: torch.Generator | None = None,
     give_labels: bool = False,
+    return_buffers: bool | None = None,
 ) -> Observation:
     """The server's view of one round in which the user trained ``model`` on ``images``.
 
@@ -50,7 +51,9 @@ def observe(
     and buffers are the global model θ the server sent, on the model's device. ``defenses``
     run as on a victim, with randomness from ``generator`` (a secret seed when None).
     ``give_labels`` puts the true labels into the observation, for threat models in which the
-    server knows them (a victim never sends them).
+    server knows them (a victim never sends them). ``return_buffers`` puts the buffers local
+    training left into the observation, as a victim returning them does (None: for FedAvg, the
+    victim's default ``--return-buffers fedavg``).
     """
     protocol = protocol or Protocol()
     device = next(model.parameters()).device
@@ -69,6 +72,8 @@ def observe(
         model, parameters, buffers, update, protocol, info, num_images=int(images.shape[0]),
         metadata=metadata, labels=y.clone() if give_labels else None,
         defenses=published(chain.describe()),
+        returned_buffers=own_buffers if (protocol.kind == FEDAVG if return_buffers is None
+                                         else return_buffers) else None,
     )
 
 
@@ -87,12 +92,14 @@ def observation_from_update(
     labels: torch.Tensor | None = None,
     device: torch.device | str | None = None,
     defenses: tuple[PublishedDefense, ...] = (),
+    returned_buffers: Mapping[str, torch.Tensor] | None = None,
 ) -> Observation:
     """What a server holds after a round, on ``device`` (default: where ``parameters`` live).
 
     ``update_kind`` and ``local_steps`` default to what ``protocol`` implies for
     ``num_images`` images; a victim reports both, and the attacker passes what it reported.
-    ``defenses`` is the defense chain the victim publishes in ``Describe``.
+    ``defenses`` is the defense chain the victim publishes in ``Describe``;
+    ``returned_buffers`` the buffers it sent with the update, if any.
     """
     device = torch.device(device) if device is not None else \
         next(iter(parameters.values())).device
@@ -115,4 +122,6 @@ def observation_from_update(
         labels=labels,
         metadata=dict(metadata or {}),
         defenses=tuple(defenses),
+        returned_buffers=None if returned_buffers is None else
+        {n: b.to(device) for n, b in returned_buffers.items()},
     )

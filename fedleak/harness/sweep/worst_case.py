@@ -56,7 +56,7 @@ def attack_names(results: list[PointResult]) -> dict[str, str]:
             continue
         keys = sorted({k for v in variants for k in v})
         differing = [k for k in keys if len({repr(v.get(k)) for v in variants}) > 1]
-        shown = ", ".join(f"{k}={r.point.attack_options.get(k, 'default')}" for k in differing)
+        shown = ", ".join(f"{k}={r.point.attack_options.get(k, 'auto')}" for k in differing)
         out[r.point_id] = f"{r.point.attack} ({shown})"
     return out
 

@@ -84,6 +84,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             max_message_bytes=self.max_message_bytes,
             num_users=v.config.num_users,
             score_budget=v.config.limits.score_budget,
+            buffers_returned=v.config.buffers_returned,
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
@@ -118,6 +119,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             num_images=result.num_images,
             local_steps=result.local_steps,
             metadata=result.metadata,
+            buffers=[encode_tensor(b, n) for n, b in (result.buffers or {}).items()],
         )
 
     def _round_inputs(self, request: Any) -> tuple[dict, dict, ProtocolChanges]:
