@@ -60,8 +60,8 @@ class GradientObjective(Protocol):
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]: ...
 
 
-class ObjectivePart(ABC):
-    """A registered objective: builds eq. (1) with its own D for an observation."""
+class AttackPart(ABC):  # noqa: B024 - the kinds of part add their abstract method
+    """A registered part of an optimisation attack, with a typed ``Config`` dataclass."""
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[Any]]
@@ -72,6 +72,10 @@ class ObjectivePart(ABC):
     def check(self, observation: Observation) -> None:
         """Raise :class:`PartError` saying what to change when this part does not fit."""
         return None
+
+
+class ObjectivePart(AttackPart):
+    """A registered objective: builds eq. (1) with its own D for an observation."""
 
     @abstractmethod
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,

@@ -23,14 +23,14 @@ single restart), into the function the objective compares with the observed upda
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from fedleak.attacks.objectives import NoOptions, PartError, published_names
+from fedleak.attacks.objectives import AttackPart, NoOptions, PartError, published_names
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.published import find
 from fedleak.attacks.restarts import RestartsUpdateFn
@@ -40,18 +40,8 @@ from fedleak.registry import Registry
 CLIP_EPS = 1e-6
 
 
-class ReplayPart(ABC):
+class ReplayPart(AttackPart):
     """A registered replay: wraps the base replay (restart form) for an observation."""
-
-    name: ClassVar[str] = ""
-    Config: ClassVar[type[Any]]
-
-    def __init__(self, config: Any | None = None) -> None:
-        self.config = config if config is not None else self.Config()
-
-    def check(self, observation: Observation) -> None:
-        """Raise :class:`~fedleak.attacks.objectives.PartError` when the part does not fit."""
-        return None
 
     @abstractmethod
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
