@@ -97,15 +97,18 @@ def batchnorm_once(index: int, variant: str, iterations: int, tv: float, weight:
 @click.option("--settings", "only", default="", help="Comma-separated subset of the settings.")
 @click.option("--batchnorm", is_flag=True, help="Measure the BatchNorm prior (see above).")
 @click.option("--bn-weight", default=0.01, show_default=True)
+@click.option("--variants", default="plain,aware", show_default=True,
+              help="With --batchnorm: which of plain, aware to run.")
 def main(photos: str, iterations: int, tv: float, model_name: str, only: str,
-         batchnorm: bool, bn_weight: float) -> None:
+         batchnorm: bool, bn_weight: float, variants: str) -> None:
     torch.set_num_threads(1)
     if batchnorm:
-        rows = [batchnorm_once(i, v, iterations, tv, bn_weight)
-                for i in parse_indices(photos, 20) for v in VARIANTS]
-        for row in rows:
-            print(json.dumps(row), flush=True)
-        for variant in VARIANTS:
+        rows = []
+        for i in parse_indices(photos, 20):
+            for v in variants.split(","):
+                rows.append(batchnorm_once(i, v, iterations, tv, bn_weight))
+                print(json.dumps(rows[-1]), flush=True)
+        for variant in variants.split(","):
             mean = statistics.mean(float(str(r["psnr"])) for r in rows if r["variant"] == variant)
             print(f"convnet:width=16 BN train, fedavg + buffers, {variant}: {mean:.2f} dB")
         grey = statistics.mean(float(str(r["grey_psnr"])) for r in rows)
