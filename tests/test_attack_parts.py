@@ -221,3 +221,14 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["parts"]["objective"] == "masked-cosine"
         assert "prune" in entry["parts"]["part_reasons"][0]
+
+
+def test_attack_help_lists_parts_and_their_options():
+    from click.testing import CliRunner
+
+    from fedleak.harness.cli.attack import attack
+
+    shown = CliRunner().invoke(attack, ["--help"], terminal_width=200).output
+    for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
+                 "outside (float, default 0.0)", "bn-source (str, default auto)"):
+        assert line in shown
