@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from fedleak.harness.sweep.results import format_epsilon, load_results
+from fedleak.harness.sweep.worst_case import worst_cases
 
 LIMIT_S = 15 * 60
 DEFENSES = ("dpsgd", "prune", "noise")
@@ -58,19 +59,26 @@ def main() -> int:
 
 
 def trends_hold(out: Path) -> bool:
-    """Print each defense's curve; True when PSNR, SSIM and accuracy all fall along each."""
+    """Print each defense's curve of worst-case leakage (the strongest attack of the
+    portfolio per setting, named) and utility; True when PSNR, SSIM and accuracy all fall."""
     results = load_results(out)
+    worst = {row.label: row.strongest["honest"] for row in worst_cases(results)
+             if "honest" in row.strongest}
     reference = next(r for r in results if r.reference)
     ok = True
     for name in DEFENSES:
-        curve = [reference] + sorted((r for r in results if r.group == name),
-                                     key=lambda r: r.point.strength or 0.0)
-        print(f"\n{name}: {'setting':>30}  {'PSNR dB':>7}  {'SSIM':>6}  {'test acc':>8}  ε")
+        members = {r.label: r for r in results if r.group == name}
+        curve = [reference] + sorted(members.values(), key=lambda r: r.point.strength or 0.0)
+        print(f"\n{name}: {'setting':>30}  {'PSNR dB':>7}  {'SSIM':>6}  {'test acc':>8}  ε  "
+              "strongest attack")
+        rows = []
         for r in curve:
-            print(f"{'':7}{r.label:>30}  {r.psnr:>7.2f}  {r.ssim:>6.3f}  {r.accuracy:>8.1%}  "
-                  f"{format_epsilon(r.epsilon)}")
-        for metric in ("psnr", "ssim", "accuracy"):
-            values = [getattr(r, metric) for r in curve]
+            best = worst[r.label]
+            rows.append((best.psnr, best.ssim or 0.0, r.accuracy or 0.0))
+            print(f"{'':7}{r.label:>30}  {best.psnr:>7.2f}  {best.ssim or 0.0:>6.3f}  "
+                  f"{r.accuracy or 0.0:>8.1%}  {format_epsilon(r.epsilon)}  {best.attack}")
+        for index, metric in enumerate(("psnr", "ssim", "accuracy")):
+            values = [row[index] for row in rows]
             falling = all(a > b for a, b in zip(values, values[1:], strict=False))
             ok &= falling
             print(f"{'':7}{metric} falls as {name} grows: {'yes' if falling else 'NO'}")

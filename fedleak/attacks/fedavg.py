@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -71,6 +72,8 @@ class FedAvgInversion(InvertingGradients):
 
     Config = FedAvgConfig
     config: FedAvgConfig
+    #: the update kinds this attack inverts (a sweep's portfolio skips FedSGD points)
+    update_kinds: ClassVar[tuple[str, ...]] = ("delta",)
 
     def recover(
         self,

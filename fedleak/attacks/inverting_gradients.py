@@ -43,9 +43,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.batch_statistics import SOURCES, batch_norm_prior, target_statistics
 from fedleak.attacks.capture import DeviceSignedAdam, capturable, run_iterations
 from fedleak.attacks.labels import recover_labels
+from fedleak.attacks.objectives import (
+    GradientObjective,
+    PartError,
+    WeightedObjective,
+    build_objective,
+)
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
 from fedleak.attacks.restarts import (
@@ -99,6 +107,27 @@ class InvertingGradientsConfig:
         metadata={"help": "on a GPU, record one iteration as a CUDA graph and replay it "
                           "(falls back to eager with a notice when capture fails)"},
     )
+    objective: str = field(
+        default=AUTO,
+        metadata={"help": "objective part (cosine, masked-cosine, gaussian[:masked=on|off]) or "
+                          "auto: the one modelling the victim's published defenses"},
+    )
+    bn: float = field(
+        default=0.0,
+        metadata={"help": "weight of the BatchNorm-statistics prior (Yin et al. 2021); needs a "
+                          "model with BatchNorm; 0: off. Runs the restarts one by one"},
+    )
+    bn_source: str = field(
+        default="auto",
+        metadata={"help": "statistics the prior pulls towards: returned (inferred from the "
+                          "buffers the user sent), global (the global model's running "
+                          "statistics) or auto (returned when sent, else global)"},
+    )
+    replay: str = field(
+        default=AUTO,
+        metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]) or auto: "
+                          "the one modelling the published defenses"},
+    )
 
     def __post_init__(self) -> None:
         for name in ("iterations", "restarts", "log_every"):
@@ -108,6 +137,16 @@ class InvertingGradientsConfig:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not (self.tv >= 0 and math.isfinite(self.tv)):
             raise ValueError(f"tv must be >= 0, got {self.tv}")
+        if not (self.bn >= 0 and math.isfinite(self.bn)):
+            raise ValueError(f"bn must be >= 0, got {self.bn}")
+        if self.bn_source not in SOURCES:
+            raise ValueError(f"bn-source must be one of {', '.join(SOURCES)}, got "
+                             f"{self.bn_source!r}")
+        try:
+            check_spec(self.objective, "objective")
+            check_spec(self.replay, "replay")
+        except PartError as err:
+            raise ValueError(str(err)) from None
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
@@ -232,34 +271,38 @@ class InvertingGradients(Attack[Observation]):
         one after the other, each as a batch of one — the same loop either way.
         """
         cfg = self.config
+        parts = self.parts(observation)
+        prior, source = self.batch_norm_prior(observation)
         labels = recover_labels(observation).to(device)
-        objective = CosineObjective([u.to(device) for u in observation.update])
+        observed = [u.to(device) for u in observation.update]
+        objective = build_objective(parts.objective, CosineObjective, observed, observation)
         bounds = observation.image_bounds(device)
         shape = (observation.num_images, *observation.image_shape)
         total = cfg.iterations * cfg.restarts
-        replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 else None
+        replay = batched_replay(observation) if cfg.vectorised and cfg.restarts > 1 \
+            and prior is None else None
+        one_by_one = parts.replay.wrap(alone(observation), observation)
         notices: list[str | None] = []
         if replay is not None:
             stacked = stacked_inits(gaussian_init, shape, range(seed, seed + cfg.restarts),
                                     device)
-            batched = RestartsCosineObjective([u.to(device) for u in observation.update])
-            notices.append(self.optimise(stacked, labels, replay, batched,
-                                         restart_total_variation, bounds, offset=0,
+            batched = build_objective(parts.objective, RestartsCosineObjective, observed,
+                                      observation)
+            notices.append(self.optimise(stacked, labels, parts.replay.wrap(replay, observation),
+                                         batched, restart_total_variation, bounds, offset=0,
                                          total=total, progress=progress))
             candidates = list(stacked)
         else:
-            def one_by_one(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-                return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
-
             candidates = []
             for restart in range(cfg.restarts):
                 images = gaussian_init(shape, seed + restart, device).unsqueeze(0)
                 notices.append(self.optimise(images, labels, one_by_one, objective,
                                              lambda x: total_variation(x[0]), bounds,
                                              offset=restart * cfg.iterations, total=total,
-                                             progress=progress))
+                                             progress=progress, prior=prior))
                 candidates.append(images[0])
-        finals = [self.evaluate(images, labels, observation, objective) for images in candidates]
+        finals = [self.evaluate(images, labels, one_by_one, objective, prior)
+                  for images in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
         return Reconstruction(
             images=candidates[best].detach(),
@@ -268,9 +311,25 @@ class InvertingGradients(Attack[Observation]):
             iterations=total,
             restart_objectives=finals,
             extras={"vectorised_restarts": replay is not None,
-                    "captured": capturable(device) and cfg.capture and not any(notices)},
+                    "captured": capturable(device) and cfg.capture and not any(notices),
+                    **parts.describe(), **({"bn_source": source} if source else {})},
             warnings=sorted({n for n in notices if n}),
         )
+
+    def batch_norm_prior(self, observation: Observation
+                         ) -> tuple[Callable[[torch.Tensor], torch.Tensor] | None, str | None]:
+        """The BatchNorm-statistics prior R_BN and its source when ``bn`` > 0
+        (:mod:`fedleak.attacks.batch_statistics`), refused before the first iteration when
+        the model has no BatchNorm or the asked-for statistics are missing."""
+        if self.config.bn == 0:
+            return None, None
+        targets, source = target_statistics(observation, self.config.bn_source)
+        return batch_norm_prior(observation, targets), source
+
+    def parts(self, observation: Observation) -> Parts:
+        """The objective and replay parts for ``observation`` (``auto``: from its published
+        defenses), checked against it before the first iteration."""
+        return choose_parts(observation, self.config.objective, self.config.replay)
 
     def recover_many(
         self,
@@ -290,8 +349,10 @@ class InvertingGradients(Attack[Observation]):
         (training-mode BatchNorm, different architectures or protocols, ``vectorised`` off).
         """
         cfg = self.config
+        parts = [self.parts(o) for o in targets]
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
-        if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1:
+        if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
+                not all(p.replay.packable for p in parts) or cfg.bn > 0:
             return super().recover_many(targets, device=device, seeds=seeds, progress=progress)
         first = targets[0]
         count, restarts = len(targets), cfg.restarts
@@ -303,7 +364,7 @@ class InvertingGradients(Attack[Observation]):
         flat = images.view(count * restarts, *shape)
         observed = [torch.stack([o.update[i].to(device) for o in targets])
                     .repeat_interleave(restarts, dim=0) for i in range(len(first.update))]
-        objective = RestartsCosineObjective(observed, per_row=True)
+        objective = packed_objective(targets, parts, observed, restarts, device)
 
         def replay(x: torch.Tensor, _: torch.Tensor) -> list[torch.Tensor]:
             updates = packed(x.view(count, restarts, *shape), labels)
@@ -314,8 +375,9 @@ class InvertingGradients(Attack[Observation]):
                                total=count * restarts * cfg.iterations, progress=progress)
         results = []
         for p, observation in enumerate(targets):
-            single = CosineObjective([u.to(device) for u in observation.update])
-            finals = [self.evaluate(candidate, labels[p], observation, single)
+            single = build_objective(parts[p].objective, CosineObjective,
+                                     [u.to(device) for u in observation.update], observation)
+            finals = [self.evaluate(candidate, labels[p], alone(observation), single)
                       for candidate in images[p]]
             best = min(range(len(finals)), key=finals.__getitem__)
             results.append(Reconstruction(
@@ -323,7 +385,8 @@ class InvertingGradients(Attack[Observation]):
                 objective=finals[best], iterations=cfg.iterations * restarts,
                 restart_objectives=finals,
                 extras={"vectorised_restarts": True, "packed_with": count,
-                        "captured": capturable(device) and cfg.capture and not notice},
+                        "captured": capturable(device) and cfg.capture and not notice,
+                        **parts[p].describe()},
                 warnings=[notice] if notice else []))
         return results
 
@@ -331,12 +394,18 @@ class InvertingGradients(Attack[Observation]):
         self,
         images: torch.Tensor,
         labels: torch.Tensor,
-        observation: Observation,
-        cosine: CosineObjective,
+        replay: RestartsUpdateFn,
+        objective: CosineObjective | WeightedObjective,
+        prior: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> float:
-        """Eq. (4) at ``images`` (cosine term plus α TV); +inf when not finite."""
+        """Eq. (4) at ``images`` (the objective part's term plus α TV, plus ``bn`` R_BN when a
+        prior is given; ``replay`` in restart form, called on one restart); +inf when not
+        finite."""
         leaf = images.detach().requires_grad_(True)
-        value = cosine.value(observation.simulate(leaf, labels))
+        value = objective.value(replay(leaf.unsqueeze(0), labels))
+        if prior is not None:
+            with torch.no_grad():
+                value = value + self.config.bn * prior(leaf.detach())
         value = value + self.config.tv * total_variation(leaf.detach())
         result = float(value.item())
         return result if math.isfinite(result) else math.inf
@@ -346,7 +415,7 @@ class InvertingGradients(Attack[Observation]):
         images: torch.Tensor,
         labels: torch.Tensor,
         replay: RestartsUpdateFn,
-        objective: CosineObjective | RestartsCosineObjective,
+        objective: GradientObjective,
         tv: Callable[[torch.Tensor], torch.Tensor],
         bounds: tuple[torch.Tensor, torch.Tensor],
         *,
@@ -354,6 +423,7 @@ class InvertingGradients(Attack[Observation]):
         total: int,
         progress: Progress | None,
         graph_safe: bool | None = None,
+        prior: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> str | None:
         """Signed Adam on ``images`` ``[R, n, C, H, W]`` in place: R restarts side by side.
 
@@ -385,6 +455,11 @@ class InvertingGradients(Attack[Observation]):
                 value = value + variation.detach() * cfg.tv
                 outputs.append(variation)
                 output_grads.append(cfg.tv / scale)
+            if prior is not None:  # one restart at a time: images [1, n, C, H, W]
+                statistics = prior(images[0])
+                value = value + statistics.detach() * cfg.bn
+                outputs.append(statistics)
+                output_grads.append(cfg.bn / scale)
             (grad,) = torch.autograd.grad(outputs, images, output_grads)
             return grad.mul_(scale.view(per_restart)), value
 
@@ -442,6 +517,36 @@ class InvertingGradients(Attack[Observation]):
 
         return run_iterations(step, cfg.iterations, images.device,
                               capture=capturable(images.device), on_step=on_step)
+
+
+def alone(observation: Observation) -> RestartsUpdateFn:
+    """The observation's own replay in restart form (one restart)."""
+    def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
+
+    return replay
+
+
+def packed_objective(
+    targets: Sequence[Observation],
+    parts: Sequence[Parts],
+    observed: list[torch.Tensor],
+    restarts: int,
+    device: torch.device,
+) -> RestartsCosineObjective | WeightedObjective:
+    """The per-row objective of a packed attack: row p·R + r compares with observation p's
+    update through observation p's own objective part (its own D of eq. (1) in
+    :mod:`fedleak.attacks.objectives`); the plain per-row cosine when every D is 1."""
+    diagonals = [part.objective.diagonal([u.to(device) for u in o.update], o, False)
+                 for o, part in zip(targets, parts, strict=True)]
+    if all(d is None for d in diagonals):
+        return RestartsCosineObjective(observed, per_row=True)
+    stacked = []
+    for i, like in enumerate(observed):
+        rows = [(d[i] if d is not None else torch.ones((), dtype=like.dtype, device=device))
+                .expand(like.shape[1:]) for d in diagonals]
+        stacked.append(torch.stack(rows).repeat_interleave(restarts, dim=0))
+    return WeightedObjective(RestartsCosineObjective, observed, stacked, per_row=True)
 
 
 def gaussian_init(shape: tuple[int, ...], seed: int, device: torch.device) -> torch.Tensor:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from fedleak.attacks.published import PublishedDefense
+
 #: ``simulate(images, labels) -> update``: the user's local update at the global parameters,
 #: differentiable with respect to ``images`` (normalised space, [n, C, H, W]).
 UpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
@@ -24,7 +26,11 @@ class Observation:
 
     ``update_kind`` is ``gradient`` (FedSGD: ∇_θ L) or ``delta`` (FedAvg: θ_{k+l} − θ_k, which
     points along −∇_θ L). ``mean``/``std`` are the per-channel normalisation, so the image box
-    [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in.
+    [0, 1] is [(0 − mean)/std, (1 − mean)/std] in the normalised space attacks work in. ``defenses``
+    is the user's defense chain as the victim publishes it (names, public parameters, stages;
+    empty when undefended), for attacks that model the defense. ``returned_buffers`` are the
+    buffers (BatchNorm running statistics) the user's local training left, when it sends them
+    with the update (a FedAvg client's ``state_dict``), by name; None when it does not.
     """
 
     parameter_names: list[str]
@@ -44,6 +50,8 @@ class Observation:
     #: earlier rounds a malicious server ran for this same reconstruction (probe rounds at
     #: other crafted parameters, oldest first); empty for an honest server
     probes: list[Observation] = field(default_factory=list)
+    defenses: tuple[PublishedDefense, ...] = ()
+    returned_buffers: dict[str, torch.Tensor] | None = None
 
     def image_bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Lower and upper bounds of valid images in normalised space, shaped [1, C, 1, 1]."""

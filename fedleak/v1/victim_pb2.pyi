@@ -134,7 +134,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class DescribeResponse(_message.Message):
     IMAGE_SCORE_BUDGET_FIELD_NUMBER: _ClassVar[int]
     IMAGE_SCORES_LEFT_FIELD_NUMBER: _ClassVar[int]
     IMAGES_SCORE_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_RETURNED_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -173,7 +174,8 @@ class DescribeResponse(_message.Message):
     image_score_budget: int
     image_scores_left: int
     images_score_exhausted: int
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ...) -> None: ...
+    buffers_returned: str
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ...) -> None: ...
 
 class VictimLimits(_message.Message):
     __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")
@@ -210,7 +212,7 @@ class ComputeUpdateRequest(_message.Message):
     def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ...) -> None: ...
 
 class ComputeUpdateResponse(_message.Message):
-    __slots__ = ("round_id", "update", "update_kind", "protocol", "num_images", "local_steps", "metadata")
+    __slots__ = ("round_id", "update", "update_kind", "protocol", "num_images", "local_steps", "metadata", "buffers")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +227,7 @@ class ComputeUpdateResponse(_message.Message):
     NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
     LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     update: _containers.RepeatedCompositeFieldContainer[Tensor]
     update_kind: str
@@ -232,7 +235,8 @@ class ComputeUpdateResponse(_message.Message):
     num_images: int
     local_steps: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
     __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim")

@@ -49,6 +49,8 @@ class ReceivedUpdate:
     local_steps: int
     metadata: dict[str, str]
     user_ids: list[int] = field(default_factory=list)  # secure aggregation: whose data is in it
+    #: the buffers (BatchNorm running statistics) local training left, when the victim sends them
+    buffers: dict[str, torch.Tensor] | None = None
 
 
 class VictimClient:
@@ -145,6 +147,7 @@ class VictimClient:
             num_images=reply.num_images,
             local_steps=reply.local_steps,
             metadata=dict(reply.metadata),
+            buffers={t.name: decode_tensor(t, "buffers") for t in reply.buffers} or None,
         )
 
     def score(

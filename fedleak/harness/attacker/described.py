@@ -11,6 +11,7 @@ import grpc
 import torch
 from torch import nn
 
+from fedleak.attacks.published import PublishedDefense, published
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.shared.datasets import DatasetInfo
@@ -76,6 +77,11 @@ def global_parameters(
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     return params, buffers
+
+
+def published_defenses(described: pb.DescribeResponse) -> tuple[PublishedDefense, ...]:
+    """The victim's published defense chain as the attacks' typed values."""
+    return published((d.name, dict(d.params), d.stage) for d in described.defenses)
 
 
 def defense_specs(described: pb.DescribeResponse) -> list[str]:

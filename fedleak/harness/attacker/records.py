@@ -150,6 +150,9 @@ class RoundRecord:
     probe_rounds: int | None = field(default=None, metadata=OMIT)
     #: what the attack reports of itself (bins, expected exact recoveries, ...)
     attack_extras: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    #: the attack parts it ran with (objective, replay) and why (chosen from the published
+    #: defenses when ``auto``), for optimisation attacks built from parts
+    parts: dict[str, object] | None = field(default=None, metadata=OMIT)
 
 
 @dataclass

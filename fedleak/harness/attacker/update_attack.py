@@ -27,11 +27,13 @@ import torch
 from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
 from fedleak.attacks.dishonest import flip_labels
 from fedleak.attacks.malicious import MaliciousAttack, ServerKnowledge
+from fedleak.attacks.published import PublishedDefense
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
     global_parameters,
     model_spec,
+    published_defenses,
     server_model,
     victim_protocol,
 )
@@ -61,6 +63,8 @@ from fedleak.v1 import victim_pb2 as pb
 
 #: Status codes that mean the victim is gone (not that it refused the request).
 GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: What a reconstruction's extras say about the parts it ran with (metrics.json ``parts``).
+PART_KEYS = ("objective", "replay", "part_reasons")
 
 
 def run_update_attack(
@@ -215,7 +219,7 @@ class Server:
         if self.knowledge is None:
             got = self.exchange(self.params)
             return got, observation_for(self.model, self.params, self.buffers, got, self.info,
-                                        self.settings.device)
+                                        self.settings.device, published_defenses(self.described))
         attack = self.attack
         assert isinstance(attack, MaliciousAttack)
         seed = self.settings.seed + index
@@ -226,7 +230,8 @@ class Server:
         while True:
             got = self.exchange(crafted)
             observation = observation_for(self.model, crafted, self.buffers, got, self.info,
-                                          self.settings.device)
+                                          self.settings.device,
+                                          published_defenses(self.described))
             following = attack.craft(self.knowledge, [*probes, observation], seed)
             if following is None:
                 observation.probes = probes
@@ -306,12 +311,15 @@ def observation_for(
     received: ReceivedUpdate,
     info: DatasetInfo,
     device: str,
+    defenses: tuple[PublishedDefense, ...] = (),
 ) -> Observation:
-    """The attack's threat model for a received round: θ sent, the update, the public facts."""
+    """The attack's threat model for a received round: θ sent, the update, the public facts
+    (with the defense chain ``Describe`` published)."""
     return observation_from_update(
         model, params, buffers, received.update, received.protocol, info,
         num_images=received.num_images, update_kind=received.update_kind,
-        local_steps=received.local_steps, metadata=received.metadata, device=device)
+        local_steps=received.local_steps, metadata=received.metadata, device=device,
+        defenses=defenses, returned_buffers=received.buffers)
 
 
 def round_record(
@@ -346,6 +354,8 @@ def round_record(
         attack_extras={k: v for k, v in reconstruction.extras.items()
                        if isinstance(v, int | float | str | bool)} or None,
         probe_rounds=reconstruction.extras.get("probe_rounds"),
+        parts={k: reconstruction.extras[k] for k in PART_KEYS
+               if k in reconstruction.extras} or None,
     )
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer

@@ -28,11 +28,19 @@ from fedleak.harness.cli.options import (
 
 def _attack_epilog() -> str:
     from fedleak.attacks import attack_class, attack_names, describe_options
+    from fedleak.attacks.objectives import OBJECTIVES
+    from fedleak.attacks.replays import REPLAYS
 
     lines = ["\b", "Attacks [threat model] and their options (-o key=value):"]
     for name in attack_names():
         lines.append(f"  {name} [{getattr(attack_class(name), 'server_role', 'honest')} server]")
         lines += [f"    {line}" for line in describe_options(name).splitlines()]
+    lines += ["", "\b", "Parts of inverting-gradients and fedavg (-o objective=NAME[:k=v;k=v], "
+              "-o replay=NAME[:k=v], or auto: chosen from the victim's published defenses):"]
+    for kind, registry in (("objective", OBJECTIVES), ("replay", REPLAYS)):
+        for name in registry.names():
+            lines.append(f"  {kind} {name}")
+            lines += [f"    {line}" for line in registry.describe(name).splitlines()]
     return "\n".join(lines)
 
 

@@ -69,6 +69,10 @@ def victim() -> None:
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind; 0 picks a free one (the bound address is printed).")
 @token_options
+@click.option("--return-buffers", type=click.Choice(["never", "fedavg", "always"]),
+              default="fedavg", show_default=True,
+              help="When updates carry the BatchNorm running statistics local training left "
+                   "(as a FedAvg client's state_dict does); published in Describe.")
 @click.option("--allow-reveal", is_flag=True,
               help="Allow Reveal (ground truth for reports) to callers holding the token.")
 @click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
@@ -210,6 +214,7 @@ def victim_settings(kw: dict[str, Any]) -> Any:
         checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
         protocol=Protocol.from_options(protocol_values(kw)), reveal=kw["allow_reveal"],
         device=kw["device"], defenses=tuple(kw["defense_specs"]),
+        buffers=kw.get("return_buffers") or "fedavg",
         defense_file=kw["defense_file"], defense_seed=kw["defense_seed"], users=kw["users"],
         secagg_drops=tuple(kw["secagg_drop"]),
         release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],

@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from fedleak.attacks import Observation
+from fedleak.attacks.published import PublishedDefense, published
 from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
 from fedleak.harness.shared.defended_update import defended_update
 from fedleak.harness.shared.local_update import UpdateSimulator
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.protocol import FEDAVG, Protocol
 
 
 def observe(
@@ -42,6 +43,7 @@ def observe(
     defenses: DefenseChain | None = None,
     generator: torch.Generator | None = None,
     give_labels: bool = False,
+    return_buffers: bool | None = None,
 ) -> Observation:
     """The server's view of one round in which the user trained ``model`` on ``images``.
 
@@ -49,7 +51,9 @@ def observe(
     and buffers are the global model θ the server sent, on the model's device. ``defenses``
     run as on a victim, with randomness from ``generator`` (a secret seed when None).
     ``give_labels`` puts the true labels into the observation, for threat models in which the
-    server knows them (a victim never sends them).
+    server knows them (a victim never sends them). ``return_buffers`` puts the buffers local
+    training left into the observation, as a victim returning them does (None: for FedAvg, the
+    victim's default ``--return-buffers fedavg``).
     """
     protocol = protocol or Protocol()
     device = next(model.parameters()).device
@@ -67,6 +71,9 @@ def observe(
     return observation_from_update(
         model, parameters, buffers, update, protocol, info, num_images=int(images.shape[0]),
         metadata=metadata, labels=y.clone() if give_labels else None,
+        defenses=published(chain.describe()),
+        returned_buffers=own_buffers if (protocol.kind == FEDAVG if return_buffers is None
+                                         else return_buffers) else None,
     )
 
 
@@ -84,11 +91,15 @@ def observation_from_update(
     metadata: Mapping[str, str] | None = None,
     labels: torch.Tensor | None = None,
     device: torch.device | str | None = None,
+    defenses: tuple[PublishedDefense, ...] = (),
+    returned_buffers: Mapping[str, torch.Tensor] | None = None,
 ) -> Observation:
     """What a server holds after a round, on ``device`` (default: where ``parameters`` live).
 
     ``update_kind`` and ``local_steps`` default to what ``protocol`` implies for
     ``num_images`` images; a victim reports both, and the attacker passes what it reported.
+    ``defenses`` is the defense chain the victim publishes in ``Describe``;
+    ``returned_buffers`` the buffers it sent with the update, if any.
     """
     device = torch.device(device) if device is not None else \
         next(iter(parameters.values())).device
@@ -110,4 +121,7 @@ def observation_from_update(
         learning_rate=protocol.local_learning_rate,
         labels=labels,
         metadata=dict(metadata or {}),
+        defenses=tuple(defenses),
+        returned_buffers=None if returned_buffers is None else
+        {n: b.to(device) for n, b in returned_buffers.items()},
     )

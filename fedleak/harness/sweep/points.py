@@ -141,6 +141,15 @@ class Point:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
+    def utility_id(self) -> str:
+        """The id of what the utility measurement depends on: :meth:`measured` without the
+        attack, so the attacks of a portfolio share one utility measurement per setting."""
+        data = {k: v for k, v in self.measured().items()
+                if k not in ("attack", "attack_options", "rounds")}
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
     def utility_settings(self) -> UtilitySettings:
         return UtilitySettings(**self.utility)
 

@@ -10,6 +10,9 @@
 - ``grids/<point_id>.png``: per point, its attacked rounds side by side (ground truth above
   reconstruction where the victim revealed it);
 - ``results.csv``: one row per point;
+- when some defense setting was attacked by several attacks (a portfolio):
+  ``worst-case.png`` (per setting, the strongest honest and malicious attack's PSNR, named)
+  and ``worst-case.csv`` (:mod:`fedleak.harness.sweep.worst_case`);
 
 and ``RUN/report.html``, which links them all with relative paths (one chart pair per context
 when the grid spans several attacks, models, protocols or checkpoints).
@@ -37,6 +40,13 @@ from fedleak.harness.sweep.results import (  # noqa: E402
 )
 from fedleak.harness.sweep.runner import SPEC_NAME  # noqa: E402
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore  # noqa: E402
+from fedleak.harness.sweep.worst_case import (  # noqa: E402
+    ROLES,
+    WorstCase,
+    by_setting,
+    plot_worst_case,
+    worst_cases,
+)
 
 REPORT_FOLDER = "report"
 HTML_NAME = "report.html"
@@ -63,11 +73,38 @@ def write_report(run_dir: Path) -> Path:
     grids = {r.point_id: image_grid(r, run_dir, folder / "grids" / f"{r.point_id}.png")
              for r in results}
     write_csv(results, folder / "results.csv")
+    rows = worst_cases(results)
+    worst: list[tuple[str, Path]] = []
+    if any(row.attacks > 1 for row in rows):
+        settings = by_setting(rows)
+        for index, (setting, settled) in enumerate(settings.items()):
+            suffix = "" if len(settings) == 1 else f"-{index + 1}"
+            worst.append((setting, plot_worst_case(settled, folder / f"worst-case{suffix}.png",
+                                                   setting)))
+        write_worst_csv(rows, folder / "worst-case.csv")
     with ResultStore(run_dir / STORE_NAME) as store:
         name = store.meta("name") or run_dir.name
     page = run_dir / HTML_NAME
-    page.write_text(_html(name, run_dir, results, charts, grids))
+    page.write_text(_html(name, run_dir, results, charts, grids,
+                          (rows, worst) if worst else None))
     return page
+
+
+def write_worst_csv(rows: list[WorstCase], path: Path) -> Path:
+    """One row per defense setting: the strongest attack per server role and its PSNR."""
+    columns = ["setting", "defense", "attacks"] + [f"{role}_{what}" for role in ROLES
+                                                   for what in ("attack", "psnr", "ssim")]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            entry: dict[str, object] = {"setting": row.setting, "defense": row.label,
+                                        "attacks": row.attacks}
+            for role, best in row.strongest.items():
+                entry.update({f"{role}_attack": best.attack, f"{role}_psnr": best.psnr,
+                              f"{role}_ssim": best.ssim})
+            writer.writerow(entry)
+    return path
 
 
 def _by_context(results: list[PointResult]) -> OrderedDict[str, list[PointResult]]:
@@ -254,7 +291,8 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 
 def _html(name: str, run_dir: Path, results: list[PointResult],
-          charts: list[tuple[str, Path, Path]], grids: dict[str, Path | None]) -> str:
+          charts: list[tuple[str, Path, Path]], grids: dict[str, Path | None],
+          worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None) -> str:
     e = html.escape
     done = sum(r.status == "done" for r in results)
     parts = [
@@ -285,6 +323,8 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
             f'against defense strength, {e(context)}"><figcaption>Attack success (PSNR) and '
             "utility (test accuracy) against each defense's strength.</figcaption></figure>",
         ]
+    if worst is not None:
+        parts += _worst_html(*worst, run_dir)
     parts += ["<h2>Results</h2>", _table(results), "<h2>Reconstructions per point</h2>"]
     for r in results:
         parts.append(f'<section class="point" id="p-{r.point_id}"><h3>{e(r.label)} '
@@ -305,6 +345,32 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
         parts += ["<h2>Spec</h2>", f"<pre>{e(spec.read_text())}</pre>"]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _worst_html(rows: list[WorstCase], charts: list[tuple[str, Path]],
+                run_dir: Path) -> list[str]:
+    e = html.escape
+    parts = ["<h2>Worst case per defense setting</h2>",
+             "<p>Every setting attacked by each attack of the portfolio at the same budget; "
+             'the strongest (highest mean PSNR) per server role. <a href="'
+             f'{REPORT_FOLDER}/worst-case.csv">worst-case.csv</a></p>']
+    for setting, chart in charts:
+        parts.append(f'<figure><img src="{_rel(chart, run_dir)}" alt="worst-case leakage, '
+                     f'{e(setting)}"><figcaption>{e(setting)}: the strongest honest (●) and '
+                     "malicious (▲) attack per defense setting.</figcaption></figure>")
+    table = ['<table><tr><th class="l">setting</th><th class="l">defense</th><th>attacks</th>'
+             '<th class="l">strongest honest</th><th>PSNR dB</th>'
+             '<th class="l">strongest malicious</th><th>PSNR dB</th></tr>']
+    for row in rows:
+        cells = []
+        for role in ROLES:
+            best = row.strongest.get(role)
+            cells += [f'<td class="l">{e(best.attack) if best else "–"}</td>',
+                      f"<td>{_fmt(best.psnr if best else None, '.2f')}</td>"]
+        table.append(f'<tr><td class="l">{e(row.setting)}</td><td class="l">{e(row.label)}'
+                     f"</td><td>{row.attacks}</td>{''.join(cells)}</tr>")
+    table.append("</table>")
+    return parts + ["\n".join(table)]
 
 
 def _table(results: list[PointResult]) -> str:

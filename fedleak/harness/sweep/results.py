@@ -52,13 +52,20 @@ class PointResult:
     @property
     def context(self) -> str:
         """Everything but the defense: points of one context share a chart."""
+        return f"{self.point.attack} {self.setting}" if self.point.victim else \
+            f"{self.point.attack} · {self.setting}"
+
+    @property
+    def setting(self) -> str:
+        """Everything but the defense and the attack: the attacks of a portfolio at one
+        defense setting share it (:mod:`fedleak.harness.sweep.worst_case`)."""
         p = self.point
         if p.victim:
-            return f"{p.attack} vs victims"
+            return "vs victims"
         trained = ("trained" if p.trained is True else "untrained" if p.trained is False
                    else f"checkpoint {Path(str(p.trained)).name}")
         kind = p.protocol.kind if p.protocol else "?"
-        return f"{p.attack} · {p.model} · {p.dataset} · {kind} · {trained}"
+        return f"{p.model} · {p.dataset} · {kind} · {trained}"
 
     @property
     def psnr(self) -> float | None:

@@ -42,7 +42,7 @@ from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
 from fedleak.harness.sweep.ray_backend import RayOptions, run_on_ray
 from fedleak.harness.sweep.spec import SweepSpec
-from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+from fedleak.harness.sweep.store import STORE_NAME, DuplicateMeasurement, ResultStore
 
 SPEC_NAME = "spec.toml"
 
@@ -238,6 +238,8 @@ def measure_points(point_jsons: list[str], run_dir: str, token: str | None,
     points = [Point.from_json(text) for text in point_jsons]
     root = Path(run_dir)
     with ResultStore(root / STORE_NAME) as store:
+        for point in points:
+            share_utility(store, point)
         needs = [needs_of(store, point) for point in points]
         for point, need in zip(points, needs, strict=True):
             progress.start(point.point_id, point.label, need.steps(point))
@@ -265,6 +267,19 @@ def measure_points(point_jsons: list[str], run_dir: str, token: str | None,
             progress.end(pid, done_line(point.label, pid, *store.finished(pid)))
             results.append((pid, point.label, "done", ""))
         return results
+
+
+def share_utility(store: ResultStore, point: Point) -> None:
+    """Copy the utility another attack of the portfolio measured at this point's setting
+    (utility does not depend on the attack), so it is trained once per setting."""
+    if not point.utility_settings.enabled or store.done(point.point_id, "utility"):
+        return
+    shared = store.shared_utility(point)
+    if shared is not None:
+        try:
+            store.record(point.point_id, "utility", shared, time.time())
+        except DuplicateMeasurement:
+            pass
 
 
 def needs_of(store: ResultStore, point: Point) -> Needs:

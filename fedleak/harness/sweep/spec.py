@@ -12,6 +12,9 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
     rounds = 3                      # K: private batches attacked per point
     batch_size = 1                  # n: private images per batch
     seed = 0
+    portfolio = false               # true: every point is attacked by each listed attack
+                                    # applicable to it, at one budget; the report shows the
+                                    # strongest per defense setting (worst case)
 
     [[sweep.attack]]                # one table per attack; other keys are its options
     name = "inverting-gradients"
@@ -73,7 +76,7 @@ PRESETS_FOLDER = "presets"
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
-             "defense"}
+             "defense", "portfolio"}
 _DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
 
 
@@ -97,6 +100,7 @@ class SweepSpec:
     data_root: str | None = None
     train_epochs: int = 20
     resources: PointResources = field(default_factory=PointResources)
+    portfolio: bool = False
     source: str = field(default="", repr=False)
 
     def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
@@ -113,6 +117,7 @@ class SweepSpec:
         out: dict[str, Point] = {}
         if victims:
             for attack, options in self.attacks:
+                options = {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}
                 for address in victims:
                     point = Point(attack=attack, attack_options=options, model="", dataset="",
                                   protocol=None, defenses=(), trained=False, victim=address,
@@ -126,6 +131,8 @@ class SweepSpec:
             architecture = options.pop(ARCHITECTURE_KEY, None)
             if architecture is not None:  # the user runs the server's architecture around it
                 model = server_architecture(str(architecture), model)
+            if self.portfolio and not applicable(attack, protocol):
+                continue
             point = Point(attack=attack, attack_options=options, model=model,
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
                           trained=trained, label=d.label, group=d.group, param=d.param,
@@ -216,8 +223,47 @@ def parse_spec(text: str, source: str = "spec") -> SweepSpec:
         data_root=str(sweep["data_root"]) if sweep.get("data_root") else None,
         train_epochs=_positive_int(sweep.get("train_epochs", 20), "sweep.train_epochs"),
         resources=_resources(sweep.get("resources", {})),
+        portfolio=_portfolio(sweep),
         source=text,
     )
+
+
+def applicable(attack: str, protocol: Protocol) -> bool:
+    """Whether ``attack`` can attack a victim speaking ``protocol``: an attack on updates
+    whose accepted update kinds (``update_kinds`` of its class, default any) include the
+    protocol's (``fedavg`` inverts FedAvg deltas only)."""
+    from fedleak.attacks import attack_class
+
+    cls = attack_class(attack)
+    kinds = getattr(cls, "update_kinds", None)
+    return cls.threat_model == "update" and (kinds is None or protocol.update_kind() in kinds)
+
+
+def _portfolio(sweep: dict[str, Any]) -> bool:
+    """``portfolio``, checked: a boolean; with it on, every protocol has an applicable attack
+    and the attacks share one budget (the same ``iterations`` where they have one)."""
+    value = sweep.get("portfolio", False)
+    if not isinstance(value, bool):
+        raise SpecError(f"sweep.portfolio must be true or false, got {value!r}")
+    if not value:
+        return False
+    from fedleak.attacks import create_attack
+
+    attacks = _attacks(sweep.get("attack", [{"name": "inverting-gradients"}]))
+    for protocol in _protocols(sweep.get("protocol", [{}])):
+        if not any(applicable(name, protocol) for name, _ in attacks):
+            raise SpecError(f"sweep.portfolio: no listed attack can attack a {protocol.kind} "
+                            "victim's updates; add one (inverting-gradients attacks both)")
+    budgets = {name + str(options): getattr(create_attack(name, options).config, "iterations",
+                                            None) for name, options in attacks}
+    known = {b for b in budgets.values() if b is not None}
+    if len(known) > 1:
+        listed = ", ".join(f"{k.split('{')[0]}: {v}" for k, v in budgets.items()
+                           if v is not None)
+        raise SpecError(f"sweep.portfolio: the attacks must share one budget, but their "
+                        f"iterations differ ({listed}); give every [[sweep.attack]] the same "
+                        "iterations")
+    return True
 
 
 # --------------------------------------------------------------------------- axes

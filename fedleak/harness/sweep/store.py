@@ -155,6 +155,18 @@ class ResultStore:
             raise
         return int(cursor.lastrowid or 0)
 
+    def shared_utility(self, point: Point) -> dict[str, Any] | None:
+        """A utility measurement of another point with the same :attr:`Point.utility_id`
+        (another attack of a portfolio at the same setting), or None."""
+        for stored in self.points():
+            other = stored.point
+            if other.point_id != point.point_id and other.utility_id == point.utility_id \
+                    and self.done(other.point_id, "utility"):
+                for m in self.measurements(other.point_id):
+                    if m.kind == "utility":
+                        return m.metrics
+        return None
+
     def measurements(self, point_id: str | None = None) -> list[Measurement]:
         query = ("SELECT id, point_id, kind, metrics, started_at, finished_at FROM measurements")
         args: tuple[Any, ...] = ()

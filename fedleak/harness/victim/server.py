@@ -96,6 +96,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             image_score_budget=v.score_budget.image_limit,
             image_scores_left=v.score_budget.image_scores_left(),
             images_score_exhausted=v.score_budget.images_exhausted(),
+            buffers_returned=v.config.buffers_returned,
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
@@ -130,6 +131,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             num_images=result.num_images,
             local_steps=result.local_steps,
             metadata=result.metadata,
+            buffers=[encode_tensor(b, n) for n, b in (result.buffers or {}).items()],
         )
 
     def _round_inputs(self, request: Any) -> tuple[dict, dict, ProtocolChanges]:

@@ -68,6 +68,8 @@ class VictimSettings:
     secagg_drops: tuple[str, ...] = ()
     release: ReleaseSettings = field(default_factory=ReleaseSettings)
     limits: VictimLimits = field(default_factory=VictimLimits)
+    #: when updates carry the buffers local training left: never, fedavg, always
+    buffers: str = "fedavg"
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -151,6 +153,7 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         release=dataclasses.replace(s.release, seed=s.seed),
         limits=s.limits,
         split=s.split,
+        buffers_returned=s.buffers,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator)

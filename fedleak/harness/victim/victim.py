@@ -30,7 +30,7 @@ from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
 from fedleak.harness.shared.defended_update import defended_update
 from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.shared.models import ModelSpec
-from fedleak.harness.shared.protocol import Protocol, ProtocolChanges, ProtocolError
+from fedleak.harness.shared.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
 from fedleak.harness.victim.rounds import Round, RoundBook
@@ -62,6 +62,23 @@ class VictimConfig:
     limits: VictimLimits = field(default_factory=VictimLimits)
     #: which split of the data set the private pool was drawn from (public: Describe says it)
     split: str = ""
+    #: when an update carries the buffers local training left (:data:`BUFFER_MODES`)
+    buffers_returned: str = "fedavg"
+
+    def __post_init__(self) -> None:
+        if self.buffers_returned not in BUFFER_MODES:
+            raise ValueError(f"buffers must be one of {', '.join(BUFFER_MODES)}, got "
+                             f"{self.buffers_returned!r}")
+
+    def returns_buffers(self, protocol: Protocol) -> bool:
+        """Whether a round run under ``protocol`` sends its buffers with the update."""
+        return self.buffers_returned == "always" or (
+            self.buffers_returned == "fedavg" and protocol.kind == FEDAVG)
+
+
+#: When a victim's updates carry its buffers: never, in FedAvg rounds (as a FedAvg client
+#: sending its ``state_dict`` does; the default), always.
+BUFFER_MODES = ("never", "fedavg", "always")
 
 
 @dataclass
@@ -73,6 +90,8 @@ class UpdateResult:
     num_images: int
     local_steps: int
     metadata: dict[str, str] = field(default_factory=dict)
+    #: the buffers local training left, when the victim returns them (else None)
+    buffers: dict[str, torch.Tensor] | None = None
 
 
 class Victim:
@@ -190,6 +209,8 @@ class Victim:
             num_images=len(indices),
             local_steps=protocol.local_steps(len(indices)),
             metadata=metadata,
+            buffers={n: b.detach().cpu().clone() for n, b in bufs.items()}
+            if self.config.returns_buffers(protocol) else None,
         )
 
     def _defended_update(

@@ -1,0 +1,131 @@
+"""Defense-aware parts chosen from what the victim publishes, or named by the user.
+
+An optimisation attack's ``objective`` and ``replay`` options are part specs,
+``NAME`` or ``NAME:key=value;key=value`` (``-o objective=gaussian:masked=off``), or ``auto``:
+the part that models the published defense chain (:attr:`Observation.defenses`):
+
+=====================================  ===================  ==============
+published                              objective            replay
+=====================================  ===================  ==============
+nothing, or ``clip`` alone             ``cosine``           ``plain``
+``prune`` alone                        ``masked-cosine``    ``plain``
+``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked ``plain``
+(with or without ``prune``)            when pruned)
+``dpsgd``, FedSGD, n > 1, no Poisson   (as above)           ``dp-clipped``
+=====================================  ===================  ==============
+
+``clip`` scales the whole update: every objective here is scale-invariant, so the cosine is
+already its aware choice (and the ``gaussian`` objective profiles the scale out). For one image
+DP-SGD's clipping is a scale as well, so the plain replay is kept. The choice and its reasons go
+into the reconstruction's extras (``metrics.json``); a named part that does not fit the
+observation is refused before the first iteration (:class:`~fedleak.attacks.objectives.PartError`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fedleak.attacks.objectives import (
+    OBJECTIVES,
+    ObjectivePart,
+    PartError,
+    create_objective,
+)
+from fedleak.attacks.observation import Observation
+from fedleak.attacks.published import find
+from fedleak.attacks.replays import REPLAYS, ReplayPart, create_replay
+
+AUTO = "auto"
+NOISY = ("noise", "quantize", "dpsgd")
+
+
+@dataclass
+class Parts:
+    """The objective and replay an attack runs with, and why they were chosen."""
+
+    objective: ObjectivePart
+    replay: ReplayPart
+    reasons: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, object]:
+        """What metrics.json records of the choice."""
+        return {"objective": self.objective.name, "replay": self.replay.name,
+                "part_reasons": list(self.reasons)}
+
+
+def parse_part(spec: str) -> tuple[str, dict[str, str]]:
+    """``gaussian:masked=on;x=1`` → (``gaussian``, {masked: on, x: 1})."""
+    name, _, rest = spec.partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in rest.split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PartError(f"part option {item!r} in {spec!r} must look like key=value "
+                            "(several separated by ';')")
+        options[key.strip()] = value.strip()
+    return name.strip(), options
+
+
+def check_spec(spec: str, kind: str) -> None:
+    """Refuse an unknown part name or option now (at configuration time)."""
+    if spec == AUTO:
+        return
+    name, options = parse_part(spec)
+    registry = OBJECTIVES if kind == "objective" else REPLAYS
+    registry.create(name, options)
+
+
+def auto_objective(observation: Observation) -> tuple[str, str]:
+    """The objective modelling the published chain, and the reason."""
+    names = {d.name for d in observation.defenses}
+    noisy = sorted(names & set(NOISY))
+    if noisy:
+        return "gaussian", (f"{'/'.join(noisy)} published: Gaussian likelihood with the "
+                            "published per-layer noise" +
+                            (", masked to the kept coordinates" if "prune" in names else ""))
+    if "prune" in names:
+        return "masked-cosine", "prune published: cosine over the coordinates kept"
+    if "clip" in names:
+        return "cosine", "clip published: a scale, which the cosine ignores"
+    return "cosine", "no defense published"
+
+
+def auto_replay(observation: Observation) -> tuple[str, str | None]:
+    """The replay modelling the published chain, and the reason (None: nothing to model)."""
+    dp = find(observation.defenses, "dpsgd")
+    if dp is None:
+        return "plain", None
+    if observation.update_kind == "delta":
+        return "plain", ("dpsgd published, but a FedAvg user clips inside every local step; "
+                         "replayed without clipping")
+    if dp.params.get("poisson", "False").lower() == "true":
+        return "plain", "dpsgd samples batches at random (Poisson); replayed without clipping"
+    if observation.num_images == 1:
+        return "plain", "dpsgd published; one image's clipping is a scale the objective ignores"
+    return "dp-clipped", "dpsgd published: per-example clipping to its C inside the replay"
+
+
+def choose_parts(observation: Observation, objective: str = AUTO,
+                 replay: str = AUTO) -> Parts:
+    """The parts for ``observation``: ``auto`` specs are chosen from its published defenses,
+    named ones are built and checked. Raises :class:`PartError` (what to change) when a part
+    does not fit the observation."""
+    reasons = []
+    if objective == AUTO:
+        name, reason = auto_objective(observation)
+        objective_part = create_objective(name)
+        reasons.append(f"objective {name}: {reason}")
+    else:
+        name, options = parse_part(objective)
+        objective_part = create_objective(name, options)
+    if replay == AUTO:
+        name, why = auto_replay(observation)
+        replay_part = create_replay(name)
+        if why:
+            reasons.append(f"replay {name}: {why}")
+    else:
+        name, options = parse_part(replay)
+        replay_part = create_replay(name, options)
+    objective_part.check(observation)
+    replay_part.check(observation)
+    return Parts(objective_part, replay_part, reasons)

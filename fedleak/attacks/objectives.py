@@ -1,0 +1,284 @@
+"""Gradient-matching objectives of the optimisation attacks, as small registered parts.
+
+Every part here is a cosine distance between a *weighted* copy of the replayed update u(x) and
+of the observed update u*,
+
+    J(u) = 1 − ⟨D ⊙ u, D ⊙ u*⟩ / (‖D ⊙ u‖ ‖D ⊙ u*‖),                              (1)
+
+for a fixed non-negative diagonal D (one tensor per parameter, or one number per layer) that
+the part derives from the observed update and from the defense chain the victim publishes
+(:class:`~fedleak.attacks.published.PublishedDefense`: Kerckhoffs, the mechanism is public).
+By the chain rule ∂J/∂u = D ⊙ ∂J/∂(D ⊙ u), so the analytic gradient of Inverting Gradients'
+cosine (``s · (u* − (a/b) u)``, :class:`~fedleak.attacks.inverting_gradients.CosineObjective`)
+is reused on the weighted vectors and multiplied by D once more (:class:`WeightedObjective`).
+
+- ``cosine``: D = 1, eq. (4) of Geiping et al. (2020): the plain attack.
+- ``masked-cosine``: D = 1[u* ≠ 0], the coordinates a pruning defense kept (breaching's masked
+  cosine). Pruning zeroes the (1 − p) smallest entries; the plain cosine asks the candidate's
+  update to be zero there too, which no real image does. The mask drops those coordinates.
+- ``gaussian``: the profile likelihood of a noised update. If u* = λ u(x*) + ξ with ξ_l ~
+  N(0, σ_l² I) per layer and an unknown scale λ ≥ 0 (clipping, the step size), maximising the
+  likelihood over λ in closed form leaves maximising ⟨W u, u*⟩² / ⟨W u, u⟩ with W = diag(1/σ_l²),
+  i.e. eq. (1) with D_l = 1/σ_l (the sign kept, so the candidate points along u*). σ_l² is the
+  sum of what the published defenses add per coordinate: ``noise`` σ²; DP-SGD's noise
+  (σ C / B per step, B the expected batch size, τ per step and √steps over FedAvg's steps);
+  ``quantize``'s stochastic rounding, (m_l/s)²/6 on average with m_l = max|u*_l| (the scale
+  survives quantisation exactly) and s = 2^{bits−1} − 1 levels. With isotropic noise alone
+  D is constant and this *is* the cosine: the noise level then cannot help the data term
+  (the prior's weight is the place it would act). Clipping the update scales it: λ absorbs it,
+  which is the clipping-aware scale handling (every objective here is scale-invariant).
+  With ``masked`` on (the default when a ``prune`` is published) D is multiplied by the mask.
+
+Each part :meth:`~ObjectivePart.check` s the observation before the first iteration and refuses
+one it does not fit (a mask without a pruning defense) saying what to change.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from fedleak.attacks.observation import Observation
+from fedleak.attacks.published import PublishedDefense, find
+from fedleak.registry import ConfigError, Registry
+
+
+class PartError(ConfigError):
+    """An attack part that does not fit the observation, or an unknown part or option."""
+
+
+class GradientObjective(Protocol):
+    """What the optimisation loop needs from an objective over replayed updates."""
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]: ...
+
+
+class AttackPart(ABC):  # noqa: B024 - the kinds of part add their abstract method
+    """A registered part of an optimisation attack, with a typed ``Config`` dataclass."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[Any]]
+
+    def __init__(self, config: Any | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    def check(self, observation: Observation) -> None:
+        """Raise :class:`PartError` saying what to change when this part does not fit."""
+        return None
+
+
+class ObjectivePart(AttackPart):
+    """A registered objective: builds eq. (1) with its own D for an observation."""
+
+    @abstractmethod
+    def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
+                 per_row: bool) -> list[torch.Tensor] | None:
+        """D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None
+        for D = 1."""
+
+
+OBJECTIVES: Registry[ObjectivePart] = Registry("objective", "fedleak.objectives", PartError)
+
+
+def register_objective(name: str) -> Callable[[type[ObjectivePart]], type[ObjectivePart]]:
+    """Class decorator: make an objective part available as ``name``."""
+    return OBJECTIVES.register(name)
+
+
+@dataclass
+class NoOptions:
+    """A part without options."""
+
+
+@register_objective("cosine")
+class Cosine(ObjectivePart):
+    """``1 − cos(u, u*)`` over the whole update (D = 1): Inverting Gradients' eq. (4)."""
+
+    Config = NoOptions
+
+    def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
+                 per_row: bool) -> list[torch.Tensor] | None:
+        return None
+
+
+def kept_mask(observed: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``1[u* ≠ 0]`` per tensor, in the update's dtype: the coordinates a pruning defense kept."""
+    return [(o != 0).to(o.dtype) for o in observed]
+
+
+def require_prune(observation: Observation, part: str) -> None:
+    """Refuse a masked objective when the victim publishes no pruning defense."""
+    if find(observation.defenses, "prune") is None:
+        published = ", ".join(d.name for d in observation.defenses) or "none"
+        raise PartError(f"objective {part!r} matches only the coordinates a pruning defense "
+                        f"kept, but the victim publishes no prune defense (published: "
+                        f"{published}); use -o objective=cosine, or defend the victim with "
+                        "--defense prune:p=...")
+
+
+@dataclass
+class MaskedConfig:
+    outside: float = field(default=0.0, metadata={
+        "help": "weight of the coordinates pruning zeroed (0: ignore them; 1: plain cosine)"})
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.outside <= 1:
+            raise ValueError(f"outside must lie in [0, 1], got {self.outside}")
+
+
+@register_objective("masked-cosine")
+class MaskedCosine(ObjectivePart):
+    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0]: the cosine over the
+    coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones down-weighted."""
+
+    Config = MaskedConfig
+    config: MaskedConfig
+
+    def check(self, observation: Observation) -> None:
+        require_prune(observation, self.name)
+
+    def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
+                 per_row: bool) -> list[torch.Tensor] | None:
+        w = self.config.outside
+        return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
+
+
+@dataclass
+class GaussianConfig:
+    masked: str = field(default="auto", metadata={
+        "help": "also mask to u* != 0: on, off, or auto (on when a prune defense is published)"})
+
+    def __post_init__(self) -> None:
+        if self.masked not in ("auto", "on", "off"):
+            raise ValueError(f"masked must be auto, on or off, got {self.masked!r}")
+
+
+def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
+                    per_row: bool) -> list[torch.Tensor]:
+    """σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the
+    published defenses add to each coordinate of the update (module docstring)."""
+    defenses = observation.defenses
+    isotropic = 0.0
+    noise = find(defenses, "noise")
+    if noise is not None:
+        sigma = noise.number("sigma", 0.0)
+        laplace = noise.params.get("distribution", "gaussian") == "laplace"
+        isotropic += (2 if laplace else 1) * sigma**2
+    dp = find(defenses, "dpsgd")
+    if dp is not None:
+        per_step = dp.number("noise-multiplier", 0.0) * dp.number("max-grad-norm", 1.0) / \
+            max(observation.num_images if observation.update_kind != "delta" else
+                _batch_size(observation), 1)
+        if observation.update_kind == "delta":
+            per_step *= float(observation.learning_rate or 1.0)
+            isotropic += max(observation.local_steps, 1) * per_step**2
+        else:
+            isotropic += per_step**2
+    quantize = find(defenses, "quantize")
+    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
+    out = []
+    for o in observed:
+        if per_row:
+            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
+            scale = scale.view(-1, *[1] * (o.dim() - 1))
+        else:
+            scale = o.detach().abs().max().double()
+        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
+        out.append(rounding + isotropic)
+    return out
+
+
+def _batch_size(observation: Observation) -> int:
+    """The user's local batch size for FedAvg: n / (steps per epoch), at least 1."""
+    return max(1, math.ceil(observation.num_images / max(observation.local_steps, 1)))
+
+
+@register_objective("gaussian")
+class GaussianLikelihood(ObjectivePart):
+    """Profile likelihood of u* = λ u(x) + ξ, ξ_l ~ N(0, σ_l²): eq. (1) with D_l = 1/σ_l."""
+
+    Config = GaussianConfig
+    config: GaussianConfig
+
+    def _masked(self, observation: Observation) -> bool:
+        if self.config.masked == "auto":
+            return find(observation.defenses, "prune") is not None
+        return self.config.masked == "on"
+
+    def check(self, observation: Observation) -> None:
+        if self.config.masked == "on":
+            require_prune(observation, f"{self.name} (masked=on)")
+
+    def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
+                 per_row: bool) -> list[torch.Tensor] | None:
+        variances = noise_variances(observed, observation, per_row)
+        positive = [v[v > 0] for v in variances]
+        floor = min((float(p.min()) for p in positive if p.numel()), default=0.0)
+        masks = kept_mask(observed) if self._masked(observation) else None
+        if floor == 0.0 and masks is None:
+            return None  # no published noise: D constant, the cosine itself
+        out = []
+        for index, (o, v) in enumerate(zip(observed, variances, strict=True)):
+            weight = (v.clamp(min=floor).rsqrt() * math.sqrt(floor)).to(o.dtype) if floor \
+                else torch.ones((), dtype=o.dtype, device=o.device)
+            weight = weight.to(o.device)
+            out.append(weight * masks[index] if masks is not None else weight)
+        return out
+
+
+class WeightedObjective:
+    """Eq. (1): an unweighted cosine objective applied to D ⊙ u and D ⊙ u*, its gradient
+    multiplied by D (the chain rule). ``inner`` builds the cosine (one update, or restarts)."""
+
+    def __init__(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+                 diag: Sequence[torch.Tensor], **options: Any) -> None:
+        self.diag = list(diag)
+        self.inner = inner([o * d for o, d in zip(observed, self.diag, strict=True)], **options)
+
+    def _weighted(self, candidate: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [u.detach() * d for u, d in zip(candidate, self.diag, strict=True)]
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """J at ``candidate``."""
+        value: torch.Tensor = self.inner.value(self._weighted(candidate))
+        return value
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """J, the cotangents D ⊙ g (g the cosine's, at D ⊙ u) and the cosine's scale."""
+        value, grads, scale = self.inner.value_and_output_grads(self._weighted(candidate))
+        return value, [g.mul_(d) for g, d in zip(grads, self.diag, strict=True)], scale
+
+
+def build_objective(part: ObjectivePart, inner: Callable[..., Any],
+                    observed: Sequence[torch.Tensor], observation: Observation,
+                    **options: Any) -> Any:
+    """``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted
+    when the part's D is not 1. ``options`` go to ``inner`` (``per_row``)."""
+    diag = part.diagonal(observed, observation, bool(options.get("per_row", False)))
+    if diag is None:
+        return inner(list(observed), **options)
+    return WeightedObjective(inner, observed, diag, **options)
+
+
+def create_objective(name: str, options: Mapping[str, Any] | None = None) -> ObjectivePart:
+    """Objective part ``name`` with ``options``; unknown names list the valid ones."""
+    return OBJECTIVES.create(name, options)
+
+
+def objective_names() -> tuple[str, ...]:
+    """Every registered objective part."""
+    return OBJECTIVES.names()
+
+
+def published_names(defenses: Sequence[PublishedDefense]) -> str:
+    """``prune, quantize`` — the published chain in one phrase (``none`` when empty)."""
+    return ", ".join(d.name for d in defenses) or "none"

@@ -1,0 +1,46 @@
+"""The defense chain a victim publishes (Kerckhoffs): what an adaptive attack may know.
+
+``Describe`` reports every defense of the user's chain with its public parameters and stage
+(``DefenseSpec``); the server keeps them in :attr:`Observation.defenses
+<fedleak.attacks.observation.Observation.defenses>` as :class:`PublishedDefense` values, so a
+defense-aware attack part (:mod:`fedleak.attacks.objectives`, :mod:`fedleak.attacks.replays`)
+can read the mechanism it models without ever seeing the defense's randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PublishedDefense:
+    """One published defense: its registered name, public parameters (strings, with dashes,
+    as ``DefenseSpec.params`` carries them) and stage (per-example, update, transport)."""
+
+    name: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    stage: str = "update"
+
+    def number(self, key: str, default: float) -> float:
+        """Parameter ``key`` as a float (``default`` when not published); a published value
+        that is not a number is refused with the key named."""
+        raw = self.params.get(key, self.params.get(key.replace("-", "_")))
+        if raw is None:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"defense {self.name!r} publishes {key}={raw!r}, not a number; "
+                             "an adaptive attack part cannot read it") from None
+
+
+def published(items: Iterable[tuple[str, Mapping[str, str], str]]) -> tuple[PublishedDefense,
+                                                                            ...]:
+    """``(name, params, stage)`` triples (``DefenseChain.describe``, ``DefenseSpec``) as values."""
+    return tuple(PublishedDefense(name, dict(params), stage) for name, params, stage in items)
+
+
+def find(defenses: Iterable[PublishedDefense], name: str) -> PublishedDefense | None:
+    """The first published defense called ``name``, or None."""
+    return next((d for d in defenses if d.name == name), None)

@@ -1,0 +1,234 @@
+"""Attack parts (objectives, replays) and the defense-aware choice from published defenses.
+
+The first test pins today's results (recorded before the parts existed) at fixed seeds: the
+sequential, vectorised-restart, FedAvg and packed paths of the undefended attack must stay
+exactly what they were.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedleak.attacks import create_attack
+from fedleak.attacks.adaptive import choose_parts
+from fedleak.attacks.inverting_gradients import CosineObjective
+from fedleak.attacks.objectives import (
+    PartError,
+    WeightedObjective,
+    create_objective,
+    kept_mask,
+)
+from fedleak.attacks.published import PublishedDefense
+from fedleak.attacks.registry import AttackConfigError
+from fedleak.defenses import build_chain
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.observation import observe
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
+from tests.helpers import make_observation
+
+DIGITS = load_dataset("digits", "all")
+FEDAVG = Protocol(kind="fedavg", local_epochs=2, batch_size=1, learning_rate=0.05)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def digits_observation(n: int = 1, protocol: Protocol = Protocol(),  # noqa: B008
+                       seed: int = 0, defenses: list | None = None):
+    torch.manual_seed(seed)
+    info = DIGITS.info
+    model = build_model("mlp", info.shape, info.num_classes)
+    x, y = DIGITS.images[:n], DIGITS.labels[:n]
+    if defenses is None:
+        return make_observation("mlp", info.shape, info.num_classes, x, y, protocol, seed=seed)
+    return observe(model, x, y, info, protocol, defenses=build_chain(defenses),
+                   generator=torch.Generator().manual_seed(7))
+
+
+def summary(result) -> tuple[float, float, float]:
+    return (float(result.images.double().sum()), float(result.images.double().abs().sum()),
+            result.objective)
+
+
+def test_undefended_attacks_are_exactly_what_they_were():
+    """Recorded on the commit before the parts (sums of the images and the objective)."""
+    exact = pytest.approx
+    got = create_attack("inverting-gradients", {"iterations": 30}).reconstruct(
+        digits_observation(), seed=3)
+    assert summary(got) == exact((-17.698379561305046, 33.73286010324955, 0.2268226593732834),
+                                 rel=1e-9)
+    assert got.extras["objective"] == "cosine" and got.extras["replay"] == "plain"
+    got = create_attack("inverting-gradients", {"iterations": 30, "restarts": 3}).reconstruct(
+        digits_observation(2), seed=3)
+    assert summary(got) == exact((-40.04061379950144, 75.22515966076753, 0.14259576797485352),
+                                 rel=1e-9)
+    got = create_attack("fedavg", {"iterations": 30, "restarts": 2}).reconstruct(
+        digits_observation(2, FEDAVG), seed=1)
+    assert summary(got) == exact((-32.0730183464475, 69.52890105126426, 0.24682001769542694),
+                                 rel=1e-9)
+    many = create_attack("inverting-gradients", {"iterations": 20, "restarts": 2}) \
+        .reconstruct_many([digits_observation(seed=0), digits_observation(seed=1)], seeds=[5, 9])
+    assert [summary(r) for r in many] == [
+        exact((-18.086907640099525, 35.479786425828934, 0.2922258675098419), rel=1e-9),
+        exact((-12.83115230128169, 39.029886569827795, 0.2586967349052429), rel=1e-9)]
+
+
+def test_weighted_objective_gradient_is_the_chain_rule_of_eq_1():
+    """D ⊙ (cosine gradient at D ⊙ u) equals autograd of 1 − cos(D u, D u*)."""
+    torch.manual_seed(0)
+    observed = [torch.randn(4, 3), torch.randn(5)]
+    observed[0][0] = 0
+    diag = [kept_mask(observed)[0], torch.tensor(0.3)]
+    candidate = [torch.randn(1, 4, 3, requires_grad=True), torch.randn(1, 5, requires_grad=True)]
+    objective = WeightedObjective(CosineObjective, observed, diag)
+    value, grads, scale = objective.value_and_output_grads([c.detach().clone()
+                                                            for c in candidate])
+    weighted = [c * d for c, d in zip(candidate, diag, strict=True)]
+    target = [o * d for o, d in zip(observed, diag, strict=True)]
+    dot = sum((w * t).sum() for w, t in zip(weighted, target, strict=True))
+    norms = (sum(w.square().sum() for w in weighted).sqrt() *
+             sum(t.square().sum() for t in target).sqrt())
+    expected = 1 - dot / norms
+    expected.backward()
+    assert float(value) == pytest.approx(float(expected.detach()), rel=1e-5)
+    for g, c in zip(grads, candidate, strict=True):
+        torch.testing.assert_close(g * scale, c.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_masked_cosine_is_zero_at_the_truth_where_the_plain_cosine_is_not():
+    observation = digits_observation(defenses=[("prune", {"p": 0.9})])
+    truth = normalize(DIGITS.images[:1], DIGITS.info).float()
+    labels = DIGITS.labels[:1]
+    update = [u.detach().unsqueeze(0) for u in observation.simulate(truth, labels)]
+    plain = CosineObjective(observation.update).value(update)
+    parts = choose_parts(observation)
+    assert parts.objective.name == "masked-cosine"
+    diag = parts.objective.diagonal(observation.update, observation, False)
+    assert diag is not None
+    masked = WeightedObjective(CosineObjective, observation.update, diag).value(update)
+    assert float(masked) < 1e-6 < 0.01 < float(plain)
+
+
+def test_parts_are_chosen_from_the_published_chain():
+    def chosen(defenses, n=1, protocol=Protocol()):  # noqa: B008
+        parts = choose_parts(digits_observation(n, protocol, defenses=defenses))
+        return parts.objective.name, parts.replay.name
+
+    assert chosen([]) == ("cosine", "plain")
+    assert chosen([("clip", {"max-norm": 1})]) == ("cosine", "plain")
+    assert chosen([("prune", {"p": 0.5})]) == ("masked-cosine", "plain")
+    assert chosen([("quantize", {"bits": 4})]) == ("gaussian", "plain")
+    assert chosen([("dpsgd", {"noise-multiplier": 0.01})], n=2) == ("gaussian", "dp-clipped")
+    assert chosen([("dpsgd", {"noise-multiplier": 0.01})], n=1) == ("gaussian", "plain")
+    assert chosen([("dpsgd", {"noise-multiplier": 0.01})], n=2, protocol=FEDAVG) == \
+        ("gaussian", "plain")
+
+
+def test_gaussian_weights_follow_the_published_quantisation():
+    """D_l = 1/σ_l with σ_l ∝ max|u*_l|: layers with a finer grid weigh more; none without
+    published noise."""
+    observation = digits_observation(defenses=[("quantize", {"bits": 4})])
+    part = create_objective("gaussian")
+    diag = part.diagonal(observation.update, observation, False)
+    assert diag is not None
+    scales = [float(u.abs().max()) for u in observation.update]
+    ratios = [float(d) * s for d, s in zip(diag, scales, strict=True)]
+    assert ratios == pytest.approx([ratios[0]] * len(ratios), rel=1e-4)
+    assert part.diagonal(observation.update, digits_observation(), False) is None
+
+
+def test_dp_clipped_replay_reproduces_the_users_clipped_update():
+    """With σ = 0 the DP-SGD user's FedSGD update is exactly the clipped replay."""
+    defenses = [("dpsgd", {"noise-multiplier": 0.0, "max-grad-norm": 0.05})]
+    observation = digits_observation(3, defenses=defenses)
+    truth = normalize(DIGITS.images[:3], DIGITS.info).float().unsqueeze(0)
+    labels = DIGITS.labels[:3]
+    parts = choose_parts(observation)
+    assert parts.replay.name == "dp-clipped"
+
+    def base(images, y):
+        return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
+
+    clipped = parts.replay.wrap(base, observation)(truth, labels)
+    for sent, replayed in zip(observation.update, clipped, strict=True):
+        torch.testing.assert_close(replayed[0].detach(), sent, rtol=1e-4, atol=1e-7)
+    plain = base(truth, labels)
+    assert not torch.allclose(plain[0][0].detach(), observation.update[0], atol=1e-5)
+
+
+def test_parts_that_do_not_fit_are_refused_before_the_first_iteration():
+    observation = digits_observation()
+    attack = create_attack("inverting-gradients", {"iterations": 1, "objective": "masked-cosine"})
+    with pytest.raises(PartError, match="prune"):
+        attack.reconstruct(observation)
+    attack = create_attack("inverting-gradients", {"iterations": 1, "replay": "dp-clipped"})
+    with pytest.raises(PartError, match="max-norm"):
+        attack.reconstruct(observation)
+    fedavg = digits_observation(2, FEDAVG, defenses=[("dpsgd", {"noise-multiplier": 0.1})])
+    attack = create_attack("fedavg", {"iterations": 1, "replay": "dp-clipped"})
+    with pytest.raises(PartError, match="replay=plain"):
+        attack.reconstruct(fedavg)
+    with pytest.raises(AttackConfigError, match="masked-cosine"):
+        create_attack("inverting-gradients", {"objective": "cosinus"})
+    with pytest.raises(AttackConfigError, match="masked"):
+        create_attack("inverting-gradients", {"objective": "gaussian:mask=on"})
+
+
+def test_packed_points_with_different_defenses_get_their_own_objective():
+    pruned = digits_observation(defenses=[("prune", {"p": 0.9})])
+    plain = digits_observation(seed=1, defenses=[])
+    attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2})
+    many = attack.reconstruct_many([pruned, plain], seeds=[2, 4])
+    alone = [attack.reconstruct(pruned, seed=2), attack.reconstruct(plain, seed=4)]
+    assert [r.extras["objective"] for r in many] == ["masked-cosine", "cosine"]
+    assert many[0].extras["packed_with"] == 2
+    for packed, single in zip(many, alone, strict=True):
+        torch.testing.assert_close(packed.images, single.images, rtol=1e-4, atol=1e-4)
+
+
+def test_published_defense_numbers_are_read_or_refused():
+    defense = PublishedDefense("dpsgd", {"max-grad-norm": "2.5", "clipping": "flat"})
+    assert defense.number("max-grad-norm", 1.0) == 2.5
+    assert defense.number("noise-multiplier", 0.3) == 0.3
+    with pytest.raises(ValueError, match="clipping"):
+        defense.number("clipping", 0.0)
+
+
+def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
+        tmp_path: Path):
+    """Describe publishes the chain; the attacker process picks the part and records it."""
+    args = ["--dataset", "digits", "--split", "all", "--images", "0-1", "--model", "mlp",
+            "--batch-size", "1", "--defense", "prune:p=0.9"]
+    with VictimProcess(args) as victim:
+        out = tmp_path / "run"
+        done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
+                               victim.address, "--iterations", "5", "--out", str(out),
+                               "--quiet"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
+        assert entry["parts"]["objective"] == "masked-cosine"
+        assert "prune" in entry["parts"]["part_reasons"][0]
+
+
+def test_attack_help_lists_parts_and_their_options():
+    from click.testing import CliRunner
+
+    from fedleak.harness.cli.attack import attack
+
+    shown = CliRunner().invoke(attack, ["--help"], terminal_width=200).output
+    for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
+                 "outside (float, default 0.0)", "bn-source (str, default auto)"):
+        assert line in shown

@@ -1,0 +1,130 @@
+"""BatchNorm buffers on the wire, the batch statistics inferred from them, and the prior."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fedleak.attacks import create_attack
+from fedleak.attacks.batch_statistics import batch_norm_prior, target_statistics
+from fedleak.attacks.objectives import PartError
+from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.described import dataset_info, server_model
+from fedleak.harness.attacker.update_attack import observation_for
+from fedleak.harness.shared.datasets import load_dataset, normalize
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.observation import observe
+from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.victim.victim import VictimConfig
+
+
+def victim_config(settings: VictimSettings) -> VictimConfig:
+    return VictimConfig(model=None, protocol=settings.protocol,  # type: ignore[arg-type]
+                        buffers_returned=settings.buffers)
+
+PHOTOS = load_dataset("photos", "all")
+FEDAVG = Protocol(kind="fedavg", local_epochs=1, batch_size=2, learning_rate=0.01)
+MODEL = "convnet:width=4"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def convnet_observation(protocol: Protocol = FEDAVG, n: int = 2, **kw):  # noqa: B008
+    torch.manual_seed(0)
+    model = build_model(MODEL, PHOTOS.info.shape, PHOTOS.info.num_classes)
+    return observe(model, PHOTOS.images[:n], PHOTOS.labels[:n], PHOTOS.info, protocol, **kw)
+
+
+def true_statistics(observation, images: torch.Tensor) -> dict[str, tuple]:
+    """Per BatchNorm layer, the mean and biased variance of its input on ``images``."""
+    model = observation.simulate.model
+    found: dict[str, tuple] = {}
+    hooks = [m.register_forward_hook(
+        lambda _m, i, _o, name=name: found.__setitem__(
+            name, (i[0].mean(dim=(0, 2, 3)), i[0].var(dim=(0, 2, 3), unbiased=False))))
+        for name, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)]
+    with torch.no_grad():
+        torch.func.functional_call(model, {**observation.simulate.parameters,
+                                           **{k: v.clone() for k, v in
+                                              observation.simulate.buffers.items()}},
+                                   (normalize(images, PHOTOS.info).float(),))
+    for h in hooks:
+        h.remove()
+    return found
+
+
+def test_batch_statistics_are_inferred_exactly_from_one_steps_buffers():
+    """Unbiased running variance, momentum 0.1, one forward: exact to float rounding; the
+    prior is ~0 at the true images and large elsewhere."""
+    observation = convnet_observation()
+    assert observation.returned_buffers is not None
+    targets, source = target_statistics(observation)
+    assert source == "returned"
+    truth = true_statistics(observation, PHOTOS.images[:2])
+    assert len(targets) == len(truth) >= 2
+    for target in targets:
+        mean, variance = truth[target.name]
+        torch.testing.assert_close(target.mean, mean, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(target.variance, variance, rtol=1e-3, atol=1e-4)
+    prior = batch_norm_prior(observation, targets)
+    at_truth = float(prior(normalize(PHOTOS.images[:2], PHOTOS.info).float()).detach())
+    elsewhere = float(prior(torch.randn(2, 3, 32, 32)).detach())
+    assert at_truth < 1e-2 < 1.0 < elsewhere
+    fallback, source = target_statistics(convnet_observation(return_buffers=False))
+    assert source == "global"
+    buffers = observation.simulate.buffers
+    torch.testing.assert_close(fallback[0].mean, buffers[f"{fallback[0].name}.running_mean"])
+
+
+def test_the_prior_runs_in_the_attack_and_is_refused_where_it_cannot():
+    observation = convnet_observation()
+    result = create_attack("fedavg", {"iterations": 3, "bn": 0.01, "restarts": 2}) \
+        .reconstruct(observation)
+    assert result.extras["bn_source"] == "returned" and not result.extras["vectorised_restarts"]
+    assert len(result.restart_objectives) == 2
+    torch.manual_seed(0)
+    lenet = build_model("lenet-zhu", PHOTOS.info.shape, PHOTOS.info.num_classes)
+    plain = observe(lenet, PHOTOS.images[:1], PHOTOS.labels[:1], PHOTOS.info)
+    with pytest.raises(PartError, match="no(ne)?.*bn=0|bn=0"):
+        create_attack("inverting-gradients", {"iterations": 1, "bn": 0.1}).reconstruct(plain)
+    fedsgd = convnet_observation(Protocol())
+    assert fedsgd.returned_buffers is None  # the victim's default: buffers in FedAvg only
+    with pytest.raises(PartError, match="--return-buffers"):
+        create_attack("inverting-gradients",
+                      {"iterations": 1, "bn": 0.1, "bn-source": "returned"}).reconstruct(fedsgd)
+
+
+def test_a_fedavg_victim_returns_its_buffers_and_publishes_it():
+    args = ["--dataset", "photos", "--split", "all", "--images", "0-3", "--model", MODEL,
+            "--batch-size", "2", "--protocol", "fedavg", "--local-epochs", "1",
+            "--local-batch-size", "2", "--lr", "0.01"]
+    with VictimProcess(args) as victim, VictimClient(victim.address, timeout=60) as client:
+        described = client.describe()
+        assert described.buffers_returned == "fedavg"
+        params, buffers = client.global_model()
+        received = client.compute_update(params, buffers)
+        assert received.buffers is not None and set(received.buffers) == set(buffers)
+        observation = observation_for(server_model(described), params, buffers, received,
+                                      dataset_info(described), "cpu")
+        targets, source = target_statistics(observation)
+        assert source == "returned"
+        moved = [name for name in buffers if name.endswith("num_batches_tracked")]
+        assert all(int(received.buffers[n]) == int(buffers[n]) + 1 for n in moved)
+        fedsgd = client.compute_update(params, buffers,
+                                       Protocol(kind="fedsgd"))  # not a FedAvg round
+        assert fedsgd.buffers is None
+    never = VictimSettings(buffers="never")
+    always = VictimSettings(buffers="always")
+    assert victim_config(never).returns_buffers(FEDAVG) is False
+    assert victim_config(always).returns_buffers(Protocol()) is True
+    with pytest.raises(ValueError, match="never, fedavg, always"):
+        victim_config(VictimSettings(buffers="sometimes"))
