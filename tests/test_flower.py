@@ -365,3 +365,63 @@ def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
     assert all(r["images"] and r["mean_psnr"] is not None for r in metrics["rounds"])
+
+
+# --------------------------------------------------------------------------- real deployment
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.environ.get("FEDLEAK_FLOWER_DEPLOYMENT") != "1",
+                    reason="about 80 s (Flower starts a process per message): set "
+                           "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the real SuperLink + SuperNodes")
+def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
+    """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
+    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid."""
+    bin_dir = Path(sys.executable).parent
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    link = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\naddress = "127.0.0.1:{link}"'
+        '\ninsecure = true\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "OMP_NUM_THREADS": "1",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    logs = [open(tmp_path / f"{name}.log", "w") for name in ("superlink", "node0", "node1")]
+    commands = [[str(bin_dir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                 "--port", str(link), "--database", ":flwr-in-memory-state:",
+                 "--disable-runtime-dependency-installation"]]
+    commands += [[str(bin_dir / "flower-supernode"), "--insecure", "--superlink",
+                  f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
+                  "--node-config", f"partition-id={i} num-partitions=2"] for i in (0, 1)]
+    processes = [subprocess.Popen(c, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  cwd=tmp_path) for c, log in zip(commands, logs, strict=True)]
+    out = tmp_path / "runs"
+    try:
+        run = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
+             "--stream", "--run-config",
+             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'],
+            env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+        assert all(r["images"] for r in metrics["rounds"]), metrics
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
