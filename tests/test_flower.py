@@ -147,6 +147,30 @@ def test_a_fedsgd_gradient_through_flower_equals_the_victims(tmp_path: Path) -> 
             torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
 
 
+def test_the_psnr_through_flower_is_the_psnr_against_the_victims_update(tmp_path: Path) -> None:
+    """Same θ, batch, protocol and attack seed: the audit's score (on the node) equals the
+    score of the same attack on the update fedleak's victim computes, to report precision."""
+    from fedleak.attacks import create_attack
+    from fedleak.harness.shared.datasets import denormalize
+    from fedleak.harness.shared.metrics import score_reconstruction
+
+    s = settings(tmp_path, nodes=1, protocol="fedavg", lr=0.1, images=2,
+                 options=("iterations=8", "restarts=1"), seed=3)
+    run_server(LocalGrid(s), s)
+    (entry,) = json.loads((Path(s.out) / "metrics.json").read_text())["rounds"]
+    data = load_dataset(s.dataset, "train")
+    torch.manual_seed(s.model_seed)
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    images, labels = node_batch(data, 0, 1, 1, s.images)
+    observation = observe(model, images, labels, data.info, s.procedure().protocol)
+    attack = create_attack(s.attack, s.attack_options())
+    reconstruction = attack.reconstruct(observation, device="cpu", seed=s.seed)
+    alone = score_reconstruction(denormalize(reconstruction.images, data.info).clamp(0, 1),
+                                 images)
+    assert entry["mean_psnr"] == pytest.approx(alone.mean_psnr, abs=0.02)
+    assert entry["mean_ssim"] == pytest.approx(alone.mean_ssim, abs=0.002)
+
+
 def test_a_recording_is_attacked_later_from_the_cli(tmp_path: Path) -> None:
     s = settings(tmp_path, record_only=True)
     run_server(LocalGrid(s), s)
@@ -370,6 +394,20 @@ def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -
 # --------------------------------------------------------------------------- real deployment
 
 
+def wait_listening(port: int, process: subprocess.Popen[Any], seconds: float = 60) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (or ``process`` dies)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.25)
+    raise AssertionError(f"nothing listens on port {port} (process exit {process.poll()})")
+
+
 def free_port() -> int:
     import socket
 
@@ -380,7 +418,7 @@ def free_port() -> int:
 
 @pytest.mark.integration
 @pytest.mark.skipif(os.environ.get("FEDLEAK_FLOWER_DEPLOYMENT") != "1",
-                    reason="about 80 s (Flower starts a process per message): set "
+                    reason="about 95 s (Flower starts a process per message): set "
                            "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the real SuperLink + SuperNodes")
 def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
     """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
@@ -405,6 +443,7 @@ def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
                                   cwd=tmp_path) for c, log in zip(commands, logs, strict=True)]
     out = tmp_path / "runs"
     try:
+        wait_listening(link, processes[0])
         run = subprocess.run(
             [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
              "--stream", "--run-config",
