@@ -111,26 +111,36 @@ def recorded(out: Path) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
 # --------------------------------------------------------------------------- replay fidelity
 
 
-def test_a_fedavg_update_through_flower_equals_the_victims_and_prune_keeps_its_fraction(
-        tmp_path: Path) -> None:
-    """Two local steps of B = 1 at τ = 0.1, pruned by the mod at p = 0.9: the update the audit
-    reads off each node's Flower reply is the one fedleak's victim computes for the same θ,
-    batch and protocol, and exactly 90 % of each layer is zero in what the server receives."""
-    s = settings(tmp_path, protocol="fedavg", images=2, local_batch_size=1, lr=0.1,
-                 defenses=("prune:p=0.9",), record_only=True)
+@pytest.mark.parametrize(("model", "batchnorm", "defenses", "batch"), [
+    (MLP, "train", ("prune:p=0.9",), 1),
+    ("convnet:width=2", "train", ("clip:max-norm=0.01",), 0),
+    ("convnet:width=2", "eval", (), 1),
+])
+def test_a_fedavg_update_through_flower_equals_the_victims(
+        tmp_path: Path, model: str, batchnorm: str, defenses: tuple[str, ...],
+        batch: int) -> None:
+    """Two local epochs at τ = 0.1 over 2 images, defenses as client mods, BatchNorm in
+    either mode: the update the audit reads off each node's Flower reply is the one fedleak's
+    victim computes for the same θ (buffers included), batch and protocol; a prune:p=0.9 mod
+    leaves exactly 90 % of each layer zero in what the server receives."""
+    s = settings(tmp_path, model=model, protocol="fedavg", images=2, local_epochs=2,
+                 local_batch_size=batch, lr=0.1, batchnorm=batchnorm, defenses=defenses,
+                 record_only=True)
     run_server(LocalGrid(s), s)
     rounds = recorded(Path(s.out))
     assert len(rounds) == 2
     for partition, (entry, arrays) in enumerate(sorted(rounds, key=lambda r: r[0]["folder"])):
-        assert entry["update_kind"] == "delta" and entry["local_steps"] == 2
+        assert entry["update_kind"] == "delta"
+        assert entry["local_steps"] == 2 * (2 if batch == 1 else 1)
         assert entry["warnings"] == []
-        theta = {k[6:]: v for k, v in arrays.items() if k.startswith("param/")}
-        theta.update({k[7:]: v for k, v in arrays.items() if k.startswith("buffer/")})
+        theta = {k.split("/", 1)[1]: v for k, v in arrays.items()
+                 if k.startswith(("param/", "buffer/"))}
         got = [v for k, v in arrays.items() if k.startswith("update/")]
         want = victim_update(s, theta, partition)
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
-            assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
+            if "prune:p=0.9" in defenses:
+                assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
 
 
 def test_a_fedsgd_gradient_through_flower_equals_the_victims(tmp_path: Path) -> None:
