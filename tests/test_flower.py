@@ -143,6 +143,27 @@ def test_a_fedavg_update_through_flower_equals_the_victims(
                 assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
 
 
+@pytest.mark.integration
+def test_an_out_of_process_defense_runs_as_a_client_mod(tmp_path: Path) -> None:
+    """``remote:address=...`` as a Flower mod: the node's update goes through a separate
+    ``fedleak defense serve --defense prune:p=0.9`` process and comes back pruned."""
+    from fedleak.harness.victim.process import VictimProcess
+
+    service = VictimProcess(["--defense", "prune:p=0.9", "--port", "0"],
+                            command=[sys.executable, "-m", "fedleak", "defense", "serve"]
+                            ).start()
+    try:
+        s = settings(tmp_path, protocol="fedavg", images=2, lr=0.1, record_only=True,
+                     defenses=(f"remote:address={service.address}",))
+        run_server(LocalGrid(s), s)
+        for _, arrays in recorded(Path(s.out)):
+            for key, g in arrays.items():
+                if key.startswith("update/"):
+                    assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
+    finally:
+        service.stop()
+
+
 def test_a_fedsgd_gradient_through_flower_equals_the_victims(tmp_path: Path) -> None:
     """One-step FedSGD: the gradient g = (θ − θ′)/τ the audit reads is the victim's g."""
     s = settings(tmp_path, protocol="fedsgd", images=3, lr=0.5, record_only=True)
@@ -282,10 +303,13 @@ def test_replies_that_cannot_be_attacked_are_recorded_and_the_round_goes_on(
     assert audit.run.rounds == []
     # a node with its own loop is attacked, with the loud warning
     first, _ = audit.configure_train(2, ArrayRecord(model.state_dict()), ConfigRecord(config),
-                                     grid)
+                                     grid)  # the other node's reply never comes
     own = Message(RecordDict({"arrays": record_of({k: v * 0.99 for k, v in state.items()}),
                               "metrics": MetricRecord({"num-examples": 1})}), reply_to=first)
     audit.aggregate_train(2, [own])
+    (silent,) = set(grid.contexts) - {first.metadata.dst_node_id}
+    assert any(w.startswith(f"round 2, node {silent}: not attacked: no reply") for w in
+               audit.run.warnings)
     (entry,) = audit.run.rounds
     assert any("its own loop" in w for w in entry.warnings)
     assert entry.unscored == "scoring on the nodes is off"

@@ -150,6 +150,10 @@ class LeakageAudit(Strategy):
         replies = list(replies)
         for reply in replies:
             self.audit_reply(server_round, reply)
+        answered = {reply.metadata.src_node_id for reply in replies}
+        for node in sorted(set(self._sent) - answered):
+            self._not_attacked(f"round {server_round}, node {node}",
+                               "no reply (the node failed or timed out)")
         return self.inner.aggregate_train(server_round, replies)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
