@@ -137,10 +137,16 @@ class LeakageAudit(Strategy):
         self._grid = grid
         messages = list(self.inner.configure_train(server_round, arrays, config, grid))
         self._sent = {}
+        copies: dict[int, dict[str, torch.Tensor]] = {}  # one copy of each θ sent
         for message in messages:
             records = message.content.array_records
             configs = message.content.config_records
-            theta = tensors(next(iter(records.values()))) if len(records) == 1 else {}
+            theta: dict[str, torch.Tensor] = {}
+            if len(records) == 1:
+                record = next(iter(records.values()))
+                if id(record) not in copies:  # the messages keep every record alive
+                    copies[id(record)] = tensors(record)
+                theta = copies[id(record)]
             sent_config = dict(next(iter(configs.values()))) if len(configs) == 1 else {}
             self._sent[message.metadata.dst_node_id] = (theta, sent_config)
         return messages
