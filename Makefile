@@ -21,7 +21,8 @@ else
 	$(PIP) install -c constraints.txt 'torch==2.13.0+cpu' \
 	  || $(PIP) install -c constraints.txt --extra-index-url $(TORCH_CPU_INDEX) 'torch==2.13.0+cpu'
 endif
-	$(PIP) install -c constraints.txt -e '.[dev]'
+	$(PIP) install -c constraints.txt -e '.[dev,flower]'
+	$(PIP) check
 	touch $@
 
 install: $(VENV)/.installed

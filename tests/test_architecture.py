@@ -40,7 +40,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fedleak.harness.attacker": _WIRE,
     "fedleak.harness.remote_defense": _WIRE,
     "fedleak.harness.sweep": _WIRE | {"fedleak.harness.victim", "fedleak.harness.attacker"},
-    "fedleak.harness.cli": _WIRE | _PROCESSES | {"fedleak.harness.sweep"},
+    # the Flower bridge: the only room that imports flwr (its attacker and victim sides)
+    "fedleak.harness.flower": _WIRE | {"fedleak.harness.victim", "fedleak.harness.attacker"},
+    "fedleak.harness.cli": _WIRE | _PROCESSES | {"fedleak.harness.sweep", "fedleak.harness.flower"},
 }
 
 
@@ -141,3 +143,16 @@ def _is_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def test_only_the_flower_room_imports_flwr() -> None:
+    """flwr is an optional dependency (fedleak[flower]): every other room works without it."""
+    flower = PACKAGE / "harness" / "flower"
+    for path in SOURCES:
+        if flower in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.split(".")[0] == "flwr" for n in names), \
+                f"{path} imports flwr: only fedleak/harness/flower may"

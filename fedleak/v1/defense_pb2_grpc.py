@@ -5,7 +5,7 @@ import warnings
 
 from fedleak.v1 import defense_pb2 as fedleak_dot_v1_dot_defense__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -50,7 +50,10 @@ def default_out(attack: str) -> Path:
 
 
 @click.command(cls=LazyEpilog, epilog_factory=_attack_epilog)
-@click.option("--victim", "address", required=True, help="Victim address HOST:PORT.")
+@click.option("--victim", "address", default=None, help="Victim address HOST:PORT.")
+@click.option("--from-recording", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Attack the rounds a Flower audit recorded (LeakageAudit record_only, "
+                   "`fedleak flower simulate --record-only`) instead of a victim; unscored.")
 @click.option("--attack", default="inverting-gradients", show_default=True,
               help="Attack name (listed below).")
 @click.option("--option", "-o", multiple=True, help="Attack option key=value (repeatable).")
@@ -111,6 +114,11 @@ def attack(**kw: Any) -> None:
     except AttackConfigError as err:
         raise click.UsageError(str(err)) from None
     out = Path(kw["out"]) if kw["out"] else default_out(settings.attack)
+    if (kw["address"] is None) == (kw["from_recording"] is None):
+        raise click.UsageError("give either --victim HOST:PORT or --from-recording DIR")
+    if kw["from_recording"]:
+        attack_recorded(Path(kw["from_recording"]), settings, out)
+        return
     ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
     token, score_token = read_tokens(kw)
     try:
@@ -128,6 +136,20 @@ def attack(**kw: Any) -> None:
             raise click.ClickException(f"victim at {kw['address']}: {err}") from None
         except ValueError as err:
             raise click.ClickException(str(err)) from None
+    for line in record.summary_lines(out):
+        click.echo(line)
+
+
+def attack_recorded(recording: Path, settings: Any, out: Path) -> None:
+    """``--from-recording``: attack every recorded round, write the (unscored) run."""
+    from fedleak.harness.attacker.recording import RecordingError, attack_recording
+
+    try:
+        record = attack_recording(recording, settings.attack, settings.options, out,
+                                  seed=settings.seed, device=settings.device,
+                                  show_progress=settings.show_progress, log=click.echo)
+    except RecordingError as err:
+        raise click.BadParameter(str(err), param_hint="--from-recording") from None
     for line in record.summary_lines(out):
         click.echo(line)
 

@@ -17,6 +17,7 @@ import click
 from fedleak.harness.cli.attack import attack
 from fedleak.harness.cli.defense import defense
 from fedleak.harness.cli.demo import demo
+from fedleak.harness.cli.flower import flower
 from fedleak.harness.cli.sweep import report, sweep
 from fedleak.harness.cli.train import train_model
 from fedleak.harness.cli.victim import victim
@@ -59,7 +60,7 @@ def list_names() -> None:
             click.echo(f"    {line}")
 
 
-for command in (victim, attack, demo, train_model, sweep, report, defense):
+for command in (victim, attack, demo, train_model, sweep, report, defense, flower):
     main.add_command(command)
 
 

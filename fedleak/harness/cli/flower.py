@@ -1,0 +1,154 @@
+"""``fedleak flower``: audit a Flower federation.
+
+    fedleak flower simulate --nodes 2 --rounds 1 --attack inverting-gradients \\
+        --defense prune:p=0.9 --out runs/flower
+    fedleak flower run-config --nodes 2 --defense prune:p=0.9 > run-config.toml
+
+``simulate`` runs the federation in Flower's simulation engine; ``run-config`` prints the same
+settings as a Flower run config for ``flwr run`` against a real SuperLink (docs/flower.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fedleak.harness.cli.options import option_pairs, protocol_options
+
+
+def federation_options(function: Any) -> Any:
+    """The options both subcommands share (one :class:`FederationSettings`)."""
+    decorators = [
+        click.option("--nodes", default=2, show_default=True, type=click.IntRange(1),
+                     help="SuperNodes (simulated clients)."),
+        click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
+                     help="Federated rounds; every node's reply is audited each round."),
+        click.option("--dataset", default="digits", show_default=True,
+                     help="Bundled data set; node i holds images i::nodes of its train split."),
+        click.option("--model", default="lenet-zhu", show_default=True,
+                     help="fedleak model spec (NAME[:key=value,...])."),
+        click.option("--images", default=1, show_default=True, type=click.IntRange(1),
+                     help="Images each node trains on per round (its batch n)."),
+        protocol_options(victim=True),
+        click.option("--defense", "defenses", multiple=True,
+                     help="Update defense as a client mod, e.g. prune:p=0.9 (repeatable, in "
+                          "order)."),
+        click.option("--dp", default="",
+                     help="DP-SGD in the nodes' training, e.g. dpsgd:noise-multiplier=1,"
+                          "max-grad-norm=1 (ε in the replies' metrics)."),
+        click.option("--attack", default="inverting-gradients", show_default=True,
+                     help="Attack on every node's update (`fedleak attack --help` lists them)."),
+        click.option("--option", "-o", "options", multiple=True,
+                     help="Attack option key=value (repeatable)."),
+        click.option("--seed", default=0, show_default=True, help="Seeds the attack."),
+        click.option("--model-seed", default=0, show_default=True,
+                     help="Seeds the initial global model."),
+        click.option("--out", default="runs/flower", show_default=True,
+                     type=click.Path(file_okay=False), help="Run folder of the audit."),
+        click.option("--record-only", is_flag=True,
+                     help="Only record each node's round (attack later with `fedleak attack "
+                          "--from-recording OUT`)."),
+        click.option("--no-score", is_flag=True, help="Do not ask the nodes to score."),
+        click.option("--no-audit", is_flag=True, help="Run the federation unaudited."),
+        click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
+                     help="torch threads per node."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+def settings_of(kw: dict[str, Any]) -> Any:
+    """The :class:`FederationSettings` the options describe (usage errors on bad values)."""
+    from fedleak.harness.flower.federation import FederationSettings
+
+    options = option_pairs(kw["options"], "--option")
+    settings = FederationSettings(
+        nodes=kw["nodes"], rounds=kw["rounds"], dataset=kw["dataset"], model=kw["model"],
+        images=kw["images"], protocol=kw["kind"], local_epochs=kw["local_epochs"],
+        local_batch_size=kw["local_batch_size"], lr=kw["lr"], batchnorm=kw["batchnorm"],
+        defenses=tuple(kw["defenses"]), dp=kw["dp"], attack=kw["attack"],
+        options=tuple(f"{k}={v}" for k, v in options.items()), seed=kw["seed"],
+        model_seed=kw["model_seed"], out=kw["out"], audit=not kw["no_audit"],
+        record_only=kw["record_only"], score=not kw["no_score"], threads=kw["threads"])
+    check_settings(settings)
+    return settings
+
+
+def check_settings(settings: Any) -> None:
+    """Fail before Flower starts on what would fail on every node: defenses, attack, data."""
+    from fedleak.attacks import AttackConfigError, create_attack
+    from fedleak.defenses import DefenseConfigError
+    from fedleak.harness.flower.mods import DefenseModError, update_chain
+    from fedleak.harness.shared.datasets import DatasetError, dataset_info
+    from fedleak.harness.shared.models import ModelError, build_model
+
+    try:
+        if settings.defenses:
+            update_chain(settings.defenses)
+    except (DefenseModError, DefenseConfigError) as err:
+        raise click.BadParameter(str(err), param_hint="--defense") from None
+    try:
+        create_attack(settings.attack, settings.attack_options())
+    except AttackConfigError as err:
+        raise click.UsageError(str(err)) from None
+    try:
+        info = dataset_info(settings.dataset)
+        build_model(settings.model, info.shape, info.num_classes)
+    except (DatasetError, ModelError) as err:
+        raise click.UsageError(str(err)) from None
+
+
+def _flower() -> None:
+    try:
+        import fedleak.harness.flower  # noqa: F401
+    except ImportError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@click.group()
+def flower() -> None:
+    """Audit a Flower federation: attack every client update, defenses as client mods."""
+
+
+@flower.command()
+@federation_options
+@click.option("--verbose", is_flag=True, help="Flower's verbose logging.")
+def simulate(**kw: Any) -> None:
+    """Run an audited federation in Flower's simulation engine; write the run to --out."""
+    _flower()
+    from fedleak.harness.attacker.records import METRICS_NAME
+    from fedleak.harness.flower.federation import simulate as run
+
+    settings = settings_of(kw)
+    metrics = run(settings, verbose=kw["verbose"])
+    if not settings.audit:
+        click.echo("federation finished (unaudited)")
+        return
+    if not metrics:
+        raise click.ClickException(f"the federation wrote no {METRICS_NAME} in {settings.out}; "
+                                   "see Flower's log above")
+    summary = metrics["summary"]
+    for warning in metrics["warnings"]:
+        click.echo(f"warning: {warning}")
+    if summary.get("mean_psnr") is not None:
+        click.echo(f"{summary['rounds']} node update(s) attacked: mean PSNR "
+                   f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
+                   "(scored on the nodes)")
+    else:
+        click.echo(f"{summary['rounds']} node update(s) audited (unscored)")
+    click.echo(f"metrics: {settings.out}/{METRICS_NAME}")
+
+
+@flower.command("run-config")
+@federation_options
+def run_config(**kw: Any) -> None:
+    """Print the settings as a Flower run config ([tool.flwr.app.config] of a Flower app)."""
+    _flower()
+    settings = settings_of(kw)
+    click.echo("[tool.flwr.app.config]")
+    for key, value in settings.run_config().items():
+        text = str(value).lower() if isinstance(value, bool) else repr(value) \
+            if isinstance(value, float) else f'"{value}"' if isinstance(value, str) else value
+        click.echo(f"{key} = {text}")

@@ -1,0 +1,241 @@
+"""A whole audited Flower federation: the ServerApp, the ClientApp, and Flower's simulation.
+
+One :class:`FederationSettings` says everything: how many nodes and rounds, the data set (each
+node holds the images ``partition-id::num-partitions`` of its training split and trains on the
+next ``images`` of them each round), the model, the clients' procedure, their defenses
+(update defenses as :class:`~fedleak.harness.flower.mods.DefenseMod`, DP-SGD in
+:func:`~fedleak.harness.flower.train.train`), and the audit (attack, options, seed, record
+only). ``fedleak flower simulate`` builds it from its options and runs :func:`simulate`
+(Flower's simulation engine); for a real SuperLink and SuperNodes, ``flwr run`` loads
+:data:`server_app` and :data:`client_app`, which read the same settings from the run config
+(``[tool.flwr.app.config]``, keys as in :meth:`FederationSettings.from_run_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+from fedleak.harness.attacker.records import METRICS_NAME
+from fedleak.harness.flower.audit import LeakageAudit
+from fedleak.harness.flower.mods import DefenseMod
+from fedleak.harness.flower.procedure import LocalProcedure
+from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.train import train
+from fedleak.harness.shared.datasets import ImageDataset, load_dataset
+from fedleak.harness.shared.models import build_model
+from fedleak.harness.shared.protocol import Protocol
+
+#: run-config keys that are lists, written as one space-separated string
+LIST_KEYS = ("defenses", "options")
+
+
+@dataclass(frozen=True)
+class FederationSettings:
+    """An audited federation (module doc); every field has a run-config key (``-`` for ``_``)."""
+
+    nodes: int = 2
+    rounds: int = 1
+    dataset: str = "digits"
+    model: str = "lenet-zhu"
+    images: int = 1
+    protocol: str = "fedsgd"
+    local_epochs: int = 1
+    local_batch_size: int = 0
+    lr: float = 1e-4
+    batchnorm: str = "train"
+    defenses: tuple[str, ...] = ()
+    dp: str = ""
+    attack: str = "inverting-gradients"
+    options: tuple[str, ...] = ()
+    seed: int = 0
+    model_seed: int = 0
+    out: str = "runs/flower"
+    audit: bool = True
+    record_only: bool = False
+    score: bool = True
+    threads: int = 1
+    extra_config: dict[str, Any] = field(default_factory=dict)
+
+    def procedure(self) -> LocalProcedure:
+        """The clients' procedure, as the train config states it."""
+        return LocalProcedure(Protocol.from_options({
+            "kind": self.protocol, "local_epochs": self.local_epochs,
+            "local_batch_size": self.local_batch_size, "lr": self.lr,
+            "batchnorm": self.batchnorm}))
+
+    def attack_options(self) -> dict[str, str]:
+        """``options`` (``key=value`` each) as a mapping."""
+        out = {}
+        for pair in self.options:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise ValueError(f"attack option {pair!r} must look like key=value")
+            out[key.strip()] = value.strip()
+        return out
+
+    def run_config(self) -> dict[str, Any]:
+        """These settings as a Flower run config (``flwr run . --run-config``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra_config":
+                continue
+            out[f.name.replace("_", "-")] = " ".join(value) if f.name in LIST_KEYS else value
+        return out
+
+    @classmethod
+    def from_run_config(cls, config: Mapping[str, Any]) -> FederationSettings:
+        """Settings from a run config; unknown keys are refused with the valid ones."""
+        names = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)
+                 if f.name != "extra_config"}
+        unknown = sorted(set(config) - set(names))
+        if unknown:
+            raise ValueError(f"unknown run-config key(s) {unknown}; valid: {sorted(names)}")
+        values: dict[str, Any] = {}
+        for key, value in config.items():
+            name = names[key].name
+            values[name] = tuple(str(value).split()) if name in LIST_KEYS else value
+        return cls(**values)
+
+
+def node_batch(data: ImageDataset, partition: int, partitions: int, server_round: int,
+               images: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Node ``partition``'s batch in round ``server_round`` (1-based): the next ``images`` of
+    its share ``partition::partitions`` of the data, wrapping around."""
+    pool = torch.arange(partition, len(data), partitions)
+    if len(pool) < images:
+        raise ValueError(f"node {partition} holds {len(pool)} images, fewer than the {images} "
+                         "it trains on per round: use fewer nodes or images")
+    start = ((server_round - 1) * images) % len(pool)
+    chosen = pool[(start + torch.arange(images)) % len(pool)]
+    return data.images[chosen], data.labels[chosen]
+
+
+@cache
+def _dataset(name: str) -> ImageDataset:
+    return load_dataset(name, "train")
+
+
+def _settings(given: FederationSettings | None, context: Context) -> FederationSettings:
+    return given if given is not None else FederationSettings.from_run_config(context.run_config)
+
+
+def _partition(context: Context, settings: FederationSettings) -> tuple[int, int]:
+    """(partition-id, num-partitions) from the node config (simulation sets both)."""
+    pid = context.node_config.get("partition-id")
+    count = context.node_config.get("num-partitions", settings.nodes)
+    if not isinstance(pid, int) or not isinstance(count, int):
+        raise ValueError("start each SuperNode with --node-config 'partition-id=I "
+                         "num-partitions=N' (integers) so it knows its share of the data")
+    return pid, count
+
+
+class ConfiguredDefenses:
+    """The client mod that applies the settings' update defenses (a :class:`DefenseMod` per
+    distinct list of specs, built on first use)."""
+
+    def __init__(self, settings: FederationSettings | None) -> None:
+        self.settings = settings
+        self._mods: dict[tuple[str, ...], DefenseMod] = {}
+
+    def __call__(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        settings = _settings(self.settings, context)
+        if not settings.defenses:
+            return call_next(msg, context)
+        if settings.defenses not in self._mods:
+            self._mods[settings.defenses] = DefenseMod(*settings.defenses)
+        return self._mods[settings.defenses](msg, context, call_next)
+
+
+def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
+    """The nodes' ClientApp: fedleak's local update on the node's batch (train), the update
+    defenses as a mod, and node-side scoring (``query.fedleak_score``)."""
+    app = ClientApp(mods=[ConfiguredDefenses(settings)])
+
+    @app.train()
+    def train_handler(msg: Message, context: Context) -> Message:
+        s = _settings(settings, context)
+        torch.set_num_threads(s.threads)
+        data = _dataset(s.dataset)
+        model = build_model(s.model, data.info.shape, data.info.num_classes)
+        config: dict[str, Any] = dict(next(iter(msg.content.config_records.values())))
+        server_round = int(config.get("server-round", 1))
+        pid, count = _partition(context, s)
+        images, labels = node_batch(data, pid, count, server_round, s.images)
+        arrays, metrics = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
+                                data.info, config, defenses=[s.dp] if s.dp else [],
+                                context=context)
+        return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+    @app.query(SCORE_ACTION)
+    def score_handler(msg: Message, context: Context) -> Message:
+        return score_reply(msg, context, _dataset(_settings(settings, context).dataset).info)
+
+    return app
+
+
+def run_server(grid: Grid, s: FederationSettings) -> LeakageAudit | None:
+    """FedAvg over every node for ``s.rounds`` rounds, audited unless ``s.audit`` is False."""
+    data = _dataset(s.dataset)
+    torch.manual_seed(s.model_seed)
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    initial = ArrayRecord(model.state_dict())
+    inner = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=s.nodes,
+                   min_available_nodes=s.nodes)
+    config = ConfigRecord({**s.procedure().config(), **s.extra_config})
+    if not s.audit:
+        inner.start(grid, initial, num_rounds=s.rounds, train_config=config)
+        return None
+    audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
+                         options=s.attack_options(), seed=s.seed, record_only=s.record_only,
+                         score=s.score)
+    try:
+        audit.start(grid, initial, num_rounds=s.rounds, train_config=config)
+    except BaseException:
+        audit.finish("interrupted")
+        raise
+    audit.finish()
+    return audit
+
+
+def make_server_app(settings: FederationSettings | None = None) -> ServerApp:
+    """The ServerApp: :func:`run_server` with ``settings`` (or the run config's)."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_server(grid, _settings(settings, context))
+
+    return app
+
+
+def simulate(settings: FederationSettings, *, verbose: bool = False) -> dict[str, Any]:
+    """Run the federation in Flower's simulation engine (Ray, one CPU per node); returns the
+    audit's ``metrics.json`` (empty when ``settings.audit`` is False)."""
+    from flwr.simulation import run_simulation
+
+    run_simulation(make_server_app(settings), make_client_app(settings),
+                   num_supernodes=settings.nodes, verbose_logging=verbose,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"num_cpus": settings.nodes,
+                                                 "include_dashboard": False}})
+    metrics = Path(settings.out) / METRICS_NAME
+    return json.loads(metrics.read_text()) if settings.audit and metrics.exists() else {}
+
+
+#: for ``flwr run``: both apps read their settings from the run config
+server_app = make_server_app()
+client_app = make_client_app()

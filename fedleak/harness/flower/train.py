@@ -1,0 +1,113 @@
+"""The node's local update for a ClientApp: fedleak's own, so the audit's replay is exact.
+
+:func:`train` is what a ClientApp's train handler calls for exact-replay experiments: it
+reads θ from the train message, runs :func:`~fedleak.harness.shared.defended_update.defended_update`
+(the code fedleak's victim runs: :func:`~fedleak.harness.shared.local_update.local_update`,
+or DP-SGD through Opacus when ``defenses`` names ``dpsgd``) on the node's batch with the
+procedure of the round's config, and returns the state that carries the update
+(:mod:`~fedleak.harness.flower.update`) with the reply's metrics: ``num-examples``,
+``fedleak-local-steps``, ``fedleak-replayable`` (the audit's sign that the procedure is
+fedleak's) and, under DP-SGD, the accountant's ``epsilon-round``, ``epsilon-total`` (over every
+round this node served, kept in the node's Flower state) and ``delta``.
+
+With ``context`` the batch is remembered in the node's state, where the node-side scorer
+(:mod:`~fedleak.harness.flower.scoring`) finds it; it never leaves the node. A ClientApp with
+its own training loop still works with the audit, which then warns that it cannot check the
+procedure.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from torch import nn
+
+from fedleak.defenses.chain import build_chain, parse_defense_spec
+from fedleak.defenses.dpsgd import epsilon, make_accountant
+from fedleak.harness.flower.arrays import record_of, split_state, tensors
+from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
+from fedleak.harness.flower.update import state_carrying
+from fedleak.harness.shared.datasets import DatasetInfo, normalize
+from fedleak.harness.shared.defended_update import defended_update
+
+#: the node's state records: its latest training batch, and its DP accounting history
+TRUTH_RECORD = "fedleak.truth"
+TRUTH_ROUND = "fedleak.truth-round"
+DP_HISTORY = "fedleak.dp-history"
+
+
+def train(
+    model: nn.Module,
+    sent: ArrayRecord,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    info: DatasetInfo,
+    config: Mapping[str, Any],
+    *,
+    defenses: Sequence[str] = (),
+    context: Context | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[ArrayRecord, MetricRecord]:
+    """θ′ and the reply's metrics after this node's local update on ``images`` (on [0, 1]).
+
+    ``defenses`` may name one per-example defense (``dpsgd:...``); update-stage defenses
+    belong in a :class:`~fedleak.harness.flower.mods.DefenseMod`. Raises ``ValueError`` for a
+    procedure fedleak's local update does not implement (momentum, shuffled batches).
+    """
+    procedure = procedure_from_config(config)
+    if procedure.momentum or procedure.shuffle:
+        raise ValueError("fedleak's local update is plain SGD over in-order batches; set "
+                         "momentum = 0 and shuffle = false, or train with your own loop")
+    chain = build_chain([parse_defense_spec(spec) for spec in defenses])
+    if chain.update or chain.transport is not None:
+        raise ValueError("train() runs per-example defenses (dpsgd) only; put update defenses "
+                         "in a DefenseMod and use Flower's SecAgg+ for secure aggregation")
+    state = tensors(sent)
+    params, buffers = split_state(model, state)
+    buffers = {k: b.clone() for k, b in buffers.items()}  # local training moves them
+    protocol = procedure.protocol
+    generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
+    x = normalize(images.float(), info)
+    update, metadata = defended_update(model, params, buffers, x, labels, protocol, chain,
+                                       generator)
+    new_state = {**state_carrying(state, update, list(params), protocol), **buffers}
+    metrics: dict[str, Any] = {"num-examples": int(images.shape[0]), REPLAYABLE_METRIC: 1,
+                               "fedleak-local-steps": protocol.local_steps(images.shape[0])}
+    if "epsilon_round" in metadata:
+        metrics.update(_privacy_metrics(metadata, chain.per_example, context))
+    if context is not None:
+        remember_batch(context, int(config.get("server-round", 0)), images, labels)
+    return record_of(new_state), MetricRecord(metrics)
+
+
+def remember_batch(context: Context, server_round: int, images: torch.Tensor,
+                   labels: torch.Tensor) -> None:
+    """Keep this round's batch (images on [0, 1], labels) in the node's state for scoring."""
+    context.state[TRUTH_RECORD] = record_of({"images": images.float(), "labels": labels})
+    context.state[TRUTH_ROUND] = ConfigRecord({"round": server_round})
+
+
+def _privacy_metrics(metadata: Mapping[str, str], defense: Any, context: Context | None
+                     ) -> dict[str, float]:
+    """ε of this round and, over every round this node served, ε total (Opacus accountant)."""
+    out = {"epsilon-round": float(metadata["epsilon_round"]),
+           "epsilon-total": float(metadata["epsilon_total"]), "delta": float(metadata["delta"])}
+    sigma = getattr(getattr(defense, "config", None), "noise_multiplier", None)
+    if context is None or sigma is None:
+        return out
+    record = context.state.get(DP_HISTORY)
+    history: dict[str, Any] = dict(record) if isinstance(record, ConfigRecord) else {}
+    steps = [*zip(history.get("sigma", []), history.get("q", []), history.get("steps", []),
+                  strict=True),
+             (float(sigma), float(metadata["sample_rate"]), int(metadata["dp_steps"]))]
+    context.state[DP_HISTORY] = ConfigRecord({"sigma": [float(s[0]) for s in steps],
+                                              "q": [float(s[1]) for s in steps],
+                                              "steps": [int(s[2]) for s in steps]})
+    accountant = make_accountant(metadata.get("accountant", "rdp"))
+    accountant.history = [(float(s), float(q), int(n)) for s, q, n in steps]
+    out["epsilon-total"] = epsilon(accountant, out["delta"])
+    return out

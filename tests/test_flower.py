@@ -1,0 +1,500 @@
+"""The Flower bridge (fedleak.harness.flower): audit, client mods, node-side scoring, replay.
+
+Most tests drive the real ServerApp logic (FedAvg wrapped in LeakageAudit) and the real
+ClientApp in this process through :class:`LocalGrid`, which hands each message to the node's
+ClientApp with its own Flower Context, as a SuperNode does. ``test_simulation_*`` runs the
+whole federation in Flower's simulation engine (Ray) from the CLI, in a separate process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+pytest.importorskip("flwr", reason="needs fedleak[flower]")
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from fedleak.defenses.chain import build_chain, parse_defense_spec  # noqa: E402
+from fedleak.harness.cli.main import main  # noqa: E402
+from fedleak.harness.flower.arrays import record_of, tensors  # noqa: E402
+from fedleak.harness.flower.audit import LeakageAudit  # noqa: E402
+from fedleak.harness.flower.federation import (  # noqa: E402
+    FederationSettings,
+    make_client_app,
+    node_batch,
+    run_server,
+)
+from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
+from fedleak.harness.flower.procedure import procedure_from_config  # noqa: E402
+from fedleak.harness.flower.scoring import (  # noqa: E402
+    SCORE_MESSAGE_TYPE,
+    score_reply,
+    submission_content,
+)
+from fedleak.harness.flower.train import train  # noqa: E402
+from fedleak.harness.shared.datasets import load_dataset  # noqa: E402
+from fedleak.harness.shared.models import build_model  # noqa: E402
+from fedleak.harness.shared.observation import observe  # noqa: E402
+
+MLP = "mlp:width=16,depth=1"
+FAST = ("iterations=3", "restarts=1")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _identity() -> None:
+    """What a SuperLink sets for the ServerApp's process before it builds messages."""
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+
+
+class LocalGrid:
+    """A Flower Grid in this process: each node is the ClientApp with its own Context."""
+
+    def __init__(self, settings: FederationSettings, node_config: dict[str, Any] | None = None,
+                 app: Any = None) -> None:
+        self.app = app or make_client_app(settings)
+        self.contexts = {
+            100 + i: Context(run_id=1, node_id=100 + i,
+                             node_config={"partition-id": i, "num-partitions": settings.nodes,
+                                          **(node_config or {})},
+                             state=RecordDict(), run_config={})
+            for i in range(settings.nodes)}
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.contexts)
+
+    def send_and_receive(self, messages: Iterable[Message], timeout: float | None = None
+                         ) -> list[Message]:
+        return [self.app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+
+
+def settings(tmp_path: Path, **changes: Any) -> FederationSettings:
+    base: dict[str, Any] = {"nodes": 2, "rounds": 1, "model": MLP, "options": FAST,
+                            "out": str(tmp_path / "audit")}
+    return FederationSettings(**{**base, **changes})
+
+
+def victim_update(s: FederationSettings, theta: dict[str, torch.Tensor], partition: int,
+                  server_round: int = 1) -> list[torch.Tensor]:
+    """What fedleak's victim sends for this θ and the node's batch (observe: its code path)."""
+    data = load_dataset(s.dataset, "train")
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    model.load_state_dict(theta)
+    images, labels = node_batch(data, partition, s.nodes, server_round, s.images)
+    chain = build_chain([parse_defense_spec(d) for d in s.defenses])
+    return observe(model, images, labels, data.info, s.procedure().protocol,
+                   defenses=chain).update
+
+
+def recorded(out: Path) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    index = json.loads((out / "recording.json").read_text())
+    rounds = []
+    for entry in index["rounds"]:
+        with np.load(out / entry["folder"] / "arrays.npz", allow_pickle=False) as arrays:
+            rounds.append((entry, {k: torch.from_numpy(arrays[k].copy()) for k in arrays.files}))
+    return rounds
+
+
+# --------------------------------------------------------------------------- replay fidelity
+
+
+@pytest.mark.parametrize(("model", "batchnorm", "defenses", "batch"), [
+    (MLP, "train", ("prune:p=0.9",), 1),
+    ("convnet:width=2", "train", ("clip:max-norm=0.01",), 0),
+    ("convnet:width=2", "eval", (), 1),
+])
+def test_a_fedavg_update_through_flower_equals_the_victims(
+        tmp_path: Path, model: str, batchnorm: str, defenses: tuple[str, ...],
+        batch: int) -> None:
+    """Two local epochs at τ = 0.1 over 2 images, defenses as client mods, BatchNorm in
+    either mode: the update the audit reads off each node's Flower reply is the one fedleak's
+    victim computes for the same θ (buffers included), batch and protocol; a prune:p=0.9 mod
+    leaves exactly 90 % of each layer zero in what the server receives."""
+    s = settings(tmp_path, model=model, protocol="fedavg", images=2, local_epochs=2,
+                 local_batch_size=batch, lr=0.1, batchnorm=batchnorm, defenses=defenses,
+                 record_only=True)
+    run_server(LocalGrid(s), s)
+    rounds = recorded(Path(s.out))
+    assert len(rounds) == 2
+    for partition, (entry, arrays) in enumerate(sorted(rounds, key=lambda r: r[0]["folder"])):
+        assert entry["update_kind"] == "delta"
+        assert entry["local_steps"] == 2 * (2 if batch == 1 else 1)
+        assert entry["warnings"] == []
+        theta = {k.split("/", 1)[1]: v for k, v in arrays.items()
+                 if k.startswith(("param/", "buffer/"))}
+        got = [v for k, v in arrays.items() if k.startswith("update/")]
+        want = victim_update(s, theta, partition)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+            if "prune:p=0.9" in defenses:
+                assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
+
+
+@pytest.mark.integration
+def test_an_out_of_process_defense_runs_as_a_client_mod(tmp_path: Path) -> None:
+    """``remote:address=...`` as a Flower mod: the node's update goes through a separate
+    ``fedleak defense serve --defense prune:p=0.9`` process and comes back pruned."""
+    from fedleak.harness.victim.process import VictimProcess
+
+    service = VictimProcess(["--defense", "prune:p=0.9", "--port", "0"],
+                            command=[sys.executable, "-m", "fedleak", "defense", "serve"]
+                            ).start()
+    try:
+        s = settings(tmp_path, protocol="fedavg", images=2, lr=0.1, record_only=True,
+                     defenses=(f"remote:address={service.address}",))
+        run_server(LocalGrid(s), s)
+        for _, arrays in recorded(Path(s.out)):
+            for key, g in arrays.items():
+                if key.startswith("update/"):
+                    assert int((g == 0).sum()) == g.numel() - round(0.1 * g.numel())
+    finally:
+        service.stop()
+
+
+def test_a_fedsgd_gradient_through_flower_equals_the_victims(tmp_path: Path) -> None:
+    """One-step FedSGD: the gradient g = (θ − θ′)/τ the audit reads is the victim's g."""
+    s = settings(tmp_path, protocol="fedsgd", images=3, lr=0.5, record_only=True)
+    run_server(LocalGrid(s), s)
+    for partition, (entry, arrays) in enumerate(sorted(recorded(Path(s.out)),
+                                                       key=lambda r: r[0]["folder"])):
+        assert entry["update_kind"] == "gradient"
+        theta = {k.split("/", 1)[1]: v for k, v in arrays.items()
+                 if k.startswith(("param/", "buffer/"))}
+        got = [v for k, v in arrays.items() if k.startswith("update/")]
+        for g, w in zip(got, victim_update(s, theta, partition), strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-5)
+
+
+def test_the_psnr_through_flower_is_the_psnr_against_the_victims_update(tmp_path: Path) -> None:
+    """Same θ, batch, protocol and attack seed: the audit's score (on the node) equals the
+    score of the same attack on the update fedleak's victim computes, to report precision."""
+    from fedleak.attacks import create_attack
+    from fedleak.harness.shared.datasets import denormalize
+    from fedleak.harness.shared.metrics import score_reconstruction
+
+    s = settings(tmp_path, nodes=1, protocol="fedavg", lr=0.1, images=2,
+                 options=("iterations=8", "restarts=1"), seed=3)
+    run_server(LocalGrid(s), s)
+    (entry,) = json.loads((Path(s.out) / "metrics.json").read_text())["rounds"]
+    data = load_dataset(s.dataset, "train")
+    torch.manual_seed(s.model_seed)
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    images, labels = node_batch(data, 0, 1, 1, s.images)
+    observation = observe(model, images, labels, data.info, s.procedure().protocol)
+    attack = create_attack(s.attack, s.attack_options())
+    reconstruction = attack.reconstruct(observation, device="cpu", seed=s.seed)
+    alone = score_reconstruction(denormalize(reconstruction.images, data.info).clamp(0, 1),
+                                 images)
+    assert entry["mean_psnr"] == pytest.approx(alone.mean_psnr, abs=0.02)
+    assert entry["mean_ssim"] == pytest.approx(alone.mean_ssim, abs=0.002)
+
+
+def test_a_recording_is_attacked_later_from_the_cli(tmp_path: Path) -> None:
+    s = settings(tmp_path, record_only=True)
+    run_server(LocalGrid(s), s)
+    out = tmp_path / "later"
+    result = CliRunner().invoke(main, ["attack", "--from-recording", s.out, "-o",
+                                       "iterations=2", "--restarts", "1", "--out", str(out),
+                                       "--quiet"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+    assert all("ground truth stayed on the node" in r["unscored"] for r in metrics["rounds"])
+    assert (out / metrics["rounds"][0]["files"]["reconstruction"]).exists()
+    both = CliRunner().invoke(main, ["attack", "--from-recording", s.out, "--victim", "x:1"])
+    assert both.exit_code != 0 and "either --victim" in both.output
+    empty = CliRunner().invoke(main, ["attack", "--from-recording", str(tmp_path)])
+    assert empty.exit_code != 0 and "recording.json" in empty.output
+
+
+# --------------------------------------------------------------------------- audit and scoring
+
+
+class Spy(FedAvg):
+    """FedAvg that keeps the replies it was given."""
+
+    seen: list[Message] = []
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> Any:
+        replies = list(replies)
+        Spy.seen = replies
+        return super().aggregate_train(server_round, replies)
+
+
+def test_the_audit_attacks_every_node_scores_on_the_node_and_passes_replies_on(
+        tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    grid = LocalGrid(s, node_config={"fedleak-allow-reveal": True})
+    data = load_dataset(s.dataset, "train")
+    torch.manual_seed(0)
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    audit = LeakageAudit(Spy(min_train_nodes=2, min_available_nodes=2, fraction_evaluate=0),
+                         s.model, s.dataset, Path(s.out), options=s.attack_options())
+    messages = list(audit.configure_train(1, ArrayRecord(model.state_dict()),
+                                          ConfigRecord(s.procedure().config()), grid))
+    replies = grid.send_and_receive(messages)
+    before = [tensors(r.content["arrays"]) for r in replies]  # type: ignore[arg-type]
+    arrays, _ = audit.aggregate_train(1, replies)
+    assert arrays is not None
+    assert Spy.seen == replies  # the same messages, in order
+    for reply, kept in zip(Spy.seen, before, strict=True):
+        for key, value in tensors(reply.content["arrays"]).items():  # type: ignore[arg-type]
+            assert torch.equal(value, kept[key])
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert len(metrics["rounds"]) == 2 and metrics["warnings"] == []
+    for entry in metrics["rounds"]:
+        assert entry["images"] and 0 < entry["mean_psnr"] < 100
+        assert entry["label_accuracy"] is not None
+        assert (Path(s.out) / entry["files"]["comparison"]).exists()  # the node revealed
+    # a second submission for the same round is refused by the node's budget
+    node = replies[0].metadata.src_node_id
+    again = Message(submission_content(1, torch.rand(1, 1, 8, 8), [0]), dst_node_id=node,
+                    message_type=SCORE_MESSAGE_TYPE)
+    answer = score_reply(again, grid.contexts[node], data.info)
+    assert answer.has_error() and "score budget is 1" in answer.error.reason
+    stale = Message(submission_content(2, torch.rand(1, 1, 8, 8), [0]), dst_node_id=node,
+                    message_type=SCORE_MESSAGE_TYPE)
+    assert "not round 2" in score_reply(stale, grid.contexts[node], data.info).error.reason
+
+
+class Tolerant(FedAvg):
+    """FedAvg that aggregates nothing (FedAvg itself refuses the malformed replies)."""
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> Any:
+        Spy.seen = list(replies)
+        return None, None
+
+
+def test_replies_that_cannot_be_attacked_are_recorded_and_the_round_goes_on(
+        tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    grid = LocalGrid(s)
+    data = load_dataset(s.dataset, "train")
+    model = build_model(s.model, data.info.shape, data.info.num_classes)
+    audit = LeakageAudit(Tolerant(min_train_nodes=2, min_available_nodes=2), s.model, s.dataset,
+                         Path(s.out), options=s.attack_options(), score=False)
+    config = {"fedleak-protocol": "fedsgd", "lr": 0.1, "batchnorm": "train"}
+    first, second = audit.configure_train(1, ArrayRecord(model.state_dict()),
+                                          ConfigRecord(config), grid)
+    state = tensors(first.content["arrays"])  # type: ignore[arg-type]
+    first_key = next(iter(state))
+    wrong = {k: (v[:1] if k == first_key else v) for k, v in state.items()}
+    malformed = Message(RecordDict({"arrays": record_of(wrong), "metrics": MetricRecord(
+        {"num-examples": 1})}), reply_to=first)
+    no_n = Message(RecordDict({"arrays": record_of(state)}), reply_to=second)
+    audit.aggregate_train(1, [malformed, no_n])
+    assert Spy.seen == [malformed, no_n]
+    warnings = audit.run.warnings
+    assert any(f"array {first_key!r} has shape" in w for w in warnings)
+    assert any("no num-examples" in w for w in warnings)
+    assert audit.run.rounds == []
+    # a node with its own loop is attacked, with the loud warning
+    first, _ = audit.configure_train(2, ArrayRecord(model.state_dict()), ConfigRecord(config),
+                                     grid)  # the other node's reply never comes
+    own = Message(RecordDict({"arrays": record_of({k: v * 0.99 for k, v in state.items()}),
+                              "metrics": MetricRecord({"num-examples": 1})}), reply_to=first)
+    audit.aggregate_train(2, [own])
+    (silent,) = set(grid.contexts) - {first.metadata.dst_node_id}
+    assert any(w.startswith(f"round 2, node {silent}: not attacked: no reply") for w in
+               audit.run.warnings)
+    (entry,) = audit.run.rounds
+    assert any("its own loop" in w for w in entry.warnings)
+    assert entry.unscored == "scoring on the nodes is off"
+
+
+def test_the_audit_refuses_a_strategy_without_the_message_api(tmp_path: Path) -> None:
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    with pytest.raises(TypeError, match="Message-API strategy"):
+        LeakageAudit(LegacyFedAvg(), MLP, "digits", tmp_path)  # type: ignore[arg-type]
+
+
+def test_the_procedure_says_what_it_cannot_replay() -> None:
+    exact = procedure_from_config({"fedleak-protocol": "fedavg", "local-epochs": 2,
+                                   "local-batch-size": 1, "lr": 0.1, "batchnorm": "eval",
+                                   "momentum": 0.0, "shuffle": False})
+    assert exact.replay_warnings() == [] and exact.protocol.batchnorm == "eval"
+    loose = procedure_from_config({"fedleak-protocol": "fedavg", "momentum": 0.9,
+                                   "shuffle": True})
+    text = " ".join(loose.replay_warnings())
+    assert "momentum 0.9" in text and "shuffle" in text and "breaching #20" in text
+    assert "local-epochs" in text and "lr" in text
+
+
+# --------------------------------------------------------------------------- mods and train
+
+
+def train_message(theta: dict[str, torch.Tensor], config: dict[str, Any]) -> Message:
+    return Message(RecordDict({"arrays": record_of(theta), "config": ConfigRecord(config)}),
+                   dst_node_id=7, message_type="train")
+
+
+def test_a_prune_mod_on_a_hand_built_message(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model = build_model(MLP, (1, 8, 8), 10)
+    theta = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    msg = train_message(theta, {"fedleak-protocol": "fedavg", "lr": 0.1})
+    delta = {k: torch.randn_like(v) * 0.01 for k, v in theta.items()}
+
+    def client(m: Message, context: Context) -> Message:
+        sent = tensors(m.content["arrays"])  # type: ignore[arg-type]
+        return Message(RecordDict({"arrays": record_of({k: v + delta[k] for k, v in
+                                                        sent.items()})}), reply_to=m)
+
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    reply = DefenseMod("prune:p=0.9")(msg, context, client)
+    got = tensors(reply.content["arrays"])  # type: ignore[arg-type]
+    for key, value in theta.items():
+        update = got[key] - value
+        assert int((update != 0).sum()) == round(0.1 * value.numel())
+        kept = update != 0
+        torch.testing.assert_close(update[kept], delta[key][kept])
+    # a reply with other shapes becomes an error reply naming the mod
+    bad = DefenseMod("clip:max-norm=1")(msg, context, lambda m, c: Message(
+        RecordDict({"arrays": record_of({"x": torch.zeros(2)})}), reply_to=m))
+    assert bad.has_error() and "clip" in bad.error.reason and "missing" in bad.error.reason
+
+
+def test_mods_refuse_per_example_and_transport_defenses_with_the_reason() -> None:
+    with pytest.raises(DefenseModError, match="per-example.*train"):
+        DefenseMod("dpsgd:noise-multiplier=1")
+    with pytest.raises(DefenseModError, match="SecAgg\\+.*only the aggregate"):
+        DefenseMod("secagg")
+    result = CliRunner().invoke(main, ["flower", "simulate", "--defense", "secagg"])
+    assert result.exit_code == 2 and "SecAgg+" in result.output
+
+
+def test_dp_sgd_in_the_train_helper_reports_epsilon_over_the_nodes_rounds() -> None:
+    data = load_dataset("digits", "train")
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    sent = ArrayRecord(model.state_dict())
+    spent = []
+    for server_round in (1, 2):
+        config = {"fedleak-protocol": "fedsgd", "lr": 0.1, "server-round": server_round}
+        _, metrics = train(model, sent, data.images[:4], data.labels[:4], data.info, config,
+                           defenses=["dpsgd:noise-multiplier=1,max-grad-norm=1"],
+                           context=context, generator=torch.Generator().manual_seed(0))
+        spent.append((metrics["epsilon-round"], metrics["epsilon-total"]))
+    (round1, total1), (round2, total2) = spent
+    assert round1 == pytest.approx(round2) and total1 == pytest.approx(round1)
+    assert total2 > total1
+    with pytest.raises(ValueError, match="momentum = 0"):
+        train(model, sent, data.images[:2], data.labels[:2], data.info,
+              {"fedleak-protocol": "fedavg", "momentum": 0.9})
+
+
+def test_without_flwr_the_bridge_names_the_install_command() -> None:
+    code = "import sys; sys.modules['flwr'] = None; import fedleak.harness.flower"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=60)
+    assert result.returncode != 0
+    assert "pip install 'fedleak[flower]'" in result.stderr
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+@pytest.mark.integration
+def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -> None:
+    """Flower's simulation engine (Ray), 2 nodes, 1 round, one torch thread each."""
+    out = tmp_path / "sim"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "fedleak", "flower", "simulate", "--nodes", "2", "--rounds", "1",
+         "--model", MLP, "--defense", "prune:p=0.5", "-o", "iterations=3", "-o", "restarts=1",
+         "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env,
+        timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2 node update(s) attacked" in result.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+    assert all(r["images"] and r["mean_psnr"] is not None for r in metrics["rounds"])
+
+
+# --------------------------------------------------------------------------- real deployment
+
+
+def wait_listening(port: int, process: subprocess.Popen[Any], seconds: float = 60) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (or ``process`` dies)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.25)
+    raise AssertionError(f"nothing listens on port {port} (process exit {process.poll()})")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.environ.get("FEDLEAK_FLOWER_DEPLOYMENT") != "1",
+                    reason="about 95 s (Flower starts a process per message): set "
+                           "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the real SuperLink + SuperNodes")
+def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
+    """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
+    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid."""
+    bin_dir = Path(sys.executable).parent
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    link = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\naddress = "127.0.0.1:{link}"'
+        '\ninsecure = true\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "OMP_NUM_THREADS": "1",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    logs = [open(tmp_path / f"{name}.log", "w") for name in ("superlink", "node0", "node1")]
+    commands = [[str(bin_dir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
+                 "--port", str(link), "--database", ":flwr-in-memory-state:",
+                 "--disable-runtime-dependency-installation"]]
+    commands += [[str(bin_dir / "flower-supernode"), "--insecure", "--superlink",
+                  f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
+                  "--node-config", f"partition-id={i} num-partitions=2"] for i in (0, 1)]
+    processes = [subprocess.Popen(c, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  cwd=tmp_path) for c, log in zip(commands, logs, strict=True)]
+    out = tmp_path / "runs"
+    try:
+        wait_listening(link, processes[0])
+        run = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
+             "--stream", "--run-config",
+             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'],
+            env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+        assert all(r["images"] for r in metrics["rounds"]), metrics
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
