@@ -14,6 +14,7 @@ in its node config, for the comparison picture.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -128,8 +129,8 @@ class _CountingBudget(ScoreBudget):
         count = spent.get(str(server_round), 0)
         return count if isinstance(count, int) else 0
 
-    def spend(self, target: Any, what: str) -> None:
-        super().spend(target, f"round {target[1]} of this node")
+    def spend(self, target: Any, what: str, images: Iterable[int] = ()) -> None:
+        super().spend(target, f"round {target[1]} of this node", images)
         server_round = int(target[1])
         self.context.state[SPENT] = ConfigRecord({str(server_round):
                                                   self.recorded(server_round) + 1})
