@@ -23,7 +23,8 @@ from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.observation import observe
 from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.sweep.spec import load_preset, server_architecture
+from fedleak.harness.sweep.architecture import server_architecture, user_model
+from fedleak.harness.sweep.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess
 
 torch.set_num_threads(1)
@@ -197,6 +198,9 @@ def test_vet_refuses_the_imprint_architecture_by_default() -> None:
 def test_sweep_wraps_models_in_the_server_architecture() -> None:
     assert server_architecture("imprint:bins=256", "mlp:width=64,depth=1") == \
         "imprint:bins=256,inner=mlp,inner.depth=1,inner.width=64"
+    assert user_model("imprint:bins=256,inner=mlp,inner.depth=1,inner.width=64") == \
+        "mlp:depth=1,width=64"
+    assert user_model("lenet-zhu") == "lenet-zhu"
     spec = load_preset("malicious")
     models = {(p.attack, p.model) for p in spec.points()}
     assert ("imprint", "imprint:bins=256,inner=mlp,inner.depth=1,inner.width=512") in models

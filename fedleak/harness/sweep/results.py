@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedleak.harness.sweep.architecture import user_model
 from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
@@ -58,14 +59,15 @@ class PointResult:
     @property
     def setting(self) -> str:
         """Everything but the defense and the attack: the attacks of a portfolio at one
-        defense setting share it (:mod:`fedleak.harness.sweep.worst_case`)."""
+        defense setting share it (:mod:`fedleak.harness.sweep.worst_case`). A server-designed
+        architecture around the user's model (imprint) belongs to the attack, not the setting."""
         p = self.point
         if p.victim:
             return "vs victims"
         trained = ("trained" if p.trained is True else "untrained" if p.trained is False
                    else f"checkpoint {Path(str(p.trained)).name}")
         kind = p.protocol.kind if p.protocol else "?"
-        return f"{p.model} · {p.dataset} · {kind} · {trained}"
+        return f"{user_model(p.model)} · {p.dataset} · {kind} · {trained}"
 
     @property
     def psnr(self) -> float | None:

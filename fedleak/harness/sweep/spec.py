@@ -61,8 +61,9 @@ from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.shared.models import ModelError, ModelSpec
+from fedleak.harness.shared.models import ModelError
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
+from fedleak.harness.sweep.architecture import ARCHITECTURE_KEY, server_architecture
 from fedleak.harness.sweep.points import (
     DefenseSetting,
     Point,
@@ -348,21 +349,6 @@ def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-#: key of a ``[[sweep.attack]]`` table naming the architecture a malicious server distributed
-#: (``imprint:bins=256``): that attack's points run every model of the grid inside it.
-ARCHITECTURE_KEY = "architecture"
-
-
-def server_architecture(architecture: str, model: str) -> str:
-    """``model`` inside the server-designed ``architecture``: ``imprint:bins=256`` around
-    ``mlp:width=64`` is ``imprint:bins=256,inner=mlp,inner.width=64``."""
-    outer, inner = ModelSpec.parse(architecture), ModelSpec.parse(model)
-    if outer.name != "imprint":
-        raise ModelError(f"architecture {architecture!r}: the server-designed architecture "
-                         "must be an imprint block (imprint:bins=K)")
-    options = {**outer.options, "inner": inner.name,
-               **{f"inner.{k}": v for k, v in inner.options.items()}}
-    return str(ModelSpec(outer.name, options))
 
 
 def _protocols(value: Any) -> list[Protocol]:
