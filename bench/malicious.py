@@ -111,7 +111,7 @@ def across_processes(victim_args: list[str], attack_args: list[str], out: Path
     return {"exact": metrics["summary"].get("exact"), "images": len(psnrs),
             "mean_psnr": metrics["summary"]["mean_psnr"], "best_psnr": max(psnrs),
             "rounds": 1 + (metrics["rounds"][0].get("probe_rounds") or 0),
-            "threat_model": metrics["threat_model"], "seconds": seconds}
+            "server_role": metrics["server_role"], "seconds": seconds}
 
 
 def line(label: str, got: dict[str, Any], expected: str = "") -> None:

@@ -225,7 +225,7 @@ def test_imprint_through_secure_aggregation_across_processes(tmp_path: Path) -> 
                        str(tmp_path / "run"), "--quiet")
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["threat_model"] == "malicious-architecture"
+    assert metrics["server_role"] == "malicious-architecture"
     assert metrics["rounds"][0]["num_images"] == 16
     assert metrics["summary"]["exact"] >= 10
     assert "exact recoveries" in done.stdout

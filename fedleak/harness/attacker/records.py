@@ -75,16 +75,17 @@ class RunHeader:
     torch: str
     machine: str
     threads: int
-    #: which server the attack played: honest, malicious-parameters, malicious-architecture
-    threat_model: str = "honest"
+    #: the threat model's server: honest, malicious-parameters or malicious-architecture
+    #: (``threat_model`` in a release run's JSON says what the server holds instead)
+    server_role: str = "honest"
 
     @classmethod
     def now(cls, victim: str, victim_model: str, dataset: str, attack: str,
             attack_config: dict[str, Any], settings: dict[str, Any], device: str,
-            threat_model: str = "honest") -> RunHeader:
+            server_role: str = "honest") -> RunHeader:
         return cls(__version__, victim, victim_model, dataset, attack, attack_config, settings,
                    device, torch.__version__, platform.machine(), torch.get_num_threads(),
-                   threat_model)
+                   server_role)
 
 
 # --------------------------------------------------------------------------- update rounds
@@ -240,7 +241,7 @@ class UpdateRun:
                          "more of the private images leaked)")
         if s.exact is not None:
             lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB): {s.exact} of "
-                         f"{s.images} image(s) (threat model: {self.header.threat_model})")
+                         f"{s.images} image(s) (threat model: {self.header.server_role} server)")
         if s.epsilon is not None:
             delta = f" at δ = {s.delta:g}" if s.delta is not None else ""
             lines.append(f"privacy spent (the victim's DP accountant): ε = {s.epsilon:.4g}{delta}")

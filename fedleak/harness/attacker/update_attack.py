@@ -117,7 +117,7 @@ def open_server(
     run = UpdateRun(RunHeader.now(
         client.address, str(model_spec(described)), info.name, settings.attack,
         jsonable(dataclasses.asdict(attack.config)), settings.to_json(), settings.device,
-        threat_model=attack.server_role))
+        server_role=attack.server_role))
     knowledge = None
     if isinstance(attack, MaliciousAttack):
         if settings.pack > 1:

@@ -176,5 +176,5 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         measure_time_s=seconds,
         mean_feature_cosine=summary.mean_feature_cosine,
         mean_feature_relative_error=summary.mean_feature_relative_error,
-        threat_model=record.header.threat_model, exact=summary.exact,
+        server_role=record.header.server_role, exact=summary.exact,
     )

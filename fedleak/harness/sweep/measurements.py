@@ -54,7 +54,7 @@ class AttackMeasurement:
     mean_feature_relative_error: float | None = None
     node: str | None = None  # the Ray node that measured it (--ray)
     #: which server attacked: honest, malicious-parameters, malicious-architecture
-    threat_model: str = "honest"
+    server_role: str = "honest"
     #: images recovered exactly (PSNR >= 40 dB) over the point's rounds
     exact: int | None = None
 
