@@ -114,12 +114,16 @@ def test_masked_cosine_is_zero_at_the_truth_where_the_plain_cosine_is_not():
     labels = DIGITS.labels[:1]
     update = [u.detach().unsqueeze(0) for u in observation.simulate(truth, labels)]
     plain = CosineObjective(observation.update).value(update)
-    parts = choose_parts(observation)
-    assert parts.objective.name == "masked-cosine"
-    diag = parts.objective.diagonal(observation.update, observation, False)
-    assert diag is not None
-    masked = WeightedObjective(CosineObjective, observation.update, diag).value(update)
-    assert float(masked) < 1e-6 < 0.01 < float(plain)
+    assert choose_parts(observation).objective.name == "masked-cosine"
+
+    def value(outside: float) -> float:
+        part = create_objective("masked-cosine", {"outside": outside})
+        diag = part.diagonal(observation.update, observation, False)
+        assert diag is not None
+        return float(WeightedObjective(CosineObjective, observation.update, diag).value(update))
+
+    assert value(0.0) < 1e-6 < value(0.1) < 0.01 < float(plain)
+    assert value(1.0) == pytest.approx(float(plain), rel=1e-5)
 
 
 def test_parts_are_chosen_from_the_published_chain():
@@ -230,5 +234,5 @@ def test_attack_help_lists_parts_and_their_options():
 
     shown = CliRunner().invoke(attack, ["--help"], terminal_width=200).output
     for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
-                 "outside (float, default 0.0)", "bn-source (str, default auto)"):
+                 "outside (float, default 0.1)", "bn-source (str, default auto)"):
         assert line in shown

@@ -43,6 +43,7 @@ from fedleak.harness.sweep.store import STORE_NAME, ResultStore  # noqa: E402
 from fedleak.harness.sweep.worst_case import (  # noqa: E402
     ROLES,
     WorstCase,
+    attack_names,
     by_setting,
     plot_worst_case,
     worst_cases,
@@ -108,9 +109,14 @@ def write_worst_csv(rows: list[WorstCase], path: Path) -> Path:
 
 
 def _by_context(results: list[PointResult]) -> OrderedDict[str, list[PointResult]]:
+    """Points by context; two tables of one attack (a portfolio) are told apart by the
+    options in which they differ, so each gets its own curves."""
+    names = attack_names(results)
     out: OrderedDict[str, list[PointResult]] = OrderedDict()
     for r in results:
-        out.setdefault(r.context, []).append(r)
+        context = r.context if names[r.point_id] == r.point.attack else \
+            r.context.replace(r.point.attack, names[r.point_id], 1)
+        out.setdefault(context, []).append(r)
     return out
 
 
