@@ -9,9 +9,18 @@ Against real victim processes on loopback, prints:
    they would run for hours): how many the victim refuses, how long Describe and the health
    check take meanwhile, how long SIGTERM takes to stop the victim;
 3. memory — the victim's resident and peak memory before and after four 250 MB Score calls
-   with a made-up round id (refused before the tensor is decoded).
+   with a made-up round id (refused before the tensor is decoded);
+4. across-rounds — the issue-21 oracle: one Score per fresh round on one private photo, with
+   the victim's defaults (scores answered before the per-image budget refuses);
+5. stalls — 64 calls that never send their request, on a victim and on a defense service: the
+   slowest Describe / Info and health answers meanwhile;
+6. defend-stream — a 2 GiB Defend stream against ``--max-update-mb 512``, then one stalled at
+   256 MiB and cancelled: the service's resident memory;
+7. secagg-flood — 30 BeginSecAgg never finished (convnet:width=64, 4 users, 93 MB a round)
+   against ``--secagg-memory-mb 512``: the victim's resident memory.
 
-    .venv/bin/python bench/hostile_requests.py
+    .venv/bin/python bench/hostile_requests.py                     # every part
+    .venv/bin/python bench/hostile_requests.py stalls defend-stream  # some
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ blocks until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import errno
 import os
 import signal
@@ -151,37 +150,55 @@ def server_credentials(cert: bytes | None, key: bytes | None) -> grpc.ServerCred
     return grpc.ssl_server_credentials([(key, cert)])
 
 
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def serving_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every server of this process runs on, on its own daemon thread (started
+    once): gRPC's asyncio layer keeps process-wide state bound to a loop, and servers on
+    separate loops in one process (a victim and a defense service in a test) could hang."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            loop = asyncio.new_event_loop()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.run_forever()
+
+            threading.Thread(target=run, name="grpc-serving", daemon=True).start()
+            _LOOP = loop
+        return _LOOP
+
+
 class Server:
-    """A running fedleak server: gRPC's asyncio server on its own event-loop thread.
+    """A running fedleak server: gRPC's asyncio server on the process's serving loop.
 
     Requests are received on the event loop, so a client that opens calls and never sends
     their bodies holds no thread: a stalled call costs a coroutine, not a worker, and health,
-    reflection and the ``reserved`` methods (answered on the loop itself, e.g. ``Describe``)
-    keep answering however many calls stall. Handlers written as plain functions run on a pool
-    of ``workers`` threads once their request has arrived. :meth:`stop` has the signature of
-    ``grpc.Server.stop``.
+    reflection and handlers written as coroutines (e.g. ``Describe``) keep answering however
+    many calls stall. Handlers written as plain functions run on a pool of worker threads once
+    their request has arrived (:mod:`fedleak.harness.wire.handlers`). :meth:`stop` has the
+    signature of ``grpc.Server.stop``.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server,
-                 thread: threading.Thread) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server) -> None:
         self._loop = loop
         self._server = server
-        self._thread = thread
 
     def stop(self, grace: float | None) -> threading.Event:
         """Stop accepting calls, cancel those still running after ``grace`` seconds; the event
         is set once stopped."""
         done = threading.Event()
-        if not self._thread.is_alive():
-            done.set()
-            return done
         future = asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop)
         future.add_done_callback(lambda _: done.set())
         return done
 
     def wait_for_termination(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        future = asyncio.run_coroutine_threadsafe(
+            self._server.wait_for_termination(timeout), self._loop)
+        return bool(future.result())
 
 
 def start_grpc_server(
@@ -198,16 +215,14 @@ def start_grpc_server(
 
     Returns the server and the bound port. Raises :class:`OSError` when the address cannot be
     bound (a port in use on any address the host resolves to, a host that is not this
-    machine's). ``SO_REUSEPORT`` is off: gRPC's
-    default lets a second server bind a port in use, and clients then reach one or the other
-    at random — a leftover victim would silently answer for the new one.
+    machine's). ``SO_REUSEPORT`` is off: gRPC's default lets a second server bind a port in
+    use, and clients then reach one or the other at random — a leftover victim would silently
+    answer for the new one.
     """
     check_port_free(host, port)
     return_large_frees_to_the_system()
-    loop = asyncio.new_event_loop()
-    started: concurrent.futures.Future[tuple[grpc.aio.Server, int]] = concurrent.futures.Future()
 
-    async def serve() -> None:
+    async def start() -> tuple[grpc.aio.Server, int]:
         pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc")
         server = grpc.aio.server(pool, options=[*options, ("grpc.so_reuseport", 0)])
         add_servicer(server, pool)  # e.g. handlers.add_service: work on the pool
@@ -226,32 +241,18 @@ def start_grpc_server(
         except RuntimeError:
             bound = 0
         if bound == 0:
-            started.set_exception(OSError(
-                f"could not bind {address}: port {port} is in use (another fedleak process? "
-                "stop it) or the host is not this machine's; choose another with --port, or "
-                "--port 0 for a free one"))
-            return
+            raise OSError(f"could not bind {address}: port {port} is in use (another fedleak "
+                          "process? stop it) or the host is not this machine's; choose another "
+                          "with --port, or --port 0 for a free one")
         try:
             await server.start()
         except Exception as err:  # noqa: BLE001 - e.g. TLS credentials that do not load
-            started.set_exception(OSError(f"could not start serving on {address}: {err}"))
-            return
-        started.set_result((server, bound))
-        await server.wait_for_termination()
+            raise OSError(f"could not start serving on {address}: {err}") from None
+        return server, bound
 
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(serve())
-        except BaseException as err:  # noqa: BLE001 - reported to the starting thread
-            if not started.done():
-                started.set_exception(err)
-        # the loop is left open: gRPC's poller may still schedule its own shutdown on it
-
-    thread = threading.Thread(target=run, name=f"grpc-{service_name}", daemon=True)
-    thread.start()
-    server, bound = started.result()
-    return Server(loop, server, thread), bound
+    loop = serving_loop()
+    server, bound = asyncio.run_coroutine_threadsafe(start(), loop).result()
+    return Server(loop, server), bound
 
 
 class StopSignals:
