@@ -208,6 +208,24 @@ def test_sweep_wraps_models_in_the_server_architecture() -> None:
     assert all("architecture" not in p.attack_options for p in spec.points())
 
 
+def test_secure_aggregation_is_a_sweep_axis_with_users() -> None:
+    from fedleak.harness.sweep.points import SpecError
+    from fedleak.harness.sweep.spec import parse_spec
+
+    base = """[sweep]\nname = "s"\ndataset = "digits"\nmodels = ["mlp"]\nbatch_size = 4\n"""
+    with pytest.raises(SpecError, match="users = K"):
+        parse_spec(base + '[[sweep.defense]]\nchain = ["secagg"]\n')
+    with pytest.raises(SpecError, match="needs a secure-aggregation"):
+        parse_spec(base + '[[sweep.defense]]\nchain = ["clip:max-norm=1"]\nusers = 3\n')
+    spec = parse_spec(base + '[[sweep.defense]]\nreference = true\n'
+                      '[[sweep.defense]]\nchain = ["secagg"]\nusers = 3\n')
+    alone, summed = spec.points()
+    assert (alone.users, summed.users) == (1, 3)
+    assert "users" not in alone.measured() and summed.measured()["users"] == 3
+    assert (alone.images, summed.images) == ("0-3", "0-11")  # one batch of 4 per user
+    assert summed.victim_settings().users == 3
+
+
 def fedleak(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
                           text=True, timeout=300)

@@ -92,6 +92,8 @@ class DefenseSetting:
     param: str | None = None
     strength: float | None = None
     reference: bool = False
+    #: users behind the victim (secure aggregation among them; 1 otherwise)
+    users: int = 1
 
 
 @dataclass(frozen=True)
@@ -119,13 +121,18 @@ class Point:
     param: str | None = None
     strength: float | None = None
     reference: bool = False
+    #: users behind the victim, each with ``batch_size`` images per round (secure aggregation)
+    users: int = 1
 
     def measured(self) -> dict[str, Any]:
         """Everything that determines the measurement, as plain JSON values (the protocol by
-        its user-facing names, as the spec writes it)."""
+        its user-facing names, as the spec writes it). ``users`` appears only above 1, so the
+        ids of single-user points are what they were before it existed."""
         data = self._json()
         for key in _LABEL_FIELDS:
             data.pop(key)
+        if data.get("users") == 1:
+            data.pop("users")
         return data
 
     def _json(self) -> dict[str, Any]:
@@ -171,4 +178,4 @@ class Point:
                              f"({self.victim}); fedleak does not start it")
         return VictimSettings(dataset=self.dataset, model=self.model, seed=self.seed,
                               protocol=self.protocol, data_root=self.data_root,
-                              defenses=self.defenses)
+                              defenses=self.defenses, users=self.users)

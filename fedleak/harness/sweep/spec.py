@@ -78,7 +78,7 @@ _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "traine
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense", "portfolio"}
-_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label"}
+_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users"}
 
 
 @dataclass
@@ -128,6 +128,7 @@ class SweepSpec:
         grid = itertools.product(self.attacks, self.models, self.protocols, self.trained,
                                  self.defenses)
         for (attack, options), model, protocol, trained, d in grid:
+            pool = self.images or f"0-{self.rounds * self.batch_size * d.users - 1}"
             options = dict(options)
             architecture = options.pop(ARCHITECTURE_KEY, None)
             if architecture is not None:  # the user runs the server's architecture around it
@@ -137,7 +138,8 @@ class SweepSpec:
             point = Point(attack=attack, attack_options=options, model=model,
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
                           trained=trained, label=d.label, group=d.group, param=d.param,
-                          strength=d.strength, reference=d.reference, **common)
+                          strength=d.strength, reference=d.reference, users=d.users,
+                          **{**common, "images": pool})
             out.setdefault(point.point_id, point)
         return list(out.values())
 
@@ -415,15 +417,24 @@ def _defenses(value: Any) -> list[DefenseSetting]:
 
 
 def _fixed_chain(table: dict[str, Any], where: str) -> DefenseSetting:
-    if set(table) - {"chain", "label"}:
-        raise SpecError(f"{where}: a chain table takes only chain and label")
+    if set(table) - {"chain", "label", "users"}:
+        raise SpecError(f"{where}: a chain table takes only chain, label and users")
     specs = [str(s) for s in (table["chain"] if isinstance(table["chain"], list)
                               else [table["chain"]])]
     chain = tuple(_canonical(*_parse(s, where)) for s in specs)
-    _check_chain(chain, where)
+    users = _users(table, where)
+    _check_chain(chain, where, users)
     label = str(table.get("label", " + ".join(chain) or "no defense"))
     return DefenseSetting(chain, label, label, reference=not chain,
-                          strength=0.0 if not chain else None)
+                          strength=0.0 if not chain else None, users=users)
+
+
+def _users(table: dict[str, Any], where: str) -> int:
+    """``users`` of a defense table: how many users a secure-aggregation chain sums (>= 2)."""
+    users = table.get("users", 1)
+    if isinstance(users, bool) or not isinstance(users, int) or users < 1:
+        raise SpecError(f"{where}: users must be a whole number >= 1, got {users!r}")
+    return users
 
 
 def _swept(table: dict[str, Any], where: str) -> list[DefenseSetting]:
@@ -433,10 +444,11 @@ def _swept(table: dict[str, Any], where: str) -> list[DefenseSetting]:
     values = table.get("values")
     if (param is None) != (values is None):
         raise SpecError(f"{where}: give param and values together")
+    users = _users(table, where)
     if param is None:
         chain = (_canonical(name, fixed),)
-        _check_chain(chain, where)
-        return [DefenseSetting(chain, str(table.get("label", chain[0])), name)]
+        _check_chain(chain, where, users)
+        return [DefenseSetting(chain, str(table.get("label", chain[0])), name, users=users)]
     if not isinstance(values, list) or not values:
         raise SpecError(f"{where}: values must be a non-empty list")
     param = str(param).replace("_", "-")
@@ -444,11 +456,11 @@ def _swept(table: dict[str, Any], where: str) -> list[DefenseSetting]:
     out = []
     for index, value in enumerate(values):
         chain = (_canonical(name, {**fixed, param: value}),)
-        _check_chain(chain, where)
+        _check_chain(chain, where, users)
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         strength = float(value) if numeric else float(index + 1)
         out.append(DefenseSetting(chain, f"{name} {param}={_format(value)}", group, param,
-                                  strength))
+                                  strength, users=users))
     return out
 
 
@@ -475,14 +487,24 @@ def _format(value: Any) -> str:
     return str(value)
 
 
-def _check_chain(chain: tuple[str, ...], where: str) -> None:
-    """Build the chain as the victim will: unknown names, keys or values fail here."""
+def _check_chain(chain: tuple[str, ...], where: str, users: int = 1) -> None:
+    """Build the chain as the victim will: unknown names, keys or values fail here; secure
+    aggregation needs ``users >= 2`` (and only it uses them)."""
     from fedleak.defenses import DefenseConfigError, build_chain, parse_defense_spec
 
     try:
-        build_chain([parse_defense_spec(s) for s in chain])
+        built = build_chain([parse_defense_spec(s) for s in chain])
     except DefenseConfigError as err:
         raise SpecError(f"{where}: {err}") from None
-    if any(s.split(":", 1)[0] == "secagg" for s in chain):
-        raise SpecError(f"{where}: secagg needs several users; sweep it against victims you "
-                        "start yourself (--victim HOST:PORT)")
+    transport = built.transport
+    if transport is not None and users < 2:
+        raise SpecError(f"{where}: {transport.name} aggregates several users' updates; give the "
+                        "table users = K (K >= 2 users, each with batch_size images per round)")
+    if transport is None and users != 1:
+        raise SpecError(f"{where}: users = {users} needs a secure-aggregation defense (secagg) "
+                        "in the chain; a single user's victim has one user")
+    if transport is not None:
+        try:
+            transport.threshold(users)
+        except ValueError as err:
+            raise SpecError(f"{where}: {err}") from None

@@ -7,7 +7,10 @@ update and applies it:
     FedSGD:  θ ← θ − η_r · g̃          η_r = η · ½(1 + cos(π r / R))   (or η, ``constant``)
     FedAvg:  θ ← θ + Δ̃                (the user's local rate τ is the protocol's)
 
-then scores the model on the test split (:func:`fedleak.harness.training.accuracy`). The
+With secure aggregation among K users (a ``secagg`` point) every round is a real
+secure-aggregation round, each user training on its own B images, and the server applies the
+mean of the survivors' updates (the unmasked sum divided by their number). Then it scores the
+model on the test split (:func:`fedleak.harness.training.accuracy`). The
 privacy budget is the victim's own claim: ``epsilon_total`` of the last update's metadata, as
 its accountant computed it over every round it served.
 
@@ -26,8 +29,12 @@ from typing import Any
 
 import torch
 
-from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient
 from fedleak.harness.attacker.described import defense_specs, server_model
+from fedleak.harness.attacker.secure_aggregation import (
+    as_received_update,
+    run_secure_aggregation,
+)
 from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.training import accuracy
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
@@ -73,8 +80,10 @@ def federated_training(
     checkpoints = {round(settings.rounds * (i + 1) / settings.evaluations)
                    for i in range(settings.evaluations)}
     metadata: dict[str, str] = {}
+    secagg = any(d.name == "secagg" for d in described.defenses)
     for r in range(settings.rounds):
-        received = client.compute_update(params, buffers)
+        received = aggregated_update(client, params, buffers) if secagg else \
+            client.compute_update(params, buffers)
         metadata = received.metadata
         eta = learning_rate(settings, r)
         if received.update_kind == "delta":
@@ -103,6 +112,18 @@ def federated_training(
         test_images=len(test),
         training_time_s=time.perf_counter() - started,
     )
+
+
+def aggregated_update(client: VictimClient, params: dict[str, torch.Tensor],
+                      buffers: dict[str, torch.Tensor]) -> ReceivedUpdate:
+    """One secure-aggregation round among the victim's users: the mean of the survivors'
+    updates (their unmasked sum over their number)."""
+    aggregation = run_secure_aggregation(client, params, buffers)
+    received = as_received_update(aggregation, list(params),
+                                  [tuple(t.shape) for t in params.values()], "sum")
+    survivors = max(len(received.user_ids), 1)
+    received.update = [u / survivors for u in received.update]
+    return received
 
 
 def measure_utility(
