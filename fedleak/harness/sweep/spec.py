@@ -46,6 +46,10 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
     chain = ["clip:max-norm=1", "noise:sigma=0.01"]   # a fixed chain, one point
     label = "clip+noise"
 
+    [[sweep.defense]]
+    chain = ["secagg"]              # secure aggregation among users = K users, each with
+    users = 4                       # batch_size images per round
+
 Every name is checked against its registry (data sets, models, attacks, defenses) and every
 option against the config it configures; an error names the table and lists the valid
 choices. A point's ``point_id`` is a hash of the canonical JSON of everything that is measured,
