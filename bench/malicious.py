@@ -147,8 +147,9 @@ def vet_rates() -> dict[str, Any]:
             total += 1
             detected += check.inspect(net, crafted, dict(net.named_buffers()), batch) is not None
     honest, false_positive, reasons = 0, 0, []
-    zoo = ["lenet-zhu", "convnet:width=16", "convnet", "resnet20-4", "resnet18", "mlp",
-           "mlp:width=512,depth=1", "mlp:bias=false", "kkt-mlp:width=100"]
+    zoo = ["lenet-zhu", "convnet:width=16", "convnet", "resnet20-4", "resnet18", "resnet34",
+           "resnet50", "resnet101", "resnet152", "mlp", "mlp:width=512,depth=1",
+           "mlp:bias=false", "kkt-mlp:width=100"]
     for model in zoo:
         for seed in range(5):
             torch.manual_seed(seed)
@@ -173,11 +174,26 @@ def vet_rates() -> dict[str, Any]:
             "honest": honest, "reasons": reasons}
 
 
+def report_vet(results: dict[str, Any]) -> None:
+    click.echo("5. vet")
+    rates = vet_rates()
+    results["vet"] = rates
+    click.echo(f"  detected {rates['detected']}/{rates['malicious']} malicious parameter sets; "
+               f"false positives {rates['false_positives']}/{rates['honest']} honest models")
+    for reason in rates["reasons"]:
+        click.echo(f"    {reason}")
+
+
 @click.command()
 @click.option("--out", type=click.Path(dir_okay=False), default="bench_out/malicious.json")
 @click.option("--skip-processes", is_flag=True, help="Only the in-process figures.")
-def main(out: str, skip_processes: bool) -> None:
+@click.option("--vet-only", is_flag=True, help="Only part 5 (vet).")
+def main(out: str, skip_processes: bool, vet_only: bool) -> None:
     results: dict[str, Any] = {}
+    if vet_only:
+        report_vet(results)
+        Path(out).write_text(json.dumps(results, indent=2, default=str))
+        return
     work = Path(out).parent / "malicious_runs"
     work.mkdir(parents=True, exist_ok=True)
     click.echo("1. imprint, 256 bins (measurement random, gaussian cut-offs), FedSGD, batch 64")
@@ -242,13 +258,7 @@ def main(out: str, skip_processes: bool) -> None:
                          defenses=[] if defense == "none" else [defense])
         results[f"imprint vs {defense}"] = got
         line(f"  {defense}", got)
-    click.echo("5. vet")
-    rates = vet_rates()
-    results["vet"] = rates
-    click.echo(f"  detected {rates['detected']}/{rates['malicious']} malicious parameter sets; "
-               f"false positives {rates['false_positives']}/{rates['honest']} honest models")
-    for reason in rates["reasons"]:
-        click.echo(f"    {reason}")
+    report_vet(results)
     Path(out).write_text(json.dumps(results, indent=2, default=str))
     click.echo(f"written: {out}")
 
