@@ -176,7 +176,8 @@ def test_vet_refuses_every_malicious_parameter_set(attack: str, model: str,
 
 
 @pytest.mark.parametrize("model", ["lenet-zhu", "convnet:width=8", "mlp", "mlp:width=512,depth=1",
-                                   "resnet20-4:width=1", "mlp:bias=false"])
+                                   "resnet20-4:width=1", "mlp:bias=false",
+                                   "mlp:width=2048,depth=1"])  # 2,048 short classifier columns
 def test_vet_accepts_honest_initialisations(model: str) -> None:
     vet = create_defense("vet")
     for seed in range(3):
