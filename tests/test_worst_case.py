@@ -123,3 +123,17 @@ def test_portfolio_sweep_end_to_end(tmp_path: Path) -> None:
         assert row["attacks"] == "2" and row["honest_attack"].startswith("inverting-gradients")
     assert (out / "report" / "worst-case.png").exists()
     assert "Worst case per defense setting" in (out / "report.html").read_text()
+
+
+def test_units_sharing_a_utility_run_in_one_chain() -> None:
+    """With --jobs, the attacks of a portfolio at one setting go to one job (the first trains
+    the utility, the others copy it), so two jobs never train the same utility at once."""
+    from fedleak.harness.sweep.runner import utility_chains
+
+    spec = parse_spec(portfolio_spec('[[sweep.defense]]\nchain = ["prune:p=0.9"]\n'
+                                     'label = "prune"', utility_rounds=1))
+    points = spec.points()
+    chains = utility_chains([[p] for p in points])
+    assert len(chains) == 2  # two settings, two attacks each
+    for chain in chains:
+        assert len({unit[0].utility_id for unit in chain}) == 1 and len(chain) == 2

@@ -183,10 +183,30 @@ def _init_worker(events: Any, threads: int) -> None:
     _set_threads(threads)
 
 
-def _pool_task(point_jsons: list[str], run_dir: str, token: str | None,
+def _pool_task(chain: list[list[str]], run_dir: str, token: str | None,
                score_token: str | None, device: str) -> list[tuple[str, str, str, str]]:
     assert _worker_sink is not None
-    return measure_points(point_jsons, run_dir, token, _worker_sink, score_token, device)
+    return [result for point_jsons in chain
+            for result in measure_points(point_jsons, run_dir, token, _worker_sink,
+                                         score_token, device)]
+
+
+def utility_chains(units: list[list[Point]]) -> list[list[list[Point]]]:
+    """``units`` grouped so that units sharing a utility measurement (the attacks of a
+    portfolio at one setting: :attr:`Point.utility_id`) run one after the other in one job: the
+    first trains it, the others copy it, and two jobs never train the same one at once."""
+    chains: list[list[list[Point]]] = []
+    chain_of: dict[str, int] = {}
+    for unit in units:
+        ids = {p.utility_id for p in unit if p.utility_settings.enabled}
+        index = next((chain_of[i] for i in ids if i in chain_of), None)
+        if index is None:
+            index = len(chains)
+            chains.append([])
+        chains[index].append(unit)
+        for i in ids:
+            chain_of.setdefault(i, index)
+    return chains
 
 
 def _run_pool(units: list[list[Point]], run_dir: Path, options: SweepOptions, threads: int,
@@ -197,9 +217,10 @@ def _run_pool(units: list[list[Point]], run_dir: Path, options: SweepOptions, th
     with futures.ProcessPoolExecutor(options.jobs, mp_context=context,
                                      initializer=_init_worker,
                                      initargs=(events, threads)) as pool:
-        pending = {pool.submit(_pool_task, [p.to_json() for p in unit], str(run_dir),
-                               options.token, options.score_token, options.device): unit
-                   for unit in units}
+        pending = {pool.submit(_pool_task, [[p.to_json() for p in unit] for unit in chain],
+                               str(run_dir), options.token, options.score_token,
+                               options.device): [p for unit in chain for p in unit]
+                   for chain in utility_chains(units)}
         try:
             while pending:
                 _drain(events, progress, wait=0.2)
