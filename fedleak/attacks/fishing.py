@@ -119,6 +119,7 @@ class Fishing(MaliciousAttack):
 
     Config = FishingConfig
     config: FishingConfig
+    _gates: dict[tuple[int, int], tuple[ServerKnowledge, Gate]] = {}
 
     def check(self, knowledge: ServerKnowledge) -> None:
         """FedSGD, the same data every round, a biased classifier with the target class."""
@@ -142,7 +143,17 @@ class Fishing(MaliciousAttack):
             raise AttackRefused(f"fishing needs a classifier layer: {err}") from None
 
     def gate(self, knowledge: ServerKnowledge, seed: int) -> Gate:
-        """The run's construction from public data (deterministic in ``seed``)."""
+        """The run's construction from public data (deterministic in ``seed``), computed once
+        per knowledge and seed: every probe round of a run asks for the same one."""
+        key = (id(knowledge), seed)
+        cached = self._gates.get(key)
+        if cached is not None and cached[0] is knowledge:
+            return cached[1]
+        made = self._make_gate(knowledge, seed)
+        self._gates = {key: (knowledge, made)}
+        return made
+
+    def _make_gate(self, knowledge: ServerKnowledge, seed: int) -> Gate:
         weight, bias = classifier_names(knowledge.parameters, knowledge.num_classes)
         if bias is None:
             raise AttackRefused(f"the classifier {weight!r} has no bias to gate with")
