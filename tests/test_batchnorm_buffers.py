@@ -89,7 +89,7 @@ def test_the_prior_runs_in_the_attack_and_is_refused_where_it_cannot():
     observation = convnet_observation()
     result = create_attack("fedavg", {"iterations": 3, "bn": 0.01, "restarts": 2}) \
         .reconstruct(observation)
-    assert result.extras["bn_source"] == "returned" and not result.extras["vectorised_restarts"]
+    assert result.extras["bn_source"] == "returned"
     assert len(result.restart_objectives) == 2
     torch.manual_seed(0)
     lenet = build_model("lenet-zhu", PHOTOS.info.shape, PHOTOS.info.num_classes)

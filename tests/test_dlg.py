@@ -83,7 +83,7 @@ def test_dlg_options_are_checked():
 def test_the_graph_safe_closure_matches_the_eager_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The evaluation a CUDA graph captures (objective and gradient into static buffers,
     copied out for L-BFGS) gives the eager trial's result on the CPU."""
-    import fedleak.attacks.dlg as dlg
+    import fedleak.attacks.composed as composed
 
     shape = (1, 8, 8)
     observation = make_observation("lenet-zhu", shape, 10, torch.rand(1, *shape),
@@ -91,7 +91,7 @@ def test_the_graph_safe_closure_matches_the_eager_one(monkeypatch: pytest.Monkey
     options = {"iterations": 6, "restarts": 2, "inner_iterations": 5, "log_every": 2}
     results = {}
     for graph_safe in (False, True):
-        monkeypatch.setattr(dlg, "capturable", lambda _device, on=graph_safe: on)
+        monkeypatch.setattr(composed, "capturable", lambda _device, on=graph_safe: on)
         results[graph_safe] = create_attack("dlg", options).reconstruct(observation, seed=3)
     assert results[True].extras["captured"] and not results[False].extras["captured"]
     assert torch.equal(results[True].images, results[False].images)

@@ -304,10 +304,11 @@ def _optimised(device: str, graph_safe: bool, iterations: int = 40) -> torch.Ten
     def one_by_one(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         return [u.unsqueeze(0) for u in observation.simulate(x[0], y)]
 
-    attack.optimise(images, labels, one_by_one, objective, lambda x: total_variation(x[0]),
-                    observation.image_bounds(device), offset=0, total=iterations,
-                    progress=None, graph_safe=graph_safe)
-    return images.detach().cpu()
+    bound = attack.bind_priors(observation)
+    _, result = attack.optimise(images, labels, one_by_one, objective, bound,
+                                observation.image_bounds(device), rows=False, offset=0,
+                                total=iterations, progress=None, graph_safe=graph_safe)
+    return result.detach().cpu()
 
 
 def test_the_graph_safe_step_matches_the_eager_loop() -> None:

@@ -57,12 +57,12 @@ def test_objective_adds_the_decayed_regularizer() -> None:
     attack = Qian(Qian.Config(weight=0.5, decay_every=10))
     images = torch.rand(2, 1, 4, 4)
     labels = torch.tensor([2, 5])
-    observed = list(observation.update)
-    distance = gradient_distance(observation.simulate(images, labels), observed)
-    value = attack.objective(images, labels, observation, observed, iteration=25)
+    (prior,) = attack.bind_priors(observation)
+    assert prior.part.name == "qian" and prior.weight(25, 2000) == pytest.approx(0.5 * 0.81)
     pixels = images * 0.5 + 0.5  # R acts on the [0, 1] pixel scale (helpers: mean = std = 0.5)
-    expected = distance + 0.5 * 0.81 * orthogonality_regularizer(pixels)
-    assert value.item() == pytest.approx(expected.item(), rel=1e-6)
+    expected = orthogonality_regularizer(pixels)
+    assert prior.single(images).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert labels.tolist() == [2, 5]
     assert attack.regularizer_name(1) == "l2" and attack.regularizer_name(2) == "orthogonality"
 
 
@@ -96,7 +96,7 @@ def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPa
                                                     options: dict) -> None:
     """The step a CUDA graph captures (device-side λ schedule, optimiser state and stop flag)
     gives the eager loop's result on the CPU, divergence included."""
-    import fedleak.attacks.qian as qian
+    import fedleak.attacks.composed as composed
 
     shape = (1, 8, 8)
     observation = make_observation("lenet-zhu", shape, 10, torch.rand(n, *shape),
@@ -105,7 +105,7 @@ def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPa
     calls: dict[bool, list[tuple[int, int, float]]] = {False: [], True: []}
     results = {}
     for graph_safe in (False, True):
-        monkeypatch.setattr(qian, "capturable", lambda _device, on=graph_safe: on)
+        monkeypatch.setattr(composed, "capturable", lambda _device, on=graph_safe: on)
         results[graph_safe] = create_attack("qian", options).reconstruct(
             observation, seed=2, progress=lambda *call, g=graph_safe: calls[g].append(call))
     eager, graph_safe = results[False], results[True]

@@ -8,6 +8,7 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     dlg,
     fedavg,
     fishing,
+    gradinversion,
     imprint,
     inverting_gradients,
     kkt,

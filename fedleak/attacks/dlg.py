@@ -22,6 +22,10 @@ captured: its two-loop recursion is cheap, but its stopping tests and line searc
 the objective in Python (``torch.optim.LBFGS`` reads it to the host at every evaluation), so it
 stays eager around the captured evaluation.
 
+A preset of the composed optimisation attack (:mod:`fedleak.attacks.composed`): objective
+``euclidean``, no priors, optimiser ``lbfgs``, Gaussian init; the shorthand options ``lr``,
+``inner_iterations``, ``history_size`` and ``line_search`` set the optimiser.
+
 L-BFGS on a third-order problem diverges now and then: every evaluated iterate with a finite
 objective lower than any before is kept, and a restart stops as soon as the objective or the
 images stop being finite; the best finite iterate is its result.
@@ -30,26 +34,29 @@ images stop being finite; the best finite iterate is its result.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from fedleak.attacks.base import Attack, Progress
-from fedleak.attacks.capture import capturable, captured_function
-from fedleak.attacks.inverting_gradients import gaussian_init
-from fedleak.attacks.labels import recover_labels
-from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.composed import ComposedConfig, ComposedInversion
+from fedleak.attacks.optimisers import LINE_SEARCHES
 from fedleak.attacks.registry import register_attack
 
 
 @dataclass
-class DLGConfig:
+class DLGConfig(ComposedConfig):
     """Hyperparameters of DLG with L-BFGS."""
 
     iterations: int = field(default=300, metadata={"help": "L-BFGS steps per restart"})
     restarts: int = field(
         default=1, metadata={"help": "random inits (paper: 16 LeNet, 8 ResNet); best kept"}
     )
+    objective: str = field(default="euclidean", metadata={
+        "help": "objective part (euclidean: DLG's distance; cosine, masked-cosine, gaussian, "
+                "or auto: the one modelling the published defenses)"})
+    log_every: int = field(default=10, metadata={"help": "report progress every k steps"})
     lr: float = field(default=1.0, metadata={"help": "L-BFGS step size (Zhu's code: 1)"})
     inner_iterations: int = field(
         default=20, metadata={"help": "objective evaluations per L-BFGS step (max_iter)"}
@@ -58,147 +65,36 @@ class DLGConfig:
     line_search: str = field(
         default="none", metadata={"help": "'none' (Zhu's code) or 'strong_wolfe'"}
     )
-    log_every: int = field(default=10, metadata={"help": "report progress every k steps"})
-    capture: bool = field(
-        default=True,
-        metadata={"help": "on CUDA, record the objective and its gradient as a CUDA graph "
-                  "(L-BFGS itself stays eager); falls back to eager with a notice"},
-    )
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "restarts", "inner_iterations", "history_size", "log_every"):
+        super().__post_init__()
+        for name in ("inner_iterations", "history_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.line_search not in ("none", "strong_wolfe"):
+        if self.line_search not in LINE_SEARCHES:
             raise ValueError(
                 f"line_search must be 'none' or 'strong_wolfe', got {self.line_search!r}"
             )
 
 
-def gradient_distance(candidate: list[torch.Tensor], observed: list[torch.Tensor]) -> torch.Tensor:
+def gradient_distance(candidate: Sequence[torch.Tensor],
+                      observed: Sequence[torch.Tensor]) -> torch.Tensor:
     """``Σ_l ‖u_l − u*_l‖²`` over all parameter tensors (DLG's objective)."""
     return torch.stack(
         [(u - o).square().sum() for u, o in zip(candidate, observed, strict=True)]
     ).sum()
 
 
-class _BestIterate:
-    """The lowest finite objective seen so far and the images that produced it."""
-
-    def __init__(self) -> None:
-        self.value = math.inf
-        self.images: torch.Tensor | None = None
-        self.notice: str | None = None
-
-    def offer(self, value: float, images: torch.Tensor) -> None:
-        if math.isfinite(value) and value < self.value and bool(torch.isfinite(images).all()):
-            self.value = value
-            self.images = images.detach().clone()
-
-
 @register_attack("dlg")
-class DLG(Attack[Observation]):
+class DLG(ComposedInversion):
     """Zhu et al.'s DLG: euclidean gradient matching optimised with L-BFGS (iDLG labels)."""
 
     Config = DLGConfig
     config: DLGConfig
 
-    def recover(
-        self,
-        observation: Observation,
-        *,
-        device: torch.device,
-        seed: int,
-        progress: Progress | None,
-    ) -> Reconstruction:
-        """Run ``restarts`` L-BFGS trials; return the best finite iterate of the best trial.
-
-        Restart r starts from N(0, 1) drawn on the CPU from ``seed + r``.
-        """
+    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
         cfg = self.config
-        labels = recover_labels(observation).to(device)
-        observed = [u.detach().to(device) for u in observation.update]
-        shape = (observation.num_images, *observation.image_shape)
-        total = cfg.iterations * cfg.restarts
-        finals: list[float] = []
-        notices: list[str] = []
-        best = _BestIterate()
-        graph_safe = cfg.capture and capturable(device)
-        for restart in range(cfg.restarts):
-            trial = self._trial(
-                gaussian_init(shape, seed + restart, device), labels, observation, observed,
-                offset=restart * cfg.iterations, total=total, progress=progress,
-                graph_safe=graph_safe,
-            )
-            notices += [trial.notice] if trial.notice else []
-            finals.append(trial.value)
-            if trial.images is not None and trial.value < best.value:
-                best = trial
-        images = best.images if best.images is not None else gaussian_init(shape, seed, device)
-        return Reconstruction(
-            images=images,
-            labels=labels,
-            objective=best.value,
-            iterations=total,
-            restart_objectives=finals,
-            warnings=sorted(set(notices)),
-            extras={"captured": graph_safe and not notices},
-        )
-
-    def _trial(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        observation: Observation,
-        observed: list[torch.Tensor],
-        *,
-        offset: int,
-        total: int,
-        progress: Progress | None,
-        graph_safe: bool = False,
-    ) -> _BestIterate:
-        cfg = self.config
-        images.requires_grad_(True)
-        optimiser = torch.optim.LBFGS(
-            [images],
-            lr=cfg.lr,
-            max_iter=cfg.inner_iterations,
-            history_size=cfg.history_size,
-            line_search_fn=None if cfg.line_search == "none" else cfg.line_search,
-        )
-        best = _BestIterate()
-        objective = torch.zeros((), dtype=images.dtype, device=images.device)
-        gradient = torch.zeros_like(images)
-
-        def evaluate() -> None:
-            """Objective and gradient at the current images, into static buffers."""
-            loss = gradient_distance(observation.simulate(images, labels), observed)
-            # ∂/∂x only: backward() would also fill .grad of the replay's parameters
-            (grad,) = torch.autograd.grad(loss, images)
-            with torch.no_grad():
-                objective.copy_(loss)
-                gradient.copy_(grad)
-
-        if graph_safe:
-            evaluate, best.notice = captured_function(evaluate, images.device)
-
-        images.grad = gradient  # L-BFGS copies it out (torch.cat) at every evaluation
-
-        def closure() -> torch.Tensor:
-            evaluate()
-            loss = objective.clone()  # L-BFGS returns its first loss after later evaluations
-            best.offer(float(loss.item()), images)
-            return loss
-
-        for iteration in range(cfg.iterations):
-            loss = optimiser.step(closure)
-            value = float(loss.item())
-            done = offset + iteration + 1
-            if progress is not None and (done % cfg.log_every == 0 or iteration == 0):
-                progress(done, total, value)
-            if not math.isfinite(value) or not bool(torch.isfinite(images).all()):
-                break
-        images.requires_grad_(False)
-        return best
+        return "lbfgs", {"lr": cfg.lr, "inner": cfg.inner_iterations,
+                         "history": cfg.history_size, "line_search": cfg.line_search}

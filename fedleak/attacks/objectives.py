@@ -79,6 +79,16 @@ class AttackPart(ABC):  # noqa: B024 - the kinds of part add their abstract meth
 class ObjectivePart(AttackPart):
     """A registered objective: builds eq. (1) with its own D for an observation."""
 
+    #: a weighted cosine of eq. (1) (scale-invariant); False for the euclidean distance
+    cosine_family: ClassVar[bool] = True
+
+    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+              observation: Observation, *, rows: bool, per_row: bool = False) -> Any:
+        """The objective over ``observed``: the cosine ``inner`` (one update, or restarts when
+        ``rows``) weighted by this part's D; ``per_row``: ``observed`` is given per row."""
+        options = {"per_row": True} if per_row else {}
+        return build_objective(self, inner, observed, observation, **options)
+
     @abstractmethod
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
@@ -92,6 +102,92 @@ OBJECTIVES: Registry[ObjectivePart] = Registry("objective", "fedleak.objectives"
 def register_objective(name: str) -> Callable[[type[ObjectivePart]], type[ObjectivePart]]:
     """Class decorator: make an objective part available as ``name``."""
     return OBJECTIVES.register(name)
+
+
+class CosineObjective:
+    """``1 − cos(u, u*)`` over the whole update (eq. 4 of Geiping et al.) with its gradient with
+    respect to ``u``.
+
+    ``u*`` is fixed for the whole attack: its squared norm is computed once.
+    """
+
+    def __init__(self, observed: Sequence[torch.Tensor]) -> None:
+        self.observed = [t.detach() for t in observed]
+        squares = torch.stack([t.double().square().sum() for t in self.observed]).sum()
+        self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
+
+    def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation).
+
+        Both per tensor, one right after the other, so the second read of ``u_l`` hits the cache.
+        """
+        cross, square = [], []
+        for u, o in zip(candidate, self.observed, strict=True):
+            flat = u.reshape(-1)
+            cross.append(torch.vdot(flat, o.reshape(-1)))
+            square.append(torch.vdot(flat, flat))
+        return torch.stack(cross).sum(), torch.stack(square).sum()
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """``1 − a / (√b ‖u*‖)``."""
+        a, b = self.dots([u.detach() for u in candidate])
+        return 1 - a / (b.sqrt() * self.observed_norm)
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """The objective and its gradient with respect to ``u`` as ``scale · g`` (c = ‖u*‖):
+
+            ∂/∂u = −u*/(√b c) + a u/(b^{3/2} c) = scale · g,  scale = −1/(√b c),  g = u* − (a/b) u.
+
+        ``g`` is written into the memory of ``candidate`` in one pass (the replayed update is
+        consumed: it is used once), so no update-sized tensor is allocated per iteration.
+        """
+        detached = [u.detach() for u in candidate]
+        a, b = self.dots(detached)
+        root_b = b.sqrt()
+        value = 1 - a / (root_b * self.observed_norm)
+        scale = -1 / (root_b * self.observed_norm)
+        ratio = -a / b
+        for u, o in zip(detached, self.observed, strict=True):
+            torch.addcmul(o, u, ratio, out=u)
+        return value, detached, scale
+
+
+class EuclideanObjective:
+    """DLG's squared distance ``J(u) = Σ_l ‖u_l − u*_l‖²`` (eq. (3) of Geiping et al.), with
+    its gradient ``∂J/∂u = 2 (u − u*)`` in the form the optimisation loop takes (scale 1).
+
+    With ``rows`` the candidates carry a leading restart dimension and J is one value per
+    row ([R]); ``u*`` is shared by the rows, or given per row when it has that dimension too.
+    """
+
+    def __init__(self, observed: Sequence[torch.Tensor], rows: bool = False) -> None:
+        self.observed = [t.detach() for t in observed]
+        self.rows = rows
+
+    def _reduce(self, differences: Sequence[torch.Tensor]) -> torch.Tensor:
+        if self.rows:
+            return torch.stack([d.square().reshape(d.shape[0], -1).sum(1)
+                                for d in differences]).sum(0)
+        return torch.stack([d.square().sum() for d in differences]).sum()
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """J at ``candidate``."""
+        return self._reduce([u.detach() - o for u, o in
+                             zip(candidate, self.observed, strict=True)])
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """J, the cotangents 2 (u − u*) (written into the candidate's memory) and scale 1."""
+        detached = [u.detach() for u in candidate]
+        for u, o in zip(detached, self.observed, strict=True):
+            u.sub_(o)
+        value = self._reduce(detached)
+        for d in detached:
+            d.mul_(2)
+        return value, detached, torch.ones_like(value)
 
 
 @dataclass
@@ -108,6 +204,22 @@ class Cosine(ObjectivePart):
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
         return None
+
+
+@register_objective("euclidean")
+class Euclidean(ObjectivePart):
+    """``Σ_l ‖u_l − u*_l‖²``: DLG's distance (Zhu et al. 2019; eq. (3) of Geiping et al.)."""
+
+    Config = NoOptions
+    cosine_family = False
+
+    def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
+                 per_row: bool) -> list[torch.Tensor] | None:
+        return None
+
+    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+              observation: Observation, *, rows: bool, per_row: bool = False) -> Any:
+        return EuclideanObjective(observed, rows=rows)
 
 
 def kept_mask(observed: Sequence[torch.Tensor]) -> list[torch.Tensor]:

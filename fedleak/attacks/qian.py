@@ -23,9 +23,15 @@ of :func:`recover_labels` (iDLG for one image, counting for a batch), which is e
 image. The update step is Adam (the paper reports first-order Adam as the stable choice for
 high-dimensional inputs, Sec. 4.2) or plain gradient descent (Algorithm 2, line 13).
 
+A preset of the composed optimisation attack (:mod:`fedleak.attacks.composed`): objective
+``euclidean``, prior ``qian`` (``l2`` for one image, ``orthogonality`` for a batch, decaying),
+optimiser ``adam`` (or ``sgd``) at a constant step, uniform init, restarts picked by the
+distance alone (``select=objective``); the shorthand options ``lr``, ``optimizer``,
+``regularizer``, ``weight``, ``decay`` and ``decay_every`` set those parts.
+
 On CUDA (``capture``) one step — replay, distance, regulariser, gradient, Adam or SGD — is
-recorded as a CUDA graph and replayed (:meth:`Qian.optimise_graph_safe`, the eager loop's
-maths with its state on the device).
+recorded as a CUDA graph and replayed (the eager loop's maths with its state on the
+device).
 
 Measured (digits, first 4 train images, ``mlp:width=64`` untrained, 2000 Adam steps at lr 0.05,
 attack seeds 0/1): orthogonality with λ₀ = 1e-5 gives 55.3 / 45.5 dB, none 45.6 / 48.0 dB,
@@ -36,36 +42,44 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
-import torch
-
-from fedleak.attacks.base import Attack, Progress
-from fedleak.attacks.capture import (
-    DeviceSGD,
-    DeviceSignedAdam,
-    capturable,
-    constant_schedule,
-    run_iterations,
-)
-from fedleak.attacks.dlg import gradient_distance
-from fedleak.attacks.labels import recover_labels
+from fedleak.attacks.composed import ComposedConfig, ComposedInversion, uniform_init
 from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.priors import (
+    BoundPrior,
+    QianRegularizer,
+    l2_regularizer,
+    orthogonality_regularizer,
+    to_pixels,
+)
+from fedleak.attacks.priors import decayed_weight as regularizer_weight
 from fedleak.attacks.registry import register_attack
+
+__all__ = ["Qian", "QianConfig", "l2_regularizer", "orthogonality_regularizer",
+           "regularizer_weight", "to_pixels", "uniform_init"]
 
 REGULARISERS = ("auto", "l2", "orthogonality", "none")
 OPTIMISERS = ("adam", "sgd")
 
 
 @dataclass
-class QianConfig:
+class QianConfig(ComposedConfig):
     """Hyperparameters of Qian & Hansen's Algorithm 2."""
 
     iterations: int = field(default=2000, metadata={"help": "optimisation steps per restart"})
-    restarts: int = field(default=1, metadata={"help": "U(0,1) inits; lowest objective wins"})
+    restarts: int = field(default=1, metadata={"help": "U(0,1) inits; lowest distance wins"})
+    objective: str = field(default="euclidean", metadata={
+        "help": "objective part (euclidean: the paper's distance; cosine, masked-cosine, "
+                "gaussian, or auto: the one modelling the published defenses)"})
+    optimizer: str = field(default="adam", metadata={
+        "help": "'adam' or 'sgd' (plain gradient descent, Alg. 2), or any optimiser part "
+                "NAME[:k=v;k=v] (signed-adam, adam, sgd)"})
+    init: str = field(default="uniform", metadata={
+        "help": "uniform: U(0,1) in pixel space (Alg. 2); gaussian: N(0,1) normalised"})
+    select: str = field(default="objective", metadata={
+        "help": "pick the restart by objective alone (the distance) or total (with R)"})
     lr: float = field(default=0.05, metadata={"help": "step size eta"})
-    optimizer: str = field(
-        default="adam", metadata={"help": "'adam' or 'sgd' (plain gradient descent, Alg. 2)"}
-    )
     regularizer: str = field(
         default="auto",
         metadata={"help": "'auto' (l2 for one image, orthogonality for a batch), 'l2', "
@@ -76,17 +90,11 @@ class QianConfig:
     )
     decay: float = field(default=0.9, metadata={"help": "lambda <- decay * lambda every m steps"})
     decay_every: int = field(default=100, metadata={"help": "m of Algorithm 2"})
-    log_every: int = field(default=50, metadata={"help": "report progress every k steps"})
-    capture: bool = field(
-        default=True,
-        metadata={"help": "on CUDA, record one step as a CUDA graph and replay it "
-                          "(falls back to eager with a notice when capture fails)"},
-    )
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "restarts", "decay_every", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        super().__post_init__()
+        if self.decay_every < 1:
+            raise ValueError(f"decay_every must be >= 1, got {self.decay_every}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be positive, got {self.lr}")
         if not (self.weight >= 0 and math.isfinite(self.weight)):
@@ -96,228 +104,36 @@ class QianConfig:
         if self.regularizer not in REGULARISERS:
             raise ValueError(f"regularizer must be one of {REGULARISERS}, got "
                              f"{self.regularizer!r}")
-        if self.optimizer not in OPTIMISERS:
-            raise ValueError(f"optimizer must be one of {OPTIMISERS}, got {self.optimizer!r}")
-
-
-def l2_regularizer(images: torch.Tensor) -> torch.Tensor:
-    """``‖x‖_F²``: the squared Frobenius norm of the whole batch."""
-    return images.square().sum()
-
-
-def orthogonality_regularizer(images: torch.Tensor) -> torch.Tensor:
-    """``Σ_{k≠k'} (x_kᵀ x_{k'})²`` over ordered pairs of distinct images (each pair twice).
-
-    With ``X`` the [n, D] matrix of flattened images and ``G = X Xᵀ`` its Gram matrix, this is
-    ``‖G‖_F² − Σ_k G_kk²``.
-    """
-    flat = images.flatten(1)
-    gram = flat @ flat.T
-    return gram.square().sum() - gram.diagonal().square().sum()
-
-
-def regularizer_weight(iteration: int, weight: float, decay: float, every: int) -> float:
-    """``λ_i = λ₀ · decay^⌊i/m⌋`` (0-based iteration i): λ ← decay · λ every m iterations."""
-    return weight * decay ** (iteration // every)
-
-
-def to_pixels(images: torch.Tensor, observation: Observation) -> torch.Tensor:
-    """Normalised images back on the [0, 1] pixel scale: ``x · std + mean`` per channel."""
-    mean = torch.as_tensor(observation.mean, dtype=images.dtype, device=images.device)
-    std = torch.as_tensor(observation.std, dtype=images.dtype, device=images.device)
-    return images * std.view(1, -1, 1, 1) + mean.view(1, -1, 1, 1)
-
-
-def uniform_init(observation: Observation, seed: int, device: torch.device) -> torch.Tensor:
-    """U(0, 1) images in pixel space, drawn on the CPU from ``seed``, in normalised space."""
-    shape = (observation.num_images, *observation.image_shape)
-    pixels = torch.rand(shape, generator=torch.Generator().manual_seed(seed)).to(device)
-    mean = torch.as_tensor(observation.mean, dtype=torch.float32, device=device)
-    std = torch.as_tensor(observation.std, dtype=torch.float32, device=device)
-    return (pixels - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
+        if self.optimizer.partition(":")[0] not in (*OPTIMISERS, "signed-adam"):
+            raise ValueError(f"optimizer must be one of {OPTIMISERS} (or signed-adam), got "
+                             f"{self.optimizer!r}: Algorithm 2's decaying regulariser needs a "
+                             "first-order optimiser")
 
 
 @register_attack("qian")
-class Qian(Attack[Observation]):
+class Qian(ComposedInversion):
     """Qian & Hansen's Algorithm 2: euclidean matching, U(0,1) init, decaying L2/orthogonality."""
 
     Config = QianConfig
     config: QianConfig
 
+    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
+        return "adam", {"lr": self.config.lr}
+
+    def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        cfg = self.config
+        if cfg.regularizer == "none":
+            return []
+        name = "qian" if cfg.regularizer == "auto" else cfg.regularizer
+        return [(name, {"weight": cfg.weight, "decay": cfg.decay, "every": cfg.decay_every})]
+
     def regularizer_name(self, num_images: int) -> str:
         """The regulariser used for a batch of ``num_images`` ('auto' resolved)."""
         if self.config.regularizer != "auto":
             return self.config.regularizer
-        return "l2" if num_images == 1 else "orthogonality"
+        return QianRegularizer.chosen(num_images)
 
-    def objective(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        observation: Observation,
-        observed: list[torch.Tensor],
-        iteration: int,
-    ) -> torch.Tensor:
-        """Gradient distance plus ``λ_i R(x)`` at ``iteration``, R on the [0, 1] pixel scale."""
-        cfg = self.config
-        loss = gradient_distance(observation.simulate(images, labels), observed)
-        name = self.regularizer_name(images.shape[0])
-        lam = regularizer_weight(iteration, cfg.weight, cfg.decay, cfg.decay_every)
-        if name in ("l2", "orthogonality") and lam > 0:
-            pixels = to_pixels(images, observation)
-            if name == "l2":
-                loss = loss + lam * l2_regularizer(pixels)
-            else:
-                loss = loss + lam * orthogonality_regularizer(pixels)
-        return loss
-
-    def recover(
-        self,
-        observation: Observation,
-        *,
-        device: torch.device,
-        seed: int,
-        progress: Progress | None,
-    ) -> Reconstruction:
-        """Run ``restarts`` × ``iterations`` steps; keep the restart with the lowest distance.
-
-        Restart r starts from U(0, 1) drawn from ``seed + r``. A restart that stops being
-        finite ends there and keeps its last finite iterate. On CUDA (``capture``) each
-        restart's step is captured as a CUDA graph (:meth:`optimise_graph_safe`).
-        """
-        cfg = self.config
-        dev = device
-        labels = recover_labels(observation).to(dev)
-        observed = [u.detach().to(dev) for u in observation.update]
-        total = cfg.iterations * cfg.restarts
-        best: tuple[float, torch.Tensor] | None = None
-        finals: list[float] = []
-        notices: list[str] = []
-        graph_safe = cfg.capture and capturable(dev)
-        for restart in range(cfg.restarts):
-            init = uniform_init(observation, seed + restart, dev)
-            if graph_safe:
-                images, notice = self.optimise_graph_safe(
-                    init, labels, observation, observed, restart * cfg.iterations, total,
-                    progress)
-                notices += [notice] if notice else []
-            else:
-                images = self.optimise(init, labels, observation, observed,
-                                       restart * cfg.iterations, total, progress)
-            distance = self._distance(images, labels, observation, observed)
-            finals.append(distance)
-            if best is None or distance < best[0]:
-                best = (distance, images)
-        assert best is not None
-        return Reconstruction(images=best[1], labels=labels, objective=best[0],
-                              iterations=total, restart_objectives=finals,
-                              warnings=notices[:1],
-                              extras={"regularizer": self.regularizer_name(
-                                  observation.num_images),
-                                  "captured": graph_safe and not notices})
-
-    def _distance(self, images: torch.Tensor, labels: torch.Tensor,
-                  observation: Observation, observed: list[torch.Tensor]) -> float:
-        leaf = images.detach().requires_grad_(True)
-        value = float(gradient_distance(observation.simulate(leaf, labels), observed).item())
-        return value if math.isfinite(value) else math.inf
-
-    def optimise(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        observation: Observation,
-        observed: list[torch.Tensor],
-        offset: int,
-        total: int,
-        progress: Progress | None,
-    ) -> torch.Tensor:
-        """One restart with ``torch.optim`` from ``images``; returns its last finite iterate."""
-        cfg = self.config
-        images.requires_grad_(True)
-        if cfg.optimizer == "adam":
-            optimiser: torch.optim.Optimizer = torch.optim.Adam([images], lr=cfg.lr)
-        else:
-            optimiser = torch.optim.SGD([images], lr=cfg.lr)
-        last_finite = images.detach().clone()
-        for iteration in range(cfg.iterations):
-            loss = self.objective(images, labels, observation, observed, iteration)
-            if not bool(torch.isfinite(loss)):
-                break
-            last_finite = images.detach().clone()
-            (images.grad,) = torch.autograd.grad(loss, images)
-            optimiser.step()
-            done = offset + iteration + 1
-            if progress is not None and (done % cfg.log_every == 0 or iteration == 0):
-                progress(done, total, float(loss.item()))
-        if bool(torch.isfinite(images).all()):
-            last_finite = images.detach().clone()
-        return last_finite
-
-    def optimise_graph_safe(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        observation: Observation,
-        observed: list[torch.Tensor],
-        offset: int,
-        total: int,
-        progress: Progress | None,
-    ) -> tuple[torch.Tensor, str | None]:
-        """:meth:`optimise`'s maths as a graph-safe step, captured as a CUDA graph on CUDA.
-
-        λ_i is read from a device schedule at a device step counter, Adam's or SGD's state
-        lives on the device (:mod:`fedleak.attacks.capture`), and the stop at a non-finite
-        objective becomes a device flag: from that step on the update is masked out, so the
-        images stay where the eager loop breaks, and the last finite iterate is kept in a
-        static buffer. The host reads the objective and the flag every ``log_every`` steps
-        (and stops there once the flag fell). Returns the result and a notice when capture
-        fell back to eager.
-        """
-        cfg = self.config
-        dev, dtype = images.device, images.dtype
-        images.requires_grad_(True)
-        schedule = constant_schedule(cfg.lr)
-        optimiser: DeviceSignedAdam | DeviceSGD = (
-            DeviceSignedAdam(images, schedule, signed=False) if cfg.optimizer == "adam"
-            else DeviceSGD(images, schedule))
-        name = self.regularizer_name(images.shape[0])
-        regularise = name in ("l2", "orthogonality") and cfg.weight > 0
-        weights = torch.tensor([regularizer_weight(i, cfg.weight, cfg.decay, cfg.decay_every)
-                                for i in range(cfg.iterations)], dtype=dtype, device=dev)
-        t = torch.zeros((), dtype=torch.int64, device=dev)
-        alive = torch.ones((), dtype=torch.bool, device=dev)
-        last = images.detach().clone()
-        value = torch.zeros((), dtype=dtype, device=dev)
-
-        def step() -> None:
-            loss = gradient_distance(observation.simulate(images, labels), observed)
-            if regularise:
-                pixels = to_pixels(images, observation)
-                penalty = (l2_regularizer(pixels) if name == "l2"
-                           else orthogonality_regularizer(pixels))
-                loss = loss + weights.index_select(0, t.view(1)).squeeze(0) * penalty
-            (grad,) = torch.autograd.grad(loss, images)
-            with torch.no_grad():
-                alive.logical_and_(torch.isfinite(loss))
-                last.copy_(torch.where(alive, images, last))
-                value.copy_(loss)
-                before = images.detach().clone()
-                optimiser.step(grad)
-                images.copy_(torch.where(alive, images, before))
-                t.add_(1)
-
-        def on_step(done: int) -> bool:
-            if (offset + done) % cfg.log_every != 0 and done != 1:
-                return False
-            if not bool(alive):
-                return True
-            if progress is not None:
-                progress(offset + done, total, float(value))
-            return False
-
-        notice = run_iterations(step, cfg.iterations, dev, capture=capturable(dev),
-                                on_step=on_step)
-        images.requires_grad_(False)
-        result = images.detach() if bool(torch.isfinite(images).all()) else last
-        return result.clone(), notice
+    def describe(self, result: Reconstruction, observation: Observation,
+                 bound: list[BoundPrior] | Any) -> None:
+        super().describe(result, observation, bound)
+        result.extras["regularizer"] = self.regularizer_name(observation.num_images)

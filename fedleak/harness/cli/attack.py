@@ -28,16 +28,23 @@ from fedleak.harness.cli.options import (
 
 def _attack_epilog() -> str:
     from fedleak.attacks import attack_class, attack_names, describe_options
+    from fedleak.attacks.composed import ComposedInversion
     from fedleak.attacks.objectives import OBJECTIVES
+    from fedleak.attacks.optimisers import OPTIMISERS
+    from fedleak.attacks.priors import PRIORS
     from fedleak.attacks.replays import REPLAYS
 
     lines = ["\b", "Attacks [threat model] and their options (-o key=value):"]
     for name in attack_names():
         lines.append(f"  {name} [{getattr(attack_class(name), 'server_role', 'honest')} server]")
         lines += [f"    {line}" for line in describe_options(name).splitlines()]
-    lines += ["", "\b", "Parts of inverting-gradients and fedavg (-o objective=NAME[:k=v;k=v], "
-              "-o replay=NAME[:k=v], or auto: chosen from the victim's published defenses):"]
-    for kind, registry in (("objective", OBJECTIVES), ("replay", REPLAYS)):
+    presets = [n for n in attack_names() if issubclass(attack_class(n), ComposedInversion)]
+    lines += ["", "\b", f"Parts of the optimisation attacks (presets: {', '.join(presets)}): "
+              "-o objective=NAME[:k=v;k=v] and -o replay=NAME[:k=v] (or auto: chosen from the "
+              "victim's published defenses), -o optimizer=NAME[:k=v;k=v], "
+              "-o priors=NAME[:k=v;k=v]+NAME... (or none):"]
+    for kind, registry in (("objective", OBJECTIVES), ("replay", REPLAYS),
+                           ("optimizer", OPTIMISERS), ("prior", PRIORS)):
         for name in registry.names():
             lines.append(f"  {kind} {name}")
             lines += [f"    {line}" for line in registry.describe(name).splitlines()]
