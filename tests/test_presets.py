@@ -9,7 +9,12 @@ run vectorised, and the regulariser's gradient is accumulated in another order).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +26,7 @@ from fedleak.attacks.optimisers import create_optimiser
 from fedleak.attacks.priors import create_prior
 from fedleak.attacks.registry import attack_class
 from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation
 from tests.test_inverting_gradients import smooth_image
 
@@ -215,3 +221,32 @@ def test_part_registries_list_valid_names() -> None:
     with pytest.raises(PartError, match="lbfgs"):
         create_optimiser("newton")
     assert create_optimiser("adam").config.decay is False
+
+
+def test_parts_and_presets_across_two_processes(tmp_path: Path) -> None:
+    """`fedleak attack --attack gradinversion -o priors=…` against a victim process training a
+    BatchNorm ConvNet with FedAvg and returning its buffers: the parts run and are recorded; an
+    unknown part is a usage error naming the valid ones."""
+    args = ["--dataset", "photos", "--split", "all", "--images", "0-1", "--model",
+            "convnet:width=4", "--batch-size", "2", "--protocol", "fedavg", "--local-epochs",
+            "1", "--local-batch-size", "2", "--lr", "0.01", "--allow-reveal"]
+    with VictimProcess(args, token="presets") as victim:
+        env = {**os.environ, "FEDLEAK_TOKEN": "presets", "OMP_NUM_THREADS": "1"}
+        out = tmp_path / "run"
+        done = subprocess.run(
+            [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
+             "--attack", "gradinversion", "--iterations", "3", "--rounds", "1", "-o",
+             "restarts=2", "-o", "priors=tv:weight=0.001+bn:weight=0.1;source=returned+group"
+             "+box", "--out", str(out), "--quiet"],
+            capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr
+        (record,) = json.loads((out / "metrics.json").read_text())["rounds"]
+        assert record["parts"]["optimizer"] == "adam"
+        assert record["parts"]["priors"] == ["tv", "bn", "group", "box"]
+        assert record["parts"]["bn_source"] == "returned"
+        assert record["parts"]["objective"] == "euclidean"
+        bad = subprocess.run(
+            [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
+             "--attack", "dlg", "-o", "priors=smoothness"],
+            capture_output=True, text=True, timeout=600, env=env)
+        assert bad.returncode == 2 and "smoothness" in bad.stderr and "orthogonality" in bad.stderr

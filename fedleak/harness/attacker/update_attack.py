@@ -64,7 +64,7 @@ from fedleak.v1 import victim_pb2 as pb
 #: Status codes that mean the victim is gone (not that it refused the request).
 GONE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: What a reconstruction's extras say about the parts it ran with (metrics.json ``parts``).
-PART_KEYS = ("objective", "replay", "part_reasons")
+PART_KEYS = ("objective", "replay", "optimizer", "priors", "bn_source", "part_reasons")
 
 
 def run_update_attack(
