@@ -53,6 +53,7 @@ import torch
 
 from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts, parse_part
 from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.capture import capturable, captured_function, run_iterations
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
@@ -127,9 +128,7 @@ class ComposedConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "restarts", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_numbers(self, at_least_one=("iterations", "restarts", "log_every"))
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.select not in SELECTS:
@@ -144,6 +143,28 @@ class ComposedConfig:
                 PRIORS.create(*parse_part(spec))
         except PartError as err:
             raise ValueError(str(err)) from None
+
+
+def check_numbers(config: Any, positive: Sequence[str] = (),
+                  non_negative: Sequence[str] = (), at_least_one: Sequence[str] = ()) -> None:
+    """Refuse shorthand numbers out of range (ValueError naming the option)."""
+    for name in positive:
+        value = getattr(config, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be positive, got {value}")
+    for name in non_negative:
+        value = getattr(config, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    for name in at_least_one:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+
+
+def check_source(source: str) -> None:
+    """Refuse an unknown BatchNorm statistics source."""
+    if source not in SOURCES:
+        raise ValueError(f"bn-source must be one of {', '.join(SOURCES)}, got {source!r}")
 
 
 def prior_specs(priors: str) -> list[str]:

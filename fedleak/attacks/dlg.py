@@ -33,14 +33,13 @@ images stop being finite; the best finite iterate is its result.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from fedleak.attacks.composed import ComposedConfig, ComposedInversion
+from fedleak.attacks.composed import ComposedConfig, ComposedInversion, check_numbers
 from fedleak.attacks.optimisers import LINE_SEARCHES
 from fedleak.attacks.registry import register_attack
 
@@ -68,11 +67,7 @@ class DLGConfig(ComposedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("inner_iterations", "history_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        check_numbers(self, positive=("lr",), at_least_one=("inner_iterations", "history_size"))
         if self.line_search not in LINE_SEARCHES:
             raise ValueError(
                 f"line_search must be 'none' or 'strong_wolfe', got {self.line_search!r}"

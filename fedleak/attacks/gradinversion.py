@@ -30,12 +30,15 @@ for one restart); both are refused before the first iteration with what to chang
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.batch_statistics import SOURCES
-from fedleak.attacks.composed import ComposedConfig, ComposedInversion
+from fedleak.attacks.composed import (
+    ComposedConfig,
+    ComposedInversion,
+    check_numbers,
+    check_source,
+)
 from fedleak.attacks.registry import register_attack
 
 
@@ -62,15 +65,8 @@ class GradInversionConfig(ComposedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        for name in ("tv", "l2", "bn", "group"):
-            value = getattr(self, name)
-            if not (value >= 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if self.bn_source not in SOURCES:
-            raise ValueError(f"bn-source must be one of {', '.join(SOURCES)}, got "
-                             f"{self.bn_source!r}")
+        check_numbers(self, positive=("lr",), non_negative=("tv", "l2", "bn", "group"))
+        check_source(self.bn_source)
 
 
 @register_attack("gradinversion")

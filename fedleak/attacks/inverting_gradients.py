@@ -43,15 +43,15 @@ in place; the objective is read back to the host only when progress is reported.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.composed import (
     ComposedConfig,
     ComposedInversion,
     alone,
+    check_numbers,
+    check_source,
     gaussian_init,
     packed_objective,
 )
@@ -108,15 +108,8 @@ class InvertingGradientsConfig(ComposedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if not (self.tv >= 0 and math.isfinite(self.tv)):
-            raise ValueError(f"tv must be >= 0, got {self.tv}")
-        if not (self.bn >= 0 and math.isfinite(self.bn)):
-            raise ValueError(f"bn must be >= 0, got {self.bn}")
-        if self.bn_source not in SOURCES:
-            raise ValueError(f"bn-source must be one of {', '.join(SOURCES)}, got "
-                             f"{self.bn_source!r}")
+        check_numbers(self, positive=("lr",), non_negative=("tv", "bn"))
+        check_source(self.bn_source)
 
 
 @register_attack("inverting-gradients")

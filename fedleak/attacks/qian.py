@@ -40,11 +40,15 @@ attack seeds 0/1): orthogonality with λ₀ = 1e-5 gives 55.3 / 45.5 dB, none 45
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.composed import ComposedConfig, ComposedInversion, uniform_init
+from fedleak.attacks.composed import (
+    ComposedConfig,
+    ComposedInversion,
+    check_numbers,
+    uniform_init,
+)
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.priors import (
     BoundPrior,
@@ -93,12 +97,8 @@ class QianConfig(ComposedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.decay_every < 1:
-            raise ValueError(f"decay_every must be >= 1, got {self.decay_every}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if not (self.weight >= 0 and math.isfinite(self.weight)):
-            raise ValueError(f"weight must be >= 0, got {self.weight}")
+        check_numbers(self, positive=("lr",), non_negative=("weight",),
+                      at_least_one=("decay_every",))
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay}")
         if self.regularizer not in REGULARISERS:
