@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from click.testing import CliRunner
 pytest.importorskip("flwr", reason="needs fedleak[flower]")
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.common.serde import message_from_proto, message_to_proto  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -61,11 +63,17 @@ def _identity() -> None:
 
 
 class LocalGrid:
-    """A Flower Grid in this process: each node is the ClientApp with its own Context."""
+    """A Flower Grid in this process: each node is the ClientApp with its own Context.
+
+    ``wire``: every message crosses as Flower serialises it (protobuf), as between processes;
+    SecAgg+ needs it (its workflow sends one content object to every node, which its mod
+    changes in place)."""
 
     def __init__(self, settings: FederationSettings, node_config: dict[str, Any] | None = None,
-                 app: Any = None) -> None:
+                 app: Any = None, wire: bool = False) -> None:
         self.app = app or make_client_app(settings)
+        self.wire = wire
+        self.run = SimpleNamespace(run_id=1)  # what the legacy workflows read
         self.contexts = {
             100 + i: Context(run_id=1, node_id=100 + i,
                              node_config={"partition-id": i, "num-partitions": settings.nodes,
@@ -78,7 +86,11 @@ class LocalGrid:
 
     def send_and_receive(self, messages: Iterable[Message], timeout: float | None = None
                          ) -> list[Message]:
-        return [self.app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+        if not self.wire:
+            return [self.app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+        crossed = [message_from_proto(message_to_proto(m)) for m in messages]
+        return [message_from_proto(message_to_proto(self.app(m, self.contexts[
+            m.metadata.dst_node_id]))) for m in crossed]
 
 
 def settings(tmp_path: Path, **changes: Any) -> FederationSettings:
