@@ -26,9 +26,9 @@ does the audit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -38,7 +38,12 @@ from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.flower.arrays import mismatch, split_state, tensors
-from fedleak.harness.flower.auditor import PRIVACY_METRICS, Auditor, NotAttackable
+from fedleak.harness.flower.auditor import (
+    PRIVACY_METRICS,
+    AuditOptions,
+    Auditor,
+    NotAttackable,
+)
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.shared.datasets import DatasetInfo
@@ -48,9 +53,9 @@ from fedleak.harness.shared.protocol import ProtocolError
 class LeakageAudit(Auditor, Strategy):
     """Attack (or record) every node's train reply, then pass the replies on (module doc).
 
-    ``model`` is a fedleak model spec (``lenet-zhu``, ``mlp:width=64``) or an ``nn.Module``
-    whose state dict is what the federation trains; ``dataset`` names the data set (or is a
-    :class:`DatasetInfo`): shape, classes and normalisation are public facts the attack uses.
+    ``model``, ``dataset``, ``out`` and the keyword arguments (:class:`~fedleak.harness.flower.
+    auditor.AuditOptions`: attack, options, seed, record_only, score, ...) are the
+    :class:`~fedleak.harness.flower.auditor.Auditor`'s.
     """
 
     def __init__(
@@ -59,16 +64,7 @@ class LeakageAudit(Auditor, Strategy):
         model: str | nn.Module,
         dataset: str | DatasetInfo,
         out: Path,
-        *,
-        attack: str = "inverting-gradients",
-        options: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        device: str = "cpu",
-        record_only: bool = False,
-        score: bool = True,
-        score_timeout: float = 600.0,
-        show_progress: bool = False,
-        log: Callable[[str], None] = print,
+        **audit: Unpack[AuditOptions],
     ) -> None:
         if not isinstance(inner, Strategy):
             raise TypeError(
@@ -78,11 +74,8 @@ class LeakageAudit(Auditor, Strategy):
                 "classes are not: port the ServerApp to the Message API, or, under SecAgg+, "
                 "use fedleak.harness.flower.secagg.AggregateAudit)")
         self.inner = inner
-        super().__init__(model, dataset, out, attack=attack, options=options, seed=seed,
-                         device=device, record_only=record_only, score=score,
-                         score_timeout=score_timeout, show_progress=show_progress, log=log,
-                         settings={"inner_strategy": type(inner).__name__,
-                                   "server_view": "every node's update"})
+        super().__init__(model, dataset, out, **audit, settings={
+            "inner_strategy": type(inner).__name__, "server_view": "every node's update"})
         self._sent: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
         #: (server round, node id) of every reply attacked or recorded
         self.audited: list[tuple[int, int]] = []

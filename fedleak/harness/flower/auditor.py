@@ -18,7 +18,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -57,32 +57,43 @@ class NotAttackable(Exception):
     """An update the audit cannot attack; the message says why (recorded, never raised out)."""
 
 
+class AuditOptions(TypedDict, total=False):
+    """How an audit attacks, as keyword arguments of either wrapper (defaults in brackets).
+
+    ``attack`` names the fedleak attack [inverting-gradients], ``options`` its options;
+    ``seed`` [0] seeds it (plus the round − 1); ``device`` [cpu]; ``record_only`` [False]
+    writes a recording for ``fedleak attack --from-recording`` instead; ``score`` [True] asks
+    the nodes to score, waiting ``score_timeout`` [600] s; ``show_progress`` [False]; ``log``
+    [print] takes the audit's lines.
+    """
+
+    attack: str
+    options: Mapping[str, Any] | None
+    seed: int
+    device: str
+    record_only: bool
+    score: bool
+    score_timeout: float
+    show_progress: bool
+    log: Callable[[str], None]
+
+
 class Auditor:
     """Attack (or record) updates read off a Flower round; write the run folder (module doc).
 
     ``model`` is a fedleak model spec (``lenet-zhu``, ``mlp:width=64``) or an ``nn.Module``
     whose state dict is what the federation trains; ``dataset`` names the data set (or is a
     :class:`DatasetInfo`): shape, classes and normalisation are public facts the attack uses.
-    ``settings`` go into ``metrics.json``'s header beside the attack's.
+    ``settings`` go into ``metrics.json``'s header beside the attack's; ``audit`` are the
+    :class:`AuditOptions`.
     """
 
-    def __init__(
-        self,
-        model: str | nn.Module,
-        dataset: str | DatasetInfo,
-        out: Path,
-        *,
-        attack: str = "inverting-gradients",
-        options: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        device: str = "cpu",
-        record_only: bool = False,
-        score: bool = True,
-        score_timeout: float = 600.0,
-        show_progress: bool = False,
-        log: Callable[[str], None] = print,
-        settings: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, model: str | nn.Module, dataset: str | DatasetInfo, out: Path, *,
+                 settings: Mapping[str, Any] | None = None,
+                 **audit: Unpack[AuditOptions]) -> None:
+        attack = audit.get("attack", "inverting-gradients")
+        seed, device = audit.get("seed", 0), audit.get("device", "cpu")
+        record_only, score = audit.get("record_only", False), audit.get("score", True)
         self.info = dataset if isinstance(dataset, DatasetInfo) else dataset_info(dataset)
         if isinstance(model, str):
             self.model_spec = model
@@ -93,11 +104,12 @@ class Auditor:
             raise ValueError("record_only needs the model as a fedleak model spec (a string), "
                              "so `fedleak attack --from-recording` can rebuild it")
         self.model.to(device)
-        self.attack_name, self.options = attack, dict(options or {})
+        self.attack_name, self.options = attack, dict(audit.get("options") or {})
         self.attack = create_attack(attack, self.options)
         self.out, self.seed, self.device = Path(out), seed, device
-        self.record_only, self.score, self.score_timeout = record_only, score, score_timeout
-        self.show_progress, self.log = show_progress, log
+        self.record_only, self.score = record_only, score
+        self.score_timeout = audit.get("score_timeout", 600.0)
+        self.show_progress, self.log = audit.get("show_progress", False), audit.get("log", print)
         self.out.mkdir(parents=True, exist_ok=True)
         self.run = UpdateRun(RunHeader.now(
             "flower federation", self.model_spec or type(self.model).__name__, self.info.name,

@@ -53,7 +53,7 @@ def named_state(parameters: Parameters, template: Mapping[str, torch.Tensor]
     if len(arrays) != len(template):
         raise ValueError(f"the parameters hold {len(arrays)} arrays; the model's state dict has "
                          f"{len(template)} entries (legacy parameters are its values in order)")
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for (key, want), array in zip(template.items(), arrays, strict=True):
         if tuple(array.shape) != tuple(want.shape):
             raise ValueError(f"array {len(out)} ({key!r} in the model's order) has shape "

@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
@@ -60,7 +59,13 @@ from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.flower.arrays import mismatch, split_state
-from fedleak.harness.flower.auditor import PRIVACY_METRICS, Auditor, NotAttackable, ScoreAnswer
+from fedleak.harness.flower.auditor import (
+    PRIVACY_METRICS,
+    AuditOptions,
+    Auditor,
+    NotAttackable,
+    ScoreAnswer,
+)
 from fedleak.harness.flower.legacy import named_state
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.update import update_of
@@ -154,7 +159,9 @@ class AggregateAudit(Auditor, LegacyStrategy):
 
     ``secagg`` gives the workflow's settings, for the quantisation bound and the weights
     recorded with every round (None: not recorded). The nodes are reached for scoring
-    through the grid their client proxies carry (or ``grid``).
+    through the grid their client proxies carry (or ``grid``). ``model``, ``dataset``, ``out``
+    and the other keyword arguments (:class:`~fedleak.harness.flower.auditor.AuditOptions`)
+    are the :class:`~fedleak.harness.flower.auditor.Auditor`'s.
     """
 
     def __init__(
@@ -166,15 +173,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
         *,
         secagg: SecAggPlus | None = None,
         grid: Grid | None = None,
-        attack: str = "inverting-gradients",
-        options: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        device: str = "cpu",
-        record_only: bool = False,
-        score: bool = True,
-        score_timeout: float = 600.0,
-        show_progress: bool = False,
-        log: Callable[[str], None] = print,
+        **audit: Unpack[AuditOptions],
     ) -> None:
         if not isinstance(inner, LegacyStrategy):
             raise TypeError(f"AggregateAudit wraps a legacy strategy (flwr.server.strategy."
@@ -182,12 +181,9 @@ class AggregateAudit(Auditor, LegacyStrategy):
                             f"{type(inner).__module__}.{type(inner).__name__} (wrap a "
                             "Message-API strategy in LeakageAudit)")
         self.inner, self.secagg = inner, secagg
-        super().__init__(model, dataset, out, attack=attack, options=options, seed=seed,
-                         device=device, record_only=record_only, score=score,
-                         score_timeout=score_timeout, show_progress=show_progress, log=log,
-                         settings={"inner_strategy": type(inner).__name__,
-                                   "server_view": SERVER_VIEW,
-                                   "secagg_plus": dataclasses.asdict(secagg) if secagg else None})
+        super().__init__(model, dataset, out, **audit, settings={
+            "inner_strategy": type(inner).__name__, "server_view": SERVER_VIEW,
+            "secagg_plus": dataclasses.asdict(secagg) if secagg else None})
         self._grid = grid
         self.template = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         self._theta: dict[str, torch.Tensor] = {}
