@@ -21,7 +21,7 @@ for ``fedleak attack --from-recording``, so a heavy attack never blocks a round.
 audit cannot attack (a failed node, wrong shapes or dtypes, no ``num-examples``, a procedure
 it cannot read) is recorded in ``metrics.json``'s warnings with the reason, and the
 federation goes on. Under Flower's SecAgg+ the server only ever holds the aggregate, and so
-does the audit.
+does the audit: :class:`~fedleak.harness.flower.secagg.AggregateAudit` attacks that.
 """
 
 from __future__ import annotations
