@@ -642,9 +642,11 @@ def free_port() -> int:
 @pytest.mark.skipif(os.environ.get("FEDLEAK_FLOWER_DEPLOYMENT") != "1",
                     reason="about 95 s (Flower starts a process per message): set "
                            "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the real SuperLink + SuperNodes")
-def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("secagg_plus", [False, True], ids=["plain", "secagg-plus"])
+def test_a_real_deployment_on_loopback(tmp_path: Path, secagg_plus: bool) -> None:
     """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
-    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid."""
+    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid.
+    Under SecAgg+ the audit attacks the aggregate of the two nodes."""
     bin_dir = Path(sys.executable).parent
     home = tmp_path / "flwr-home"
     home.mkdir()
@@ -669,12 +671,16 @@ def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
         run = subprocess.run(
             [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
              "--stream", "--run-config",
-             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'],
-            env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
+             + (" secagg-plus=true" if secagg_plus else "")],
+            env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
         assert all(r["images"] for r in metrics["rounds"]), metrics
+        if secagg_plus:
+            assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
+            assert len(metrics["rounds"][0]["images"]) == 2
     finally:
         for process in processes:
             process.terminate()
