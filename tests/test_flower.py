@@ -538,6 +538,11 @@ def test_the_aggregate_audit_on_constructed_results(tmp_path: Path) -> None:
     text = " ".join(audit.run.warnings)
     assert "different parameters" in text and "no node's masked update survived" in text
     assert "separate multi-step trajectories" in text
+    # parameters near SecAgg+'s clipping range are attacked, with the warning
+    audit.secagg, audit.inner.config = SecAggPlus(max_weight=3, clipping_range=0.1), config
+    audit.configure_fit(4, parameters_of(theta), None)  # type: ignore[arg-type]
+    audit.aggregate_fit(4, results([aggregate, aggregate], [1, 3]), [])
+    assert any("SecAgg+ clips" in w for w in recorded(tmp_path / "a")[-1][0]["warnings"])
     with pytest.raises(TypeError, match="legacy strategy"):
         AggregateAudit(FedAvg(), MLP, "digits", tmp_path)  # type: ignore[arg-type]
 

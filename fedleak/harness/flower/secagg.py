@@ -348,12 +348,14 @@ class AggregateAudit(Auditor, LegacyStrategy):
                        "statistics, the pooled replay with the pooled batch's: the replay is "
                        "inexact (batchnorm = eval, or a model without BatchNorm, makes it exact)")
         if self.secagg is not None:
-            largest = max(float(t.abs().max()) for t in self._theta.values() if t.numel())
+            largest = max(float(t.abs().max()) for t in self._theta.values()
+                          if t.numel() and t.is_floating_point())
             reach = self.secagg.clipping_range * self.secagg.max_weight / max(counts.values())
             if largest > reach / 2:
-                out.append(f"parameters reach {largest:.3g}, over half of the {reach:.3g} "
-                           "beyond which SecAgg+ clips a node's weighted parameters: the "
-                           "aggregate may be clipped (raise the clipping range)")
+                out.append(f"the model's state (parameters or BatchNorm statistics) reaches "
+                           f"{largest:.3g}, over half of the {reach:.3g} beyond which SecAgg+ "
+                           "clips a node's weighted state: the aggregate may be clipped "
+                           "(raise the clipping range)")
         return out
 
     def _weights(self, counts: dict[int, int]) -> dict[str, Any]:
