@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ from click.testing import CliRunner
 pytest.importorskip("flwr", reason="needs fedleak[flower]")
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.common import FitIns  # noqa: E402
+from flwr.common.serde import message_from_proto, message_to_proto  # noqa: E402
+from flwr.server.strategy import FedAvg as LegacyFedAvg  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -44,7 +48,7 @@ from fedleak.harness.flower.scoring import (  # noqa: E402
     score_reply,
     submission_content,
 )
-from fedleak.harness.flower.train import train  # noqa: E402
+from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
 from fedleak.harness.shared.datasets import load_dataset  # noqa: E402
 from fedleak.harness.shared.models import build_model  # noqa: E402
 from fedleak.harness.shared.observation import observe  # noqa: E402
@@ -61,11 +65,17 @@ def _identity() -> None:
 
 
 class LocalGrid:
-    """A Flower Grid in this process: each node is the ClientApp with its own Context."""
+    """A Flower Grid in this process: each node is the ClientApp with its own Context.
+
+    ``wire``: every message crosses as Flower serialises it (protobuf), as between processes;
+    SecAgg+ needs it (its workflow sends one content object to every node, which its mod
+    changes in place)."""
 
     def __init__(self, settings: FederationSettings, node_config: dict[str, Any] | None = None,
-                 app: Any = None) -> None:
+                 app: Any = None, wire: bool = False) -> None:
         self.app = app or make_client_app(settings)
+        self.wire = wire
+        self.run = SimpleNamespace(run_id=1)  # what the legacy workflows read
         self.contexts = {
             100 + i: Context(run_id=1, node_id=100 + i,
                              node_config={"partition-id": i, "num-partitions": settings.nodes,
@@ -78,7 +88,11 @@ class LocalGrid:
 
     def send_and_receive(self, messages: Iterable[Message], timeout: float | None = None
                          ) -> list[Message]:
-        return [self.app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+        if not self.wire:
+            return [self.app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+        crossed = [message_from_proto(message_to_proto(m)) for m in messages]
+        return [message_from_proto(message_to_proto(self.app(m, self.contexts[
+            m.metadata.dst_node_id]))) for m in crossed]
 
 
 def settings(tmp_path: Path, **changes: Any) -> FederationSettings:
@@ -405,24 +419,203 @@ def test_without_flwr_the_bridge_names_the_install_command() -> None:
     assert "pip install 'fedleak[flower]'" in result.stderr
 
 
+# --------------------------------------------------------------------------- SecAgg+
+
+
+def secagg_round(tmp_path: Path, **changes: Any) -> FederationSettings:
+    """One SecAgg+ round of 3 nodes x 2 images through Flower's own workflow and mod."""
+    s = settings(tmp_path, nodes=3, images=2, secagg_plus=True, **changes)
+    run_server(LocalGrid(s, node_config={"fedleak-allow-reveal": True}, wire=True), s)
+    return s
+
+
+@pytest.mark.parametrize(("protocol", "lr"), [("fedsgd", 0.5), ("fedavg", 0.1)])
+def test_the_secagg_plus_aggregate_is_the_mean_of_the_nodes_updates(
+        tmp_path: Path, protocol: str, lr: float) -> None:
+    """What the audit reads off a SecAgg+ round (Flower's SecAggPlusWorkflow + secaggplus_mod,
+    3 nodes) is the n-weighted mean of the updates fedleak's victim computes for each node's
+    batch at the same θ, to SecAgg+'s quantisation bound (2 * 8 / 2**22 per entry here, over τ
+    for a gradient) — and no single node's update."""
+    s = secagg_round(tmp_path, protocol=protocol, lr=lr, record_only=True)
+    ((entry, arrays),) = recorded(Path(s.out))
+    assert entry["num_images"] == 6 and entry["local_steps"] == 1
+    assert entry["metadata"]["server_view"] == "secagg+ aggregate of 3 nodes"
+    theta = {k.split("/", 1)[1]: v for k, v in arrays.items()
+             if k.startswith(("param/", "buffer/"))}
+    got = [v for k, v in arrays.items() if k.startswith("update/")]
+    per_node = [victim_update(s, theta, partition) for partition in range(3)]
+    bound = s.secagg().error_bound([2, 2, 2]) / (lr if protocol == "fedsgd" else 1)
+    assert bound == pytest.approx(2 * 8 / 2**22 / (lr if protocol == "fedsgd" else 1))
+    for i, g in enumerate(got):
+        mean = sum(node[i] for node in per_node) / 3
+        assert float((g - mean).abs().max()) <= bound + 1e-6
+        assert all(float((g - node[i]).abs().max()) > 10 * bound for node in per_node)
+
+
+def test_the_secagg_plus_audit_attacks_the_aggregate_and_says_so(tmp_path: Path) -> None:
+    """metrics.json records the threat model (the aggregate of K nodes), the survivors and the
+    quantisation bound; every node scores the pooled reconstruction against its own batch."""
+    from fedleak.harness.flower.secagg import SERVER_VIEW
+
+    s = secagg_round(tmp_path, protocol="fedsgd", lr=0.5)
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert metrics["settings"]["server_view"] == SERVER_VIEW
+    assert metrics["settings"]["secagg_plus"]["max_weight"] == 2.0
+    assert metrics["status"] == "finished" and metrics["warnings"] == []
+    (entry,) = metrics["rounds"]
+    assert entry["server_view"] == "secagg+ aggregate of 3 nodes"
+    assert entry["round_id"] == "1/aggregate" and entry["num_images"] == 6
+    aggregate = entry["aggregate"]
+    assert [n["num_images"] for n in aggregate["nodes"]] == [2, 2, 2]
+    assert all("mean_psnr" in n for n in aggregate["nodes"])
+    assert aggregate["weights"] == pytest.approx([1 / 3] * 3)
+    assert aggregate["quantization_error_bound"] == pytest.approx(2 * 8 / 2**22)
+    assert "one-to-one within each node" in aggregate["matching"]
+    assert len(entry["images"]) == 6 and 0 < entry["mean_psnr"] < 100
+    assert sorted(i["index"] for i in entry["images"]) == list(range(6))
+    assert (Path(s.out) / entry["files"]["comparison"]).exists()  # every node revealed
+
+
+class Fixed(LegacyFedAvg):
+    """Legacy FedAvg that sends θ and one config to given nodes (no client manager)."""
+
+    def __init__(self, nodes: list[int], config: dict[str, Any]) -> None:
+        super().__init__(fraction_evaluate=0.0)
+        self.nodes, self.config = nodes, config
+
+    def configure_fit(self, server_round: int, parameters: Any, client_manager: Any
+                      ) -> list[tuple[Any, FitIns]]:
+        return [(SimpleNamespace(node_id=n), FitIns(parameters, dict(self.config)))
+                for n in self.nodes]
+
+
+def test_the_aggregate_audit_on_constructed_results(tmp_path: Path) -> None:
+    """AggregateAudit alone: two nodes of 1 and 3 images, FedSGD at τ; the aggregate
+    θ − τ (1·g₁ + 3·g₂)/4 that SecAgg+ would hand over becomes exactly the gradient of the
+    pooled batch of 4 (what the attack replays); results it cannot attack are recorded."""
+    from flwr.common import Code, FitRes, Status
+
+    from fedleak.harness.flower.legacy import parameters_of
+    from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
+
+    data = load_dataset("digits", "train")
+    torch.manual_seed(0)
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    theta = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    protocol = procedure_from_config({"fedleak-protocol": "fedsgd", "lr": 0.5}).protocol
+    batches = [(data.images[:1], data.labels[:1]), (data.images[1:4], data.labels[1:4])]
+    grads = [observe(model, x, y, data.info, protocol).update for x, y in batches]
+    names = [k for k, _ in model.named_parameters()]
+    mean = {k: (1 * g1 + 3 * g2) / 4 for k, g1, g2 in zip(names, *grads, strict=True)}
+    aggregate = parameters_of({k: v - 0.5 * mean[k] if k in mean else v
+                               for k, v in theta.items()})
+    config = {"fedleak-protocol": "fedsgd", "lr": 0.5, "batchnorm": "train"}
+    audit = AggregateAudit(Fixed([1, 2], config), MLP, "digits", tmp_path / "a",
+                           secagg=SecAggPlus(max_weight=3), record_only=True,
+                           log=lambda _: None)
+
+    def results(params: list[Any], counts: list[int]) -> list[tuple[Any, FitRes]]:
+        return [(SimpleNamespace(node_id=i + 1), FitRes(Status(Code.OK, ""), p, n,
+                                                        {"fedleak-replayable": 1}))
+                for i, (p, n) in enumerate(zip(params, counts, strict=True))]
+
+    audit.configure_fit(1, parameters_of(theta), None)  # type: ignore[arg-type]
+    audit.aggregate_fit(1, results([aggregate, aggregate], [1, 3]), [])
+    ((entry, arrays),) = recorded(tmp_path / "a")
+    assert entry["num_images"] == 4 and entry["update_kind"] == "gradient"
+    assert entry["metadata"]["images_per_node"] == "1,3"
+    pooled = observe(model, data.images[:4], data.labels[:4], data.info, protocol).update
+    for name, want in zip(names, pooled, strict=True):
+        torch.testing.assert_close(arrays[f"update/{name}"], want, rtol=1e-4, atol=1e-5)
+    assert audit.audited == [(1, (1, 2))]
+    # what it refuses, with the reason, the round going on
+    audit.configure_fit(2, parameters_of(theta), None)  # type: ignore[arg-type]
+    audit.aggregate_fit(2, results([aggregate, parameters_of(theta)], [1, 3]), [])
+    audit.aggregate_fit(2, [], [RuntimeError("dropped")])
+    audit.inner.config = {"fedleak-protocol": "fedavg", "local-epochs": 2, "lr": 0.1}
+    audit.configure_fit(3, parameters_of(theta), None)  # type: ignore[arg-type]
+    audit.aggregate_fit(3, results([aggregate, aggregate], [1, 3]), [])
+    text = " ".join(audit.run.warnings)
+    assert "different parameters" in text and "no node's masked update survived" in text
+    assert "separate multi-step trajectories" in text
+    # parameters near SecAgg+'s clipping range are attacked, with the warning
+    audit.secagg, audit.inner.config = SecAggPlus(max_weight=3, clipping_range=0.1), config
+    audit.configure_fit(4, parameters_of(theta), None)  # type: ignore[arg-type]
+    audit.aggregate_fit(4, results([aggregate, aggregate], [1, 3]), [])
+    assert any("SecAgg+ clips" in w for w in recorded(tmp_path / "a")[-1][0]["warnings"])
+    with pytest.raises(TypeError, match="legacy strategy"):
+        AggregateAudit(FedAvg(), MLP, "digits", tmp_path)  # type: ignore[arg-type]
+
+
+def test_a_node_finds_and_scores_its_own_images_in_an_aggregates_reconstruction() -> None:
+    truth = torch.rand(2, 1, 8, 8)
+    context = Context(run_id=1, node_id=7, node_config={"fedleak-score-budget": 2},
+                      state=RecordDict(), run_config={})
+    remember_batch(context, 1, truth, torch.tensor([3, 4]))
+    data = load_dataset("digits", "train")
+    pooled = torch.stack([torch.rand(1, 8, 8), truth[1], torch.rand(1, 8, 8), truth[0]])
+    query = Message(submission_content(1, pooled, [0, 4, 0, 3], aggregate=True),
+                    dst_node_id=7, message_type=SCORE_MESSAGE_TYPE)
+    answer = score_reply(query, context, data.info)
+    scores = dict(answer.content.metric_records["fedleak.score"])
+    assert scores["matched"] == [3, 1] and min(scores["psnr"]) > 90
+    assert scores["label-accuracy"] == 1.0
+    short = Message(submission_content(1, pooled[:1], [0], aggregate=True), dst_node_id=7,
+                    message_type=SCORE_MESSAGE_TYPE)
+    assert "fewer than the 2" in score_reply(short, context, data.info).error.reason
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--nodes", "1"], "at least 2 nodes"),
+    (["--nodes", "3", "--secagg-threshold", "4"], "threshold must lie in [2, shares = 3]"),
+    (["--nodes", "4", "--secagg-shares", "2"], "at least 3"),
+    (["--images", "2", "--secagg-max-weight", "1"], "above SecAgg+'s max weight 1"),
+    (["--nodes", "3", "--secagg-quantization-range", str(2**31)], "wrap around"),
+])
+def test_secagg_plus_options_are_checked_before_flower_starts(args: list[str],
+                                                             message: str) -> None:
+    result = CliRunner().invoke(main, ["flower", "simulate", "--secagg-plus", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    alone = CliRunner().invoke(main, ["flower", "simulate", "--secagg-shares", "3"])
+    assert alone.exit_code == 2 and "only apply with --secagg-plus" in alone.output
+
+
 # --------------------------------------------------------------------------- simulation
+
+
+def simulate_cli(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any]]:
+    """``fedleak flower simulate --rounds 1 --model MLP -o iterations=3 ... ARGS`` in a separate
+    process (Flower's simulation engine: Ray, one torch thread per node): stdout, metrics."""
+    out = tmp_path / "sim"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "fedleak", "flower", "simulate", "--rounds", "1", "--model", MLP,
+         "-o", "iterations=3", "-o", "restarts=1", "--out", str(out), *args],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    return result.stdout, metrics
 
 
 @pytest.mark.integration
 def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -> None:
-    """Flower's simulation engine (Ray), 2 nodes, 1 round, one torch thread each."""
-    out = tmp_path / "sim"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "fedleak", "flower", "simulate", "--nodes", "2", "--rounds", "1",
-         "--model", MLP, "--defense", "prune:p=0.5", "-o", "iterations=3", "-o", "restarts=1",
-         "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env,
-        timeout=240)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "2 node update(s) attacked" in result.stdout
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+    """2 nodes, 1 round, a prune mod."""
+    stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.5")
+    assert "2 node update(s) attacked" in stdout
+    assert len(metrics["rounds"]) == 2
     assert all(r["images"] and r["mean_psnr"] is not None for r in metrics["rounds"])
+
+
+@pytest.mark.integration
+def test_simulation_under_secagg_plus_attacks_the_aggregate(tmp_path: Path) -> None:
+    """3 nodes x 2 images under Flower's SecAgg+ (threshold 2), 1 round."""
+    stdout, metrics = simulate_cli(tmp_path, "--nodes", "3", "--images", "2", "--lr", "0.5",
+                                   "--secagg-plus", "--secagg-threshold", "2")
+    assert "server view: secagg+ aggregate of 3 nodes" in stdout
+    assert "1 SecAgg+ aggregate(s) attacked" in stdout
+    (entry,) = metrics["rounds"]
+    assert entry["server_view"] == "secagg+ aggregate of 3 nodes" and len(entry["images"]) == 6
 
 
 # --------------------------------------------------------------------------- real deployment
@@ -454,9 +647,11 @@ def free_port() -> int:
 @pytest.mark.skipif(os.environ.get("FEDLEAK_FLOWER_DEPLOYMENT") != "1",
                     reason="about 95 s (Flower starts a process per message): set "
                            "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the real SuperLink + SuperNodes")
-def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
+@pytest.mark.parametrize("secagg_plus", [False, True], ids=["plain", "secagg-plus"])
+def test_a_real_deployment_on_loopback(tmp_path: Path, secagg_plus: bool) -> None:
     """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
-    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid."""
+    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid.
+    Under SecAgg+ the audit attacks the aggregate of the two nodes."""
     bin_dir = Path(sys.executable).parent
     home = tmp_path / "flwr-home"
     home.mkdir()
@@ -481,12 +676,16 @@ def test_a_real_deployment_on_loopback(tmp_path: Path) -> None:
         run = subprocess.run(
             [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
              "--stream", "--run-config",
-             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'],
-            env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
+             + (" secagg-plus=true" if secagg_plus else "")],
+            env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
         assert all(r["images"] for r in metrics["rounds"]), metrics
+        if secagg_plus:
+            assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
+            assert len(metrics["rounds"][0]["images"]) == 2
     finally:
         for process in processes:
             process.terminate()

@@ -154,6 +154,10 @@ class RoundRecord:
     #: the attack parts it ran with (objective, replay) and why (chosen from the published
     #: defenses when ``auto``), for optimisation attacks built from parts
     parts: dict[str, object] | None = field(default=None, metadata=OMIT)
+    #: what the server held when it is not one user's update (a Flower SecAgg+ round: the
+    #: aggregate of K nodes), and that aggregate's survivors, weights and scoring
+    server_view: str | None = field(default=None, metadata=OMIT)
+    aggregate: dict[str, Any] | None = field(default=None, metadata=OMIT)
 
 
 @dataclass

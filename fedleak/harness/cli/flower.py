@@ -16,6 +16,10 @@ import click
 
 from fedleak.harness.cli.options import option_pairs, protocol_options
 
+#: the SecAgg+ options and their defaults (they only apply with --secagg-plus)
+SECAGG_DEFAULTS = {"secagg_shares": 0, "secagg_threshold": 0, "secagg_max_weight": 0.0,
+                   "secagg_clipping_range": 8.0, "secagg_quantization_range": 4194304}
+
 
 def federation_options(function: Any) -> Any:
     """The options both subcommands share (one :class:`FederationSettings`)."""
@@ -53,6 +57,28 @@ def federation_options(function: Any) -> Any:
         click.option("--no-audit", is_flag=True, help="Run the federation unaudited."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
                      help="torch threads per node."),
+        click.option("--secagg-plus", is_flag=True,
+                     help="Mask the nodes' updates with Flower's SecAgg+ (secaggplus_mod, "
+                          "SecAggPlusWorkflow): the server, and so the audit, then sees only "
+                          "the aggregate of the surviving nodes, never one node's update; the "
+                          "audit attacks that aggregate as one batch of all their images."),
+        click.option("--secagg-shares", default=0, show_default=True, type=click.IntRange(0),
+                     help="SecAgg+: nodes each node's key is shared among (0 = every node)."),
+        click.option("--secagg-threshold", default=0, show_default=True,
+                     type=click.IntRange(0),
+                     help="SecAgg+: shares needed to unmask a node (0 = a majority of the "
+                          "shares, at least 2)."),
+        click.option("--secagg-max-weight", default=0.0, show_default=True,
+                     type=click.FloatRange(0),
+                     help="SecAgg+: the largest example count a node weighs its update by (0 = "
+                          "--images, the finest quantisation; Flower's own default is 1000, "
+                          "1000/n times coarser)."),
+        click.option("--secagg-clipping-range", default=8.0, show_default=True,
+                     type=click.FloatRange(0, min_open=True),
+                     help="SecAgg+: parameters are clipped to +-this before quantisation."),
+        click.option("--secagg-quantization-range", default=4194304, show_default=True,
+                     type=click.IntRange(2),
+                     help="SecAgg+: quantisation levels over the clipping range."),
     ]
     for decorator in reversed(decorators):
         function = decorator(function)
@@ -71,7 +97,16 @@ def settings_of(kw: dict[str, Any]) -> Any:
         defenses=tuple(kw["defenses"]), dp=kw["dp"], attack=kw["attack"],
         options=tuple(f"{k}={v}" for k, v in options.items()), seed=kw["seed"],
         model_seed=kw["model_seed"], out=kw["out"], audit=not kw["no_audit"],
-        record_only=kw["record_only"], score=not kw["no_score"], threads=kw["threads"])
+        record_only=kw["record_only"], score=not kw["no_score"], threads=kw["threads"],
+        secagg_plus=kw["secagg_plus"], secagg_shares=kw["secagg_shares"],
+        secagg_threshold=kw["secagg_threshold"], secagg_max_weight=kw["secagg_max_weight"],
+        secagg_clipping_range=kw["secagg_clipping_range"],
+        secagg_quantization_range=kw["secagg_quantization_range"])
+    if not settings.secagg_plus:
+        given = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
+                 if kw[key] != default]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --secagg-plus")
     check_settings(settings)
     return settings
 
@@ -98,6 +133,11 @@ def check_settings(settings: Any) -> None:
         build_model(settings.model, info.shape, info.num_classes)
     except (DatasetError, ModelError) as err:
         raise click.UsageError(str(err)) from None
+    if settings.secagg_plus:
+        try:
+            settings.secagg().check(settings.nodes, settings.images)
+        except ValueError as err:
+            raise click.UsageError(f"--secagg-plus: {err}") from None
 
 
 def _flower() -> None:
@@ -116,7 +156,19 @@ def flower() -> None:
 @federation_options
 @click.option("--verbose", is_flag=True, help="Flower's verbose logging.")
 def simulate(**kw: Any) -> None:
-    """Run an audited federation in Flower's simulation engine; write the run to --out."""
+    """Run an audited federation in Flower's simulation engine; write the run to --out.
+
+    \b
+    What the audit sees is what the server sees:
+    - by default every node's update (θ' - θ, or the gradient for one-step FedSGD): each is
+      attacked alone and scored on its node;
+    - with --secagg-plus only the aggregate of the nodes SecAgg+ let through, weighted by
+      their example counts and quantised (the bound is in metrics.json). The audit attacks it
+      as one batch of all those nodes' images, and each node finds and scores its own among
+      the reconstruction. It never sees, and cannot attack, one node's update; rounds with
+      more than one local step per node are not attacked (a mean of several trajectories is
+      not one client's update), and BatchNorm in train mode makes the replay inexact (warned).
+    """
     _flower()
     from fedleak.harness.attacker.records import METRICS_NAME
     from fedleak.harness.flower.federation import simulate as run
@@ -132,12 +184,17 @@ def simulate(**kw: Any) -> None:
     summary = metrics["summary"]
     for warning in metrics["warnings"]:
         click.echo(f"warning: {warning}")
+    what = "SecAgg+ aggregate(s)" if settings.secagg_plus else "node update(s)"
+    if settings.secagg_plus:
+        views = sorted({r["server_view"] for r in metrics["rounds"] if "server_view" in r})
+        click.echo(f"server view: {', '.join(views) or 'secagg+ aggregate'} — never one "
+                   "node's update; each aggregate attacked as one batch of all its nodes' images")
     if summary.get("mean_psnr") is not None:
-        click.echo(f"{summary['rounds']} node update(s) attacked: mean PSNR "
+        click.echo(f"{summary['rounds']} {what} attacked: mean PSNR "
                    f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
                    "(scored on the nodes)")
     else:
-        click.echo(f"{summary['rounds']} node update(s) audited (unscored)")
+        click.echo(f"{summary['rounds']} {what} audited (unscored)")
     click.echo(f"metrics: {settings.out}/{METRICS_NAME}")
 
 

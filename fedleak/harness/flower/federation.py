@@ -5,7 +5,9 @@ node holds the images ``partition-id::num-partitions`` of its training split and
 next ``images`` of them each round), the model, the clients' procedure, their defenses
 (update defenses as :class:`~fedleak.harness.flower.mods.DefenseMod`, DP-SGD in
 :func:`~fedleak.harness.flower.train.train`), and the audit (attack, options, seed, record
-only). ``fedleak flower simulate`` builds it from its options and runs :func:`simulate`
+only), and whether the nodes mask their updates with Flower's SecAgg+ (the server then holds
+only their aggregate, and the audit attacks that: :mod:`~fedleak.harness.flower.secagg`).
+``fedleak flower simulate`` builds it from its options and runs :func:`simulate`
 (Flower's simulation engine); for a real SuperLink and SuperNodes, ``flwr run`` loads
 :data:`server_app` and :data:`client_app`, which read the same settings from the run config
 (``[tool.flwr.app.config]``, keys as in :meth:`FederationSettings.from_run_config`).
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -23,16 +25,24 @@ from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
+from flwr.server import ServerConfig
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import FedAvg as LegacyFedAvg
+from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.flower.audit import LeakageAudit
+from fedleak.harness.flower.auditor import Auditor
+from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
 from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
 from fedleak.harness.flower.train import train
 from fedleak.harness.shared.datasets import ImageDataset, load_dataset
 from fedleak.harness.shared.models import build_model
@@ -67,6 +77,12 @@ class FederationSettings:
     record_only: bool = False
     score: bool = True
     threads: int = 1
+    secagg_plus: bool = False
+    secagg_shares: int = 0
+    secagg_threshold: int = 0
+    secagg_max_weight: float = 0.0
+    secagg_clipping_range: float = 8.0
+    secagg_quantization_range: int = 4194304
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     def procedure(self) -> LocalProcedure:
@@ -75,6 +91,13 @@ class FederationSettings:
             "kind": self.protocol, "local_epochs": self.local_epochs,
             "local_batch_size": self.local_batch_size, "lr": self.lr,
             "batchnorm": self.batchnorm}))
+
+    def secagg(self) -> SecAggPlus:
+        """The SecAgg+ settings (max weight 0: the nodes' batch size, the finest quantisation
+        SecAgg+ allows for their weights)."""
+        return SecAggPlus(int(self.secagg_shares), int(self.secagg_threshold),
+                          float(self.secagg_max_weight or self.images),
+                          float(self.secagg_clipping_range), int(self.secagg_quantization_range))
 
     def attack_options(self) -> dict[str, str]:
         """``options`` (``key=value`` each) as a mapping."""
@@ -160,10 +183,35 @@ class ConfiguredDefenses:
         return self._mods[settings.defenses](msg, context, call_next)
 
 
+class ConfiguredSecAgg:
+    """The client mod that runs Flower's ``secaggplus_mod`` when the settings ask for SecAgg+."""
+
+    def __init__(self, settings: FederationSettings | None) -> None:
+        self.settings = settings
+
+    def __call__(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if _settings(self.settings, context).secagg_plus:
+            return secaggplus_mod(msg, context, call_next)
+        return call_next(msg, context)
+
+
+@cache
+def _template(model: str, dataset: str) -> dict[str, torch.Tensor]:
+    """The model's state dict (names, shapes, dtypes) that legacy parameters are read into."""
+    info = _dataset(dataset).info
+    return dict(build_model(model, info.shape, info.num_classes).state_dict())
+
+
 def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
     """The nodes' ClientApp: fedleak's local update on the node's batch (train), the update
-    defenses as a mod, and node-side scoring (``query.fedleak_score``)."""
-    app = ClientApp(mods=[ConfiguredDefenses(settings)])
+    defenses as a mod, node-side scoring (``query.fedleak_score``) and, when the settings ask,
+    Flower's SecAgg+ (``secaggplus_mod``, then the legacy layout it speaks)."""
+    def template(context: Context) -> dict[str, torch.Tensor]:
+        s = _settings(settings, context)
+        return _template(s.model, s.dataset)
+
+    app = ClientApp(mods=[ConfiguredSecAgg(settings), LegacyLayout(template),
+                          ConfiguredDefenses(settings)])
 
     @app.train()
     def train_handler(msg: Message, context: Context) -> Message:
@@ -187,23 +235,55 @@ def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
     return app
 
 
-def run_server(grid: Grid, s: FederationSettings) -> LeakageAudit | None:
-    """FedAvg over every node for ``s.rounds`` rounds, audited unless ``s.audit`` is False."""
+def run_server(grid: Grid, s: FederationSettings, context: Context | None = None
+               ) -> Auditor | None:
+    """FedAvg over every node for ``s.rounds`` rounds, audited unless ``s.audit`` is False;
+    under SecAgg+ (``s.secagg_plus``) through Flower's legacy SecAgg+ workflow."""
     data = _dataset(s.dataset)
     torch.manual_seed(s.model_seed)
     model = build_model(s.model, data.info.shape, data.info.num_classes)
+    config = {**s.procedure().config(), **s.extra_config}
+    if s.secagg_plus:
+        return _run_secagg_plus(grid, s, model, config, context)
     initial = ArrayRecord(model.state_dict())
     inner = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=s.nodes,
                    min_available_nodes=s.nodes)
-    config = ConfigRecord({**s.procedure().config(), **s.extra_config})
     if not s.audit:
-        inner.start(grid, initial, num_rounds=s.rounds, train_config=config)
+        inner.start(grid, initial, num_rounds=s.rounds, train_config=ConfigRecord(config))
         return None
     audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
                          options=s.attack_options(), seed=s.seed, record_only=s.record_only,
                          score=s.score)
+    return _finished(audit, lambda: audit.start(grid, initial, num_rounds=s.rounds,
+                                                train_config=ConfigRecord(config)))
+
+
+def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
+                     config: dict[str, Any], context: Context | None) -> Auditor | None:
+    """Legacy FedAvg under ``SecAggPlusWorkflow``, wrapped in :class:`AggregateAudit`."""
+    secagg = s.secagg()
+    secagg.check(s.nodes, s.images)
+    inner = LegacyFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=s.nodes,
+                         min_available_clients=s.nodes,
+                         initial_parameters=parameters_of(model.state_dict()),
+                         on_fit_config_fn=lambda r: {**config, "server-round": r})
+    workflow = DefaultWorkflow(fit_workflow=secagg.workflow(s.nodes))
+    context = context or Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
+                                 run_config={})
+    if not s.audit:
+        workflow(grid, LegacyContext(context, ServerConfig(num_rounds=s.rounds), inner))
+        return None
+    audit = AggregateAudit(inner, s.model, s.dataset, Path(s.out), secagg=secagg, grid=grid,
+                           attack=s.attack, options=s.attack_options(), seed=s.seed,
+                           record_only=s.record_only, score=s.score)
+    return _finished(audit, lambda: workflow(grid, LegacyContext(
+        context, ServerConfig(num_rounds=s.rounds), audit)))
+
+
+def _finished(audit: Auditor, run: Callable[[], Any]) -> Auditor:
+    """``run()`` the federation; ``audit``'s metrics.json then says how it ended."""
     try:
-        audit.start(grid, initial, num_rounds=s.rounds, train_config=config)
+        run()
     except BaseException:
         audit.finish("interrupted")
         raise
@@ -217,7 +297,7 @@ def make_server_app(settings: FederationSettings | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        run_server(grid, _settings(settings, context))
+        run_server(grid, _settings(settings, context), context)
 
     return app
 

@@ -10,6 +10,12 @@ SSIM, MSE per image and label accuracy, at report precision) under the same budg
 round, counted in the node's state, so scoring is never an oracle to climb. Only the scores
 go back; the truth images go back only where the node's operator set ``fedleak-allow-reveal``
 in its node config, for the comparison picture.
+
+Under SecAgg+ the audit reconstructs the aggregate of several nodes as one batch of all their
+images, and sends every surviving node the whole reconstruction (``aggregate`` in the query):
+the node first finds its own images in it — each of its images matched to a distinct
+reconstructed image, Hungarian on MSE (:func:`~fedleak.harness.shared.metrics.match_among`) —
+and scores those as above; ``matched`` indexes the whole reconstruction.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from torch import nn
 from fedleak.harness.flower.arrays import record_of, tensors
 from fedleak.harness.flower.train import TRUTH_RECORD, TRUTH_ROUND
 from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset
+from fedleak.harness.shared.metrics import match_among
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
@@ -41,11 +48,14 @@ SPENT = "fedleak.scored"
 SCORE_ERROR = 121
 
 
-def submission_content(server_round: int, images: torch.Tensor | None, labels: list[int]
-                       ) -> RecordDict:
-    """What the audit sends to a node to have round ``server_round``'s reconstruction scored."""
+def submission_content(server_round: int, images: torch.Tensor | None, labels: list[int],
+                       *, aggregate: bool = False) -> RecordDict:
+    """What the audit sends to a node to have round ``server_round``'s reconstruction scored;
+    ``aggregate``: the reconstruction of several nodes' pooled batches (SecAgg+), among which
+    the node finds its own images."""
     content = RecordDict({SUBMISSION_CONFIG: ConfigRecord({"round": server_round,
-                                                           "labels": list(labels)})})
+                                                           "labels": list(labels),
+                                                           "aggregate": aggregate})})
     if images is not None:
         content[SUBMISSION_IMAGES] = record_of({"images": images.float()})
     return content
@@ -80,15 +90,22 @@ def _score(msg: Message, context: Context, info: DatasetInfo) -> RecordDict:
     images = tensors(images_record)["images"] if images_record is not None else None
     submitted_labels = config.get("labels", [])
     labels = [int(y) for y in submitted_labels] if isinstance(submitted_labels, list) else []
+    chosen = None
+    if config.get("aggregate") is True and images is not None:
+        chosen = _own_images(images, labels, truth["images"])
+        images = images[chosen]
+        labels = [labels[i] for i in chosen.tolist()] if labels else []
     scored = _scorer(context, info, truth, server_round).score(
         str(server_round), Submission(images=images, labels=labels))
     metrics: dict[str, Any] = {}
     if scored.images is not None:
         s = scored.images
+        matched = [i.matched_index for i in s.images]
         metrics.update({"mean-psnr": s.mean_psnr, "mean-ssim": s.mean_ssim,
                         "mean-mse": s.mean_mse,
                         "index": [i.index for i in s.images],
-                        "matched": [i.matched_index for i in s.images],
+                        "matched": matched if chosen is None else
+                        [int(chosen[m]) for m in matched],
                         "psnr": [i.psnr for i in s.images], "ssim": [i.ssim for i in s.images],
                         "mse": [i.mse for i in s.images]})
     if scored.label_accuracy is not None:
@@ -97,6 +114,23 @@ def _score(msg: Message, context: Context, info: DatasetInfo) -> RecordDict:
     if context.node_config.get("fedleak-allow-reveal") is True:
         out[REVEALED] = record_of({"images": truth["images"]})
     return out
+
+
+def _own_images(images: torch.Tensor, labels: list[int], truth: torch.Tensor) -> torch.Tensor:
+    """Which of an aggregate's reconstructed images are this node's: each of its images
+    matched to its own reconstructed image (Hungarian on MSE, :func:`match_among`), the rest
+    belonging to other nodes. Checked first, so a bad submission spends no budget."""
+    if images.dim() != 4 or tuple(images.shape[1:]) != tuple(truth.shape[1:]):
+        raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; an aggregate's "
+                              f"is [N, {', '.join(map(str, truth.shape[1:]))}] on [0, 1]")
+    if images.shape[0] < truth.shape[0]:
+        raise InvalidArgument(f"the aggregate's reconstruction has {images.shape[0]} images, "
+                              f"fewer than the {truth.shape[0]} this node trained on")
+    if labels and len(labels) != images.shape[0]:
+        raise InvalidArgument(f"{len(labels)} labels submitted for {images.shape[0]} images")
+    if not images.is_floating_point() or not torch.isfinite(images).all():
+        raise InvalidArgument("reconstruction must hold finite floating-point values")
+    return match_among(images.float().clamp(0, 1), truth.float())
 
 
 def _scorer(context: Context, info: DatasetInfo, truth: dict[str, torch.Tensor],

@@ -98,6 +98,21 @@ def match_one_to_one(reconstruction: Tensor, truth: Tensor) -> Tensor:
     return torch.as_tensor(columns, dtype=torch.int64)
 
 
+def match_among(reconstruction: Tensor, truth: Tensor) -> Tensor:
+    """Hungarian matching of every truth image to its own image out of a reconstruction of at
+    least as many (the reconstruction of several users' pooled batches, each user holding part
+    of the truth): ``reconstruction[chosen[i]]`` is matched to ``truth[i]``, distinct ``chosen``
+    minimising the summed MSE; the other reconstructed images go unmatched."""
+    from scipy.optimize import linear_sum_assignment
+
+    if reconstruction.shape[0] < truth.shape[0]:
+        raise ValueError(f"the reconstruction has {reconstruction.shape[0]} images, fewer than "
+                         f"the {truth.shape[0]} to match among them")
+    _check_pair(reconstruction[:truth.shape[0]], truth)
+    _, columns = linear_sum_assignment(_pairwise_mse(truth, reconstruction).cpu().numpy())
+    return torch.as_tensor(columns, dtype=torch.int64)
+
+
 def label_accuracy(predicted: Sequence[int] | Tensor, true: Sequence[int] | Tensor) -> float:
     """Multiset overlap: ``sum_k min(#pred == k, #true == k) / len(true)``.
 
