@@ -128,3 +128,17 @@ def test_a_fedavg_victim_returns_its_buffers_and_publishes_it():
     assert victim_config(always).returns_buffers(Protocol()) is True
     with pytest.raises(ValueError, match="never, fedavg, always"):
         victim_config(VictimSettings(buffers="sometimes"))
+
+
+def test_replaying_leaves_the_global_buffers_where_the_server_sent_them():
+    """A training-mode replay moves a copy of the running statistics: after any number of
+    replays the returned buffers still infer the batch statistics (a second attack on the same
+    observation sees what the first saw)."""
+    observation = convnet_observation()
+    before = {k: v.clone() for k, v in observation.simulate.buffers.items()}
+    for _ in range(2):
+        observation.simulate(torch.randn(2, *PHOTOS.info.shape), PHOTOS.labels[:2])
+    for name, value in observation.simulate.buffers.items():
+        assert torch.equal(value, before[name]), name
+    targets, source = target_statistics(observation)
+    assert source == "returned" and targets

@@ -174,9 +174,12 @@ class UpdateSimulator:
         self.vectorisable = True
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        """The user's update for ``images``; each call starts from the global buffers (a
+        training-mode forward moves a copy of them, never the server's own)."""
+        own = {k: v.clone() for k, v in self.buffers.items()}
         with lean_second_order():
             return local_update(
-                self.model, self.parameters, self.buffers, images, labels, self.protocol, True
+                self.model, self.parameters, own, images, labels, self.protocol, True
             )
 
     def at(self, parameters: Mapping[str, torch.Tensor]) -> UpdateSimulator:
