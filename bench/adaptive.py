@@ -24,6 +24,7 @@ import json
 import math
 import statistics
 import time
+from pathlib import Path
 
 import click
 import numpy as np
@@ -46,6 +47,7 @@ from fedleak.harness.shared.selection import parse_indices
 from fedleak.harness.shared.training import train_classifier
 
 SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
+    "none": [],  # the ceiling at this budget: both variants run the plain cosine
     "prune p=0.9": [("prune", {"p": 0.9})],
     "prune p=0.99": [("prune", {"p": 0.99})],
     "dpsgd sigma=0.01 C=1": [("dpsgd", {"noise-multiplier": 0.01, "max-grad-norm": 1.0})],
@@ -104,21 +106,30 @@ def training_crops(count: int, seed: int) -> ImageDataset:
     return ImageDataset(images.contiguous(), torch.tensor(labels), info)
 
 
-def convnet(trained: bool) -> tuple[torch.nn.Module, dict[str, object]]:
+def convnet(trained: bool, checkpoint: str = "") -> tuple[torch.nn.Module, dict[str, object]]:
     """ConvNet width 16, model seed 0; with ``trained``, trained in-process (fixed seeds) on
-    :func:`training_crops` and scored on the 20 bundled photos."""
+    :func:`training_crops` and scored on the 20 bundled photos, or loaded from ``checkpoint``
+    when that file exists (a state dict this function saved there before)."""
     info = load_dataset("photos", "all").info
     torch.manual_seed(0)
     model = build_model("convnet:width=16", info.shape, info.num_classes)
     if not trained:
         return model, {"model": "untrained"}
-    crops = training_crops(TRAINING_CROPS, seed=0)
-    result = train_classifier(model, crops, load_dataset("photos", "all"),
-                              epochs=TRAINING_EPOCHS, batch_size=64, lr=0.05, seed=0)
+    described: dict[str, object] = {
+        "model": f"trained ({TRAINING_CROPS} crops, {TRAINING_EPOCHS} epochs, seed 0)"}
+    if checkpoint and Path(checkpoint).exists():
+        model.load_state_dict(torch.load(checkpoint, weights_only=True))
+        described["loaded"] = checkpoint
+    else:
+        crops = training_crops(TRAINING_CROPS, seed=0)
+        result = train_classifier(model, crops, load_dataset("photos", "all"),
+                                  epochs=TRAINING_EPOCHS, batch_size=64, lr=0.05, seed=0)
+        described.update(train_acc=round(result.train_accuracy, 3),
+                         photos_acc=round(result.test_accuracy, 3))
+        if checkpoint:
+            torch.save(model.state_dict(), checkpoint)
     model.eval()
-    return model, {"model": f"trained ({TRAINING_CROPS} crops, {TRAINING_EPOCHS} epochs)",
-                   "train_acc": round(result.train_accuracy, 3),
-                   "photos_acc": round(result.test_accuracy, 3)}
+    return model, described
 
 
 def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, iterations: int,
@@ -149,12 +160,12 @@ def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, ite
 
 
 def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
-                    iterations: int, tv: float, weight: float) -> None:
+                    iterations: int, tv: float, weight: float, checkpoint: str = "") -> None:
     """The ``--batchnorm`` measurement: rounds of ``batch`` consecutive photos of ``photos``."""
     indices = parse_indices(photos, 20)
     if len(indices) % batch:
         raise click.BadParameter(f"{len(indices)} photos do not split into rounds of {batch}")
-    model, described = convnet(trained)
+    model, described = convnet(trained, checkpoint)
     print(json.dumps(described), flush=True)
     rows = []
     for start in range(0, len(indices), batch):
@@ -187,17 +198,20 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
 @click.option("--bn-weight", default=0.1, show_default=True)
 @click.option("--trained", is_flag=True, help="With --batchnorm: train the ConvNet first "
               "(in-process, fixed seeds, on random crops of the bundled photographs).")
+@click.option("--checkpoint", default="", help="With --trained: load the trained ConvNet from "
+              "this state dict when it exists, else train and save it there.")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
               help="With --batchnorm: photos per round (consecutive photos of --photos).")
 @click.option("--variants", default="plain,aware", show_default=True,
               help="Which of plain, aware to run.")
 def main(photos: str, iterations: int, tv: float, model_name: str, only: str,
-         aware_objective: str, batchnorm: bool, bn_weight: float, trained: bool, batch: int,
-         variants: str) -> None:
+         aware_objective: str, batchnorm: bool, bn_weight: float, trained: bool,
+         checkpoint: str, batch: int, variants: str) -> None:
     torch.set_num_threads(1)
     chosen_variants = [v for v in variants.split(",") if v]
     if batchnorm:
-        batchnorm_table(photos, batch, trained, chosen_variants, iterations, tv, bn_weight)
+        batchnorm_table(photos, batch, trained, chosen_variants, iterations, tv, bn_weight,
+                        checkpoint)
         return
     chosen = [s for s in SETTINGS if not only or s in only.split(",")]
     table: dict[tuple[str, str], list[float]] = {}

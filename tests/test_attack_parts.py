@@ -208,6 +208,34 @@ def test_hinged_objectives_pack_and_restart_as_they_run_alone():
                                    rtol=1e-4, atol=1e-4)
 
 
+def test_the_noise_prior_weights_the_data_term_by_the_published_noise():
+    """gaussian's data term is c J with c = 1/(1 + κ r), r = d σ²/‖u*‖² of the published
+    additive noise; its gradient scale is c s, so the priors weigh 1/c more. Nothing changes
+    without additive noise (quantize alone), and such an objective is not packed."""
+    sigma = 0.05
+    observation = digits_observation(defenses=[("noise", {"sigma": sigma})])
+    part = create_objective("gaussian", {"noise-prior": 15})
+    objective = part.build(CosineObjective, observation.update, observation)
+    count = sum(u.numel() for u in observation.update)
+    energy = sum(float(u.double().square().sum()) for u in observation.update)
+    weight = 1 / (1 + 15 * count * sigma**2 / energy)
+    assert float(objective.weight) == pytest.approx(weight, rel=1e-5)
+    candidate = [u.unsqueeze(0) * 2 + 0.01 for u in observation.update]
+    plain = CosineObjective(observation.update)
+    value, grads, scale = objective.value_and_output_grads([c.clone() for c in candidate])
+    base_value, base_grads, base_scale = plain.value_and_output_grads([c.clone()
+                                                                      for c in candidate])
+    assert float(value) == pytest.approx(weight * float(base_value), rel=1e-5)
+    assert float(scale) == pytest.approx(weight * float(base_scale), rel=1e-5)
+    torch.testing.assert_close(grads[0], base_grads[0])
+    assert not part.packs(observation)
+    quantised = digits_observation(defenses=[("quantize", {"bits": 4})])
+    assert isinstance(part.build(CosineObjective, quantised.update, quantised),
+                      WeightedObjective) and part.packs(quantised)
+    with pytest.raises(AttackConfigError, match="noise-prior"):
+        create_attack("inverting-gradients", {"objective": "gaussian:noise-prior=-1"})
+
+
 def test_parts_are_chosen_from_the_published_chain():
     def chosen(defenses, n=1, protocol=Protocol()):  # noqa: B008
         parts = choose_parts(digits_observation(n, protocol, defenses=defenses))

@@ -11,7 +11,8 @@ nothing, or ``clip`` alone             ``cosine``           ``plain``
 ``prune`` alone                        ``masked-cosine``    ``plain``
                                        (outside=0, hinge=10)
 ``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked ``plain``
-(with or without ``prune``)            when pruned)
+(with or without ``prune``)            when pruned; hinge=1
+                                       for quantize alone)
 ``dpsgd``, FedSGD, n > 1, no Poisson   (as above)           ``dp-clipped``
 =====================================  ===================  ==============
 
@@ -81,6 +82,8 @@ def check_spec(spec: str, kind: str) -> None:
 #: zeroed coordinates enter only through the threshold hinge. Chosen on lenet-zhu photos 5
 #: and 10 (held out from the reported table) at p = 0.9 and 0.99, docs/attacks.md.
 PRUNE_HINGE = {"outside": "0", "hinge": "10"}
+#: gaussian's options for quantize alone: the support hinge, β chosen as above (quantize 4 bits).
+QUANTISE_HINGE = {"hinge": "1"}
 
 
 def auto_objective(observation: Observation) -> tuple[str, dict[str, str], str]:
@@ -88,9 +91,12 @@ def auto_objective(observation: Observation) -> tuple[str, dict[str, str], str]:
     names = {d.name for d in observation.defenses}
     noisy = sorted(names & set(NOISY))
     if noisy:
-        return "gaussian", {}, (f"{'/'.join(noisy)} published: Gaussian likelihood with the "
-                                "published per-layer noise" +
-                                (", masked to the kept coordinates" if "prune" in names else ""))
+        hinged = noisy == ["quantize"] and not names & {"prune", *SCALING}
+        return "gaussian", dict(QUANTISE_HINGE) if hinged else {}, (
+            f"{'/'.join(noisy)} published: Gaussian likelihood with the published per-layer "
+            "noise" + (", masked to the kept coordinates" if "prune" in names else "") +
+            (", a hinge on the rounding's support" if hinged else "") +
+            (", the priors weighted up by the noise" if names & {"noise", "dpsgd"} else ""))
     if "prune" in names:
         if names & set(SCALING):
             return "masked-cosine", {}, ("prune published: cosine over the coordinates kept "
@@ -142,5 +148,5 @@ def choose_parts(observation: Observation, objective: str = AUTO,
         replay_part = create_replay(name, options)
     objective_part.check(observation)
     replay_part.check(observation)
-    replay_part.objective_packable = objective_part.packable
+    replay_part.objective_packable = objective_part.packs(observation)
     return Parts(objective_part, replay_part, reasons)

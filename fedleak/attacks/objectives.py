@@ -85,10 +85,10 @@ class ObjectivePart(AttackPart):
         """D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None
         for D = 1."""
 
-    @property
-    def packable(self) -> bool:
-        """Whether the objective is eq. (1) with a diagonal alone, which packed attacks build
-        per row from :meth:`diagonal` (a hinge is not: its points run one after the other)."""
+    def packs(self, observation: Observation) -> bool:
+        """Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which
+        packed attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is
+        more: such points run one after the other)."""
         return not getattr(self.config, "hinge", 0.0)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
@@ -199,26 +199,54 @@ class MaskedCosine(ObjectivePart):
                              self.config.hinge, per_row=per_row)
 
 
+#: κ of ``gaussian:noise-prior``, chosen on lenet-zhu photos 5 and 10 under DP-SGD σ = 0.01,
+#: C = 1 (docs/attacks.md).
+NOISE_PRIOR = 15.0
+
+
 @dataclass
 class GaussianConfig:
     masked: str = field(default="auto", metadata={
         "help": "also mask to u* != 0: on, off, or auto (on when a prune defense is published)"})
     hinge: float = field(default=0.0, metadata={
-        "help": "weight β of the quantisation-support hinge: a coordinate of the rescaled "
-                "candidate farther than one rounding step from u* is penalised (needs a "
-                "published quantize; 0: off)"})
+        "help": "weight β of the quantisation-support hinge: a coordinate of the candidate "
+                "farther than one rounding step from u* is penalised (needs a published "
+                "quantize; 0: off)"})
+    noise_prior: float = field(default=NOISE_PRIOR, metadata={
+        "help": "κ: the data term is weighted 1/(1 + κ r), r = published additive noise "
+                "energy / ‖u*‖², so the priors (tv, bn) weigh more as the noise grows "
+                f"(0: off; {NOISE_PRIOR:g} chosen on held-out photos)"})
 
     def __post_init__(self) -> None:
         if self.masked not in ("auto", "on", "off"):
             raise ValueError(f"masked must be auto, on or off, got {self.masked!r}")
         if not (self.hinge >= 0 and math.isfinite(self.hinge)):
             raise ValueError(f"hinge must be >= 0, got {self.hinge}")
+        if not (self.noise_prior >= 0 and math.isfinite(self.noise_prior)):
+            raise ValueError(f"noise-prior must be >= 0, got {self.noise_prior}")
 
 
 def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
                     per_row: bool) -> list[torch.Tensor]:
     """σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the
     published defenses add to each coordinate of the update (module docstring)."""
+    isotropic = additive_variance(observation)
+    quantize = find(observation.defenses, "quantize")
+    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
+    out = []
+    for o in observed:
+        if per_row:
+            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
+            scale = scale.view(-1, *[1] * (o.dim() - 1))
+        else:
+            scale = o.detach().abs().max().double()
+        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
+        out.append(rounding + isotropic)
+    return out
+
+
+def additive_variance(observation: Observation) -> float:
+    """σ² per coordinate of the isotropic noise the published ``noise`` and ``dpsgd`` add."""
     defenses = observation.defenses
     isotropic = 0.0
     noise = find(defenses, "noise")
@@ -236,18 +264,42 @@ def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
             isotropic += max(observation.local_steps, 1) * per_step**2
         else:
             isotropic += per_step**2
-    quantize = find(defenses, "quantize")
-    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
-    out = []
-    for o in observed:
-        if per_row:
-            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
-            scale = scale.view(-1, *[1] * (o.dim() - 1))
-        else:
-            scale = o.detach().abs().max().double()
-        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
-        out.append(rounding + isotropic)
-    return out
+    return isotropic
+
+
+def noise_ratio(observed: Sequence[torch.Tensor], observation: Observation,
+                per_row: bool) -> torch.Tensor:
+    """r = d σ² / ‖u*‖²: the published additive noise's expected energy over the observed
+    update's (0-dim, or [rows] when ``per_row``); near 1 when the noise drowns the update."""
+    variance = additive_variance(observation)
+    count = sum(o[0].numel() if per_row else o.numel() for o in observed)
+    if per_row:
+        energy = torch.stack([o.detach().double().reshape(o.shape[0], -1).square().sum(1)
+                              for o in observed]).sum(0)
+    else:
+        energy = torch.stack([o.detach().double().square().sum() for o in observed]).sum()
+    return (count * variance / energy.clamp(min=1e-300)).to(observed[0].dtype)
+
+
+class ScaledObjective:
+    """A gradient-matching objective times a positive weight c (one, or one per row): c J,
+    whose gradient is c s g, so the loop's priors (α TV, bn R_BN) weigh 1/c times more."""
+
+    def __init__(self, base: Any, weight: torch.Tensor) -> None:
+        self.base = base
+        self.weight = weight
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """c J at ``candidate``."""
+        value: torch.Tensor = self.base.value(candidate) * self.weight
+        return value
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """c J, the base's cotangents g and the scale c s (∂(cJ)/∂u = c s g)."""
+        value, grads, scale = self.base.value_and_output_grads(candidate)
+        return value * self.weight, grads, scale * self.weight
 
 
 def _batch_size(observation: Observation) -> int:
@@ -279,15 +331,23 @@ class GaussianLikelihood(ObjectivePart):
                                 f"{', '.join(names) or 'none'}); use hinge=0")
             require_known_scale(observation, f"{self.name} (hinge)")
 
+    def packs(self, observation: Observation) -> bool:
+        hinged = self.config.hinge and find(observation.defenses, "quantize") is not None
+        weighted = self.config.noise_prior and additive_variance(observation) > 0
+        return not hinged and not weighted
+
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, **options: Any) -> Any:
         base = super().build(inner, observed, observation, **options)
-        quantize = find(observation.defenses, "quantize")
-        if not self.config.hinge or quantize is None:
-            return base
         per_row = bool(options.get("per_row", False))
-        bounds = quantisation_bounds(observed, int(quantize.number("bits", 4)), per_row)
-        return IntervalHinge(base, observed, bounds, self.config.hinge, per_row=per_row)
+        quantize = find(observation.defenses, "quantize")
+        if self.config.hinge and quantize is not None:
+            bounds = quantisation_bounds(observed, int(quantize.number("bits", 4)), per_row)
+            base = IntervalHinge(base, observed, bounds, self.config.hinge, per_row=per_row)
+        if self.config.noise_prior and additive_variance(observation) > 0:
+            ratio = noise_ratio(observed, observation, per_row)
+            base = ScaledObjective(base, 1 / (1 + self.config.noise_prior * ratio))
+        return base
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
