@@ -1,20 +1,27 @@
 """Plain vs defense-aware Inverting Gradients at equal budget, same seeds (issue 19).
 
-For each defense setting and each photo, the same observation (lenet-zhu untrained, model seed
-0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded) is attacked twice with
-the same iterations, tv and attack seed: ``plain`` (``objective=cosine``, ``replay=plain``: the
-non-adaptive attack of the README's table) and ``aware`` (``objective=auto``, ``replay=auto``:
-the parts chosen from the published defense chain, :mod:`fedleak.attacks.adaptive`). Prints one
-JSON line per attack and a table of mean PSNR (dB) per setting, with the gain.
+Threat model: honest-but-curious server; the defense chain is public (Kerckhoffs), its
+randomness is not. For each defense setting and each photo, the same observation (lenet-zhu
+untrained, model seed 0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded
+1000 + photo) is attacked twice with the same iterations, tv and attack seed 0: ``plain``
+(``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's table) and
+``aware`` (``objective=auto``, ``replay=auto``: the parts chosen from the published defense
+chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces the objective, for
+tuning on held-out photos). ``none`` is the undefended ceiling at this budget. Prints one JSON
+line per attack and a table of mean PSNR (dB) per setting, with the gain.
 
 ``--batchnorm`` measures the BatchNorm-statistics prior instead: the ConvNet of Inverting
-Gradients at width 16 (untrained, model seed 0) with training-mode BatchNorm, FedAvg (one
-epoch, batch 1, τ = 0.01, so one local step), one photo per round, the user returning its
-buffers: ``plain`` (bn = 0) against ``aware`` (bn = ``--bn-weight``, batch statistics inferred
-from the returned buffers), and a flat grey image's PSNR for scale.
+Gradients at width 16 (model seed 0; untrained, or ``--trained``: trained in-process on 3,000
+random crops of the ten bundled photographs, 4 epochs, seed 0, no download, cached in
+``--checkpoint PATH``) with training-mode BatchNorm, FedAvg (one epoch, local batch = the
+round's ``--batch`` photos, τ = 0.01, so one local step), the user returning its buffers:
+``plain`` (bn = 0) against ``aware`` (bn = ``--bn-weight``, batch statistics inferred from the
+returned buffers), matched PSNR, beside a flat grey image's and the per-image mean-colour
+image's PSNR for scale.
 
-    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-1] [--iterations 1200]
-    OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.01] [--photos 0-1]
+    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-3] [--iterations 1200] [--settings ..]
+    OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.1] [--photos 0-3]
+        [--trained --checkpoint /tmp/convnet16.pt] [--batch 8 --photos 0-7]
 """
 
 from __future__ import annotations
