@@ -1,52 +1,73 @@
 """Plain vs defense-aware Inverting Gradients at equal budget, same seeds (issue 19).
 
-For each defense setting and each photo, the same observation (lenet-zhu untrained, model seed
-0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded) is attacked twice with
-the same iterations, tv and attack seed: ``plain`` (``objective=cosine``, ``replay=plain``: the
-non-adaptive attack of the README's table) and ``aware`` (``objective=auto``, ``replay=auto``:
-the parts chosen from the published defense chain, :mod:`fedleak.attacks.adaptive`). Prints one
-JSON line per attack and a table of mean PSNR (dB) per setting, with the gain.
+Threat model: honest-but-curious server; the defense chain is public (Kerckhoffs), its
+randomness is not. For each defense setting and each photo, the same observation (lenet-zhu
+untrained, model seed 0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded
+1000 + photo) is attacked twice with the same iterations, tv and attack seed 0: ``plain``
+(``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's table) and
+``aware`` (``objective=auto``, ``replay=auto``: the parts chosen from the published defense
+chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces the objective, for
+tuning on held-out photos). ``none`` is the undefended ceiling at this budget. Prints one JSON
+line per attack and a table of mean PSNR (dB) per setting, with the gain.
 
 ``--batchnorm`` measures the BatchNorm-statistics prior instead: the ConvNet of Inverting
-Gradients at width 16 (untrained, model seed 0) with training-mode BatchNorm, FedAvg (one
-epoch, batch 1, τ = 0.01, so one local step), one photo per round, the user returning its
-buffers: ``plain`` (bn = 0) against ``aware`` (bn = ``--bn-weight``, batch statistics inferred
-from the returned buffers), and a flat grey image's PSNR for scale.
+Gradients at width 16 (model seed 0; untrained, or ``--trained``: trained in-process on 3,000
+random crops of the ten bundled photographs, 4 epochs, seed 0, no download, cached in
+``--checkpoint PATH``) with training-mode BatchNorm, FedAvg (one epoch, local batch = the
+round's ``--batch`` photos, τ = 0.01, so one local step), the user returning its buffers:
+``plain`` (bn = 0) against ``aware`` (bn = ``--bn-weight``, batch statistics inferred from the
+returned buffers), matched PSNR, beside a flat grey image's and the per-image mean-colour
+image's PSNR for scale.
 
-    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-1] [--iterations 1200]
-    OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.01] [--photos 0-1]
+    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-3] [--iterations 1200] [--settings ..]
+    OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.1] [--photos 0-3]
+        [--trained --checkpoint /tmp/convnet16.pt] [--batch 8 --photos 0-7]
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import statistics
 import time
+from pathlib import Path
 
 import click
+import numpy as np
 import torch
 
 from fedleak.attacks import create_attack
 from fedleak.defenses import build_chain
-from fedleak.harness.shared.datasets import denormalize, load_dataset
-from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.shared.datasets import (
+    PHOTO_NAMES,
+    ImageDataset,
+    _read_photo,
+    denormalize,
+    load_dataset,
+)
+from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.observation import observe
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import parse_indices
+from fedleak.harness.shared.training import train_classifier
 
 SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
+    "none": [],  # the ceiling at this budget: both variants run the plain cosine
     "prune p=0.9": [("prune", {"p": 0.9})],
     "prune p=0.99": [("prune", {"p": 0.99})],
     "dpsgd sigma=0.01 C=1": [("dpsgd", {"noise-multiplier": 0.01, "max-grad-norm": 1.0})],
     "quantize 4 bits": [("quantize", {"bits": 4})],
 }
+TRAINING_CROPS = 3000
+TRAINING_EPOCHS = 4
 VARIANTS = {"plain": {"objective": "cosine", "replay": "plain"},
             "aware": {"objective": "auto", "replay": "auto"}}
 
 
 def attack_once(setting: str, index: int, variant: str, iterations: int, tv: float,
-                model_name: str) -> dict[str, object]:
+                model_name: str, aware_objective: str = "auto") -> dict[str, object]:
     """One attack on photo ``index`` under ``setting`` with the ``variant``'s parts."""
     data = load_dataset("photos", "all")
     info, image, label = data.info, data.images[index:index + 1], data.labels[index:index + 1]
@@ -55,8 +76,10 @@ def attack_once(setting: str, index: int, variant: str, iterations: int, tv: flo
     chain = build_chain(SETTINGS[setting])
     observation = observe(model, image, label, info, defenses=chain,
                           generator=torch.Generator().manual_seed(1000 + index))
-    attack = create_attack("inverting-gradients",
-                           {"iterations": iterations, "tv": tv, **VARIANTS[variant]})
+    parts = dict(VARIANTS[variant])
+    if variant == "aware":
+        parts["objective"] = aware_objective
+    attack = create_attack("inverting-gradients", {"iterations": iterations, "tv": tv, **parts})
     started = time.perf_counter()
     result = attack.reconstruct(observation, seed=0)
     out = denormalize(result.images, info).clamp(0, 1)
@@ -67,26 +90,106 @@ def attack_once(setting: str, index: int, variant: str, iterations: int, tv: flo
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
-def batchnorm_once(index: int, variant: str, iterations: int, tv: float, weight: float
-                   ) -> dict[str, object]:
-    """One attack on photo ``index``: ConvNet width 16, training-mode BN, FedAvg, buffers."""
-    data = load_dataset("photos", "all")
-    info, image, label = data.info, data.images[index:index + 1], data.labels[index:index + 1]
+def training_crops(count: int, seed: int) -> ImageDataset:
+    """``count`` random 32×32 crops of the ten bundled photographs (side 20–100 % of the
+    shorter side, anywhere in the photograph, flipped at random), labelled by photograph:
+    the training set of ``--trained`` (no download)."""
+    from skimage.transform import resize
+
+    info = load_dataset("photos", "all").info
+    photos = [_read_photo(name) for name in PHOTO_NAMES]
+    rng = np.random.default_rng(seed)
+    crops, labels = [], []
+    for _ in range(count):
+        label = int(rng.integers(len(photos)))
+        photo = photos[label]
+        height, width = photo.shape[:2]
+        side = max(8, round(rng.uniform(0.2, 1.0) * min(height, width)))
+        top, left = int(rng.integers(height - side + 1)), int(rng.integers(width - side + 1))
+        crop = resize(photo[top:top + side, left:left + side], (32, 32), anti_aliasing=True)
+        crops.append(crop[:, ::-1] if rng.random() < 0.5 else crop)
+        labels.append(label)
+    images = torch.as_tensor(np.stack(crops), dtype=torch.float32).permute(0, 3, 1, 2)
+    return ImageDataset(images.contiguous(), torch.tensor(labels), info)
+
+
+def convnet(trained: bool, checkpoint: str = "") -> tuple[torch.nn.Module, dict[str, object]]:
+    """ConvNet width 16, model seed 0; with ``trained``, trained in-process (fixed seeds) on
+    :func:`training_crops` and scored on the 20 bundled photos, or loaded from ``checkpoint``
+    when that file exists (a state dict this function saved there before)."""
+    info = load_dataset("photos", "all").info
     torch.manual_seed(0)
     model = build_model("convnet:width=16", info.shape, info.num_classes)
-    protocol = Protocol(kind="fedavg", local_epochs=1, batch_size=1, learning_rate=0.01)
-    observation = observe(model, image, label, info, protocol, return_buffers=True)
+    if not trained:
+        return model, {"model": "untrained"}
+    described: dict[str, object] = {
+        "model": f"trained ({TRAINING_CROPS} crops, {TRAINING_EPOCHS} epochs, seed 0)"}
+    if checkpoint and Path(checkpoint).exists():
+        model.load_state_dict(torch.load(checkpoint, weights_only=True))
+        described["loaded"] = checkpoint
+    else:
+        crops = training_crops(TRAINING_CROPS, seed=0)
+        result = train_classifier(model, crops, load_dataset("photos", "all"),
+                                  epochs=TRAINING_EPOCHS, batch_size=64, lr=0.05, seed=0)
+        described.update(train_acc=round(result.train_accuracy, 3),
+                         photos_acc=round(result.test_accuracy, 3))
+        if checkpoint:
+            torch.save(model.state_dict(), checkpoint)
+    model.eval()
+    return model, described
+
+
+def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, iterations: int,
+                   tv: float, weight: float) -> dict[str, object]:
+    """One FedAvg round on photos ``indices`` (one local step: local batch = all of them),
+    training-mode BN, buffers returned; attacked plain (bn 0) or with the prior."""
+    data = load_dataset("photos", "all")
+    info, images, labels = data.info, data.images[indices], data.labels[indices]
+    protocol = Protocol(kind="fedavg", local_epochs=1, batch_size=len(indices),
+                        learning_rate=0.01)
+    observation = observe(copy.deepcopy(model), images, labels, info, protocol,
+                          return_buffers=True)
     options = {"iterations": iterations, "tv": tv, "bn": weight if variant == "aware" else 0.0}
     started = time.perf_counter()
     result = create_attack("fedavg", options).reconstruct(observation, seed=0)
     out = denormalize(result.images, info).clamp(0, 1)
-    grey = torch.full_like(image, 0.5)
-    return {"setting": "convnet BN fedavg buffers", "photo": index, "variant": variant,
+    score = score_reconstruction(out, images, result.labels, labels)
+    grey = score_reconstruction(torch.full_like(images, 0.5), images, match=False)
+    colour = score_reconstruction(images.mean((2, 3), keepdim=True).expand_as(images), images,
+                                  match=False)
+    return {"setting": "convnet BN fedavg buffers", "photos": indices, "variant": variant,
             "bn": options["bn"], "bn_source": result.extras.get("bn_source"),
-            "psnr": round(float(psnr_per_image(out, image)), 3),
-            "grey_psnr": round(float(psnr_per_image(grey, image)), 3),
-            "label_ok": result.labels.tolist() == label.tolist(),
+            "psnr": round(score.mean_psnr, 3),
+            "per_image": [round(i.psnr, 2) for i in score.images],
+            "grey_psnr": round(grey.mean_psnr, 3), "mean_colour_psnr": round(colour.mean_psnr, 3),
+            "label_acc": score.label_accuracy, "objective": round(result.objective, 4),
             "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
+                    iterations: int, tv: float, weight: float, checkpoint: str = "") -> None:
+    """The ``--batchnorm`` measurement: rounds of ``batch`` consecutive photos of ``photos``."""
+    indices = parse_indices(photos, 20)
+    if len(indices) % batch:
+        raise click.BadParameter(f"{len(indices)} photos do not split into rounds of {batch}")
+    model, described = convnet(trained, checkpoint)
+    print(json.dumps(described), flush=True)
+    rows = []
+    for start in range(0, len(indices), batch):
+        for variant in variants:
+            rows.append(batchnorm_once(model, indices[start:start + batch], variant,
+                                       iterations, tv, weight))
+            print(json.dumps(rows[-1]), flush=True)
+    print(f"\nconvnet:width=16 {described['model']}, training-mode BN, FedAvg (one local step "
+          f"of batch {batch}, τ 0.01) + buffers, photos {photos}, {iterations} iterations, "
+          f"tv {tv}, attack seed 0")
+    for variant in variants:
+        mean = statistics.mean(float(str(r["psnr"])) for r in rows if r["variant"] == variant)
+        label = f"bn {weight:g}" if variant == "aware" else "bn 0"
+        print(f"{variant:6} ({label}): {mean:.2f} dB")
+    for key in ("grey_psnr", "mean_colour_psnr"):
+        value = statistics.mean(float(str(r[key])) for r in rows if r["variant"] == variants[0])
+        print(f"{key.replace('_psnr', '').replace('_', '-')} image: {value:.2f} dB")
 
 
 @click.command()
@@ -95,38 +198,42 @@ def batchnorm_once(index: int, variant: str, iterations: int, tv: float, weight:
 @click.option("--tv", default=1e-2, show_default=True)
 @click.option("--model", "model_name", default="lenet-zhu", show_default=True)
 @click.option("--settings", "only", default="", help="Comma-separated subset of the settings.")
+@click.option("--aware-objective", default="auto", show_default=True,
+              help="The aware variant's objective spec (auto: chosen from the published "
+                   "defense; e.g. masked-cosine:outside=0;hinge=1 to tune on held-out photos).")
 @click.option("--batchnorm", is_flag=True, help="Measure the BatchNorm prior (see above).")
-@click.option("--bn-weight", default=0.01, show_default=True)
+@click.option("--bn-weight", default=0.1, show_default=True)
+@click.option("--trained", is_flag=True, help="With --batchnorm: train the ConvNet first "
+              "(in-process, fixed seeds, on random crops of the bundled photographs).")
+@click.option("--checkpoint", default="", help="With --trained: load the trained ConvNet from "
+              "this state dict when it exists, else train and save it there.")
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+              help="With --batchnorm: photos per round (consecutive photos of --photos).")
 @click.option("--variants", default="plain,aware", show_default=True,
-              help="With --batchnorm: which of plain, aware to run.")
+              help="Which of plain, aware to run.")
 def main(photos: str, iterations: int, tv: float, model_name: str, only: str,
-         batchnorm: bool, bn_weight: float, variants: str) -> None:
+         aware_objective: str, batchnorm: bool, bn_weight: float, trained: bool,
+         checkpoint: str, batch: int, variants: str) -> None:
     torch.set_num_threads(1)
+    chosen_variants = [v for v in variants.split(",") if v]
     if batchnorm:
-        rows = []
-        for i in parse_indices(photos, 20):
-            for v in variants.split(","):
-                rows.append(batchnorm_once(i, v, iterations, tv, bn_weight))
-                print(json.dumps(rows[-1]), flush=True)
-        for variant in variants.split(","):
-            mean = statistics.mean(float(str(r["psnr"])) for r in rows if r["variant"] == variant)
-            print(f"convnet:width=16 BN train, fedavg + buffers, {variant}: {mean:.2f} dB")
-        grey = statistics.mean(float(str(r["grey_psnr"])) for r in rows)
-        print(f"grey image: {grey:.2f} dB")
+        batchnorm_table(photos, batch, trained, chosen_variants, iterations, tv, bn_weight,
+                        checkpoint)
         return
     chosen = [s for s in SETTINGS if not only or s in only.split(",")]
     table: dict[tuple[str, str], list[float]] = {}
     for setting in chosen:
         for index in parse_indices(photos, 20):
-            for variant in VARIANTS:
-                row = attack_once(setting, index, variant, iterations, tv, model_name)
+            for variant in chosen_variants:
+                row = attack_once(setting, index, variant, iterations, tv, model_name,
+                                  aware_objective)
                 table.setdefault((setting, variant), []).append(float(str(row["psnr"])))
                 print(json.dumps(row), flush=True)
     print(f"\n{model_name}, photos {photos}, {iterations} iterations, tv {tv}, attack seed 0")
     print(f"{'setting':24} {'plain dB':>9} {'aware dB':>9} {'gain dB':>8}")
     for setting in chosen:
-        plain = statistics.mean(table[(setting, "plain")])
-        aware = statistics.mean(table[(setting, "aware")])
+        plain = statistics.mean(table.get((setting, "plain"), [math.nan]))
+        aware = statistics.mean(table.get((setting, "aware"), [math.nan]))
         print(f"{setting:24} {plain:9.2f} {aware:9.2f} {aware - plain:+8.2f}")
 
 

@@ -19,10 +19,13 @@ from fedleak.attacks import create_attack
 from fedleak.attacks.adaptive import choose_parts
 from fedleak.attacks.inverting_gradients import CosineObjective
 from fedleak.attacks.objectives import (
+    IntervalHinge,
     PartError,
     WeightedObjective,
     create_objective,
     kept_mask,
+    pruning_bounds,
+    quantisation_bounds,
 )
 from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.registry import AttackConfigError
@@ -126,6 +129,113 @@ def test_masked_cosine_is_zero_at_the_truth_where_the_plain_cosine_is_not():
     assert value(1.0) == pytest.approx(float(plain), rel=1e-5)
 
 
+def test_interval_hinge_gradient_is_autograds_and_zero_inside_the_bounds():
+    """H of the pruning hinge: 0 on the truth's update (zeroed coordinates all lie within the
+    smallest kept magnitude), positive elsewhere, gradient (×s) equal to autograd's."""
+    torch.manual_seed(0)
+    full = [torch.randn(6, 3), torch.randn(5)]
+    observed = [f * (f.abs() > 0.7) for f in full]
+    bounds = pruning_bounds(observed, "layer", False)
+    base = WeightedObjective(CosineObjective, observed, kept_mask(observed))
+    objective = IntervalHinge(base, observed, bounds, 2.0)
+    assert float(objective.hinge([f.unsqueeze(0) for f in full])[0]) == 0.0
+    candidate = [(2 * f + torch.randn_like(f)).unsqueeze(0).requires_grad_(True) for f in full]
+    value, grads, scale = objective.value_and_output_grads([c.detach().clone()
+                                                            for c in candidate])
+    mask = kept_mask(observed)
+    weighted = [c * m for c, m in zip(candidate, mask, strict=True)]
+    target = [o * m for o, m in zip(observed, mask, strict=True)]
+    cosine = 1 - sum((w * t).sum() for w, t in zip(weighted, target, strict=True)) / (
+        sum(w.square().sum() for w in weighted).sqrt() *
+        sum(t.square().sum() for t in target).sqrt())
+    thresholds = [o[o != 0].abs().min() for o in observed]
+    energy = sum(o.square().sum() for o in observed)
+    hinge = sum(((c.abs() - t).clamp(min=0) * (1 - m)).square().sum()
+                for c, t, m in zip(candidate, thresholds, mask, strict=True)) / energy
+    assert float(hinge.detach()) > 0
+    expected = cosine + 2 * hinge
+    expected.backward()
+    assert float(value) == pytest.approx(float(expected.detach()), rel=1e-5)
+    for g, c in zip(grads, candidate, strict=True):
+        torch.testing.assert_close(g * scale, c.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_defense_bounds_hold_at_the_truth_on_real_observations():
+    """The users' own update lies inside the pruning and quantisation intervals."""
+    truth = normalize(DIGITS.images[:1], DIGITS.info).float()
+    for defense, spec in [(("prune", {"p": 0.9}), "masked-cosine:outside=0;hinge=1"),
+                          (("quantize", {"bits": 4}), "gaussian:hinge=1")]:
+        observation = digits_observation(defenses=[defense])
+        update = [u.detach() for u in observation.simulate(truth, DIGITS.labels[:1])]
+        lower, upper = (pruning_bounds(observation.update, "layer", False)
+                        if defense[0] == "prune" else
+                        quantisation_bounds(observation.update, 4, False))
+        for u, lo, hi in zip(update, lower, upper, strict=True):
+            assert bool(((u >= lo - 1e-7) & (u <= hi + 1e-7)).all())
+        name, _, options = spec.partition(":")
+        part = create_objective(name, dict(o.split("=") for o in options.split(";")))
+        part.check(observation)
+        objective = part.build(CosineObjective, observation.update, observation)
+        assert isinstance(objective, IntervalHinge)
+        assert float(objective.hinge([u.unsqueeze(0) for u in update])[0]) < 1e-10
+
+
+def test_hinges_are_refused_where_the_bounds_do_not_hold():
+    clipped = digits_observation(defenses=[("clip", {"max-norm": 1.0}), ("prune", {"p": 0.9})])
+    with pytest.raises(PartError, match="clip"):
+        create_attack("inverting-gradients", {
+            "iterations": 1, "objective": "masked-cosine:hinge=1"}).reconstruct(clipped)
+    noised = digits_observation(defenses=[("noise", {"sigma": 0.01})])
+    with pytest.raises(PartError, match="quantize"):
+        create_attack("inverting-gradients", {
+            "iterations": 1, "objective": "gaussian:hinge=1"}).reconstruct(noised)
+    with pytest.raises(AttackConfigError, match="hinge"):
+        create_attack("inverting-gradients", {"objective": "masked-cosine:hinge=-1"})
+
+
+def test_hinged_objectives_pack_and_restart_as_they_run_alone():
+    """Per-row bounds (packed points) and stacked restarts give the one-by-one result."""
+    spec = {"iterations": 12, "restarts": 2, "objective": "masked-cosine:outside=0;hinge=5"}
+    first = digits_observation(defenses=[("prune", {"p": 0.9})])
+    second = digits_observation(seed=1, defenses=[("prune", {"p": 0.5})])
+    attack = create_attack("inverting-gradients", spec)
+    many = attack.reconstruct_many([first, second], seeds=[2, 4])
+    alone = [attack.reconstruct(first, seed=2), attack.reconstruct(second, seed=4)]
+    serial = create_attack("inverting-gradients", {**spec, "vectorised": False})
+    for packed, single, obs, seed in zip(many, alone, [first, second], [2, 4], strict=True):
+        torch.testing.assert_close(packed.images, single.images, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(serial.reconstruct(obs, seed=seed).images, single.images,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_the_noise_prior_weights_the_data_term_by_the_published_noise():
+    """gaussian's data term is c J with c = 1/(1 + κ r), r = d σ²/‖u*‖² of the published
+    additive noise; its gradient scale is c s, so the priors weigh 1/c more. Nothing changes
+    without additive noise (quantize alone), and such an objective is not packed."""
+    sigma = 0.05
+    observation = digits_observation(defenses=[("noise", {"sigma": sigma})])
+    part = create_objective("gaussian", {"noise-prior": 15})
+    objective = part.build(CosineObjective, observation.update, observation)
+    count = sum(u.numel() for u in observation.update)
+    energy = sum(float(u.double().square().sum()) for u in observation.update)
+    weight = 1 / (1 + 15 * count * sigma**2 / energy)
+    assert float(objective.weight) == pytest.approx(weight, rel=1e-5)
+    candidate = [u.unsqueeze(0) * 2 + 0.01 for u in observation.update]
+    plain = CosineObjective(observation.update)
+    value, grads, scale = objective.value_and_output_grads([c.clone() for c in candidate])
+    base_value, base_grads, base_scale = plain.value_and_output_grads([c.clone()
+                                                                      for c in candidate])
+    assert float(value) == pytest.approx(weight * float(base_value), rel=1e-5)
+    assert float(scale) == pytest.approx(weight * float(base_scale), rel=1e-5)
+    torch.testing.assert_close(grads[0], base_grads[0])
+    assert not part.packs(observation)
+    quantised = digits_observation(defenses=[("quantize", {"bits": 4})])
+    assert isinstance(part.build(CosineObjective, quantised.update, quantised),
+                      WeightedObjective) and part.packs(quantised)
+    with pytest.raises(AttackConfigError, match="noise-prior"):
+        create_attack("inverting-gradients", {"objective": "gaussian:noise-prior=-1"})
+
+
 def test_parts_are_chosen_from_the_published_chain():
     def chosen(defenses, n=1, protocol=Protocol()):  # noqa: B008
         parts = choose_parts(digits_observation(n, protocol, defenses=defenses))
@@ -192,13 +302,18 @@ def test_parts_that_do_not_fit_are_refused_before_the_first_iteration():
 
 
 def test_packed_points_with_different_defenses_get_their_own_objective():
-    pruned = digits_observation(defenses=[("prune", {"p": 0.9})])
+    """Clip + prune: masked-cosine without the hinge (clip rescales), a diagonal, packed; prune
+    alone gets the hinge, which the packed objective does not build: run one by one."""
+    pruned = digits_observation(defenses=[("clip", {"max-norm": 100.0}), ("prune", {"p": 0.9})])
     plain = digits_observation(seed=1, defenses=[])
     attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2})
     many = attack.reconstruct_many([pruned, plain], seeds=[2, 4])
     alone = [attack.reconstruct(pruned, seed=2), attack.reconstruct(plain, seed=4)]
     assert [r.extras["objective"] for r in many] == ["masked-cosine", "cosine"]
     assert many[0].extras["packed_with"] == 2
+    hinged = digits_observation(defenses=[("prune", {"p": 0.9})])
+    assert "hinge=10" in " ".join(choose_parts(hinged).reasons)
+    assert "packed_with" not in attack.reconstruct_many([hinged, plain], seeds=[2, 4])[0].extras
     for packed, single in zip(many, alone, strict=True):
         torch.testing.assert_close(packed.images, single.images, rtol=1e-4, atol=1e-4)
 

@@ -7,7 +7,12 @@ import torch
 from torch import nn
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.batch_statistics import batch_norm_prior, target_statistics
+from fedleak.attacks.batch_statistics import (
+    LayerStatistics,
+    batch_norm_prior,
+    layer_distance,
+    target_statistics,
+)
 from fedleak.attacks.objectives import PartError
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model
@@ -62,27 +67,47 @@ def true_statistics(observation, images: torch.Tensor) -> dict[str, tuple]:
     return found
 
 
-def test_batch_statistics_are_inferred_exactly_from_one_steps_buffers():
-    """Unbiased running variance, momentum 0.1, one forward: exact to float rounding; the
-    prior is ~0 at the true images and large elsewhere."""
-    observation = convnet_observation()
+@pytest.mark.parametrize("n", [1, 2])
+def test_batch_statistics_are_inferred_exactly_from_one_steps_buffers(n: int):
+    """Unbiased running variance, momentum 0.1, one forward: exact to float rounding (1e-4;
+    n = 1 is the batch of one image of bench/adaptive.py --batchnorm); the prior is ~0 at the
+    true images and large elsewhere, in either form."""
+    protocol = Protocol(kind="fedavg", local_epochs=1, batch_size=n, learning_rate=0.01)
+    observation = convnet_observation(protocol, n=n)
     assert observation.returned_buffers is not None
     targets, source = target_statistics(observation)
     assert source == "returned"
-    truth = true_statistics(observation, PHOTOS.images[:2])
+    truth = true_statistics(observation, PHOTOS.images[:n])
     assert len(targets) == len(truth) >= 2
     for target in targets:
         mean, variance = truth[target.name]
         torch.testing.assert_close(target.mean, mean, rtol=1e-3, atol=1e-4)
         torch.testing.assert_close(target.variance, variance, rtol=1e-3, atol=1e-4)
-    prior = batch_norm_prior(observation, targets)
-    at_truth = float(prior(normalize(PHOTOS.images[:2], PHOTOS.info).float()).detach())
-    elsewhere = float(prior(torch.randn(2, 3, 32, 32)).detach())
-    assert at_truth < 1e-2 < 1.0 < elsewhere
+    for form in ("standardised", "yin"):
+        prior = batch_norm_prior(observation, targets, form)
+        at_truth = float(prior(normalize(PHOTOS.images[:n], PHOTOS.info).float()).detach())
+        elsewhere = float(prior(torch.randn(n, 3, 32, 32)).detach())
+        assert at_truth < 1e-2 < 1.0 < elsewhere
     fallback, source = target_statistics(convnet_observation(return_buffers=False))
     assert source == "global"
     buffers = observation.simulate.buffers
     torch.testing.assert_close(fallback[0].mean, buffers[f"{fallback[0].name}.running_mean"])
+
+
+def test_the_standardised_term_is_each_layers_relative_error_and_yin_the_raw_one():
+    """Standardised: RMS over channels of (μ − μ̂)/σ̂ plus of (σ − σ̂)/σ̂, so a layer whose
+    activations are 100× larger weighs the same; yin: the raw norms of eq. 6."""
+    target = LayerStatistics("layer", torch.tensor([0.0, 1.0]), torch.tensor([1.0, 4.0]))
+    mean, variance = torch.tensor([0.5, 1.0]), torch.tensor([1.0, 1.0])
+    expected = (torch.tensor([0.5, 0.0]).norm() + torch.tensor([0.0, -0.5]).norm()) / 2 ** 0.5
+    assert float(layer_distance(mean, variance, target)) == pytest.approx(float(expected))
+    scaled = LayerStatistics("layer", target.mean * 100, target.variance * 1e4)
+    assert float(layer_distance(mean * 100, variance * 1e4, scaled)) == \
+        pytest.approx(float(expected), rel=1e-5)
+    raw = torch.tensor([0.5, 0.0]).norm() + torch.tensor([0.0, 3.0]).norm()
+    assert float(layer_distance(mean, variance, target, "yin")) == pytest.approx(float(raw))
+    with pytest.raises(PartError, match="standardised, yin"):
+        batch_norm_prior(convnet_observation(), [target], "raw")
 
 
 def test_the_prior_runs_in_the_attack_and_is_refused_where_it_cannot():

@@ -95,6 +95,21 @@ class ObjectivePart(AttackPart):
         """D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None
         for D = 1."""
 
+    def packs(self, observation: Observation) -> bool:
+        """Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which
+        packed attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is
+        more: such points run one after the other)."""
+        return not getattr(self.config, "hinge", 0.0)
+
+    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+              observation: Observation, **options: Any) -> Any:
+        """Eq. (1) over ``observed`` (built by ``inner``: a cosine class), weighted when D is
+        not 1. ``options`` go to ``inner`` (``per_row``)."""
+        diag = self.diagonal(observed, observation, bool(options.get("per_row", False)))
+        if diag is None:
+            return inner(list(observed), **options)
+        return WeightedObjective(inner, observed, diag, **options)
+
 
 OBJECTIVES: Registry[ObjectivePart] = Registry("objective", "fedleak.objectives", PartError)
 
@@ -237,15 +252,33 @@ def require_prune(observation: Observation, part: str) -> None:
                         "--defense prune:p=...")
 
 
+SCALING = ("clip", "dpsgd", "noise")
+
+
+def require_known_scale(observation: Observation, part: str) -> None:
+    """Refuse a hinge when a published defense changes the update's scale or adds noise the
+    bounds do not model (the hinge's bounds are in the units of the user's own update)."""
+    scaling = sorted({d.name for d in observation.defenses} & set(SCALING))
+    if scaling:
+        raise PartError(f"objective {part!r} with hinge > 0 bounds the update in the user's "
+                        f"own units, but the victim publishes {', '.join(scaling)}, which "
+                        "rescale or noise it; use hinge=0")
+
+
 @dataclass
 class MaskedConfig:
     outside: float = field(default=0.1, metadata={
         "help": "weight w of the coordinates pruning zeroed (0: ignore them, breaching's "
                 "masked cosine; 1: the plain cosine; 0.1 chosen on held-out photos)"})
+    hinge: float = field(default=0.0, metadata={
+        "help": "weight β of the pruning-threshold hinge: a zeroed coordinate whose rescaled "
+                "candidate exceeds the smallest kept |u*| is penalised (0: off)"})
 
     def __post_init__(self) -> None:
         if not 0 <= self.outside <= 1:
             raise ValueError(f"outside must lie in [0, 1], got {self.outside}")
+        if not (self.hinge >= 0 and math.isfinite(self.hinge)):
+            raise ValueError(f"hinge must be >= 0, got {self.hinge}")
 
 
 @register_objective("masked-cosine")
@@ -258,27 +291,74 @@ class MaskedCosine(ObjectivePart):
 
     def check(self, observation: Observation) -> None:
         require_prune(observation, self.name)
+        if self.config.hinge:
+            require_known_scale(observation, f"{self.name} (hinge)")
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
         w = self.config.outside
         return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
 
+    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+              observation: Observation, **options: Any) -> Any:
+        base = super().build(inner, observed, observation, **options)
+        if not self.config.hinge:
+            return base
+        prune = find(observation.defenses, "prune")
+        scope = prune.params.get("scope", "layer") if prune is not None else "layer"
+        per_row = bool(options.get("per_row", False))
+        return IntervalHinge(base, observed, pruning_bounds(observed, scope, per_row),
+                             self.config.hinge, per_row=per_row)
+
+
+#: κ of ``gaussian:noise-prior``, chosen on lenet-zhu photos 5 and 10 under DP-SGD σ = 0.01,
+#: C = 1 (docs/attacks.md).
+NOISE_PRIOR = 15.0
+
 
 @dataclass
 class GaussianConfig:
     masked: str = field(default="auto", metadata={
         "help": "also mask to u* != 0: on, off, or auto (on when a prune defense is published)"})
+    hinge: float = field(default=0.0, metadata={
+        "help": "weight β of the quantisation-support hinge: a coordinate of the candidate "
+                "farther than one rounding step from u* is penalised (needs a published "
+                "quantize; 0: off)"})
+    noise_prior: float = field(default=NOISE_PRIOR, metadata={
+        "help": "κ: the data term is weighted 1/(1 + κ r), r = published additive noise "
+                "energy / ‖u*‖², so the priors (tv, bn) weigh more as the noise grows "
+                f"(0: off; {NOISE_PRIOR:g} chosen on held-out photos)"})
 
     def __post_init__(self) -> None:
         if self.masked not in ("auto", "on", "off"):
             raise ValueError(f"masked must be auto, on or off, got {self.masked!r}")
+        if not (self.hinge >= 0 and math.isfinite(self.hinge)):
+            raise ValueError(f"hinge must be >= 0, got {self.hinge}")
+        if not (self.noise_prior >= 0 and math.isfinite(self.noise_prior)):
+            raise ValueError(f"noise-prior must be >= 0, got {self.noise_prior}")
 
 
 def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
                     per_row: bool) -> list[torch.Tensor]:
     """σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the
     published defenses add to each coordinate of the update (module docstring)."""
+    isotropic = additive_variance(observation)
+    quantize = find(observation.defenses, "quantize")
+    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
+    out = []
+    for o in observed:
+        if per_row:
+            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
+            scale = scale.view(-1, *[1] * (o.dim() - 1))
+        else:
+            scale = o.detach().abs().max().double()
+        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
+        out.append(rounding + isotropic)
+    return out
+
+
+def additive_variance(observation: Observation) -> float:
+    """σ² per coordinate of the isotropic noise the published ``noise`` and ``dpsgd`` add."""
     defenses = observation.defenses
     isotropic = 0.0
     noise = find(defenses, "noise")
@@ -296,18 +376,42 @@ def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
             isotropic += max(observation.local_steps, 1) * per_step**2
         else:
             isotropic += per_step**2
-    quantize = find(defenses, "quantize")
-    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
-    out = []
-    for o in observed:
-        if per_row:
-            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
-            scale = scale.view(-1, *[1] * (o.dim() - 1))
-        else:
-            scale = o.detach().abs().max().double()
-        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
-        out.append(rounding + isotropic)
-    return out
+    return isotropic
+
+
+def noise_ratio(observed: Sequence[torch.Tensor], observation: Observation,
+                per_row: bool) -> torch.Tensor:
+    """r = d σ² / ‖u*‖²: the published additive noise's expected energy over the observed
+    update's (0-dim, or [rows] when ``per_row``); near 1 when the noise drowns the update."""
+    variance = additive_variance(observation)
+    count = sum(o[0].numel() if per_row else o.numel() for o in observed)
+    if per_row:
+        energy = torch.stack([o.detach().double().reshape(o.shape[0], -1).square().sum(1)
+                              for o in observed]).sum(0)
+    else:
+        energy = torch.stack([o.detach().double().square().sum() for o in observed]).sum()
+    return (count * variance / energy.clamp(min=1e-300)).to(observed[0].dtype)
+
+
+class ScaledObjective:
+    """A gradient-matching objective times a positive weight c (one, or one per row): c J,
+    whose gradient is c s g, so the loop's priors (α TV, bn R_BN) weigh 1/c times more."""
+
+    def __init__(self, base: Any, weight: torch.Tensor) -> None:
+        self.base = base
+        self.weight = weight
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """c J at ``candidate``."""
+        value: torch.Tensor = self.base.value(candidate) * self.weight
+        return value
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """c J, the base's cotangents g and the scale c s (∂(cJ)/∂u = c s g)."""
+        value, grads, scale = self.base.value_and_output_grads(candidate)
+        return value * self.weight, grads, scale * self.weight
 
 
 def _batch_size(observation: Observation) -> int:
@@ -330,6 +434,32 @@ class GaussianLikelihood(ObjectivePart):
     def check(self, observation: Observation) -> None:
         if self.config.masked == "on":
             require_prune(observation, f"{self.name} (masked=on)")
+        if self.config.hinge:
+            names = [d.name for d in observation.defenses]
+            if "quantize" not in names or "prune" in names:
+                raise PartError(f"objective '{self.name}' with hinge > 0 bounds each "
+                                "coordinate by the quantisation step, which needs a published "
+                                "quantize defense and no prune (published: "
+                                f"{', '.join(names) or 'none'}); use hinge=0")
+            require_known_scale(observation, f"{self.name} (hinge)")
+
+    def packs(self, observation: Observation) -> bool:
+        hinged = self.config.hinge and find(observation.defenses, "quantize") is not None
+        weighted = self.config.noise_prior and additive_variance(observation) > 0
+        return not hinged and not weighted
+
+    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
+              observation: Observation, **options: Any) -> Any:
+        base = super().build(inner, observed, observation, **options)
+        per_row = bool(options.get("per_row", False))
+        quantize = find(observation.defenses, "quantize")
+        if self.config.hinge and quantize is not None:
+            bounds = quantisation_bounds(observed, int(quantize.number("bits", 4)), per_row)
+            base = IntervalHinge(base, observed, bounds, self.config.hinge, per_row=per_row)
+        if self.config.noise_prior and additive_variance(observation) > 0:
+            ratio = noise_ratio(observed, observation, per_row)
+            base = ScaledObjective(base, 1 / (1 + self.config.noise_prior * ratio))
+        return base
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
@@ -373,15 +503,134 @@ class WeightedObjective:
         return value, [g.mul_(d) for g, d in zip(grads, self.diag, strict=True)], scale
 
 
+def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
+                     ) -> list[torch.Tensor]:
+    """t per tensor (per row when ``per_row``): the smallest kept magnitude min{|u*_i| : u*_i ≠
+    0} of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was
+    kept (no bound is known there)."""
+    def smallest(o: torch.Tensor) -> torch.Tensor:
+        flat = o.detach().reshape(o.shape[0], -1) if per_row else o.detach().reshape(1, -1)
+        kept = torch.where(flat != 0, flat.abs(), torch.full_like(flat, math.inf)).amin(1)
+        return kept
+
+    per_tensor = [smallest(o) for o in observed]
+    if scope == "global":
+        overall = torch.stack(per_tensor).amin(0)
+        per_tensor = [overall for _ in observed]
+    out = []
+    for o, t in zip(observed, per_tensor, strict=True):
+        t = torch.where(torch.isfinite(t), t, torch.zeros_like(t))
+        out.append(t.view(-1, *[1] * (o.dim() - 1)) if per_row else t.reshape(()))
+    return out
+
+
+def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bool
+                        ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The support of stochastic rounding: QSGD rounds |u| to a neighbouring level of step
+    Δ_l = m_l/s (m_l = max|u*_l|, which rounding keeps exactly; s = 2^{bits−1} − 1), so
+    u_i ∈ [q_i − Δ_l, q_i + Δ_l] for every coordinate (and q_i ≠ 0 fixes the sign)."""
+    levels = 2 ** (bits - 1) - 1
+    lower, upper = [], []
+    for o in observed:
+        o = o.detach()
+        if per_row:
+            scale = o.reshape(o.shape[0], -1).abs().amax(1).view(-1, *[1] * (o.dim() - 1))
+        else:
+            scale = o.abs().max()
+        step = scale / levels
+        lower.append(o - step)
+        upper.append(o + step)
+    return lower, upper
+
+
+def pruning_bounds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
+                   ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Magnitude pruning zeroes exactly the coordinates with |u_i| ≤ t (t the smallest kept
+    |u*|, :func:`prune_thresholds`): [−t, t] there; no bound (±inf) on the kept ones and in a
+    tensor where nothing was kept."""
+    lower, upper = [], []
+    for o, t in zip(observed, prune_thresholds(observed, scope, per_row), strict=True):
+        bounded = (o == 0) & (t > 0)
+        inf = torch.full_like(o, math.inf)
+        upper.append(torch.where(bounded, t.expand_as(o), inf))
+        lower.append(-upper[-1])
+    return lower, upper
+
+
+class IntervalHinge:
+    """A gradient-matching objective plus β H, a hinge on what a defense says the true update
+    satisfies coordinate by coordinate, lower_i ≤ u_i(x*) ≤ upper_i (:func:`pruning_bounds`,
+    :func:`quantisation_bounds`):
+
+        H(u) = Σ_i [max(0, u_i − upper_i)² + max(0, lower_i − u_i)²] / ‖u*‖²,
+
+    0 at the truth, nothing asked of a coordinate inside its interval, in the units of the
+    cosine's residual (1 − cos ≈ ½‖u − u*‖²/‖u*‖² near the truth), and
+    ∂H/∂u_i = 2 (max(0, u_i − upper_i) − max(0, lower_i − u_i))/‖u*‖². The bounds are in the
+    units of the user's own update, so a hinge needs a chain that keeps its scale (pruning and
+    quantisation do; clipping and DP-SGD do not, see :func:`require_known_scale`). (Fitting
+    the scale as the least-squares κ of the candidate onto u*, held fixed in the gradient, was
+    tried: the attack diverged, lenet-zhu photo 5 at 6.7 dB.)"""
+
+    def __init__(self, base: Any, observed: Sequence[torch.Tensor],
+                 bounds: tuple[list[torch.Tensor], list[torch.Tensor]], weight: float, *,
+                 per_row: bool = False) -> None:
+        self.base = base
+        self.weight = weight
+        self.per_row = per_row
+        self.observed = [o.detach() for o in observed]
+        self.lower, self.upper = bounds
+        if per_row:
+            squares = torch.stack([o.double().reshape(o.shape[0], -1).square().sum(1)
+                                   for o in self.observed]).sum(0)
+        else:
+            squares = torch.stack([o.double().square().sum() for o in self.observed]).sum()
+        self.energy = squares.to(self.observed[0].dtype)
+
+    def hinge(self, candidate: Sequence[torch.Tensor]
+              ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """H (0-dim, or [R] for stacked candidates) and ∂H/∂u per tensor."""
+        us = [u.detach() for u in candidate]
+        rows = self.per_row or us[0].dim() > self.observed[0].dim()
+        value: torch.Tensor | None = None
+        grads = []
+        for u, lo, hi in zip(us, self.lower, self.upper, strict=True):
+            e = self.energy.view(-1, *[1] * (u.dim() - 1)) if self.per_row else self.energy
+            above = (u - hi).clamp(min=0)
+            below = (lo - u).clamp(min=0)
+            excess = (above.square() + below.square()) / e
+            term = excess.reshape(excess.shape[0], -1).sum(1) if rows else excess.sum()
+            value = term if value is None else value + term
+            grads.append(2 * (above - below) / e)
+        assert value is not None
+        return value, grads
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The base objective plus β H at ``candidate``."""
+        extra, _ = self.hinge(candidate)
+        total: torch.Tensor = self.base.value(candidate) + self.weight * extra
+        return total
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """The base's value, cotangents and scale s with β ∂H/∂u added as (β/s) ∂H/∂u (the loop
+        multiplies every cotangent by s)."""
+        extra, hinge_grads = self.hinge(candidate)  # before the base consumes ``candidate``
+        value, grads, scale = self.base.value_and_output_grads(candidate)
+        out = []
+        for g, h in zip(grads, hinge_grads, strict=True):
+            s = scale.view(-1, *[1] * (g.dim() - 1)) if scale.dim() else scale
+            out.append(g + h * (self.weight / s))
+        return value + self.weight * extra, out, scale
+
+
 def build_objective(part: ObjectivePart, inner: Callable[..., Any],
                     observed: Sequence[torch.Tensor], observation: Observation,
                     **options: Any) -> Any:
     """``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted
     when the part's D is not 1. ``options`` go to ``inner`` (``per_row``)."""
-    diag = part.diagonal(observed, observation, bool(options.get("per_row", False)))
-    if diag is None:
-        return inner(list(observed), **options)
-    return WeightedObjective(inner, observed, diag, **options)
+    return part.build(inner, observed, observation, **options)
 
 
 def create_objective(name: str, options: Mapping[str, Any] | None = None) -> ObjectivePart:
