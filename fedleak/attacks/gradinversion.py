@@ -8,7 +8,8 @@ The attack minimises (eq. 3 and 4 of the paper)
 
 over G restarts ("seeds") optimised side by side, with
 
-- R_BN = Σ_l ‖μ_l(x) − μ_l‖₂ + ‖σ²_l(x) − σ²_l‖₂ (eq. 6): the batch's BatchNorm statistics
+- R_BN = Σ_l ‖μ_l(x) − μ_l‖₂ + ‖σ²_l(x) − σ²_l‖₂ (eq. 6, the ``bn`` prior's ``form=yin``): the
+  batch's BatchNorm statistics
   pulled towards those the threat model gives — inferred from the buffers a FedAvg user
   returns, or the global model's running statistics (:mod:`fedleak.attacks.batch_statistics`);
 - R_group = ‖x_g − E(x)‖₂ (eq. 8): each restart towards the restarts' pixel-wise mean;
@@ -85,7 +86,7 @@ class GradInversion(ComposedInversion):
         named: list[tuple[str, dict[str, Any]]] = [
                  ("tv", {"weight": cfg.tv}),
                  ("l2", {"weight": cfg.l2, "decay": 1.0}),
-                 ("bn", {"weight": cfg.bn, "source": cfg.bn_source}),
+                 ("bn", {"weight": cfg.bn, "source": cfg.bn_source, "form": "yin"}),
                  ("group", {"weight": cfg.group})]
         return [(name, options) for name, options in named if options["weight"] > 0] + \
             [("box", {})]

@@ -106,6 +106,12 @@ class InvertingGradientsConfig(ComposedConfig):
                           "statistics) or auto (returned when sent, else global)"},
     )
 
+    bn_form: str = field(
+        default="standardised",
+        metadata={"help": "form of the BatchNorm prior: standardised (each layer in units of "
+                          "the target's standard deviation) or yin (Yin et al.'s raw form)"},
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("tv", "bn"))
@@ -127,7 +133,8 @@ class InvertingGradients(ComposedInversion):
         cfg = self.config
         priors: list[tuple[str, dict[str, Any]]] = [("tv", {"weight": cfg.tv})]
         if cfg.bn > 0:
-            priors.append(("bn", {"weight": cfg.bn, "source": cfg.bn_source}))
+            priors.append(("bn", {"weight": cfg.bn, "source": cfg.bn_source,
+                                  "form": cfg.bn_form}))
         if cfg.boxed:
             priors.append(("box", {}))
         return priors

@@ -82,13 +82,6 @@ class ObjectivePart(AttackPart):
     #: a weighted cosine of eq. (1) (scale-invariant); False for the euclidean distance
     cosine_family: ClassVar[bool] = True
 
-    def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-              observation: Observation, *, rows: bool, per_row: bool = False) -> Any:
-        """The objective over ``observed``: the cosine ``inner`` (one update, or restarts when
-        ``rows``) weighted by this part's D; ``per_row``: ``observed`` is given per row."""
-        options = {"per_row": True} if per_row else {}
-        return build_objective(self, inner, observed, observation, **options)
-
     @abstractmethod
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
@@ -102,10 +95,11 @@ class ObjectivePart(AttackPart):
         return not getattr(self.config, "hinge", 0.0)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-              observation: Observation, **options: Any) -> Any:
-        """Eq. (1) over ``observed`` (built by ``inner``: a cosine class), weighted when D is
-        not 1. ``options`` go to ``inner`` (``per_row``)."""
-        diag = self.diagonal(observed, observation, bool(options.get("per_row", False)))
+              observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Eq. (1) over ``observed``: the cosine ``inner`` (one update, or restarts when
+        ``rows``) weighted when D is not 1; ``per_row``: ``observed`` is given per row."""
+        options = {"per_row": True} if per_row else {}
+        diag = self.diagonal(observed, observation, per_row)
         if diag is None:
             return inner(list(observed), **options)
         return WeightedObjective(inner, observed, diag, **options)
@@ -233,7 +227,7 @@ class Euclidean(ObjectivePart):
         return None
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-              observation: Observation, *, rows: bool, per_row: bool = False) -> Any:
+              observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
         return EuclideanObjective(observed, rows=rows)
 
 
@@ -300,13 +294,12 @@ class MaskedCosine(ObjectivePart):
         return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-              observation: Observation, **options: Any) -> Any:
-        base = super().build(inner, observed, observation, **options)
+              observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         if not self.config.hinge:
             return base
         prune = find(observation.defenses, "prune")
         scope = prune.params.get("scope", "layer") if prune is not None else "layer"
-        per_row = bool(options.get("per_row", False))
         return IntervalHinge(base, observed, pruning_bounds(observed, scope, per_row),
                              self.config.hinge, per_row=per_row)
 
@@ -449,9 +442,8 @@ class GaussianLikelihood(ObjectivePart):
         return not hinged and not weighted
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-              observation: Observation, **options: Any) -> Any:
-        base = super().build(inner, observed, observation, **options)
-        per_row = bool(options.get("per_row", False))
+              observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         quantize = find(observation.defenses, "quantize")
         if self.config.hinge and quantize is not None:
             bounds = quantisation_bounds(observed, int(quantize.number("bits", 4)), per_row)

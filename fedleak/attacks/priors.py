@@ -15,8 +15,8 @@ optimised together.
 - ``tv``: anisotropic total variation of Geiping et al.'s code, mean |horizontal| + mean
   |vertical| differences (:func:`total_variation`).
 - ``bn``: Yin et al. (CVPR 2021, eq. 6) R_BN = Σ_l ‖μ_l(x) − μ_l‖₂ + ‖σ²_l(x) − σ²_l‖₂ over the
-  BatchNorm layers, towards the statistics the threat model gives
-  (:mod:`fedleak.attacks.batch_statistics`).
+  BatchNorm layers (``form=yin``), or its standardised form (the default), towards the
+  statistics the threat model gives (:mod:`fedleak.attacks.batch_statistics`).
 - ``l2``: ‖x‖_F² on the [0, 1] pixel scale (Qian & Hansen 2021, Sec. 4, one image).
 - ``orthogonality``: Σ_{k≠k'} (x_kᵀ x_{k'})² on the pixel scale (Qian & Hansen, a batch).
 - ``qian``: Qian & Hansen's choice: ``l2`` for one image, ``orthogonality`` for a batch.
@@ -34,7 +34,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedleak.attacks.batch_statistics import SOURCES, batch_norm_prior, target_statistics
+from fedleak.attacks.batch_statistics import (
+    FORMS,
+    SOURCES,
+    batch_norm_prior,
+    target_statistics,
+)
 from fedleak.attacks.objectives import AttackPart, NoOptions, PartError
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.restarts import restart_total_variation
@@ -167,11 +172,16 @@ class BatchNormConfig:
     source: str = field(default="auto", metadata={
         "help": "statistics R_BN pulls towards: returned (inferred from the buffers the user "
                 "sent), global (the global model's running statistics) or auto"})
+    form: str = field(default="standardised", metadata={
+        "help": "standardised (each layer in units of the target's standard deviation) or yin "
+                "(Yin et al.'s raw distances)"})
 
     def __post_init__(self) -> None:
         _check_weight(self.weight)
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {', '.join(FORMS)}, got {self.form!r}")
 
 
 @register_prior("bn")
@@ -187,7 +197,8 @@ class BatchNormStatistics(PriorPart):
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
         targets, source = target_statistics(observation, self.config.source)
-        return BoundPrior(self, batch_norm_prior(observation, targets), source=source)
+        return BoundPrior(self, batch_norm_prior(observation, targets, self.config.form),
+                          source=source)
 
 
 @dataclass
