@@ -45,7 +45,7 @@ def presets(budget: int, batchnorm: bool) -> dict[str, tuple[str, dict[str, obje
     }
     if batchnorm:
         rows["inverting-gradients + bn"] = ("inverting-gradients",
-                                            {"iterations": budget, "bn": 0.01})
+                                            {"iterations": budget, "bn": 0.1})
     return rows
 
 
