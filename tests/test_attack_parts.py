@@ -302,8 +302,8 @@ def test_parts_that_do_not_fit_are_refused_before_the_first_iteration():
 
 
 def test_packed_points_with_different_defenses_get_their_own_objective():
-    """Clip + prune: masked-cosine without the hinge (clip rescales), a diagonal, packed; prune
-    alone gets the hinge, which the packed objective does not build: run one by one."""
+    """Clip + prune: masked-cosine without the hinge (clip rescales), a diagonal, packed per
+    row; prune alone gets the hinge, packed as its own row block: each as it is alone."""
     pruned = digits_observation(defenses=[("clip", {"max-norm": 100.0}), ("prune", {"p": 0.9})])
     plain = digits_observation(seed=1, defenses=[])
     attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2})
@@ -313,7 +313,10 @@ def test_packed_points_with_different_defenses_get_their_own_objective():
     assert many[0].extras["packed_with"] == 2
     hinged = digits_observation(defenses=[("prune", {"p": 0.9})])
     assert "hinge=10" in " ".join(choose_parts(hinged).reasons)
-    assert "packed_with" not in attack.reconstruct_many([hinged, plain], seeds=[2, 4])[0].extras
+    blocks = attack.reconstruct_many([hinged, plain], seeds=[2, 4])
+    assert blocks[0].extras["packed_with"] == 2
+    torch.testing.assert_close(blocks[0].images, attack.reconstruct(hinged, seed=2).images,
+                               rtol=1e-4, atol=1e-4)
     for packed, single in zip(many, alone, strict=True):
         torch.testing.assert_close(packed.images, single.images, rtol=1e-4, atol=1e-4)
 

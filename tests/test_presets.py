@@ -250,3 +250,33 @@ def test_parts_and_presets_across_two_processes(tmp_path: Path) -> None:
              "--attack", "dlg", "-o", "priors=smoothness"],
             capture_output=True, text=True, timeout=600, env=env)
         assert bad.returncode == 2 and "smoothness" in bad.stderr and "orthogonality" in bad.stderr
+
+
+@pytest.mark.parametrize("options", [{}, {"objective": "euclidean", "priors": "tv"}],
+                         ids=["auto-hinged", "euclidean"])
+def test_packed_observations_with_their_own_objectives_match_runs_alone(options: dict) -> None:
+    """Observations whose objectives are more than a diagonal (pruning's threshold hinge, the
+    noise-weighted Gaussian, the euclidean distance) are packed as row blocks: each gets what
+    it gets alone, up to float rounding."""
+    from fedleak.defenses import build_chain
+    from fedleak.harness.shared.datasets import DatasetInfo
+    from fedleak.harness.shared.models import build_model
+    from fedleak.harness.shared.observation import observe
+
+    info = DatasetInfo("test", SHAPE, 10, (0.5,) * 3, (0.5,) * 3, ())
+    observations = []
+    for index, chain in enumerate(([("prune", {"p": 0.5})], [("noise", {"sigma": 1e-3})])):
+        torch.manual_seed(0)
+        model = build_model("lenet-zhu", SHAPE, 10)
+        image = smooth_image(SHAPE).flip(-1) if index else smooth_image(SHAPE)
+        observations.append(observe(model, image, torch.tensor([6 - index]), info,
+                                    defenses=build_chain(chain),
+                                    generator=torch.Generator().manual_seed(index)))
+    attack = create_attack("inverting-gradients", {"iterations": 12, "restarts": 2, **options})
+    packed = attack.reconstruct_many(observations, seeds=[2, 5])
+    alone = [attack.reconstruct(o, seed=s) for o, s in zip(observations, [2, 5], strict=True)]
+    for together, single in zip(packed, alone, strict=True):
+        assert together.extras["packed_with"] == 2
+        assert together.extras["objective"] == single.extras["objective"]
+        torch.testing.assert_close(together.images, single.images, rtol=1e-4, atol=1e-4)
+        assert together.restart_objectives == pytest.approx(single.restart_objectives, rel=1e-4)

@@ -148,5 +148,4 @@ def choose_parts(observation: Observation, objective: str = AUTO,
         replay_part = create_replay(name, options)
     objective_part.check(observation)
     replay_part.check(observation)
-    replay_part.objective_packable = objective_part.packs(observation)
     return Parts(objective_part, replay_part, reasons)

@@ -643,21 +643,21 @@ class ComposedInversion(Attack[Observation]):
         them and each row is optimised against its own observed update at its own θ_p (per-row
         objective, the harness's packed replay), so every observation gets the result it would
         get alone, up to float rounding. Falls back to one after the other when the
-        observations cannot be packed (training-mode BatchNorm, different architectures or
-        protocols, ``vectorised`` off, L-BFGS, or a prior that is per observation or couples
-        restarts: ``bn``, ``group``, ``l2``, ``orthogonality``, ``qian``).
+        observations cannot be packed (different architectures or protocols, ``vectorised``
+        off, L-BFGS, the ``dp-clipped`` replay, or a prior that is per observation or couples
+        restarts: ``bn``, ``group``, ``l2``, ``orthogonality``, ``qian``). Objectives that are a
+        diagonal of eq. (1) of :mod:`fedleak.attacks.objectives` are built per row at once;
+        any other (a hinge, a data-term weight, the euclidean distance) per observation, as
+        row blocks (:class:`BlockObjective`).
         """
         cfg = self.config
         parts = [self.parts(o) for o in targets]
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         priors = self.prior_parts()
-        objective_names = {p.objective.name for p in parts}
-        cosine = all(p.objective.cosine_family for p in parts)
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
                 not all(p.replay.packable for p in parts) or \
                 not all(p.packable for p in priors) or \
-                not self.optimiser_part().first_order or \
-                (not cosine and len(objective_names) > 1):
+                not self.optimiser_part().first_order:
             return super().recover_many(targets, device=device, seeds=seeds, progress=progress)
         first = targets[0]
         bound = [p.bind(first, cfg.restarts) for p in priors]
@@ -670,9 +670,13 @@ class ComposedInversion(Attack[Observation]):
         flat = images.view(count * restarts, *shape)
         observed = [torch.stack([o.update[i].to(device) for o in targets])
                     .repeat_interleave(restarts, dim=0) for i in range(len(first.update))]
-        objective = packed_objective(targets, parts, observed, restarts, device) if cosine \
-            else parts[0].objective.build(RestartsCosineObjective, observed, first, rows=True,
-                                          per_row=True)
+        diagonal = all(p.objective.cosine_family and p.objective.packs(o)
+                       for p, o in zip(parts, targets, strict=True))
+        objective = packed_objective(targets, parts, observed, restarts, device) if diagonal \
+            else BlockObjective([p.objective.build(RestartsCosineObjective,
+                                                   [u.to(device) for u in o.update], o,
+                                                   rows=True)
+                                 for p, o in zip(parts, targets, strict=True)], restarts)
 
         def replay(x: torch.Tensor, _: torch.Tensor) -> list[torch.Tensor]:
             updates = packed(x.view(count, restarts, *shape), labels)
@@ -701,6 +705,30 @@ class ComposedInversion(Attack[Observation]):
             self.describe(result, observation, bound)
             results.append(result)
         return results
+
+
+class BlockObjective:
+    """A packed batch's objective as row blocks: rows p·R … p·R + R − 1 are compared by
+    observation p's own objective (any part: hinges, data-term weights, the euclidean
+    distance), and the values, cotangents and scales are concatenated back."""
+
+    def __init__(self, blocks: Sequence[Any], rows: int) -> None:
+        self.blocks = list(blocks)
+        self.rows = rows
+
+    def value_and_output_grads(
+        self, candidate: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        values, scales, grads = [], [], []
+        for index, block in enumerate(self.blocks):
+            rows = slice(index * self.rows, (index + 1) * self.rows)
+            value, output_grads, scale = block.value_and_output_grads(
+                [u[rows] for u in candidate])
+            values.append(value.reshape(-1).expand(self.rows))
+            scales.append(scale.reshape(-1).expand(self.rows))
+            grads.append(output_grads)
+        return (torch.cat(values), [torch.cat(g) for g in zip(*grads, strict=True)],
+                torch.cat(scales))
 
 
 class BestIterate:

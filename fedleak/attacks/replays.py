@@ -47,11 +47,6 @@ class ReplayPart(AttackPart):
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
         """The replay this part makes of ``base``."""
 
-    #: False when the objective it runs with is more than a diagonal of eq. (1) (a hinge),
-    #: which the packed objective does not build: :func:`~fedleak.attacks.adaptive.choose_parts`
-    #: sets it, and such points run one after the other.
-    objective_packable: bool = True
-
     @property
     def packable(self) -> bool:
         """Whether packed attacks (several observations as one replay) may use this part."""
@@ -77,7 +72,7 @@ class PlainReplay(ReplayPart):
 
     @property
     def packable(self) -> bool:
-        return self.objective_packable
+        return True
 
 
 @dataclass
