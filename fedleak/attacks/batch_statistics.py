@@ -34,7 +34,7 @@ where a layer's weight is the scale of its activations. Against one training-mod
 untrained ConvNet of width 16 (FedAvg, buffers returned, 1,200 iterations, α = 0.1, photos 5,
 10 and 12) the raw form went from 8.90 dB without prior to 11.85 dB and the standardised one
 to 13.05 dB (docs/fedavg.md), so the standardised form is the default; ``form="yin"`` keeps the
-paper's. Why the prior is
+paper's (the ``bn`` prior part's ``form`` option; ``gradinversion`` uses it). Why the prior is
 needed at all: with batch statistics, every layer after the first BatchNorm is invariant to
 x ↦ a·x + c (a > 0, c a constant per colour; up to zero padding at the border), and the first
 layer's gradient is as well (BatchNorm's backward removes each channel's mean), so the update

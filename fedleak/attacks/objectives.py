@@ -91,7 +91,7 @@ class ObjectivePart(AttackPart):
     def packs(self, observation: Observation) -> bool:
         """Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which
         packed attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is
-        more: such points run one after the other)."""
+        more: such observations are packed as row blocks, each through its own objective)."""
         return not getattr(self.config, "hinge", 0.0)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
