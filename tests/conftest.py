@@ -6,6 +6,7 @@ import secrets
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.victim.process import VictimProcess
@@ -27,3 +28,12 @@ def client(victim_process: VictimProcess) -> Iterator[VictimClient]:
     with VictimClient(victim_process.address, token=TOKEN, max_message_bytes=64 << 20,
                       timeout=60) as c:
         yield c
+
+
+@pytest.fixture()
+def one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: one thread is as fast, and immune to OpenMP barriers on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -33,12 +33,7 @@ from tests.test_inverting_gradients import smooth_image
 SHAPE = (3, 8, 8)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _one():

@@ -414,16 +414,7 @@ class ComposedInversion(Attack[Observation]):
 
         def gradient(weights: Sequence[float | torch.Tensor]
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-            update = replay(images, labels)
-            value, output_grads, scale = objective.value_and_output_grads(update)
-            outputs = list(update)
-            for b, weight in zip(terms, weights, strict=True):
-                term = b.rows(images) if rows else b.single(images[0])
-                value = value + term.detach() * weight
-                outputs.append(term)
-                output_grads.append(weight / scale)
-            (grad,) = torch.autograd.grad(outputs, images, output_grads)
-            return grad.mul_(scale.view(per_restart)), value
+            return objective_gradient(images, labels, replay, objective, terms, weights, rows)
 
         def project() -> None:
             for constraint in constraints:
@@ -587,19 +578,11 @@ class ComposedInversion(Attack[Observation]):
 
         def evaluate() -> None:
             """Objective and gradient at the current images, into static buffers."""
-            update = replay(images, labels)
-            value, output_grads, scale = objective.value_and_output_grads(update)
-            outputs = list(update)
-            for b, weight in zip(terms, weights, strict=True):
-                term = b.single(images[0])
-                value = value + term.detach() * weight
-                outputs.append(term)
-                output_grads.append(weight / scale)
-            # ∂/∂x only: backward() would also fill .grad of the replay's parameters
-            (grad,) = torch.autograd.grad(outputs, images, output_grads)
+            grad, value = objective_gradient(images, labels, replay, objective, terms, weights,
+                                             rows=False)
             with torch.no_grad():
                 value_buffer.copy_(value.reshape(()))
-                gradient.copy_(grad.mul_(scale))
+                gradient.copy_(grad)
 
         if graph_safe:
             evaluate, best.notice = captured_function(evaluate, images.device)
@@ -705,6 +688,34 @@ class ComposedInversion(Attack[Observation]):
             self.describe(result, observation, bound)
             results.append(result)
         return results
+
+
+def objective_gradient(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    replay: RestartsUpdateFn,
+    objective: Any,
+    terms: Sequence[BoundPrior],
+    weights: Sequence[float | torch.Tensor],
+    rows: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. (1)'s value and its gradient with respect to ``images`` [R, n, C, H, W].
+
+    The objective gives J, its cotangent g and scale s (∂J/∂u = s g); each prior adds λ R with
+    cotangent λ / s; one vector–Jacobian product (∂/∂x only: ``backward`` would also fill the
+    replay parameters' ``.grad``), multiplied by each restart's s, is the whole gradient.
+    ``rows``: priors per restart ([R]), else on the one restart (0-dim).
+    """
+    update = replay(images, labels)
+    value, output_grads, scale = objective.value_and_output_grads(update)
+    outputs = list(update)
+    for b, weight in zip(terms, weights, strict=True):
+        term = b.rows(images) if rows else b.single(images[0])
+        value = value + term.detach() * weight
+        outputs.append(term)
+        output_grads.append(weight / scale)
+    (grad,) = torch.autograd.grad(outputs, images, output_grads)
+    return grad.mul_(scale.view(-1, *[1] * (images.dim() - 1))), value
 
 
 class BlockObjective:
