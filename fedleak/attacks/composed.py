@@ -71,7 +71,6 @@ from fedleak.attacks.restarts import (
     RestartsUpdateFn,
     batched_replay,
     packed_replay,
-    stacked_inits,
 )
 
 INITS = ("gaussian", "uniform")
@@ -220,7 +219,9 @@ class ComposedInversion(Attack[Observation]):
     def __init__(self, config: Any | None = None) -> None:
         super().__init__(config)
         try:
-            optimiser, priors = self.optimiser_part(), self.prior_parts()
+            self._optimiser = self._build_optimiser()
+            self._priors = self._build_priors()
+            optimiser, priors = self._optimiser, self._priors
             if not optimiser.first_order:
                 check_closure(priors)
             coupled = [p.name for p in priors if p.coupled]
@@ -242,6 +243,14 @@ class ComposedInversion(Attack[Observation]):
         return []
 
     def optimiser_part(self) -> OptimiserPart:
+        """The optimiser, built once from the config."""
+        return self._optimiser
+
+    def prior_parts(self) -> list[PriorPart]:
+        """The priors, built once from the config."""
+        return list(self._priors)
+
+    def _build_optimiser(self) -> OptimiserPart:
         """The optimiser: ``optimizer=`` (its options over the preset's shorthand) or the
         preset's."""
         name, shorthand = self.shorthand_optimizer()
@@ -251,7 +260,7 @@ class ComposedInversion(Attack[Observation]):
         part_class = OPTIMISERS.get(name)
         return OPTIMISERS.create(name, {**fitting(part_class, shorthand), **options})
 
-    def prior_parts(self) -> list[PriorPart]:
+    def _build_priors(self) -> list[PriorPart]:
         """The priors: ``priors=`` or the preset's shorthand ones."""
         if self.config.priors:
             return [PRIORS.create(*parse_part(spec)) for spec in prior_specs(self.config.priors)]
@@ -319,8 +328,8 @@ class ComposedInversion(Attack[Observation]):
                 replay = lockstep(one_by_one)
         notices: list[str | None] = []
         if replay is not None:
-            stacked = stacked_inits(lambda _s, s, d: self.initial(observation, s, d),
-                                    (), range(seed, seed + cfg.restarts), device)
+            stacked = torch.stack([self.initial(observation, s, device)
+                                   for s in range(seed, seed + cfg.restarts)])
             batched_objective = parts.objective.build(RestartsCosineObjective, observed,
                                                       observation, rows=True)
             notice, results = self.optimise(stacked, labels, replay, batched_objective, bound,
