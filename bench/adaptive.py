@@ -1,14 +1,24 @@
-"""Plain vs defense-aware Inverting Gradients at equal budget, same seeds (issue 19).
+"""Plain vs defense-aware optimisation attacks at equal budget, same seeds (issue 19).
 
 Threat model: honest-but-curious server; the defense chain is public (Kerckhoffs), its
 randomness is not. For each defense setting and each photo, the same observation (lenet-zhu
 untrained, model seed 0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded
-1000 + photo) is attacked twice with the same iterations, tv and attack seed 0: ``plain``
-(``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's table) and
-``aware`` (``objective=auto``, ``replay=auto``: the parts chosen from the published defense
-chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces the objective, for
-tuning on held-out photos). ``none`` is the undefended ceiling at this budget. Prints one JSON
-line per attack and a table of mean PSNR (dB) per setting, with the gain.
+1000 + photo) is attacked by two variants with the same optimiser, budget and attack seed 0:
+``plain`` (``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's
+table) and ``aware`` (``objective=auto``, ``replay=auto``: the parts chosen from the published
+defense chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces the
+objective). ``none`` is the undefended ceiling at this budget.
+
+The optimiser (``--optimizer``) is Inverting Gradients' signed Adam (``inverting-gradients``,
+``--evaluations`` iterations, tv + box) or L-BFGS (the ``dlg`` preset's optimiser and Gaussian
+init with a tv prior: ``--evaluations``/20 steps of at most 20 objective evaluations each). The
+budget is the number of objective evaluations, each one replay and one vector–Jacobian product.
+
+The tv weight is chosen per setting and per variant (``--tune-photos``, default 5 and 10,
+held out from ``--photos``; grid ``--tv-grid``): each variant gets the weight that gives it
+the highest mean PSNR on the held-out photos, so the plain attack is as well tuned as the
+aware one. ``--tv X`` fixes it instead. Prints one JSON line per attack and a table of mean
+PSNR (dB) per setting, with the gain.
 
 ``--batchnorm`` measures the BatchNorm-statistics prior instead: the ConvNet of Inverting
 Gradients at width 16 (model seed 0; untrained, or ``--trained``: trained in-process on 3,000
@@ -19,7 +29,7 @@ round's ``--batch`` photos, τ = 0.01, so one local step), the user returning it
 returned buffers), matched PSNR, beside a flat grey image's and the per-image mean-colour
 image's PSNR for scale.
 
-    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-3] [--iterations 1200] [--settings ..]
+    OMP_NUM_THREADS=1 python bench/adaptive.py [--photos 0-3] [--optimizer lbfgs] [--settings ..]
     OMP_NUM_THREADS=1 python bench/adaptive.py --batchnorm [--bn-weight 0.1] [--photos 0-3]
         [--trained --checkpoint /tmp/convnet16.pt] [--batch 8 --photos 0-7]
 """
@@ -66,8 +76,23 @@ VARIANTS = {"plain": {"objective": "cosine", "replay": "plain"},
             "aware": {"objective": "auto", "replay": "auto"}}
 
 
-def attack_once(setting: str, index: int, variant: str, iterations: int, tv: float,
-                model_name: str, aware_objective: str = "auto") -> dict[str, object]:
+#: objective evaluations per L-BFGS step (the dlg preset's ``inner_iterations``)
+LBFGS_INNER = 20
+OPTIMIZERS = ("signed-adam", "lbfgs")
+
+
+def attack_options(optimizer: str, evaluations: int, tv: float) -> tuple[str, dict[str, object]]:
+    """The attack and options spending ``evaluations`` objective evaluations with ``optimizer``
+    and tv weight ``tv``."""
+    if optimizer == "lbfgs":
+        return "dlg", {"iterations": max(1, evaluations // LBFGS_INNER),
+                       "inner_iterations": LBFGS_INNER, "priors": f"tv:weight={tv:g}"}
+    return "inverting-gradients", {"iterations": evaluations, "tv": tv}
+
+
+def attack_once(setting: str, index: int, variant: str, evaluations: int, tv: float,
+                model_name: str, aware_objective: str = "auto",
+                optimizer: str = "signed-adam") -> dict[str, object]:
     """One attack on photo ``index`` under ``setting`` with the ``variant``'s parts."""
     data = load_dataset("photos", "all")
     info, image, label = data.info, data.images[index:index + 1], data.labels[index:index + 1]
@@ -79,15 +104,30 @@ def attack_once(setting: str, index: int, variant: str, iterations: int, tv: flo
     parts = dict(VARIANTS[variant])
     if variant == "aware":
         parts["objective"] = aware_objective
-    attack = create_attack("inverting-gradients", {"iterations": iterations, "tv": tv, **parts})
+    name, options = attack_options(optimizer, evaluations, tv)
+    attack = create_attack(name, {**options, **parts})
     started = time.perf_counter()
     result = attack.reconstruct(observation, seed=0)
     out = denormalize(result.images, info).clamp(0, 1)
-    return {"setting": setting, "photo": index, "variant": variant,
-            "objective": result.extras["objective"], "replay": result.extras["replay"],
+    return {"setting": setting, "photo": index, "variant": variant, "optimizer": optimizer,
+            "tv": tv, "objective": result.extras["objective"],
+            "replay": result.extras["replay"],
             "psnr": round(float(psnr_per_image(out, image)), 3),
             "label_ok": result.labels.tolist() == label.tolist(),
             "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def tune_tv(setting: str, variant: str, photos: list[int], grid: list[float],
+            evaluations: int, model_name: str, aware_objective: str, optimizer: str) -> float:
+    """The tv weight of ``grid`` with the highest mean PSNR on the held-out ``photos``."""
+    scores = {}
+    for tv in grid:
+        rows = [attack_once(setting, i, variant, evaluations, tv, model_name, aware_objective,
+                            optimizer) for i in photos]
+        scores[tv] = statistics.mean(float(str(r["psnr"])) for r in rows)
+        print(json.dumps({"tune": setting, "variant": variant, "tv": tv,
+                          "held_out_psnr": round(scores[tv], 3)}), flush=True)
+    return max(scores, key=lambda tv: scores[tv])
 
 
 def training_crops(count: int, seed: int) -> ImageDataset:
@@ -194,8 +234,16 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
 
 @click.command()
 @click.option("--photos", default="0-1", show_default=True)
-@click.option("--iterations", default=1200, show_default=True)
-@click.option("--tv", default=1e-2, show_default=True)
+@click.option("--evaluations", "--iterations", "evaluations", default=1200, show_default=True,
+              help="Budget: objective evaluations per attack (signed Adam: iterations; "
+                   f"L-BFGS: steps of {LBFGS_INNER}).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="signed-adam",
+              show_default=True, help="Both variants' optimiser (see above).")
+@click.option("--tv", default=None, type=float,
+              help="Fix the tv weight of both variants (default: tuned on --tune-photos).")
+@click.option("--tune-photos", default="5,10", show_default=True,
+              help="Held-out photos the tv weight is chosen on, per setting and variant.")
+@click.option("--tv-grid", default="0.001,0.003,0.01,0.03,0.1", show_default=True)
 @click.option("--model", "model_name", default="lenet-zhu", show_default=True)
 @click.option("--settings", "only", default="", help="Comma-separated subset of the settings.")
 @click.option("--aware-objective", default="auto", show_default=True,
@@ -211,30 +259,45 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
               help="With --batchnorm: photos per round (consecutive photos of --photos).")
 @click.option("--variants", default="plain,aware", show_default=True,
               help="Which of plain, aware to run.")
-def main(photos: str, iterations: int, tv: float, model_name: str, only: str,
-         aware_objective: str, batchnorm: bool, bn_weight: float, trained: bool,
-         checkpoint: str, batch: int, variants: str) -> None:
+def main(photos: str, evaluations: int, optimizer: str, tv: float | None, tune_photos: str,
+         tv_grid: str, model_name: str, only: str, aware_objective: str, batchnorm: bool,
+         bn_weight: float, trained: bool, checkpoint: str, batch: int, variants: str) -> None:
     torch.set_num_threads(1)
     chosen_variants = [v for v in variants.split(",") if v]
     if batchnorm:
-        batchnorm_table(photos, batch, trained, chosen_variants, iterations, tv, bn_weight,
-                        checkpoint)
+        batchnorm_table(photos, batch, trained, chosen_variants, evaluations,
+                        1e-2 if tv is None else tv, bn_weight, checkpoint)
         return
+    test = parse_indices(photos, 20)
+    held_out = parse_indices(tune_photos, 20)
+    if tv is None and set(test) & set(held_out):
+        raise click.BadParameter(f"--photos {photos} and --tune-photos {tune_photos} overlap: "
+                                 "the tv weight must be chosen on photos it is not scored on")
+    grid = [float(x) for x in tv_grid.split(",") if x]
     chosen = [s for s in SETTINGS if not only or s in only.split(",")]
     table: dict[tuple[str, str], list[float]] = {}
+    weights: dict[tuple[str, str], float] = {}
     for setting in chosen:
-        for index in parse_indices(photos, 20):
-            for variant in chosen_variants:
-                row = attack_once(setting, index, variant, iterations, tv, model_name,
-                                  aware_objective)
+        for variant in chosen_variants:
+            weights[setting, variant] = tv if tv is not None else tune_tv(
+                setting, variant, held_out, grid, evaluations, model_name, aware_objective,
+                optimizer)
+            for index in test:
+                row = attack_once(setting, index, variant, evaluations,
+                                  weights[setting, variant], model_name, aware_objective,
+                                  optimizer)
                 table.setdefault((setting, variant), []).append(float(str(row["psnr"])))
                 print(json.dumps(row), flush=True)
-    print(f"\n{model_name}, photos {photos}, {iterations} iterations, tv {tv}, attack seed 0")
-    print(f"{'setting':24} {'plain dB':>9} {'aware dB':>9} {'gain dB':>8}")
+    how = f"tv {tv:g}" if tv is not None else f"tv tuned on photos {tune_photos} from {tv_grid}"
+    print(f"\n{model_name}, photos {photos}, {optimizer}, {evaluations} objective evaluations, "
+          f"{how}, attack seed 0")
+    print(f"{'setting':24} {'plain dB':>9} {'(tv)':>6} {'aware dB':>9} {'(tv)':>6} {'gain dB':>8}")
     for setting in chosen:
         plain = statistics.mean(table.get((setting, "plain"), [math.nan]))
         aware = statistics.mean(table.get((setting, "aware"), [math.nan]))
-        print(f"{setting:24} {plain:9.2f} {aware:9.2f} {aware - plain:+8.2f}")
+        print(f"{setting:24} {plain:9.2f} {weights.get((setting, 'plain'), math.nan):6g} "
+              f"{aware:9.2f} {weights.get((setting, 'aware'), math.nan):6g} "
+              f"{aware - plain:+8.2f}")
 
 
 if __name__ == "__main__":

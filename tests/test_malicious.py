@@ -203,6 +203,7 @@ def test_sweep_wraps_models_in_the_server_architecture() -> None:
         "mlp:depth=1,width=64"
     assert user_model("lenet-zhu") == "lenet-zhu"
     spec = load_preset("malicious")
+    assert spec.portfolio  # a portfolio whose imprint attack names a server architecture
     models = {(p.attack, p.model) for p in spec.points()}
     assert ("imprint", "imprint:bins=256,inner=mlp,inner.depth=1,inner.width=512") in models
     assert ("trap-weights", "mlp:depth=1,width=512") in models

@@ -261,8 +261,9 @@ def _portfolio(sweep: dict[str, Any]) -> bool:
         if not any(applicable(name, protocol) for name, _ in attacks):
             raise SpecError(f"sweep.portfolio: no listed attack can attack a {protocol.kind} "
                             "victim's updates; add one (inverting-gradients attacks both)")
-    budgets = {name + str(options): getattr(create_attack(name, options).config, "iterations",
-                                            None) for name, options in attacks}
+    budgets = {name + str(options): getattr(
+        create_attack(name, {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}).config,
+        "iterations", None) for name, options in attacks}
     known = {b for b in budgets.values() if b is not None}
     if len(known) > 1:
         listed = ", ".join(f"{k.split('{')[0]}: {v}" for k, v in budgets.items()
