@@ -179,8 +179,9 @@ def convnet(trained: bool, checkpoint: str = "") -> tuple[torch.nn.Module, dict[
     return model, described
 
 
-def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, iterations: int,
-                   tv: float, weight: float) -> dict[str, object]:
+def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, evaluations: int,
+                   tv: float, weight: float, optimizer: str = "signed-adam"
+                   ) -> dict[str, object]:
     """One FedAvg round on photos ``indices`` (one local step: local batch = all of them),
     training-mode BN, buffers returned; attacked plain (bn 0) or with the prior."""
     data = load_dataset("photos", "all")
@@ -189,7 +190,11 @@ def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, ite
                         learning_rate=0.01)
     observation = observe(copy.deepcopy(model), images, labels, info, protocol,
                           return_buffers=True)
-    options = {"iterations": iterations, "tv": tv, "bn": weight if variant == "aware" else 0.0}
+    options: dict[str, object] = {"iterations": evaluations, "tv": tv,
+                                  "bn": weight if variant == "aware" else 0.0}
+    if optimizer == "lbfgs":
+        options.update(iterations=max(1, evaluations // LBFGS_INNER),
+                       optimizer=f"lbfgs:inner={LBFGS_INNER}")
     started = time.perf_counter()
     result = create_attack("fedavg", options).reconstruct(observation, seed=0)
     out = denormalize(result.images, info).clamp(0, 1)
@@ -198,6 +203,7 @@ def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, ite
     colour = score_reconstruction(images.mean((2, 3), keepdim=True).expand_as(images), images,
                                   match=False)
     return {"setting": "convnet BN fedavg buffers", "photos": indices, "variant": variant,
+            "optimizer": optimizer,
             "bn": options["bn"], "bn_source": result.extras.get("bn_source"),
             "psnr": round(score.mean_psnr, 3),
             "per_image": [round(i.psnr, 2) for i in score.images],
@@ -207,7 +213,8 @@ def batchnorm_once(model: torch.nn.Module, indices: list[int], variant: str, ite
 
 
 def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
-                    iterations: int, tv: float, weight: float, checkpoint: str = "") -> None:
+                    evaluations: int, tv: float, weight: float, checkpoint: str = "",
+                    optimizer: str = "signed-adam") -> None:
     """The ``--batchnorm`` measurement: rounds of ``batch`` consecutive photos of ``photos``."""
     indices = parse_indices(photos, 20)
     if len(indices) % batch:
@@ -218,11 +225,11 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
     for start in range(0, len(indices), batch):
         for variant in variants:
             rows.append(batchnorm_once(model, indices[start:start + batch], variant,
-                                       iterations, tv, weight))
+                                       evaluations, tv, weight, optimizer))
             print(json.dumps(rows[-1]), flush=True)
     print(f"\nconvnet:width=16 {described['model']}, training-mode BN, FedAvg (one local step "
-          f"of batch {batch}, τ 0.01) + buffers, photos {photos}, {iterations} iterations, "
-          f"tv {tv}, attack seed 0")
+          f"of batch {batch}, τ 0.01) + buffers, photos {photos}, {optimizer}, {evaluations} "
+          f"objective evaluations, tv {tv}, attack seed 0")
     for variant in variants:
         mean = statistics.mean(float(str(r["psnr"])) for r in rows if r["variant"] == variant)
         label = f"bn {weight:g}" if variant == "aware" else "bn 0"
@@ -237,8 +244,10 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
 @click.option("--evaluations", "--iterations", "evaluations", default=1200, show_default=True,
               help="Budget: objective evaluations per attack (signed Adam: iterations; "
                    f"L-BFGS: steps of {LBFGS_INNER}).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="signed-adam",
-              show_default=True, help="Both variants' optimiser (see above).")
+@click.option("--optimizer", "optimizers", default="signed-adam", show_default=True,
+              help="Both variants' optimiser, or a comma-separated list (signed-adam,lbfgs): "
+                   "a table per optimiser, then the strongest plain against the strongest "
+                   "aware attack per setting (the sweeps' worst case).")
 @click.option("--tv", default=None, type=float,
               help="Fix the tv weight of both variants (default: tuned on --tune-photos).")
 @click.option("--tune-photos", default="5,10", show_default=True,
@@ -259,14 +268,20 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
               help="With --batchnorm: photos per round (consecutive photos of --photos).")
 @click.option("--variants", default="plain,aware", show_default=True,
               help="Which of plain, aware to run.")
-def main(photos: str, evaluations: int, optimizer: str, tv: float | None, tune_photos: str,
+def main(photos: str, evaluations: int, optimizers: str, tv: float | None, tune_photos: str,
          tv_grid: str, model_name: str, only: str, aware_objective: str, batchnorm: bool,
          bn_weight: float, trained: bool, checkpoint: str, batch: int, variants: str) -> None:
     torch.set_num_threads(1)
     chosen_variants = [v for v in variants.split(",") if v]
+    optimizer_list = [o for o in optimizers.split(",") if o]
+    unknown = sorted(set(optimizer_list) - set(OPTIMIZERS))
+    if unknown or not optimizer_list:
+        raise click.BadParameter(f"unknown optimizer(s) {', '.join(unknown) or '(none)'}; "
+                                 f"valid: {', '.join(OPTIMIZERS)}")
     if batchnorm:
-        batchnorm_table(photos, batch, trained, chosen_variants, evaluations,
-                        1e-2 if tv is None else tv, bn_weight, checkpoint)
+        for optimizer in optimizer_list:
+            batchnorm_table(photos, batch, trained, chosen_variants, evaluations,
+                            1e-2 if tv is None else tv, bn_weight, checkpoint, optimizer)
         return
     test = parse_indices(photos, 20)
     held_out = parse_indices(tune_photos, 20)
@@ -275,29 +290,46 @@ def main(photos: str, evaluations: int, optimizer: str, tv: float | None, tune_p
                                  "the tv weight must be chosen on photos it is not scored on")
     grid = [float(x) for x in tv_grid.split(",") if x]
     chosen = [s for s in SETTINGS if not only or s in only.split(",")]
-    table: dict[tuple[str, str], list[float]] = {}
-    weights: dict[tuple[str, str], float] = {}
-    for setting in chosen:
-        for variant in chosen_variants:
-            weights[setting, variant] = tv if tv is not None else tune_tv(
-                setting, variant, held_out, grid, evaluations, model_name, aware_objective,
-                optimizer)
-            for index in test:
-                row = attack_once(setting, index, variant, evaluations,
-                                  weights[setting, variant], model_name, aware_objective,
-                                  optimizer)
-                table.setdefault((setting, variant), []).append(float(str(row["psnr"])))
-                print(json.dumps(row), flush=True)
+    table: dict[tuple[str, str, str], float] = {}
+    weights: dict[tuple[str, str, str], float] = {}
+    for optimizer in optimizer_list:
+        for setting in chosen:
+            for variant in chosen_variants:
+                key = (optimizer, setting, variant)
+                weights[key] = tv if tv is not None else tune_tv(
+                    setting, variant, held_out, grid, evaluations, model_name,
+                    aware_objective, optimizer)
+                psnrs = []
+                for index in test:
+                    row = attack_once(setting, index, variant, evaluations, weights[key],
+                                      model_name, aware_objective, optimizer)
+                    psnrs.append(float(str(row["psnr"])))
+                    print(json.dumps(row), flush=True)
+                table[key] = statistics.mean(psnrs)
     how = f"tv {tv:g}" if tv is not None else f"tv tuned on photos {tune_photos} from {tv_grid}"
-    print(f"\n{model_name}, photos {photos}, {optimizer}, {evaluations} objective evaluations, "
-          f"{how}, attack seed 0")
-    print(f"{'setting':24} {'plain dB':>9} {'(tv)':>6} {'aware dB':>9} {'(tv)':>6} {'gain dB':>8}")
-    for setting in chosen:
-        plain = statistics.mean(table.get((setting, "plain"), [math.nan]))
-        aware = statistics.mean(table.get((setting, "aware"), [math.nan]))
-        print(f"{setting:24} {plain:9.2f} {weights.get((setting, 'plain'), math.nan):6g} "
-              f"{aware:9.2f} {weights.get((setting, 'aware'), math.nan):6g} "
-              f"{aware - plain:+8.2f}")
+    print(f"\n{model_name}, photos {photos}, {evaluations} objective evaluations, {how}, "
+          "attack seed 0")
+    for optimizer in optimizer_list:
+        print(f"\n{optimizer}\n{'setting':24} {'plain dB':>9} {'(tv)':>6} {'aware dB':>9} "
+              f"{'(tv)':>6} {'gain dB':>8}")
+        for setting in chosen:
+            plain = table.get((optimizer, setting, "plain"), math.nan)
+            aware = table.get((optimizer, setting, "aware"), math.nan)
+            print(f"{setting:24} {plain:9.2f} "
+                  f"{weights.get((optimizer, setting, 'plain'), math.nan):6g} {aware:9.2f} "
+                  f"{weights.get((optimizer, setting, 'aware'), math.nan):6g} "
+                  f"{aware - plain:+8.2f}")
+    if len(optimizer_list) > 1:
+        print(f"\nstrongest per setting\n{'setting':24} {'plain dB':>9} {'by':>12} "
+              f"{'aware dB':>9} {'by':>12} {'gain dB':>8}")
+        for setting in chosen:
+            best = {v: max(optimizer_list, key=lambda o, v=v: table.get((o, setting, v),
+                                                                          -math.inf))
+                    for v in ("plain", "aware")}
+            plain = table.get((best["plain"], setting, "plain"), math.nan)
+            aware = table.get((best["aware"], setting, "aware"), math.nan)
+            print(f"{setting:24} {plain:9.2f} {best['plain']:>12} {aware:9.2f} "
+                  f"{best['aware']:>12} {aware - plain:+8.2f}")
 
 
 if __name__ == "__main__":

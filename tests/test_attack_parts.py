@@ -343,6 +343,19 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["parts"]["objective"] == "masked-cosine"
         assert "prune" in entry["parts"]["part_reasons"][0]
+        # the same aware objective under L-BFGS (the dlg preset with a TV prior: the
+        # strongest pairing at p = 0.9 in bench/adaptive.py)
+        out = tmp_path / "lbfgs"
+        done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
+                               victim.address, "--attack", "dlg", "--iterations", "2",
+                               "-o", "objective=auto", "-o", "priors=tv:weight=0.001",
+                               "--out", str(out), "--quiet"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
+        assert entry["parts"]["objective"] == "masked-cosine"
+        assert entry["parts"]["optimizer"].startswith("lbfgs")
+        assert [p.split(":")[0] for p in entry["parts"]["priors"]] == ["tv"]
 
 
 def test_attack_help_lists_parts_and_their_options():
