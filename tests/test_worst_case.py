@@ -44,8 +44,14 @@ def test_portfolio_points_are_the_applicable_attacks_at_one_budget() -> None:
     assert len({p.point_id for p in points}) == 2 and len({p.utility_id for p in points}) == 1
     assert len(parse_spec(portfolio_spec("", PORTFOLIO + fedavg).replace(
         "portfolio = true", "portfolio = false")).points()) == 3
-    with pytest.raises(SpecError, match="same iterations"):
+    with pytest.raises(SpecError, match="share one budget of objective evaluations"):
         parse_spec(portfolio_spec("", PORTFOLIO.replace("iterations = 10", "iterations = 20")))
+    # L-BFGS spends up to inner evaluations a step: 1 step of 10 matches 10 iterations
+    lbfgs = '\n[[sweep.attack]]\nname = "dlg"\niterations = 1\ninner-iterations = 10\n'
+    assert len(parse_spec(portfolio_spec("", PORTFOLIO + lbfgs)).points()) == 3
+    with pytest.raises(SpecError, match=r"dlg: 20\b"):
+        parse_spec(portfolio_spec("", PORTFOLIO + lbfgs.replace("iterations = 1\n",
+                                                                "iterations = 2\n")))
     with pytest.raises(SpecError, match="true or false"):
         parse_spec(portfolio_spec("").replace("portfolio = true", 'portfolio = "yes"'))
     only_fedavg = portfolio_spec("", "").replace('name = "inverting-gradients"', 'name = "fedavg"')
@@ -137,3 +143,13 @@ def test_units_sharing_a_utility_run_in_one_chain() -> None:
     assert len(chains) == 2  # two settings, two attacks each
     for chain in chains:
         assert len({unit[0].utility_id for unit in chain}) == 1 and len(chain) == 2
+
+
+def test_an_attacks_budget_counts_objective_evaluations() -> None:
+    from fedleak.attacks import create_attack
+
+    assert create_attack("inverting-gradients", {"iterations": 10, "restarts": 3}).budget() == 30
+    assert create_attack("dlg", {"iterations": 4, "inner_iterations": 5}).budget() == 20
+    assert create_attack("inverting-gradients", {"iterations": 4,
+                                                 "optimizer": "lbfgs:inner=7"}).budget() == 28
+    assert create_attack("trap-weights").budget() is None  # analytic: no iterative budget

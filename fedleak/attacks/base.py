@@ -55,6 +55,14 @@ class Attack(ABC, Generic[Target]):
     def __init__(self, config: Any | None = None) -> None:
         self.config = config if config is not None else self.Config()
 
+    def budget(self) -> int | None:
+        """At most how many objective evaluations the attack spends per target: the common
+        currency of a sweep's portfolio (``iterations`` here; the optimisation attacks count
+        restarts and L-BFGS's inner evaluations), or None for an attack without one (analytic
+        and malicious-server attacks)."""
+        iterations = getattr(self.config, "iterations", None)
+        return iterations if isinstance(iterations, int) else None
+
     def reconstruct(
         self,
         target: Target,

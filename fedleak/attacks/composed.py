@@ -246,6 +246,13 @@ class ComposedInversion(Attack[Observation]):
         """The optimiser, built once from the config."""
         return self._optimiser
 
+    def budget(self) -> int:
+        """iterations × restarts × the optimiser's evaluations per step (L-BFGS: ``inner``):
+        the objective evaluations one target may cost, each a replay and one vector–Jacobian
+        product (the priors' cost is not counted)."""
+        cfg = self.config
+        return cfg.iterations * cfg.restarts * self._optimiser.evaluations_per_step()
+
     def prior_parts(self) -> list[PriorPart]:
         """The priors, built once from the config."""
         return list(self._priors)

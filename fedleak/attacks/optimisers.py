@@ -98,6 +98,11 @@ class OptimiserPart(AttackPart):
     #: steps on the gradient alone (False: needs a closure, L-BFGS)
     first_order: ClassVar[bool] = True
 
+    def evaluations_per_step(self) -> int:
+        """At most how many objective evaluations (replay + vector–Jacobian product) one step
+        spends: 1 for a first-order step."""
+        return 1
+
     def rate(self, iteration: int, iterations: int) -> float:
         """Step size at 0-based ``iteration`` of ``iterations``."""
         return step_size(iteration, iterations, self.config.lr, self.config.decay)
@@ -212,6 +217,10 @@ class LBFGSPart(OptimiserPart):
     Config = LBFGSConfig
     config: LBFGSConfig
     first_order = False
+
+    def evaluations_per_step(self) -> int:
+        """``inner``: PyTorch's ``max_iter`` (a step may stop earlier on its tolerances)."""
+        return self.config.inner
 
     def rate(self, iteration: int, iterations: int) -> float:
         return self.config.lr

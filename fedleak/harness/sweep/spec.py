@@ -248,7 +248,8 @@ def applicable(attack: str, protocol: Protocol) -> bool:
 
 def _portfolio(sweep: dict[str, Any]) -> bool:
     """``portfolio``, checked: a boolean; with it on, every protocol has an applicable attack
-    and the attacks share one budget (the same ``iterations`` where they have one)."""
+    and the attacks share one budget (:meth:`~fedleak.attacks.base.Attack.budget`: objective
+    evaluations, where they have one)."""
     value = sweep.get("portfolio", False)
     if not isinstance(value, bool):
         raise SpecError(f"sweep.portfolio must be true or false, got {value!r}")
@@ -261,16 +262,17 @@ def _portfolio(sweep: dict[str, Any]) -> bool:
         if not any(applicable(name, protocol) for name, _ in attacks):
             raise SpecError(f"sweep.portfolio: no listed attack can attack a {protocol.kind} "
                             "victim's updates; add one (inverting-gradients attacks both)")
-    budgets = {name + str(options): getattr(
-        create_attack(name, {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}).config,
-        "iterations", None) for name, options in attacks}
+    budgets = {name + str(options): create_attack(
+        name, {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}).budget()
+        for name, options in attacks}
     known = {b for b in budgets.values() if b is not None}
     if len(known) > 1:
         listed = ", ".join(f"{k.split('{')[0]}: {v}" for k, v in budgets.items()
                            if v is not None)
-        raise SpecError(f"sweep.portfolio: the attacks must share one budget, but their "
-                        f"iterations differ ({listed}); give every [[sweep.attack]] the same "
-                        "iterations")
+        raise SpecError(f"sweep.portfolio: the attacks must share one budget of objective "
+                        f"evaluations (iterations × restarts, × inner for L-BFGS), but theirs "
+                        f"differ ({listed}); give every [[sweep.attack]] the same (L-BFGS: "
+                        "iterations = the others' / inner)")
     return True
 
 
