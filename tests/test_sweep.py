@@ -111,6 +111,20 @@ def test_point_ids_are_stable_across_versions() -> None:
         "e14d074d9506b0f3", "0b26cfc781062bf2"]
 
 
+BENCH_SPECS = sorted((Path(__file__).parent.parent / "bench" / "specs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", BENCH_SPECS, ids=[p.stem for p in BENCH_SPECS])
+def test_bench_specs_still_parse(path: Path) -> None:
+    """The specs behind README's figures load with today's attacks and options."""
+    from fedleak.harness.sweep.spec import load_spec
+
+    spec = load_spec(path)
+    assert spec.points()
+    if "portfolio" in path.stem:
+        assert spec.portfolio and len({p.attack for p in spec.points()}) == 2
+
+
 def test_quick_preset_covers_dpsgd_prune_and_noise_against_a_reference() -> None:
     spec = load_preset("quick")
     assert spec.portfolio and len(spec.attacks) == 2  # adaptive and plain, worst case reported
