@@ -150,6 +150,8 @@ def test_an_attacks_budget_counts_objective_evaluations() -> None:
 
     assert create_attack("inverting-gradients", {"iterations": 10, "restarts": 3}).budget() == 30
     assert create_attack("dlg", {"iterations": 4, "inner_iterations": 5}).budget() == 20
+    assert create_attack("dlg", {"iterations": 4, "inner_iterations": 16,
+                                 "line_search": "strong_wolfe"}).budget() == 80  # max_eval 20
     assert create_attack("inverting-gradients", {"iterations": 4,
                                                  "optimizer": "lbfgs:inner=7"}).budget() == 28
     assert create_attack("trap-weights").budget() is None  # analytic: no iterative budget

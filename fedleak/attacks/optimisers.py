@@ -219,8 +219,11 @@ class LBFGSPart(OptimiserPart):
     first_order = False
 
     def evaluations_per_step(self) -> int:
-        """``inner``: PyTorch's ``max_iter`` (a step may stop earlier on its tolerances)."""
-        return self.config.inner
+        """PyTorch's ``max_eval``: ``inner`` (``max_iter``) without a line search, whose
+        every iteration evaluates once; ⌊5·inner/4⌋ with one, which may evaluate more often
+        (a step may stop earlier on its tolerances either way)."""
+        inner = self.config.inner
+        return inner if self.config.line_search == "none" else inner * 5 // 4
 
     def rate(self, iteration: int, iterations: int) -> float:
         return self.config.lr
