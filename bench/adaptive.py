@@ -296,6 +296,11 @@ def main(photos: str, evaluations: int, optimizers: str, tv: float | None, tune_
         for setting in chosen:
             for variant in chosen_variants:
                 key = (optimizer, setting, variant)
+                same = (optimizer, setting, "plain")
+                if not SETTINGS[setting] and variant == "aware" and same in table:
+                    # nothing published: auto picks the plain parts, the same attack
+                    weights[key], table[key] = weights[same], table[same]
+                    continue
                 weights[key] = tv if tv is not None else tune_tv(
                     setting, variant, held_out, grid, evaluations, model_name,
                     aware_objective, optimizer)

@@ -580,6 +580,18 @@ def test_secagg_plus_options_are_checked_before_flower_starts(args: list[str],
     assert alone.exit_code == 2 and "only apply with --secagg-plus" in alone.output
 
 
+def test_the_cli_secagg_defaults_are_the_federations() -> None:
+    """The CLI writes its SecAgg+ defaults down so that --help imports no Flower: they must be
+    FederationSettings' own (whose clipping and quantisation are SecAggPlus's)."""
+    import dataclasses
+
+    from fedleak.harness.cli.flower import SECAGG_DEFAULTS
+    from fedleak.harness.flower.federation import FederationSettings
+
+    defaults = {f.name: f.default for f in dataclasses.fields(FederationSettings)}
+    assert SECAGG_DEFAULTS == {key: defaults[key] for key in SECAGG_DEFAULTS}
+
+
 # --------------------------------------------------------------------------- simulation
 
 

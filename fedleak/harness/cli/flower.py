@@ -16,7 +16,8 @@ import click
 
 from fedleak.harness.cli.options import option_pairs, protocol_options
 
-#: the SecAgg+ options and their defaults (they only apply with --secagg-plus)
+#: the SecAgg+ options and their defaults (they only apply with --secagg-plus); the same as
+#: FederationSettings' (a test keeps them so), written here so that --help imports no Flower
 SECAGG_DEFAULTS = {"secagg_shares": 0, "secagg_threshold": 0, "secagg_max_weight": 0.0,
                    "secagg_clipping_range": 8.0, "secagg_quantization_range": 4194304}
 
@@ -62,21 +63,25 @@ def federation_options(function: Any) -> Any:
                           "SecAggPlusWorkflow): the server, and so the audit, then sees only "
                           "the aggregate of the surviving nodes, never one node's update; the "
                           "audit attacks that aggregate as one batch of all their images."),
-        click.option("--secagg-shares", default=0, show_default=True, type=click.IntRange(0),
+        click.option("--secagg-shares", default=SECAGG_DEFAULTS["secagg_shares"],
+                     show_default=True, type=click.IntRange(0),
                      help="SecAgg+: nodes each node's key is shared among (0 = every node)."),
-        click.option("--secagg-threshold", default=0, show_default=True,
-                     type=click.IntRange(0),
+        click.option("--secagg-threshold", default=SECAGG_DEFAULTS["secagg_threshold"],
+                     show_default=True, type=click.IntRange(0),
                      help="SecAgg+: shares needed to unmask a node (0 = a majority of the "
                           "shares, at least 2)."),
-        click.option("--secagg-max-weight", default=0.0, show_default=True,
+        click.option("--secagg-max-weight", default=SECAGG_DEFAULTS["secagg_max_weight"],
+                     show_default=True,
                      type=click.FloatRange(0),
                      help="SecAgg+: the largest example count a node weighs its update by (0 = "
                           "--images, the finest quantisation; Flower's own default is 1000, "
                           "1000/n times coarser)."),
-        click.option("--secagg-clipping-range", default=8.0, show_default=True,
+        click.option("--secagg-clipping-range",
+                     default=SECAGG_DEFAULTS["secagg_clipping_range"], show_default=True,
                      type=click.FloatRange(0, min_open=True),
                      help="SecAgg+: parameters are clipped to +-this before quantisation."),
-        click.option("--secagg-quantization-range", default=4194304, show_default=True,
+        click.option("--secagg-quantization-range",
+                     default=SECAGG_DEFAULTS["secagg_quantization_range"], show_default=True,
                      type=click.IntRange(2),
                      help="SecAgg+: quantisation levels over the clipping range."),
     ]

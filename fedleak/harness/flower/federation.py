@@ -81,8 +81,8 @@ class FederationSettings:
     secagg_shares: int = 0
     secagg_threshold: int = 0
     secagg_max_weight: float = 0.0
-    secagg_clipping_range: float = 8.0
-    secagg_quantization_range: int = 4194304
+    secagg_clipping_range: float = SecAggPlus.clipping_range
+    secagg_quantization_range: int = SecAggPlus.quantization_range
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     def procedure(self) -> LocalProcedure:

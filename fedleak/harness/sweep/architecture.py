@@ -8,11 +8,22 @@ it (:func:`server_architecture`), and the report counts the wrapped model as the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedleak.harness.shared.models import ModelError, ModelSpec
 
 #: key of a ``[[sweep.attack]]`` table naming the architecture a malicious server distributed
 #: (``imprint:bins=256``): that attack's points run every model of the grid inside it.
 ARCHITECTURE_KEY = "architecture"
+
+
+def split_architecture(options: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A ``[[sweep.attack]]`` table's options as the attack's own options and the
+    server-designed architecture it names (None when it names none)."""
+    own = {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}
+    architecture = options.get(ARCHITECTURE_KEY)
+    return own, None if architecture is None else str(architecture)
 
 
 def user_model(model: str) -> str:

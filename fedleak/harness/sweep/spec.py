@@ -67,7 +67,11 @@ from typing import Any
 
 from fedleak.harness.shared.models import ModelError
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
-from fedleak.harness.sweep.architecture import ARCHITECTURE_KEY, server_architecture
+from fedleak.harness.sweep.architecture import (
+    ARCHITECTURE_KEY,
+    server_architecture,
+    split_architecture,
+)
 from fedleak.harness.sweep.points import (
     DefenseSetting,
     Point,
@@ -122,7 +126,7 @@ class SweepSpec:
         out: dict[str, Point] = {}
         if victims:
             for attack, options in self.attacks:
-                options = {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}
+                options, _ = split_architecture(options)
                 for address in victims:
                     point = Point(attack=attack, attack_options=options, model="", dataset="",
                                   protocol=None, defenses=(), trained=False, victim=address,
@@ -133,10 +137,9 @@ class SweepSpec:
                                  self.defenses)
         for (attack, options), model, protocol, trained, d in grid:
             pool = self.images or f"0-{self.rounds * self.batch_size * d.users - 1}"
-            options = dict(options)
-            architecture = options.pop(ARCHITECTURE_KEY, None)
+            options, architecture = split_architecture(options)
             if architecture is not None:  # the user runs the server's architecture around it
-                model = server_architecture(str(architecture), model)
+                model = server_architecture(architecture, model)
             if self.portfolio and not applicable(attack, protocol):
                 continue
             point = Point(attack=attack, attack_options=options, model=model,
@@ -262,9 +265,8 @@ def _portfolio(sweep: dict[str, Any]) -> bool:
         if not any(applicable(name, protocol) for name, _ in attacks):
             raise SpecError(f"sweep.portfolio: no listed attack can attack a {protocol.kind} "
                             "victim's updates; add one (inverting-gradients attacks both)")
-    budgets = {name + str(options): create_attack(
-        name, {k: v for k, v in options.items() if k != ARCHITECTURE_KEY}).budget()
-        for name, options in attacks}
+    budgets = {name + str(options): create_attack(name, split_architecture(options)[0]).budget()
+               for name, options in attacks}
     known = {b for b in budgets.values() if b is not None}
     if len(known) > 1:
         listed = ", ".join(f"{k.split('{')[0]}: {v}" for k, v in budgets.items()
@@ -345,16 +347,15 @@ def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
         name = str(table.pop("name"))
         options = {**_keys(table.pop("options", {}), f"{where}.options"), **table}
         options = {k.replace("_", "-"): v for k, v in sorted(options.items())}
-        architecture = options.pop(ARCHITECTURE_KEY, None)
+        own, architecture = split_architecture(options)
         try:
-            create_attack(name, options)
+            create_attack(name, own)
             if architecture is not None:
-                server_architecture(str(architecture), "mlp")
+                server_architecture(architecture, "mlp")
         except (AttackConfigError, ModelError) as err:
             raise SpecError(f"{where}: {err}") from None
-        if architecture is not None:
-            options[ARCHITECTURE_KEY] = str(architecture)
-        out.append((name, options))
+        out.append((name, own if architecture is None
+                    else {**own, ARCHITECTURE_KEY: architecture}))
     return out
 
 
