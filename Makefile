@@ -9,6 +9,8 @@ PIP := $(PY) -m pip
 # TORCH=cuda takes PyPI's Linux wheel, the CUDA build (several GB with its nvidia-* packages).
 TORCH ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Test workers (pytest-xdist): tests that share a Ray cluster run on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test lint protos bench
 
@@ -31,7 +33,7 @@ demo: install
 	$(VENV)/bin/fedleak demo
 
 test: lint
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check fedleak tests bench examples
