@@ -9,6 +9,7 @@ from click (sphinx-click), and the wire and sweep-spec references by the extensi
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -46,12 +47,18 @@ source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build", "img/README*"]
 templates_path = ["_templates"]
+# "--out" in a docstring or a click help stays two hyphens, not an en dash.
+smartquotes = False
 
 # --- MyST: the existing pages are GitHub-flavoured Markdown -------------------------------
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "fieldlist"]
 myst_heading_anchors = 4  # [text](page.md#a-heading) links, as GitHub renders them
 
 # --- API reference --------------------------------------------------------------------------
+# autosummary writes one stub per module into reference/api/generated/ (git-ignored). Start from
+# none, so a module that was renamed or removed leaves no stale stub behind (a stale stub fails
+# the build on a developer's machine while CI's fresh clone passes).
+shutil.rmtree(DOCS / "reference" / "api" / "generated", ignore_errors=True)
 autosummary_generate = True
 autosummary_imported_members = False
 # A module's page documents what the module defines; a package's page lists what it exports

@@ -15,7 +15,7 @@ from docutils import nodes
 from google.protobuf import descriptor_pb2
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
-from table_nodes import literal, table
+from table_nodes import code_spans, literal, table
 
 PROTO_ROOT = Path(__file__).resolve().parents[2] / "protos"
 
@@ -112,7 +112,7 @@ class ProtoPage:
         section = nodes.section(ids=[anchor(full_name)])
         section += nodes.title(title, title)
         if self.note(path):
-            section += nodes.paragraph("", self.note(path))
+            section += nodes.paragraph("", "", *code_spans(self.note(path)))
         return section
 
     def services(self) -> Iterator[nodes.section]:
@@ -161,7 +161,7 @@ class ProtoPage:
         section = nodes.section(ids=[nodes.make_id("proto-file-" + self.file.name)])
         section += nodes.title(title, title)
         if self.note((FILE_SYNTAX,)):
-            section += nodes.paragraph("", self.note((FILE_SYNTAX,)))
+            section += nodes.paragraph("", "", *code_spans(self.note((FILE_SYNTAX,))))
         for part in (*self.services(), *self.messages(), *self.enums()):
             section += part
         return section

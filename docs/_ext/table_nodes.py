@@ -1,8 +1,10 @@
-"""A docutils table from rows of cells, each cell plain text or ready nodes (no reST parsing
-of text that comes from the code, so a ``*`` or ``|`` in a help string stays what it is)."""
+"""A docutils table from rows of cells, each cell plain text or ready nodes. Text that comes
+from the code is not parsed as reST (a ``*`` or ``|`` in a help string stays what it is); only
+its `backticked` spans become inline code."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from docutils import nodes
@@ -10,10 +12,20 @@ from docutils import nodes
 Cell = str | Sequence[nodes.Node]
 
 
+def code_spans(text: str) -> list[nodes.Node]:
+    """Plain text from the code, with its `backticked` spans as inline code (nothing else of
+    the text is interpreted)."""
+    out: list[nodes.Node] = []
+    for index, part in enumerate(re.split(r"`([^`]+)`", text)):
+        if part:
+            out.append(nodes.literal(part, part) if index % 2 else nodes.Text(part))
+    return out
+
+
 def _entry(cell: Cell) -> nodes.entry:
     paragraph = nodes.paragraph()
     if isinstance(cell, str):
-        paragraph += nodes.Text(cell)
+        paragraph.extend(code_spans(cell))
     else:
         paragraph.extend(cell)
     return nodes.entry("", paragraph)

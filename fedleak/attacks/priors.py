@@ -47,7 +47,7 @@ from fedleak.registry import Registry
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
-    """Anisotropic TV of the authors' code: mean ``|horizontal|`` plus mean ``|vertical|`` differences.
+    """Anisotropic TV of the authors' code: mean ``|horizontal|`` + mean ``|vertical|`` differences.
 
     ``TV(x) = mean |x[..., :, 1:] − x[..., :, :-1]| + mean |x[..., 1:, :] − x[..., :-1, :]|``.
     """
