@@ -1,9 +1,10 @@
 """Every paper the code or the docs cite is in the bibliography.
 
-A citation is written ``Surname et al.`` or ``Surname & Surname`` in a docstring, a comment or
-a docs page; the check reads ``fedleak/``, ``bench/``, ``examples/`` and ``docs/`` and warns
-(an error under ``-W``), naming the file and line, for every first author the bibliography
-page does not name, so a new attack cannot land without its reference.
+A citation is written ``Surname et al.``, ``Surname & Surname`` or ``Surname, Surname &
+Surname`` in a docstring, a comment or a docs page. The check reads ``fedleak/``, ``bench/``,
+``examples/`` and ``docs/`` and warns (an error under ``-W``), naming the file and line, for
+every first author the bibliography page does not name, so a new attack cannot land without
+its reference.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIBLIOGRAPHY = ROOT / "docs" / "reference" / "bibliography.md"
 SOURCES = [("fedleak", "*.py"), ("bench", "*.py"), ("examples", "*.py"), ("docs", "*.md")]
 GENERATED = ROOT / "fedleak" / "v1"
-CITATION = re.compile(r"\b([A-Z][a-zA-Z\-]+) (?:et al\b|& [A-Z][a-z]+\b)")
+# "Surname et al.", "Surname & Surname", "Surname, Surname & Surname": the first author
+CITATION = re.compile(r"\b([A-Z][a-zA-Z\-]+)(?: et al\b|(?:, [A-Z][a-zA-Z\-]+)* & [A-Z][a-z]+\b)")
 
 
 def citations() -> dict[str, str]:
