@@ -45,7 +45,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "img/README*"]
+exclude_patterns = ["_build"]
 templates_path = ["_templates"]
 # "--out" in a docstring or a click help stays two hyphens, not an en dash.
 smartquotes = False
