@@ -4,17 +4,17 @@ An optimisation attack's ``objective`` and ``replay`` options are part specs,
 ``NAME`` or ``NAME:key=value;key=value`` (``-o objective=gaussian:masked=off``), or ``auto``:
 the part that models the published defense chain (:attr:`Observation.defenses`):
 
-=====================================  ===================  ==============
-published                              objective            replay
-=====================================  ===================  ==============
-nothing, or ``clip`` alone             ``cosine``           ``plain``
-``prune`` alone                        ``masked-cosine``    ``plain``
+=====================================  ======================  ==============
+published                              objective               replay
+=====================================  ======================  ==============
+nothing, or ``clip`` alone             ``cosine``              ``plain``
+``prune`` alone                        ``masked-cosine``       ``plain``
                                        (outside=0, hinge=10)
-``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked ``plain``
+``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked    ``plain``
 (with or without ``prune``)            when pruned; hinge=1
                                        for quantize alone)
-``dpsgd``, FedSGD, n > 1, no Poisson   (as above)           ``dp-clipped``
-=====================================  ===================  ==============
+``dpsgd``, FedSGD, n > 1, no Poisson   (as above)              ``dp-clipped``
+=====================================  ======================  ==============
 
 ``clip`` scales the whole update: every objective here is scale-invariant, so the cosine is
 already its aware choice (and the ``gaussian`` objective profiles the scale out). For one image

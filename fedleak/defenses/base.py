@@ -84,7 +84,7 @@ class PerExampleDefense(Defense):
         expected_batch_size: int,
         generator: torch.Generator,
     ) -> list[torch.Tensor]:
-        """``per_example[l]`` has shape [B, *θ_l.shape]; returns one tensor per parameter."""
+        """``per_example[l]`` has shape ``[B, *θ_l.shape]``; returns one tensor per parameter."""
 
     def sample_rate(self, num_images: int, batch_size: int) -> float | None:
         """Poisson sampling rate q for local batches, or None for fixed in-order batches."""

@@ -10,7 +10,7 @@ from fedleak.defenses.base import UpdateDefense
 from fedleak.defenses.registry import register_defense
 
 DISTRIBUTIONS = ("gaussian", "laplace")
-#: Largest σ accepted: float32 holds up to 3.4e38 and a draw ξ reaches |ξ| ≈ 16 (Laplace, by the
+#: Largest σ accepted: float32 holds up to 3.4e38 and a draw ξ reaches ``|ξ| ≈ 16`` (Laplace, by the
 #: inverse CDF's clamp at 1e-7), so σ·ξ stays finite with a margin of 20.
 MAX_SIGMA = 1e36
 
