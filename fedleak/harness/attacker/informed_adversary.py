@@ -284,6 +284,14 @@ def summarise(trials: list[TrialRecord], candidates: int, adjacency: str,
 
 
 def _title(run: InformedGameRun) -> str:
-    chain = " + ".join(run.defenses) or "no defense"
+    chain = " + ".join(_short(d) for d in run.defenses) or "no defense"
     return f"informed adversary: {run.victim_model} on {run.dataset} · {chain}"
 
+
+def _short(spec: str) -> str:
+    """``dpsgd:...,noise-multiplier=1.0,...`` → ``dpsgd σ=1.0`` (the name and its strength)."""
+    name, _, rest = spec.partition(":")
+    params = dict(item.split("=", 1) for item in rest.split(",") if "=" in item)
+    strength = params.get("noise-multiplier") or params.get("sigma") or params.get("p")
+    return name + (f" σ={strength}" if strength and name in ("dpsgd", "noise") else
+                   f" {strength}" if strength else "")
