@@ -1,4 +1,4 @@
-"""The prior-aware attack against the DP bound that caps it (the shape of Hayes et al. 2023, Fig. 2).
+"""The prior-aware attack against the DP bound that caps it (the shape of Hayes et al. 2023).
 
 For DP-SGD noise multipliers σ across a range and priors of κ = 1/10 and 1/100 (N public
 candidates per trial), both full batch (one FedSGD step on the target alone) and

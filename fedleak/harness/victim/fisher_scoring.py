@@ -15,6 +15,7 @@ wrong parameters could be too low.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -96,8 +97,7 @@ def fisher_ceilings(model: nn.Module, chain: DefenseChain, round_: Round, images
 
     ceilings = {}
     for i in range(len(labels)):
-        y = labels[i]
-        trace = gaussian_step_information(lambda x, y=y: clipped_gradient(x, y),
+        trace = gaussian_step_information(functools.partial(clipped_gradient, y=labels[i]),
                                           images[i].float(), noise_std, q)
         ceilings[i] = precision.psnr(FisherCeiling(trace, dimension).psnr_ceiling)
     return FisherAnswer(ceilings, f"Fisher ceiling (Guo et al. 2022) of one DP-SGD step, σ = "
