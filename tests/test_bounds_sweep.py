@@ -66,6 +66,13 @@ def test_success_at_a_threshold_sits_under_the_bound_of_the_mechanism() -> None:
     mechanism = round_mechanism({"sample_rate": "1", "dp_steps": "1"},
                                 [("dpsgd", {"noise-multiplier": "1.5"})])
     assert mechanism == Mechanism(1.5, 1.0, 1)
+    # in-order batches are no sampling: the image is in one step per epoch, at q = 1
+    assert round_mechanism({"sample_rate": "0.25", "dp_steps": "8"},
+                           [("dpsgd", {"noise-multiplier": "1", "poisson": "False"})], 2) \
+        == Mechanism(1.0, 1.0, 2)
+    assert round_mechanism({"sample_rate": "0.25", "dp_steps": "8"},
+                           [("dpsgd", {"noise-multiplier": "1", "poisson": "True"})], 2) \
+        == Mechanism(1.0, 0.25, 8)
     placed = place([25.0, 12.0, 21.0], baseline, mechanism)
     assert (placed.successes, placed.images) == (2, 3)
     assert placed.bound is not None and baseline.upper < placed.bound < 0.2

@@ -40,6 +40,7 @@ from fedleak.harness.shared.bound_pictures import plot_game
 from fedleak.harness.shared.datasets import normalize
 from fedleak.harness.shared.defended_update import defended_update
 from fedleak.harness.shared.protocol import FEDAVG
+from fedleak.harness.shared.success_bounds import round_mechanism
 from fedleak.harness.wire.codec import decode_tensor
 from fedleak.harness.wire.protocol import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
@@ -179,14 +180,16 @@ def noise_free_replay(described: pb.DescribeResponse, model: torch.nn.Module,
 
 
 def mechanism(described: pb.DescribeResponse,
-              metadata: dict[str, str]) -> tuple[float | None, float | None, int | None]:
-    """(σ, q, T) of the published DP-SGD as the trial ran it; Nones without dpsgd."""
-    dp = next((d for d in described.defenses if d.name == "dpsgd"), None)
-    if dp is None:
+              trial: pb.InformedTrial) -> tuple[float | None, float | None, int | None]:
+    """(σ, q, T) of the published DP-SGD as it touched the target
+    (:func:`~fedleak.harness.shared.success_bounds.round_mechanism`); Nones without dpsgd."""
+    protocol = protocol_from_pb(trial.protocol)
+    found = round_mechanism(dict(trial.metadata),
+                            [(d.name, dict(d.params)) for d in described.defenses],
+                            1 if protocol.kind != FEDAVG else protocol.local_epochs)
+    if found is None:
         return None, None, None
-    sigma = float(dp.params.get("noise-multiplier", "nan"))
-    return (sigma, float(metadata.get("sample_rate", "1")),
-            int(metadata.get("dp_steps", "1")))
+    return found.noise_multiplier, found.sample_rate, found.steps
 
 
 def play(client: VictimClient, trials: int, out: Path, show_progress: bool = True,
@@ -224,7 +227,7 @@ def play(client: VictimClient, trials: int, out: Path, show_progress: bool = Tru
                 simulate=noise_free_replay(described, model, params, buffers, trial))
             guess = attack.guess(observation)
             verdict = client.score_informed_guess(trial.trial_id, guess.candidate)
-            sigma, q, steps = mechanism(described, dict(trial.metadata))
+            sigma, q, steps = mechanism(described, trial)
             run.trials.append(TrialRecord(trial.trial_id, guess.candidate, verdict.success,
                                           guess.margin, len(trial.candidate_labels),
                                           len(trial.known_labels), sigma, q, steps,

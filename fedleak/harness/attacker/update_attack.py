@@ -213,7 +213,7 @@ class Server:
         """Record how the run ended (``finished``, ``interrupted``, ``failed``) in
         ``metrics.json``."""
         self.run.status = status
-        self.run.placement = placement(self.run, self.described)
+        self.run.placement = placement(self.run, self.described, self.protocol)
         self.run.write(self.out)
 
     def receive(self, index: int = 0) -> tuple[ReceivedUpdate, Observation]:
@@ -377,7 +377,8 @@ def round_record(
     return entry
 
 
-def placement(run: UpdateRun, described: pb.DescribeResponse) -> SuccessPlacement | None:
+def placement(run: UpdateRun, described: pb.DescribeResponse,
+              protocol: Protocol) -> SuccessPlacement | None:
     """Success at :data:`SUCCESS_PSNR` over the run's scored images, κ of the public prior
     (the data set's other split, loaded here when it is bundled or under the same path) and the
     DP bound of the published mechanism; None when nothing was scored."""
@@ -389,8 +390,10 @@ def placement(run: UpdateRun, described: pb.DescribeResponse) -> SuccessPlacemen
     except (OSError, ValueError) as err:  # a torchvision data set not on this machine
         run.warnings.append(f"no κ for the success threshold: {err}")
         baseline = None
-    mechanism = round_mechanism(run.rounds[0].victim_metadata,
-                                [(d.name, dict(d.params)) for d in described.defenses])
+    first = run.rounds[0]
+    mechanism = round_mechanism(first.victim_metadata,
+                                [(d.name, dict(d.params)) for d in described.defenses],
+                                1 if first.update_kind == "gradient" else protocol.local_epochs)
     return place(psnrs, baseline, mechanism)
 
 

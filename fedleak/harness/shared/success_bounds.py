@@ -64,13 +64,24 @@ def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSN
 
 
 def round_mechanism(metadata: Mapping[str, str],
-                    defenses: Iterable[tuple[str, Mapping[str, str]]]) -> Mechanism | None:
-    """The round's DP-SGD (σ published, q and T from the victim's metadata), or None."""
+                    defenses: Iterable[tuple[str, Mapping[str, str]]],
+                    target_steps: int = 1) -> Mechanism | None:
+    """The round's DP-SGD as it touched one image, or None without a published ``dpsgd``.
+
+    Poisson sampling (``poisson = true``): every one of the round's T steps (``dp_steps`` of the
+    metadata) draws the image with probability q (``sample_rate``). In-order batches: the image
+    is in exactly ``target_steps`` steps (one per local epoch; 1 for FedSGD) with q = 1 — the
+    other steps do not touch it, and the metadata's sample rate is then a batch fraction, not a
+    sampling probability.
+    """
     dp = next((dict(params) for name, params in defenses if name == "dpsgd"), None)
     if dp is None or "noise-multiplier" not in dp:
         return None
     try:
-        return Mechanism(float(dp["noise-multiplier"]), float(metadata.get("sample_rate", "1")),
+        sigma = float(dp["noise-multiplier"])
+        if dp.get("poisson", "false").lower() != "true":
+            return Mechanism(sigma, 1.0, max(1, target_steps))
+        return Mechanism(sigma, float(metadata.get("sample_rate", "1")),
                          int(metadata.get("dp_steps", "1")))
     except ValueError:
         return None
