@@ -6,7 +6,8 @@ the strongest setting, and whether both fall as the defense grows (strictly, poi
 point). Exits non-zero when the sweep fails, takes 15 minutes or more, or a trend is missing.
 
     .venv/bin/python bench/sweep_quick.py                       # into a temporary folder
-    .venv/bin/python bench/sweep_quick.py --out runs/sweep-quick --chart docs/img/quick-sweep.png
+    .venv/bin/python bench/sweep_quick.py --out runs/sweep-quick --chart docs/img/quick-sweep.png \
+        --bounds-chart docs/img/quick-bounds.png
 
 The machine's load average is printed: on a shared 2-core machine other jobs stretch the time.
 """
@@ -36,6 +37,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--chart", type=Path, default=None,
                         help="copy the privacy-utility chart here (e.g. docs/img/quick-sweep.png)")
+    parser.add_argument("--bounds-chart", type=Path, default=None,
+                        help="copy the DP points' bounds chart here (docs/img/quick-bounds.png)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fedleak-quick-")) / "run"
     if out.exists():
@@ -58,11 +61,11 @@ def main() -> int:
         # show it; the DP-SGD points where deployments sit are in report/bounds.png
         shutil.copyfile(blind_chart(out), args.chart)
         print(f"chart copied to {args.chart}")
-        bounds = out / "report" / "bounds.png"
-        if bounds.exists():
-            target = args.chart.with_name(args.chart.stem + "-bounds.png")
-            shutil.copyfile(bounds, target)
-            print(f"bounds chart copied to {target}")
+    bounds = out / "report" / "bounds.png"
+    if args.bounds_chart and bounds.exists():
+        args.bounds_chart.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(bounds, args.bounds_chart)
+        print(f"bounds chart copied to {args.bounds_chart}")
     print(f"report: {out / 'report.html'}")
     return 0 if ok else 1
 
