@@ -109,7 +109,7 @@ class DPSGD(PerExampleDefense):
         """ε of this round alone and cumulated over every round this defense has served."""
         this_round = make_accountant(self.config.accountant)
         for accountant in (this_round, self._total):
-            accountant.history.append((self.config.noise_multiplier, sample_rate, steps))
+            record(accountant, self.config.noise_multiplier, sample_rate, steps)
         delta = self.config.delta
         return {
             "epsilon_round": f"{epsilon(this_round, delta):.6g}",
@@ -119,6 +119,17 @@ class DPSGD(PerExampleDefense):
             "dp_steps": str(steps),
             "sample_rate": f"{sample_rate:.6g}",
         }
+
+
+def record(accountant: Any, sigma: float, sample_rate: float, steps: int) -> None:
+    """Add ``steps`` steps at (σ, q) to the accountant's history, merged into the last entry
+    when it has the same (σ, q): the same composition (the RDP and PRV accountants compose an
+    entry's steps exactly so), computed once per distinct mechanism instead of once per round."""
+    history = accountant.history
+    if history and history[-1][0] == sigma and history[-1][1] == sample_rate:
+        history[-1] = (sigma, sample_rate, history[-1][2] + steps)
+    else:
+        history.append((sigma, sample_rate, steps))
 
 
 def epsilon(accountant: Any, delta: float) -> float:

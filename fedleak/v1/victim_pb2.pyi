@@ -134,7 +134,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned", "informed_game")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,7 @@ class DescribeResponse(_message.Message):
     IMAGE_SCORES_LEFT_FIELD_NUMBER: _ClassVar[int]
     IMAGES_SCORE_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     BUFFERS_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    INFORMED_GAME_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -175,7 +176,22 @@ class DescribeResponse(_message.Message):
     image_scores_left: int
     images_score_exhausted: int
     buffers_returned: str
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ...) -> None: ...
+    informed_game: InformedGameSpec
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ..., informed_game: _Optional[_Union[InformedGameSpec, _Mapping]] = ...) -> None: ...
+
+class InformedGameSpec(_message.Message):
+    __slots__ = ("candidates", "known_records", "prior_split", "threat_model", "adjacency")
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADJACENCY_FIELD_NUMBER: _ClassVar[int]
+    candidates: int
+    known_records: int
+    prior_split: str
+    threat_model: str
+    adjacency: str
+    def __init__(self, candidates: _Optional[int] = ..., known_records: _Optional[int] = ..., prior_split: _Optional[str] = ..., threat_model: _Optional[str] = ..., adjacency: _Optional[str] = ...) -> None: ...
 
 class VictimLimits(_message.Message):
     __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")
@@ -269,7 +285,7 @@ class FeatureScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
-    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters")
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PSNR_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +293,7 @@ class ImageScore(_message.Message):
     MSE_FIELD_NUMBER: _ClassVar[int]
     MARGIN_FIELD_NUMBER: _ClassVar[int]
     VOTERS_FIELD_NUMBER: _ClassVar[int]
+    FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
     index: int
     matched_index: int
     psnr: float
@@ -284,10 +301,11 @@ class ImageScore(_message.Message):
     mse: float
     margin: float
     voters: int
-    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ...) -> None: ...
+    fisher_psnr_ceiling: float
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -300,6 +318,9 @@ class ScoreResponse(_message.Message):
     MEAN_FEATURE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
+    FISHER_BOUNDED_FIELD_NUMBER: _ClassVar[int]
+    FISHER_NOTE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -312,7 +333,71 @@ class ScoreResponse(_message.Message):
     mean_feature_relative_error: float
     recovered: int
     recovered_ssim: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ...) -> None: ...
+    fisher_bounded: bool
+    fisher_note: str
+    mean_fisher_psnr_ceiling: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
+
+class BeginInformedTrialRequest(_message.Message):
+    __slots__ = ("parameters", "buffers")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class InformedTrial(_message.Message):
+    __slots__ = ("trial_id", "candidates", "candidate_labels", "known_images", "known_labels", "update", "update_kind", "protocol", "num_images", "local_steps", "metadata", "threat_model")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_LABELS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_LABELS_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    trial_id: str
+    candidates: Tensor
+    candidate_labels: _containers.RepeatedScalarFieldContainer[int]
+    known_images: Tensor
+    known_labels: _containers.RepeatedScalarFieldContainer[int]
+    update: _containers.RepeatedCompositeFieldContainer[Tensor]
+    update_kind: str
+    protocol: ProtocolSpec
+    num_images: int
+    local_steps: int
+    metadata: _containers.ScalarMap[str, str]
+    threat_model: str
+    def __init__(self, trial_id: _Optional[str] = ..., candidates: _Optional[_Union[Tensor, _Mapping]] = ..., candidate_labels: _Optional[_Iterable[int]] = ..., known_images: _Optional[_Union[Tensor, _Mapping]] = ..., known_labels: _Optional[_Iterable[int]] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., threat_model: _Optional[str] = ...) -> None: ...
+
+class InformedGuess(_message.Message):
+    __slots__ = ("trial_id", "candidate")
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    trial_id: str
+    candidate: int
+    def __init__(self, trial_id: _Optional[str] = ..., candidate: _Optional[int] = ...) -> None: ...
+
+class InformedOutcome(_message.Message):
+    __slots__ = ("success", "trials_scored", "successes")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_SCORED_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    trials_scored: int
+    successes: int
+    def __init__(self, success: _Optional[bool] = ..., trials_scored: _Optional[int] = ..., successes: _Optional[int] = ...) -> None: ...
 
 class RevealRequest(_message.Message):
     __slots__ = ("round_id",)

@@ -76,6 +76,16 @@ class VictimStub:
                 request_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
                 _registered_method=True)
+        self.BeginInformedTrial = channel.unary_unary(
+                '/fedleak.v1.Victim/BeginInformedTrial',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedTrial.FromString,
+                _registered_method=True)
+        self.ScoreInformedGuess = channel.unary_unary(
+                '/fedleak.v1.Victim/ScoreInformedGuess',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.InformedGuess.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedOutcome.FromString,
+                _registered_method=True)
 
 
 class VictimServicer:
@@ -133,6 +143,19 @@ class VictimServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginInformedTrial(self, request, context):
+        """The informed-adversary game (Describe's informed_game): a trial, then one final guess.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScoreInformedGuess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VictimServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +198,16 @@ def add_VictimServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.FromString,
                     response_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.SerializeToString,
+            ),
+            'BeginInformedTrial': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginInformedTrial,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.InformedTrial.SerializeToString,
+            ),
+            'ScoreInformedGuess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScoreInformedGuess,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedGuess.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.InformedOutcome.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +428,60 @@ class Victim:
             '/fedleak.v1.Victim/Release',
             fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
             fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginInformedTrial(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/BeginInformedTrial',
+            fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.InformedTrial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScoreInformedGuess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/ScoreInformedGuess',
+            fedleak_dot_v1_dot_victim__pb2.InformedGuess.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.InformedOutcome.FromString,
             options,
             channel_credentials,
             insecure,

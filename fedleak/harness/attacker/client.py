@@ -150,6 +150,19 @@ class VictimClient:
             buffers={t.name: decode_tensor(t, "buffers") for t in reply.buffers} or None,
         )
 
+    def begin_informed_trial(self, parameters: Mapping[str, torch.Tensor],
+                             buffers: Mapping[str, torch.Tensor]) -> pb.InformedTrial:
+        """One trial of the victim's informed-adversary game at ``parameters``."""
+        request = pb.BeginInformedTrialRequest(
+            parameters=[encode_tensor(t, n) for n, t in parameters.items()],
+            buffers=[encode_tensor(t, n) for n, t in buffers.items()])
+        return self._call("BeginInformedTrial", request)
+
+    def score_informed_guess(self, trial_id: str, candidate: int) -> pb.InformedOutcome:
+        """Submit the final guess of a trial; the victim says whether it was the target."""
+        return self._call("ScoreInformedGuess",
+                          pb.InformedGuess(trial_id=trial_id, candidate=candidate), scored=True)
+
     def score(
         self,
         round_id: str,

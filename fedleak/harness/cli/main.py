@@ -18,6 +18,7 @@ from fedleak.harness.cli.attack import attack
 from fedleak.harness.cli.defense import defense
 from fedleak.harness.cli.demo import demo
 from fedleak.harness.cli.flower import flower
+from fedleak.harness.cli.informed import informed_adversary
 from fedleak.harness.cli.sweep import report, sweep
 from fedleak.harness.cli.train import train_model
 from fedleak.harness.cli.victim import victim
@@ -60,7 +61,8 @@ def list_names() -> None:
             click.echo(f"    {line}")
 
 
-for command in (victim, attack, demo, train_model, sweep, report, defense, flower):
+for command in (victim, attack, demo, train_model, sweep, report, defense, flower,
+                informed_adversary):
     main.add_command(command)
 
 

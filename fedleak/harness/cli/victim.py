@@ -94,6 +94,12 @@ def victim() -> None:
 @click.option("--secagg-drop", multiple=True, metavar="USER@PHASE",
               help="Simulate a user going offline in secure aggregation from PHASE on "
                    "(advertise-keys, share-keys, masked-input, unmasking); repeatable.")
+@click.option("--informed-candidates", default=0, show_default=True, type=click.IntRange(0),
+              help="Play the informed-adversary game (BeginInformedTrial, `fedleak "
+                   "informed-adversary`): N public candidates per trial from the data set's other "
+                   "split, the target picked by a secret coin (κ = 1/N); 0: no game.")
+@click.option("--informed-known", default=0, show_default=True, type=click.IntRange(0),
+              help="Known (public) records trained beside the game's target.")
 @click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
 @click.option("--release-size", default=0, show_default=True, type=click.IntRange(0),
               help="Model release (Release RPC, the kkt attack's threat model): training-set "
@@ -217,6 +223,7 @@ def victim_settings(kw: dict[str, Any]) -> Any:
         buffers=kw.get("return_buffers") or "fedavg",
         defense_file=kw["defense_file"], defense_seed=kw["defense_seed"], users=kw["users"],
         secagg_drops=tuple(kw["secagg_drop"]),
+        informed_candidates=kw["informed_candidates"], informed_known=kw["informed_known"],
         release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
                                 max_epochs=kw["release_epochs"],
                                 target_loss=kw["release_target_loss"]),

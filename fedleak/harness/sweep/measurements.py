@@ -57,6 +57,22 @@ class AttackMeasurement:
     server_role: str = "honest"
     #: images recovered exactly (PSNR >= 40 dB) over the point's rounds
     exact: int | None = None
+    #: success at a PSNR threshold (:mod:`fedleak.harness.shared.success_bounds`): images at
+    #: success_psnr dB or above, their share, κ of the public prior (and its upper end) and the
+    #: DP bound β(κ) of the attacked rounds' mechanism (σ, q, T), with its method
+    success_psnr: float | None = None
+    successes: int | None = None
+    success_rate: float | None = None
+    kappa: float | None = None
+    kappa_upper: float | None = None
+    reconstruction_bound: float | None = None
+    reconstruction_bound_se: float | None = None
+    bound_method: str | None = None
+    noise_multiplier: float | None = None
+    sample_rate: float | None = None
+    dp_steps: int | None = None
+    #: mean Fisher-information PSNR ceiling of the attacked images (the victim's, Guo et al.)
+    fisher_psnr_ceiling: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

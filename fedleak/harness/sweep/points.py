@@ -94,6 +94,10 @@ class DefenseSetting:
     reference: bool = False
     #: users behind the victim (secure aggregation among them; 1 otherwise)
     users: int = 1
+    #: the protocol this setting is deployed with, instead of the grid's (None: the grid's)
+    protocol: Protocol | None = None
+    #: fields of [sweep.utility] this setting overrides (e.g. more images per round)
+    utility: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

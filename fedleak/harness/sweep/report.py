@@ -24,6 +24,7 @@ import csv
 import html
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -33,6 +34,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fedleak.harness.sweep.bounds_chart import (  # noqa: E402
+    BoundsRow,
+    bounds_rows,
+    plot_bounds,
+    write_bounds_csv,
+)
 from fedleak.harness.sweep.results import (  # noqa: E402
     PointResult,
     format_epsilon,
@@ -54,12 +61,17 @@ HTML_NAME = "report.html"
 CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "attack", "model",
                "dataset", "protocol", "trained", "defenses", "rounds", "images_per_round",
                "mean_psnr", "mean_ssim", "label_accuracy", "test_accuracy", "initial_accuracy",
-               "epsilon", "delta", "status", "error")
+               "epsilon", "delta", "status", "error", "success_psnr", "success_rate", "kappa",
+               "reconstruction_bound", "fisher_psnr_ceiling")
 REFERENCE_STYLE = dict(marker="*", color="black", markersize=16, linestyle="none", zorder=5)
 
 
-def write_report(run_dir: Path) -> Path:
-    """Write every report file for ``run_dir``; returns the HTML page's path."""
+def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> Path:
+    """Write every report file for ``run_dir``; returns the HTML page's path.
+
+    ``audited`` maps point ids to audited ε lower bounds (an audit game's, optional): the
+    bounds chart draws them beside the accountant's ε.
+    """
     run_dir = Path(run_dir)
     results = load_results(run_dir)
     folder = run_dir / REPORT_FOLDER
@@ -83,11 +95,16 @@ def write_report(run_dir: Path) -> Path:
             worst.append((setting, plot_worst_case(settled, folder / f"worst-case{suffix}.png",
                                                    setting)))
         write_worst_csv(rows, folder / "worst-case.csv")
+    dp_rows = bounds_rows(results, audited)
+    bounds = None
+    if dp_rows:
+        bounds = (dp_rows, plot_bounds(dp_rows, folder / "bounds.png"))
+        write_bounds_csv(dp_rows, folder / "bounds.csv")
     with ResultStore(run_dir / STORE_NAME) as store:
         name = store.meta("name") or run_dir.name
     page = run_dir / HTML_NAME
     page.write_text(_html(name, run_dir, results, charts, grids,
-                          (rows, worst) if worst else None))
+                          (rows, worst) if worst else None, bounds))
     return page
 
 
@@ -284,6 +301,9 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "initial_accuracy": r.utility.initial_accuracy if r.utility else None,
                 "epsilon": r.epsilon, "delta": r.delta, "status": r.status,
                 "error": r.error or "",
+                **{key: getattr(r.attack, key) if r.attack else None
+                   for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
+                               "fisher_psnr_ceiling")},
             })
     return path
 
@@ -298,7 +318,8 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 def _html(name: str, run_dir: Path, results: list[PointResult],
           charts: list[tuple[str, Path, Path]], grids: dict[str, Path | None],
-          worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None) -> str:
+          worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None,
+          bounds: tuple[list[BoundsRow], Path] | None = None) -> str:
     e = html.escape
     done = sum(r.status == "done" for r in results)
     parts = [
@@ -331,6 +352,8 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
         ]
     if worst is not None:
         parts += _worst_html(*worst, run_dir)
+    if bounds is not None:
+        parts += _bounds_html(*bounds, run_dir)
     parts += ["<h2>Results</h2>", _table(results), "<h2>Reconstructions per point</h2>"]
     for r in results:
         parts.append(f'<section class="point" id="p-{r.point_id}"><h3>{e(r.label)} '
@@ -375,6 +398,35 @@ def _worst_html(rows: list[WorstCase], charts: list[tuple[str, Path]],
                       f"<td>{_fmt(best.psnr if best else None, '.2f')}</td>"]
         table.append(f'<tr><td class="l">{e(row.setting)}</td><td class="l">{e(row.label)}'
                      f"</td><td>{row.attacks}</td>{''.join(cells)}</tr>")
+    table.append("</table>")
+    return parts + ["\n".join(table)]
+
+
+def _bounds_html(rows: list[BoundsRow], chart: Path, run_dir: Path) -> list[str]:
+    e = html.escape
+    parts = ["<h2>DP points from both sides</h2>",
+             "<p>Per DP-SGD setting: the accountant's ε (an upper bound on the privacy loss) and "
+             "the audited ε<sub>LB</sub> where an audit ran (a lower bound); the DP bound on any "
+             "attack's success at the public prior's baseline κ (reconstruction robustness, "
+             "Hayes et al. 2023; an upper bound) and the strongest attack's measured success (a "
+             "lower bound on what is possible); the attack's PSNR and the victim's Fisher "
+             "ceiling (an upper bound for unbiased reconstructions, Guo et al. 2022). "
+             f'<a href="{REPORT_FOLDER}/bounds.csv">bounds.csv</a></p>',
+             f'<figure><img src="{_rel(chart, run_dir)}" alt="DP points from both sides: ε, '
+             'reconstruction success and PSNR with their bounds"><figcaption>▼ upper bounds, '
+             "▲ and ● lower bounds (measured).</figcaption></figure>"]
+    table = ['<table><tr><th class="l">setting</th><th>ε</th><th>ε<sub>LB</sub></th>'
+             "<th>test accuracy</th><th>success</th><th>DP bound</th><th>κ</th>"
+             "<th>PSNR dB</th><th>Fisher ceiling dB</th></tr>"]
+    for r in rows:
+        success = "–" if r.success_rate is None else \
+            f"{r.successes}/{r.images} ≥ {r.success_psnr:g} dB"
+        table.append(
+            f'<tr><td class="l">{e(r.label)} <small>{e(r.attack)}</small></td>'
+            f"<td>{e(format_epsilon(r.epsilon))}</td><td>{_fmt(r.epsilon_lb, '.3g')}</td>"
+            f"<td>{_fmt(r.accuracy, '.1%')}</td><td>{e(success)}</td>"
+            f"<td>{_fmt(r.bound, '.3f')}</td><td>{_fmt(r.kappa, '.3g')}</td>"
+            f"<td>{_fmt(r.psnr, '.2f')}</td><td>{_fmt(r.fisher_ceiling, '.2f')}</td></tr>")
     table.append("</table>")
     return parts + ["\n".join(table)]
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,8 @@ _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "traine
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
              "defense", "portfolio"}
-_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users"}
+_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users",
+                 "protocol", "utility"}
 
 
 @dataclass
@@ -135,7 +136,9 @@ class SweepSpec:
             return list(out.values())
         grid = itertools.product(self.attacks, self.models, self.protocols, self.trained,
                                  self.defenses)
-        for (attack, options), model, protocol, trained, d in grid:
+        for (attack, options), model, grid_protocol, trained, d in grid:
+            protocol = d.protocol or grid_protocol
+            utility = {**common["utility"], **dict(d.utility)}
             pool = self.images or f"0-{self.rounds * self.batch_size * d.users - 1}"
             options, architecture = split_architecture(options)
             if architecture is not None:  # the user runs the server's architecture around it
@@ -146,7 +149,7 @@ class SweepSpec:
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
                           trained=trained, label=d.label, group=d.group, param=d.param,
                           strength=d.strength, reference=d.reference, users=d.users,
-                          **{**common, "images": pool})
+                          **{**common, "images": pool, "utility": utility})
             out.setdefault(point.point_id, point)
         return list(out.values())
 
@@ -409,18 +412,36 @@ def _defenses(value: Any) -> list[DefenseSetting]:
     for i, table in enumerate(_tables(value, "sweep.defense")):
         where = f"sweep.defense[{i}]"
         _no_unknown(table, _DEFENSE_KEYS, where)
+        deployment = _deployment(table, where)
         if table.get("reference"):
             if set(table) - {"reference", "label"}:
                 raise SpecError(f"{where}: a reference table takes no other keys than label")
-            out.append(DefenseSetting((), str(table.get("label", "no defense")), "none",
-                                      strength=0.0, reference=True))
+            out.append(replace(DefenseSetting((), str(table.get("label", "no defense")), "none",
+                                              strength=0.0, reference=True), **deployment))
         elif "chain" in table:
-            out.append(_fixed_chain(table, where))
+            out.append(replace(_fixed_chain(table, where), **deployment))
         elif "name" in table:
-            out.extend(_swept(table, where))
+            out.extend(replace(d, **deployment) for d in _swept(table, where))
         else:
             raise SpecError(f"{where}: give reference = true, a name (with param and values), "
                             "or a chain")
+    return out
+
+
+def _deployment(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """A defense table's own ``protocol`` (replacing the grid's for its points) and ``utility``
+    (overriding [sweep.utility] fields), popped from ``table`` and checked."""
+    out: dict[str, Any] = {}
+    if "protocol" in table:
+        (out["protocol"],) = _protocols([table.pop("protocol")])
+    if "utility" in table:
+        overrides = _keys(table.pop("utility"), f"{where}.utility")
+        _no_unknown(overrides, {f.name for f in fields(UtilitySettings)}, f"{where}.utility")
+        try:
+            UtilitySettings(**overrides)
+        except TypeError as err:
+            raise SpecError(f"{where}.utility: {err}") from None
+        out["utility"] = tuple(sorted(overrides.items()))
     return out
 
 

@@ -17,6 +17,7 @@ import grpc
 import torch
 
 from fedleak.harness.shared.protocol import ProtocolChanges
+from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
 from fedleak.harness.victim.victim import Victim
@@ -33,7 +34,13 @@ from fedleak.harness.wire.codec import (
     dtype_to_pb,
     encode_tensor,
 )
-from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors, quoted
+from fedleak.harness.wire.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    Unauthenticated,
+    answer_errors,
+    quoted,
+)
 from fedleak.harness.wire.handlers import add_service
 from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
 from fedleak.harness.wire.quoting import name_mismatch
@@ -100,6 +107,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
+            informed_game=_game_spec(v),
             limits=pb.VictimLimits(
                 max_local_epochs=v.config.limits.max_local_epochs,
                 max_local_steps=v.config.limits.max_local_steps,
@@ -215,6 +223,14 @@ class VictimServicer(pb_grpc.VictimServicer):
             )
             reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
             reply.mean_mse = score.images.mean_mse
+        if score.fisher is not None:
+            reply.fisher_note = score.fisher.note
+            if score.fisher.ceilings is not None:
+                reply.fisher_bounded = True
+                for image in reply.images:
+                    image.fisher_psnr_ceiling = score.fisher.ceilings[image.index]
+                values = list(score.fisher.ceilings.values())
+                reply.mean_fisher_psnr_ceiling = sum(values) / len(values)
         reply.labels_scored = score.label_accuracy is not None
         reply.label_accuracy = score.label_accuracy or 0.0
         if score.features is not None:
@@ -233,6 +249,48 @@ class VictimServicer(pb_grpc.VictimServicer):
         yield from release_stream(self.victim.releaser, request, context)
 
     @answer_errors
+    def BeginInformedTrial(self, request: pb.BeginInformedTrialRequest,
+                           context: Any) -> pb.InformedTrial:
+        """A trial of the informed-adversary game (:mod:`~fedleak.harness.victim.informed_game`):
+        public candidates and known records, and the update on them plus the secret target."""
+        if not request.parameters:
+            raise InvalidArgument("the request carries no parameters: send every parameter "
+                                  "that Describe lists (the global model θ)")
+        params = _decode_named(request.parameters, "parameter", self.victim.parameter_infos())
+        buffers = _decode_named(request.buffers, "buffer", self.victim.buffer_infos())
+        draw, result = self.victim.begin_informed_trial(params, buffers,
+                                                        self._cancelled(context))
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        return pb.InformedTrial(
+            trial_id=draw.trial_id,
+            candidates=encode_tensor(draw.candidates, "candidates"),
+            candidate_labels=draw.candidate_labels.tolist(),
+            known_images=encode_tensor(draw.known, "known_images"),
+            known_labels=draw.known_labels.tolist(),
+            update=[encode_tensor(u, n) for n, u in zip(names, result.update, strict=True)],
+            update_kind=result.update_kind,
+            protocol=protocol_to_pb(result.protocol, result.num_images),
+            num_images=result.num_images,
+            local_steps=result.local_steps,
+            metadata=result.metadata,
+            threat_model=THREAT_MODEL,
+        )
+
+    @answer_errors
+    def ScoreInformedGuess(self, request: pb.InformedGuess, context: Any) -> pb.InformedOutcome:
+        """The victim's verdict on a final guess (evaluation: the score token applies)."""
+        if self.score_token:
+            self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
+        if self.victim.game is None:
+            raise FailedPrecondition("this victim plays no informed-adversary game")
+        if not request.trial_id:
+            raise InvalidArgument("trial_id is empty: pass the trial_id BeginInformedTrial "
+                                  "returned")
+        outcome = self.victim.game.score(request.trial_id, request.candidate)
+        return pb.InformedOutcome(success=outcome.success, trials_scored=outcome.trials_scored,
+                                  successes=outcome.successes)
+
+    @answer_errors
     def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:
         self._require_token(context)
         images, labels = self.victim.reveal(request.round_id)
@@ -249,6 +307,16 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not _matches(context, key, token):
             raise Unauthenticated(f"missing or wrong token: send the victim's token in the "
                                   f"{key!r} metadata entry ({flag})")
+
+
+def _game_spec(victim: Victim) -> pb.InformedGameSpec | None:
+    game = victim.game
+    if game is None:
+        return None
+    return pb.InformedGameSpec(candidates=game.settings.candidates,
+                               known_records=game.settings.known,
+                               prior_split=game.prior_split, threat_model=THREAT_MODEL,
+                               adjacency=ADJACENCY)
 
 
 def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:

@@ -31,6 +31,7 @@ from fedleak.harness.shared.defended_update import defended_update
 from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.shared.models import ModelSpec
 from fedleak.harness.shared.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
+from fedleak.harness.victim.informed_game import InformedGame, TrialDraw
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
 from fedleak.harness.victim.rounds import Round, RoundBook
@@ -103,6 +104,7 @@ class Victim:
         data: ImageDataset,
         model: nn.Module,
         generator: torch.Generator | None = None,
+        game: InformedGame | None = None,
     ) -> None:
         if not 1 <= config.num_images * config.num_users <= len(data.labels):
             raise ValueError(f"{config.num_users} user(s) × batch size {config.num_images} "
@@ -142,7 +144,15 @@ class Victim:
                                       limits=config.limits, budget=self.score_budget,
                                       device=config.device)
         self.scorer = RoundScorer(data, self.model, self.rounds, self.score_budget,
-                                  config.device)
+                                  config.device, config.defenses)
+        # The informed-adversary game (BeginInformedTrial), when this victim plays it.
+        self.game = game
+        if game is not None:
+            if secagg is not None:
+                raise ValueError("the informed-adversary game is played by one user; it does "
+                                 "not combine with secure aggregation")
+            config.limits.check_protocol(config.protocol, game.settings.known + 1,
+                                         source="the informed-adversary game's batch")
 
     @property
     def info(self) -> DatasetInfo:
@@ -308,6 +318,47 @@ class Victim:
         if advance:
             self._round_counter += 1
         return shard[torch.arange(start, start + n) % len(shard)]
+
+    # -- the informed-adversary game ------------------------------------------------------
+
+    def begin_informed_trial(
+        self,
+        parameters: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        cancelled: CancelCheck | None = None,
+    ) -> tuple[TrialDraw, UpdateResult]:
+        """One trial: draw public candidates and known records, pick the target with the secret
+        coin, and run the defended local update on the known records followed by the target."""
+        if self.game is None:
+            raise FailedPrecondition("this victim plays no informed-adversary game; start it "
+                                     "with --informed-candidates N (and --informed-known M)")
+        self._check_classifier()
+        params = self._checked("parameter", parameters, dict(self.model.named_parameters()))
+        bufs = self._checked("buffer", buffers, dict(self.model.named_buffers()))
+        protocol = self.config.protocol
+        draw = self.game.draw()
+        raw, raw_labels = self.game.batch(draw)
+        images = normalize(raw, self.info).to(self.config.device)
+        labels = raw_labels.to(self.config.device)
+        try:
+            for check in self.config.defenses.parameter_checks:
+                reason = check.inspect(self.model, params, bufs, images)
+                if reason is not None:
+                    raise FailedPrecondition(f"{reason}; the user refuses to train on these "
+                                             "parameters (defense vet)")
+            with self.computation_slot(), self._compute_lock:
+                update, metadata = self._defended_update(params, bufs, images, labels,
+                                                         protocol, len(labels), cancelled)
+            if not all(torch.isfinite(u).all() for u in update):
+                raise FailedPrecondition("the local update is not finite at these parameters; "
+                                         "send smaller parameters")
+        except BaseException:
+            self.game.forget(draw.trial_id)
+            raise
+        return draw, UpdateResult(
+            round_id=draw.trial_id, update=[u.cpu() for u in update],
+            update_kind=protocol.update_kind(), protocol=protocol, num_images=len(labels),
+            local_steps=protocol.local_steps(len(labels)), metadata=metadata)
 
     # -- Score and Reveal ----------------------------------------------------------------
 
