@@ -124,6 +124,10 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "label": ("string", "what the report calls this setting (or this swept group)"),
         "users": ("integer ≥ 1", "users a secure-aggregation chain sums (≥ 2 with secagg, "
                                  "each with batch_size images per round; 1 otherwise)"),
+        "protocol": ("table", "this setting's own protocol (the keys of [[sweep.protocol]]), "
+                              "in place of the grid's: e.g. DP-SGD deployed as FedAvg"),
+        "utility": ("table", "this setting's own utility training (keys of [sweep.utility]), "
+                             "merged over the sweep's"),
     },
 }
 

@@ -9,7 +9,7 @@ Thm. 1, via Tr(I⁻¹) ≥ d² / Tr(I)),
 
 so on images with values in [0, 1] no unbiased reconstruction beats the PSNR ceiling
 10·log₁₀(dFIL). For DP-SGD, h is one image's clipped per-example gradient and s = σC (the
-1/|B| scaling of the step divides both); Fisher information adds over the steps of a run
+1/``|B|`` scaling of the step divides both); Fisher information adds over the steps of a run
 (adaptive composition: the chain rule of Fisher information), and under Poisson sampling at
 rate q a step's information is at most q times the information with the image in the batch
 (Fisher information is convex in the distribution; the mixture is (1 − q)·P₀ + q·P_x with P₀

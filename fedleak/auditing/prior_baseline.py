@@ -5,7 +5,7 @@ the prior's baseline κ = sup_ẑ P_{z∼π}[ρ(ẑ, z) ≤ η] — what a guess
 the mechanism's output achieves. For an ordinary attack scored by PSNR (or SSIM) with a
 success threshold η, fedleak estimates κ on the *public* prior (a data set's other split):
 
-    κ̂ = max_g  |{j : s(g, z_j) ≥ η}| / N
+    κ̂ = max_g  #{j : s(g, z_j) ≥ η} / N
 
 over guesses g among the prior's own images and its mean image, where s is the similarity
 (PSNR in dB, or SSIM) of every guess to every prior image, which the caller computes. Each
