@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 
 from fedleak.defenses.base import PerExampleDefense
@@ -125,4 +126,5 @@ def epsilon(accountant: Any, delta: float) -> float:
     """ε at ``delta``; infinite when there was no noise."""
     if any(sigma == 0 for sigma, _, _ in accountant.history):
         return math.inf
-    return float(accountant.get_epsilon(delta=delta))
+    with numpy.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0)
+        return float(accountant.get_epsilon(delta=delta))

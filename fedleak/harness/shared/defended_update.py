@@ -4,7 +4,8 @@ Local training runs the protocol (:func:`~fedleak.harness.shared.local_update.lo
 or, when the chain has a per-example defense (DP-SGD), the privatised local training of
 :func:`~fedleak.harness.shared.private_update.private_local_update`, whose privacy accounting
 (ε spent) goes into the metadata; then every update defense of the chain applies in order,
-Δ ← D_k(Δ), drawing its randomness from ``generator``. Transport defenses (secure aggregation)
+Δ ← D_k(Δ), drawing its randomness from ``generator`` (client-level DP accounts its round
+into the metadata too). Transport defenses (secure aggregation)
 act later, between users, and are not applied here.
 """
 
@@ -31,8 +32,13 @@ def defended_update(
     chain: DefenseChain,
     generator: torch.Generator,
     cancelled: CancelCheck | None = None,
+    account: bool = True,
 ) -> tuple[list[torch.Tensor], dict[str, str]]:
     """The defended update (one tensor per parameter) and the defenses' public metadata.
+
+    ``account`` charges the round to the defenses' accountants (DP-SGD's steps, client-level
+    DP's rounds) and reports their ε; the users of one secure-aggregation round are accounted
+    once (each user's ε is the same), so the victim passes False for all but one of them.
 
     ``images`` are in the model's normalised space. Raises ``ValueError`` when local training
     is impossible (e.g. training-mode BatchNorm on a single value), and
@@ -44,10 +50,13 @@ def defended_update(
         private = private_local_update(model, parameters, buffers, images, labels, protocol,
                                        chain.per_example, generator, cancelled)
         update = private.update
-        metadata.update(chain.per_example.account(private.steps, private.sample_rate))
+        if account:
+            metadata.update(chain.per_example.account(private.steps, private.sample_rate))
     else:
         update = local_update(model, parameters, buffers, images, labels, protocol,
                               cancelled=cancelled)
     for defense in chain.update:
         update = defense.apply(update, generator)
+        if account:
+            metadata.update(defense.account_round())
     return update, metadata

@@ -124,6 +124,7 @@ class Victim:
         self._buffer_names = [name for name, _ in model.named_buffers()]
         for defense in config.defenses.update:
             defense.bind(self._parameter_names)
+            defense.bind_users(config.num_users)
         self.rounds = RoundBook(config.limits.feature_memory_mb << 20,
                                 config.limits.secagg_memory_mb << 20)
         self._round_counter = 0
@@ -222,11 +223,13 @@ class Victim:
         protocol: Protocol,
         n: int,
         cancelled: CancelCheck | None = None,
+        account: bool = True,
     ) -> tuple[list[torch.Tensor], dict[str, str]]:
         """Local training (per-example defense inside it), then the update defenses in order."""
         try:
             return defended_update(self.model, params, buffers, images, labels, protocol,
-                                   self.config.defenses, self._generator, cancelled)
+                                   self.config.defenses, self._generator, cancelled,
+                                   account=account)
         except ComputationCancelled as err:
             raise Cancelled(f"local training stopped: {err}") from err
         except ValueError as err:  # e.g. BatchNorm in training mode on a single value
@@ -356,9 +359,13 @@ class Victim:
             for user, indices in user_indices.items():
                 images = normalize(self.data.images[indices], self.info).to(self.config.device)
                 labels = self.data.labels[indices].to(self.config.device)
+                first = user == min(user_indices)  # every user's ε is the same: account one
                 with self._compute_lock:
-                    update, metadata = self._defended_update(params, bufs, images, labels,
-                                                             protocol, len(indices), cancelled)
+                    update, user_metadata = self._defended_update(
+                        params, bufs, images, labels, protocol, len(indices), cancelled,
+                        account=first)
+                if first:
+                    metadata = user_metadata
                 updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
         config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
         round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
