@@ -47,10 +47,20 @@ def error_counts(scores: np.ndarray, coins: np.ndarray, threshold: float) \
 def best_threshold(scores: np.ndarray, coins: np.ndarray,
                    criterion: Callable[[int, int, int, int], float]) -> float:
     """The candidate threshold maximising ``criterion(FP, n_out, FN, n_in)`` on these trials
-    (the calibration share); ties go to the lowest threshold."""
+    (the calibration share); ties go to the lowest threshold, and when no candidate certifies
+    anything, the midpoint between the two hypotheses' mean scores."""
     candidates = candidate_thresholds(scores)
     values = [criterion(*error_counts(scores, coins, float(t))) for t in candidates]
-    return float(candidates[int(np.argmax(values))])
+    return _chosen(candidates, values, scores, coins)
+
+
+def _chosen(candidates: np.ndarray, values: list[float], scores: np.ndarray,
+            coins: np.ndarray) -> float:
+    if values and max(values) > 0:
+        return float(candidates[int(np.argmax(values))])
+    if coins.any() and (~coins).any():
+        return float((scores[coins].mean() + scores[~coins].mean()) / 2)
+    return float(np.median(scores)) if scores.size else 0.0
 
 
 def best_threshold_gaussian(scores: np.ndarray, coins: np.ndarray, negatives: int,
@@ -68,7 +78,7 @@ def best_threshold_gaussian(scores: np.ndarray, coins: np.ndarray, negatives: in
     fn = positives * norm.cdf(candidates, inside.mean(), inside.std(ddof=1))
     values = [criterion(float(a), negatives, float(b), positives) for a, b in zip(fp, fn,
                                                                                    strict=True)]
-    return float(candidates[int(np.argmax(values))])
+    return _chosen(candidates, values, scores, coins)
 
 
 def best_threshold_pair(scores: np.ndarray, coins: np.ndarray,

@@ -88,11 +88,10 @@ class UpdateDefense(Defense):
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
         """The defended update; must not modify ``update`` in place."""
 
-    def account_round(self) -> dict[str, str]:
-        """Privacy spent by one more round of this defense (metadata entries; {} if none).
-
-        Called once per round the user takes part in, after :meth:`apply`.
-        """
+    def account_round(self, rounds: int = 1) -> dict[str, str]:
+        """Privacy spent by ``rounds`` more rounds of this defense (metadata entries; {} if
+        none). Called once per round the user takes part in, after :meth:`apply` (an audit
+        accounts its trials in batches)."""
         return {}
 
     def gaussian_claim(self) -> GaussianClaim | None:

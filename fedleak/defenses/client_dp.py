@@ -128,12 +128,12 @@ class ClientDP(UpdateDefense):
             return c.noise_multiplier / 2, 1.0
         return c.noise_multiplier, c.user_sample_rate
 
-    def account_round(self) -> dict[str, str]:
-        """ε of this round alone and over every round this user took part in."""
+    def account_round(self, rounds: int = 1) -> dict[str, str]:
+        """ε of one round alone and over every round this user took part in (``rounds`` more)."""
         sigma, q = self.accounted_mechanism()
         this_round = make_accountant(self.config.accountant)
         this_round.history.append((sigma, q, 1))
-        self._rounds += 1
+        self._rounds += rounds
         self._total.history[:] = [(sigma, q, self._rounds)]  # one mechanism, R rounds
         delta = self.config.delta
         return {

@@ -70,6 +70,8 @@ class VictimSettings:
     limits: VictimLimits = field(default_factory=VictimLimits)
     #: when updates carry the buffers local training left: never, fedavg, always
     buffers: str = "fedavg"
+    #: whether the victim plays the audit game (``--allow-audit``; docs/audit.md)
+    audit: bool = False
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -154,6 +156,7 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         limits=s.limits,
         split=s.split,
         buffers_returned=s.buffers,
+        audit_enabled=s.audit,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator)
