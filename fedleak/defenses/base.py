@@ -88,10 +88,10 @@ class UpdateDefense(Defense):
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
         """The defended update; must not modify ``update`` in place."""
 
-    def account_round(self, rounds: int = 1) -> dict[str, str]:
+    def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
         """Privacy spent by ``rounds`` more rounds of this defense (metadata entries; {} if
-        none). Called once per round the user takes part in, after :meth:`apply` (an audit
-        accounts its trials in batches)."""
+        none). Called once per round the user takes part in, after :meth:`apply`; an audit
+        charges its trials in batches with ``report`` False (no ε computed, {} returned)."""
         return {}
 
     def gaussian_claim(self) -> GaussianClaim | None:
@@ -134,8 +134,9 @@ class PerExampleDefense(Defense):
         """Poisson sampling rate q for local batches, or None for fixed in-order batches."""
         return None
 
-    def account(self, steps: int, sample_rate: float) -> dict[str, str]:
-        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries)."""
+    def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
+        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries); with
+        ``report`` False the steps are only charged (no ε computed, {} returned)."""
         return {}
 
 

@@ -128,13 +128,15 @@ class ClientDP(UpdateDefense):
             return c.noise_multiplier / 2, 1.0
         return c.noise_multiplier, c.user_sample_rate
 
-    def account_round(self, rounds: int = 1) -> dict[str, str]:
+    def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
         """ε of one round alone and over every round this user took part in (``rounds`` more)."""
         sigma, q = self.accounted_mechanism()
-        this_round = make_accountant(self.config.accountant)
-        this_round.history.append((sigma, q, 1))
         self._rounds += rounds
         self._total.history[:] = [(sigma, q, self._rounds)]  # one mechanism, R rounds
+        if not report:
+            return {}
+        this_round = make_accountant(self.config.accountant)
+        this_round.history.append((sigma, q, 1))
         delta = self.config.delta
         return {
             "epsilon_round": f"{epsilon(this_round, delta):.6g}",

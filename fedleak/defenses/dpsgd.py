@@ -106,11 +106,19 @@ class DPSGD(PerExampleDefense):
         size = num_images if batch_size in (0, None) or batch_size >= num_images else batch_size
         return size / num_images
 
-    def account(self, steps: int, sample_rate: float) -> dict[str, str]:
-        """ε of this round alone and cumulated over every round this defense has served."""
+    def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
+        """ε of this round alone and cumulated over every round this defense has served
+        (steps at one sampling rate are merged into one history entry)."""
+        sigma = self.config.noise_multiplier
+        merged = [(s, q, n + steps) if (s, q) == (sigma, sample_rate) else (s, q, n)
+                  for s, q, n in self._total.history]
+        if merged == self._total.history:
+            merged.append((sigma, sample_rate, steps))
+        self._total.history[:] = merged
+        if not report:
+            return {}
         this_round = make_accountant(self.config.accountant)
-        for accountant in (this_round, self._total):
-            accountant.history.append((self.config.noise_multiplier, sample_rate, steps))
+        this_round.history.append((sigma, sample_rate, steps))
         delta = self.config.delta
         return {
             "epsilon_round": f"{epsilon(this_round, delta):.6g}",

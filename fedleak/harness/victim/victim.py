@@ -516,10 +516,12 @@ class Victim:
         return trials, audit, metadata
 
     def _account_trials(self, protocol: Protocol, trials: int) -> dict[str, str]:
-        """Charge ``trials`` rounds to the chain's accountants at once (one entry each)."""
+        """Charge ``trials`` rounds to the chain's accountants at once. No ε is computed here
+        (an accountant's ε over thousands of trials costs minutes and gigabytes with PRV);
+        the next ordinary round reports the total, audit trials included."""
         if trials == 0:
             return {}
-        metadata: dict[str, str] = {}
+        metadata: dict[str, str] = {"audit_trials_charged": str(trials)}
         chain, n = self.config.defenses, self.config.num_images
         if chain.per_example is not None:
             q = chain.per_example.sample_rate(n, protocol.batch_size)
@@ -532,9 +534,9 @@ class Victim:
                 steps = 1 if protocol.kind != FEDAVG else \
                     protocol.local_epochs * max(1, round(1 / q))
                 rate = q
-            metadata.update(chain.per_example.account(steps * trials, rate))
+            chain.per_example.account(steps * trials, rate, report=False)
         for defense in chain.update:
-            metadata.update(defense.account_round(trials))
+            defense.account_round(trials, report=False)
         return metadata
 
     def submit_audit_scores(self, audit_id: str, scores: list[float]) -> AuditOutcome:
