@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -13,13 +13,27 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fedleak.auditing import format_epsilon  # noqa: E402
-
-if TYPE_CHECKING:
-    from fedleak.harness.attacker.audit import AuditRecord
+from fedleak.auditing import AuditBound, format_epsilon  # noqa: E402
 
 
-def plot_audit(record: AuditRecord, path: Path) -> Path:
+class AuditFigures(Protocol):
+    """What the picture needs of an audit record (``attacker.audit.AuditRecord`` has it)."""
+
+    victim: dict[str, Any]
+    canary: dict[str, Any]
+    claim: dict[str, Any]
+    trials: int
+    bounds: list[AuditBound]
+    violation: bool
+    histogram: dict[str, list[float]]
+
+    @property
+    def claimed_epsilon(self) -> float: ...
+
+    def bound(self, estimator: str) -> AuditBound | None: ...
+
+
+def plot_audit(record: AuditFigures, path: Path) -> Path:
     """Left: the two score histograms and the threshold; right: ε per estimator against the
     claimed ε (a bar above the line is a violation)."""
     path.parent.mkdir(parents=True, exist_ok=True)
