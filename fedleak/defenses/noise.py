@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.base import GaussianClaim, UpdateDefense
 from fedleak.defenses.registry import register_defense
 
 DISTRIBUTIONS = ("gaussian", "laplace")
@@ -47,3 +47,9 @@ class Noise(UpdateDefense):
                 xi = -torch.sign(v) * torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
             out.append(u + self.config.sigma * xi)
         return out
+
+    def gaussian_claim(self) -> GaussianClaim | None:
+        """Gaussian noise of std σ and no clipping; Laplace noise claims nothing here."""
+        if self.config.distribution != "gaussian":
+            return None
+        return GaussianClaim(noise_std=self.config.sigma)

@@ -42,6 +42,7 @@ from fedleak.harness.sweep.bounds_chart import (  # noqa: E402
 )
 from fedleak.harness.sweep.results import (  # noqa: E402
     PointResult,
+    format_audit,
     format_epsilon,
     load_results,
 )
@@ -61,19 +62,23 @@ HTML_NAME = "report.html"
 CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "attack", "model",
                "dataset", "protocol", "trained", "defenses", "rounds", "images_per_round",
                "mean_psnr", "mean_ssim", "label_accuracy", "test_accuracy", "initial_accuracy",
-               "epsilon", "delta", "status", "error", "success_psnr", "success_rate", "kappa",
-               "reconstruction_bound", "fisher_psnr_ceiling")
+               "epsilon", "delta", "epsilon_lb", "epsilon_lb_estimator", "audit_epsilon_claimed",
+               "audit_violation", "audit_trials", "audit_canary", "status", "error",
+               "success_psnr", "success_rate", "kappa", "reconstruction_bound",
+               "fisher_psnr_ceiling")
 REFERENCE_STYLE = dict(marker="*", color="black", markersize=16, linestyle="none", zorder=5)
 
 
 def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> Path:
     """Write every report file for ``run_dir``; returns the HTML page's path.
 
-    ``audited`` maps point ids to audited ε lower bounds (an audit game's, optional): the
-    bounds chart draws them beside the accountant's ε.
+    ``audited`` maps point ids to audited ε lower bounds, over the ones the sweep's own audit
+    game stored (``[sweep.audit]``): the bounds chart draws them beside the accountant's ε.
     """
     run_dir = Path(run_dir)
     results = load_results(run_dir)
+    audited = {**{r.point_id: r.epsilon_lb for r in results if r.epsilon_lb is not None},
+               **(audited or {})}
     folder = run_dir / REPORT_FOLDER
     (folder / "grids").mkdir(parents=True, exist_ok=True)
     contexts = _by_context(results)
@@ -157,6 +162,8 @@ def _point_note(r: PointResult) -> str:
         parts.append(f"{r.point.strength:g}")
     if r.epsilon is not None:
         parts.append(f"ε={format_epsilon(r.epsilon)}")
+    if r.epsilon_lb is not None:
+        parts.append(f"ε_LB={r.epsilon_lb:.3g}")
     return ", ".join(parts)
 
 
@@ -299,13 +306,25 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "mean_ssim": r.ssim, "label_accuracy": r.label_accuracy,
                 "test_accuracy": r.accuracy,
                 "initial_accuracy": r.utility.initial_accuracy if r.utility else None,
-                "epsilon": r.epsilon, "delta": r.delta, "status": r.status,
-                "error": r.error or "",
+                "epsilon": r.epsilon, "delta": r.delta, **_audit_columns(r),
+                "status": r.status, "error": r.error or "",
                 **{key: getattr(r.attack, key) if r.attack else None
                    for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
                                "fisher_psnr_ceiling")},
             })
     return path
+
+
+def _audit_columns(r: PointResult) -> dict[str, object]:
+    """The audit's CSV cells: the largest ε_LB and its estimator, the claim for one trial."""
+    audit = r.audit
+    best = audit.best if audit else None
+    return {"epsilon_lb": best[1] if best else None,
+            "epsilon_lb_estimator": best[0] if best else None,
+            "audit_epsilon_claimed": audit.epsilon_claimed if audit else None,
+            "audit_violation": audit.violation if audit else None,
+            "audit_trials": audit.trials if audit else None,
+            "audit_canary": audit.canary if audit else None}
 
 
 def _rel(path: Path | None, run_dir: Path) -> str:
@@ -338,7 +357,10 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
         "<p>Each point attacks K private batches of a victim process running the point's "
         "defense chain (PSNR/SSIM scored inside the victim after Hungarian matching) and trains "
         "the model federatedly through the same defended path for the test accuracy; ε is the "
-        "victim's own accountant's claim.</p>",
+        "victim's own accountant's claim. With an audit, ε_LB is the largest ε lower bound the "
+        "audit game measured for its canary (a lower bound for that canary and threat model; "
+        "'!' marks one above the ε the chain claims for one trial, a violation; "
+        "docs/audit.md).</p>",
     ]
     for context, pu, st in charts:
         parts += [
@@ -431,10 +453,21 @@ def _bounds_html(rows: list[BoundsRow], chart: Path, run_dir: Path) -> list[str]
     return parts + ["\n".join(table)]
 
 
+def _audit_title(r: PointResult) -> str:
+    """Everything an ε_LB cell means, for its tooltip."""
+    audit = r.audit
+    if audit is None:
+        return ""
+    bounds = ", ".join(f"{k} {v:.3g}" for k, v in audit.epsilon_lb.items())
+    claimed = "∞" if audit.epsilon_claimed is None else f"{audit.epsilon_claimed:.3g}"
+    return (f"{bounds} at {audit.confidence:.0%}, δ={audit.delta:g}, {audit.trials} trials, "
+            f"{audit.canary}; claimed ε per trial {claimed}")
+
+
 def _table(results: list[PointResult]) -> str:
     e = html.escape
     rows = ['<table><tr><th class="l">point</th><th class="l">defense</th><th>PSNR dB</th>'
-            "<th>SSIM</th><th>labels</th><th>test accuracy</th><th>ε</th>"
+            "<th>SSIM</th><th>labels</th><th>test accuracy</th><th>ε</th><th>ε_LB</th>"
             '<th class="l">status</th></tr>']
     for r in results:
         rows.append(
@@ -442,6 +475,7 @@ def _table(results: list[PointResult]) -> str:
             f'<td class="l">{e(r.label)}</td><td>{_fmt(r.psnr, ".2f")}</td>'
             f'<td>{_fmt(r.ssim, ".3f")}</td><td>{_fmt(r.label_accuracy, ".0%")}</td>'
             f'<td>{_fmt(r.accuracy, ".1%")}</td><td>{e(format_epsilon(r.epsilon))}</td>'
+            f'<td title="{e(_audit_title(r))}">{e(format_audit(r))}</td>'
             f'<td class="l">{e(r.status)}</td></tr>')
     rows.append("</table>")
     return "\n".join(rows)

@@ -17,6 +17,8 @@ import grpc
 import torch
 
 from fedleak.harness.shared.protocol import ProtocolChanges
+from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
+from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
@@ -104,6 +106,10 @@ class VictimServicer(pb_grpc.VictimServicer):
             image_scores_left=v.score_budget.image_scores_left(),
             images_score_exhausted=v.score_budget.images_exhausted(),
             buffers_returned=v.config.buffers_returned,
+            audit_enabled=v.config.audit_enabled,
+            audit_budget=v.audits.budget,
+            audits_left=v.audits.left,
+            max_audit_trials=v.audits.max_trials,
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
@@ -162,7 +168,7 @@ class VictimServicer(pb_grpc.VictimServicer):
     def BeginSecAgg(self, request: pb.BeginSecAggRequest, context: Any) -> Any:
         params, buffers, changes = self._round_inputs(request)
         round_, result = self.victim.begin_secagg(params, buffers, changes,
-                                                  self._cancelled(context))
+                                                  self._cancelled(context), request.audit_id)
         assert round_.secagg is not None
         config = round_.secagg.config
         return pb.BeginSecAggResponse(
@@ -177,7 +183,81 @@ class VictimServicer(pb_grpc.VictimServicer):
             images_per_user=result.num_images,
             local_steps=result.local_steps,
             metadata=result.metadata,
+            audit_round=result.audit_trial is not None,
+            audit_trial=result.audit_trial or 0,
         )
+
+    # -- the audit game (docs/audit.md) -------------------------------------------------------
+
+    @answer_errors
+    def BeginAudit(self, request: pb.BeginAuditRequest, context: Any) -> pb.BeginAuditResponse:
+        params, buffers, changes = self._round_inputs(request)
+        asked = AuditRequest(
+            canary=request.canary, direction=request.direction, seed=request.canary_seed,
+            norm=request.canary_norm,
+            coordinate=request.coordinate if request.HasField("coordinate") else None,
+            trials=request.trials, delta=request.delta, confidence=request.confidence,
+            threshold_rule=request.threshold_rule, threshold=request.threshold,
+            calibration_fraction=request.calibration_fraction)
+        session = self.victim.begin_audit(params, buffers, changes, asked)
+        return self._audit_session_pb(session)
+
+    def _audit_session_pb(self, session: AuditSession) -> pb.BeginAuditResponse:
+        canary = session.canary
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        reply = pb.BeginAuditResponse(
+            audit_id=session.audit_id, trials=session.request.trials, canary=canary.kind,
+            direction=canary.direction,
+            canary_direction=[encode_tensor(u.cpu(), n)
+                              for n, u in zip(names, canary.unit, strict=True)],
+            canary_label=canary.label, canary_norm=canary.norm, coordinate=canary.coordinate,
+            claim=_claim_pb(session.claim), threat_model=session.threat_model,
+            delta=session.claim.delta, confidence=session.request.confidence,
+            update_kind=session.protocol.update_kind(),
+            protocol=protocol_to_pb(session.protocol, self.victim.config.num_images),
+            secure_aggregation=session.secure_aggregation, canary_user=session.canary_user,
+            score_sign=canary.score_sign, expected_shift=canary.expected_shift,
+            threshold_rule=session.request.threshold_rule,
+            threshold=session.threshold if session.threshold is not None else 0.0,
+            max_trials_per_call=self._trials_per_call())
+        if canary.image is not None:
+            reply.canary_image.CopyFrom(encode_tensor(canary.image, "canary_image"))
+        return reply
+
+    def _trials_per_call(self) -> int:
+        """Trials one RunAuditTrials answer may carry: half the message limit, at most 4096."""
+        per_trial = sum(int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype)
+                        .element_size() + 64 + len(name)
+                        for name, shape, dtype in self.victim.parameter_infos())
+        return max(1, min(4096, (self.max_message_bytes // 2) // max(per_trial, 1)))
+
+    @answer_errors
+    def RunAuditTrials(self, request: pb.AuditTrialsRequest, context: Any) \
+            -> pb.AuditTrialsResponse:
+        if not request.audit_id:
+            raise InvalidArgument("audit_id is empty: pass the audit_id BeginAudit returned")
+        if request.count < 1:
+            raise InvalidArgument("count must be >= 1: how many trials to run")
+        count = min(request.count, self._trials_per_call())
+        trials, session, metadata = self.victim.run_audit_trials(
+            request.audit_id, count, self._cancelled(context))
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        return pb.AuditTrialsResponse(
+            trials=[pb.AuditTrial(index=index, update=[encode_tensor(u, n) for n, u in
+                                                       zip(names, update, strict=True)])
+                    for index, update in trials],
+            trials_left=session.left, update_kind=session.protocol.update_kind(),
+            metadata=metadata)
+
+    @answer_errors
+    def SubmitAuditScores(self, request: pb.AuditScoresRequest, context: Any) -> pb.AuditReport:
+        """Evaluation, as Score: the evaluator's token when the victim has one; once per audit."""
+        if self.score_token:
+            self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
+        if not request.audit_id:
+            raise InvalidArgument("audit_id is empty: pass the audit_id BeginAudit returned")
+        return _report_pb(self.victim.submit_audit_scores(request.audit_id,
+                                                          list(request.scores)))
 
     @answer_errors
     def SecAggStep(self, request: pb.SecAggStepRequest, context: Any) -> Any:
@@ -317,6 +397,33 @@ def _game_spec(victim: Victim) -> pb.InformedGameSpec | None:
                                known_records=game.settings.known,
                                prior_split=game.prior_split, threat_model=THREAT_MODEL,
                                adjacency=ADJACENCY)
+
+
+def _claim_pb(claim: TrialClaim) -> pb.AuditClaim:
+    return pb.AuditClaim(epsilon=claim.epsilon, delta=claim.delta, mechanism=claim.mechanism,
+                         accountant=claim.accountant, mu=claim.mu or 0.0)
+
+
+def _report_pb(outcome: AuditOutcome) -> pb.AuditReport:
+    nan = float("nan")
+    return pb.AuditReport(
+        audit_id=outcome.audit_id,
+        bounds=[pb.AuditBound(
+            estimator=b.estimator, epsilon=b.epsilon, is_estimate=b.is_estimate,
+            confidence=b.confidence or 0.0, trials_in=b.trials_in, trials_out=b.trials_out,
+            delta=b.delta, canary=b.canary, threat_model=b.threat_model,
+            threshold_rule=b.threshold_rule,
+            threshold=b.threshold if b.threshold is not None else nan,
+            lower_threshold=b.lower_threshold if b.lower_threshold is not None else nan,
+            fpr_upper=b.fpr_upper if b.fpr_upper is not None else nan,
+            fnr_upper=b.fnr_upper if b.fnr_upper is not None else nan,
+            mu=b.mu if b.mu is not None else nan, reference=b.reference)
+            for b in outcome.bounds],
+        claim=_claim_pb(outcome.claim), violation=outcome.violation, verdict=outcome.verdict,
+        histogram=pb.AuditScoreHistogram(edges=outcome.histogram.edges,
+                                         canary_in=outcome.histogram.canary_in,
+                                         canary_out=outcome.histogram.canary_out),
+        trials=outcome.trials, canary=outcome.canary, threat_model=outcome.threat_model)
 
 
 def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:

@@ -75,6 +75,8 @@ class VictimSettings:
     #: the informed-adversary game: N public candidates per trial (0: no game), m known records
     informed_candidates: int = 0
     informed_known: int = 0
+    #: whether the victim plays the audit game (``--allow-audit``; docs/audit.md)
+    audit: bool = False
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -159,6 +161,7 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         limits=s.limits,
         split=s.split,
         buffers_returned=s.buffers,
+        audit_enabled=s.audit,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator, informed_game(s))
