@@ -43,6 +43,9 @@ TABLES: dict[str, tuple[str, str, str]] = {
     "resources": ("[sweep.resources]", f"{MINIMAL}[sweep.resources]\n{PROBE} = 1\n",
                   "What one point needs of a Ray node (`fedleak sweep --ray`); not part of "
                   "a point's id."),
+    "audit": ("[sweep.audit]", f"{MINIMAL}[sweep.audit]\n{PROBE} = 1\n",
+              "Every point also plays the audit game against its own victim and stores an "
+              "ε lower bound beside the accountant's ε ({doc}`/audit`). Optional."),
     "defense": ("[[sweep.defense]]", f"[sweep]\n[[sweep.defense]]\n{PROBE} = 1\n",
                 "One table per defense setting (the defense axis): a reference point "
                 "(`reference`), a registered defense with one swept parameter (`name`, "
@@ -82,6 +85,7 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "attack": ("array of tables", "the [[sweep.attack]] tables below"),
         "protocol": ("array of tables", "the [[sweep.protocol]] tables below"),
         "utility": ("table", "the [sweep.utility] table below"),
+        "audit": ("table", "the [sweep.audit] table below (optional)"),
         "resources": ("table", "the [sweep.resources] table below"),
         "defense": ("array of tables", "the [[sweep.defense]] tables below"),
     },
@@ -108,6 +112,22 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "lr": ("float > 0", "FedSGD server rate η (FedAvg applies Δ as it is)"),
         "schedule": ("string", "cosine or constant (FedSGD rate over the rounds)"),
         "evaluations": ("integer ≥ 1", "test-accuracy checkpoints along the way (the curve)"),
+    },
+    "audit": {
+        "trials": ("integer ≥ 2", "audit trials per point, about half with the canary (default "
+                                  "2000)"),
+        "canary": ("string", "gradient, input or client (client: every defense table needs "
+                             "users ≥ 2 and secagg)"),
+        "direction": ("string", "the gradient canary's direction: dirac (a quiet coordinate) or "
+                                "random (a seeded unit direction)"),
+        "seed": ("integer", "the public canary's seed (never the coins')"),
+        "norm": ("float > 0", "the canary's L2 norm"),
+        "delta": ("float", "δ of the ε lower bounds"),
+        "confidence": ("float in (0, 1)", "confidence of every bound"),
+        "calibration": ("float in (0, 1)", "the held-out fraction of trials that picks the "
+                                           "threshold (threshold = split)"),
+        "threshold": ("string or float", "split (held-out calibration, default), half-shift "
+                                         "(fixed from public settings) or a declared number"),
     },
     "resources": {
         "num_cpus": ("number ≥ 0", "CPUs a point takes (also its torch threads)"),
@@ -183,6 +203,7 @@ def defaults() -> dict[str, dict[str, str]]:
         "resources": {f.name: show(getattr(resources, f.name))
                       for f in dataclasses.fields(resources)},
         "defense": {"reference": "false", "users": "1"},
+        "audit": {"trials": "2000", "threshold": "split"},
     }
 
 

@@ -53,7 +53,7 @@ def random_direction(shapes: Sequence[Sequence[int]], seed: int) -> list[torch.T
 
 
 def quiet_coordinate(gradient: Sequence[torch.Tensor]) -> int:
-    """The flat index of the smallest |g_j| (ties: the first): where a Dirac canary stands out
+    """The flat index of the smallest ``|g_j|`` (ties: the first): where a Dirac canary stands out
     most from what data moves. ``gradient`` should come from public, synthetic data."""
     flat = torch.cat([g.detach().flatten().abs() for g in gradient])
     return int(torch.argmin(flat))

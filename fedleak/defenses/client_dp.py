@@ -3,7 +3,7 @@ Private Recurrent Language Models", Algorithm 1, DP-FedAvg): the user's whole up
 unit of privacy.
 
 Each round the user clips its finished update Δ (all parameters together) to L2 norm S and
-adds Gaussian noise:
+adds Gaussian noise::
 
     Δ̄ = Δ · min(1, S / ‖Δ‖₂)
     local:        Δ̃   = Δ̄   + N(0, σ² S² I)          the user adds all the noise itself

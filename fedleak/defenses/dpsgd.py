@@ -1,7 +1,7 @@
 """DP-SGD (Abadi et al. 2016) through Opacus, applied to every local step of the user.
 
 For one step over a batch B (fixed, or Poisson-sampled with rate q), with per-example
-gradients g_i (given by the harness) and clipping norm C:
+gradients g_i (given by the harness) and clipping norm C::
 
     flat:       ḡ_i = g_i · min(1, C / ‖g_i‖₂)                    (norm over all layers)
     per-layer:  ḡ_i,l = g_i,l · min(1, C_l / ‖g_i,l‖₂),  C_l = C / √L
