@@ -50,6 +50,7 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     from fedleak.harness.wire.serving import (
         StopSignals,
         die_with_parent_if_asked,
+        host_port,
         serve_until_signal,
     )
 
@@ -70,9 +71,13 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
                                              max_update_bytes=max_update_mb << 20,
                                              receive_timeout=receive_timeout)
     except (OSError, RuntimeError, ValueError) as err:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from None
+        raise click.ClickException(f"cannot listen on {host_port(host, port)}: {err}") \
+            from None
+    for warning in server.warnings:
+        click.echo(warning, err=True)
     shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())
-    click.echo(f"fedleak defense service listening on {host}:{bound} ({served.name}: {shown})")
+    click.echo(f"fedleak defense service listening on {host_port(host, bound)} ({served.name}: "
+               f"{shown})")
     sys.stdout.flush()
     serve_until_signal(server, signals=signals)
     click.echo("fedleak defense service stopped", err=True)

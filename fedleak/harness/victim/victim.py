@@ -196,11 +196,7 @@ class Victim:
             update, metadata = self._defended_update(params, bufs, images, labels, protocol,
                                                      len(indices), cancelled)
         metadata["compute_seconds"] = f"{time.perf_counter() - started:.6f}"
-        if not all(torch.isfinite(u).all() for u in update):
-            raise FailedPrecondition(
-                "the local update is not finite at these parameters (training diverged); "
-                "send smaller parameters or a smaller learning rate"
-            )
+        _check_finite(update)
         return UpdateResult(
             round_id=round_id,
             update=[u.cpu() for u in update],
@@ -359,6 +355,7 @@ class Victim:
                 with self._compute_lock:
                     update, metadata = self._defended_update(params, bufs, images, labels,
                                                              protocol, len(indices), cancelled)
+                _check_finite(update)  # before any user keeps it: the round is never opened
                 updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
         config = secagg.session_config(self.config.num_users, len(updates[0]), session_number)
         round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
@@ -385,3 +382,11 @@ class Victim:
         return __version__
 
 
+def _check_finite(update: list[torch.Tensor]) -> None:
+    """FAILED_PRECONDITION when a user's update is not finite (training diverged at the
+    server's parameters): refused up front, in every path that trains."""
+    if not all(torch.isfinite(u).all() for u in update):
+        raise FailedPrecondition(
+            "the local update is not finite at these parameters (training diverged); "
+            "send smaller parameters or a smaller learning rate"
+        )
