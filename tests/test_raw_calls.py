@@ -134,7 +134,8 @@ def test_stalled_calls_do_not_freeze_the_victim() -> None:
 
 
 def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
-    service = VictimProcess(["--defense", "clip:max-norm=1"],
+    service = VictimProcess(["--defense", "clip:max-norm=1", "--max-calls-per-peer",
+                             str(STALLS + 8)],
                             command=[sys.executable, "-m", "fedleak", "defense", "serve"])
     with service, grpc.insecure_channel(service.address) as stalls, \
             grpc.insecure_channel(service.address) as probes:

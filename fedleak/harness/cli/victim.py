@@ -170,7 +170,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
     from fedleak.harness.victim.server import start_server
     from fedleak.harness.victim.settings import SetupError, create_victim
-    from fedleak.harness.wire.serving import host_port, is_loopback, serve_until_signal
+    from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
         settings = (_settings_file(ctx, kw["settings_file"]) if kw["settings_file"]
@@ -181,8 +181,8 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     if settings.reveal and not token:
         token = secrets.token_hex(16)
         click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
-    if not score_token and not kw["open_score"] and not is_loopback(kw["host"]):
-        score_token = secrets.token_hex(16)
+    score_token, made_up = required_score_token(kw["host"], score_token, kw["open_score"])
+    if made_up:
         click.echo(f"score token (give it to the evaluator as --score-token or "
                    f"${SCORE_TOKEN_ENV}; --open-score to go without): {score_token}", err=True)
     try:
@@ -215,6 +215,18 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # a computation that ignored the stop must not keep the process alive
+
+
+def required_score_token(host: str, given: str | None, open_score: bool) \
+        -> tuple[str | None, bool]:
+    """The score token Score will require, and whether it was made up here. Round ids are
+    bearer tokens: on a host other machines can reach, Score needs the evaluator's token unless
+    ``--open-score`` says otherwise, and one is made up when none was given."""
+    from fedleak.harness.wire.serving import is_loopback
+
+    if given or open_score or is_loopback(host):
+        return given, False
+    return secrets.token_hex(16), True
 
 
 def serving_limits(kw: dict[str, Any], v: Any) -> Any:

@@ -30,7 +30,12 @@ from fedleak.harness.remote_defense.wire import (
     assemble_update,
     update_chunks,
 )
-from fedleak.harness.wire.admission import Refused, ServingLimits
+from fedleak.harness.wire.admission import (
+    DEFAULT_MAX_CALLS_PER_PEER,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    Refused,
+    ServingLimits,
+)
 from fedleak.harness.wire.handlers import add_service, check_message
 from fedleak.harness.wire.quoting import quoted
 from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
@@ -232,6 +237,8 @@ def start_defense_server(
     tls_cert: bytes | None = None, tls_key: bytes | None = None,
     max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+    max_calls_per_peer: int = DEFAULT_MAX_CALLS_PER_PEER,
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER,
 ) -> tuple[Server, int]:
     """Serve ``defense``; returns the server and the bound port (``port=0``: a free one).
 
@@ -242,7 +249,9 @@ def start_defense_server(
                                receive_timeout=receive_timeout)
     credentials = server_credentials(tls_cert, tls_key)
     limits = ServingLimits(max_message_bytes=MAX_CHUNK_MESSAGE_BYTES,
-                           receive_timeout=receive_timeout)
+                           receive_timeout=receive_timeout,
+                           max_calls_per_peer=max_calls_per_peer,
+                           max_connections_per_peer=max_connections_per_peer)
     return start_grpc_server(
         lambda server, pool, admission: add_service(server, servicer, SERVICE, pool, admission),
         SERVICE_NAME, host, port, workers=workers, credentials=credentials, limits=limits)
