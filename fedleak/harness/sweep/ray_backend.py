@@ -81,13 +81,15 @@ def starts_local_cluster(options: RayOptions) -> bool:
 
 
 def init_options(options: RayOptions) -> dict[str, Any]:
-    """The keyword arguments of ``ray.init``: a cluster of this machine alone (no address) has
-    its node on the loopback address, so its listeners — GCS, raylet, the workers' and object
-    manager's servers, the dashboard — bind there and no other machine can reach them."""
+    """The keyword arguments of ``ray.init``: a cluster of this machine alone (no address) is
+    a new one (``address="local"``: ``ray.init`` would otherwise join a cluster that
+    ``ray start`` left running here) with its node on the loopback address, so its listeners
+    — GCS, raylet, the workers' and object manager's servers — bind there and no other machine
+    can reach them."""
     kwargs: dict[str, Any] = dict(address=options.address or None, include_dashboard=False,
                                   log_to_driver=False, configure_logging=False)
-    if starts_local_cluster(options):
-        kwargs.update(_node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
+    if starts_local_cluster(options):  # "local": a new cluster, never one `ray start` left
+        kwargs.update(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
     return kwargs
 
 

@@ -98,7 +98,8 @@ def connection_quota(soft: int) -> int:
 
 # -- the process's TCP connections, from /proc ----------------------------------------------
 
-def _address(hex_address: str) -> tuple[str, int]:
+def tcp_address(hex_address: str) -> tuple[str, int]:
+    """(host, port) of an address as ``/proc/net/tcp`` and ``tcp6`` write it."""
     host, port = hex_address.split(":")
     raw = bytes.fromhex(host)
     if len(raw) == 4:
@@ -154,10 +155,10 @@ def accepted_connections(ports: Iterable[int]) -> list[Connection]:
             inode = int(fields[9])
             if inode not in fds:
                 continue
-            _, local_port = _address(fields[1])
+            _, local_port = tcp_address(fields[1])
             if local_port not in wanted:
                 continue
-            host, port = _address(fields[2])
+            host, port = tcp_address(fields[2])
             found.append(Connection(host, port, inode, fds[inode]))
     return found
 
