@@ -178,6 +178,10 @@ def test_excess_connections_are_the_oldest_idle_ones_of_a_host() -> None:
     closing = excess_connections(held + other, cap=2, busy={("10.0.0.5", 1)})
     assert [c.port for c in closing] == [2, 3, 4]  # port 1 carries a call; 5 is the newest
     assert excess_connections(held + other, cap=5, busy=set()) == []
+    # in order of the sweep that first saw them; one first seen in this sweep is kept
+    seen = {10: 3, 11: 1, 12: 2, 13: 3, 14: 1}
+    closing = excess_connections(held, cap=1, busy=set(), first_seen=seen, sweep=3)
+    assert [c.port for c in closing] == [2, 5, 3]
 
 
 def test_a_low_open_file_limit_is_named() -> None:

@@ -31,7 +31,7 @@ import socket
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,18 +182,25 @@ def close_connection(connection: Connection) -> bool:
 
 
 def excess_connections(connections: list[Connection], cap: int,
-                       busy: set[tuple[str, int]]) -> list[Connection]:
+                       busy: set[tuple[str, int]], first_seen: Mapping[int, int] | None = None,
+                       sweep: int = 0) -> list[Connection]:
     """The connections to close so that no host holds more than ``cap``: per host, the oldest
-    ones without a call in flight (``busy``: (host, port) of connections with calls)."""
+    ones without a call in flight (``busy``: (host, port) of connections with calls). With
+    ``first_seen`` (inode → the sweep that first saw it), a connection first seen in this
+    ``sweep`` is too new to judge (a new client about to make its call) and is kept, and the
+    others go in the order they were first seen; otherwise in inode order."""
     by_host: defaultdict[str, list[Connection]] = defaultdict(list)
     for connection in connections:
         by_host[connection.host].append(connection)
+    seen = first_seen or {}
     closing = []
     for held in by_host.values():
         over = len(held) - cap
         if over <= 0:
             continue
-        idle = sorted((c for c in held if (c.host, c.port) not in busy), key=lambda c: c.inode)
+        idle = sorted((c for c in held if (c.host, c.port) not in busy
+                       and seen.get(c.inode, sweep - 1) < sweep),
+                      key=lambda c: (seen.get(c.inode, 0), c.inode))
         closing.extend(idle[:over])
     return closing
 
@@ -208,12 +215,21 @@ class PeerConnectionGuard:
         self.cap = cap
         self.busy = busy
         self.closed = 0
+        self._sweeps = 0
+        self._first_seen: dict[int, int] = {}  # inode → the sweep that first saw it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sweep(self) -> list[Connection]:
-        """Close what is over the cap now; the connections closed."""
-        closing = excess_connections(accepted_connections(self.ports), self.cap, self.busy())
+        """Close what is over the cap now; the connections closed. A connection first seen in
+        this sweep is kept until the next (it may be a new client about to make its call);
+        older ones go in the order they were first seen."""
+        self._sweeps += 1
+        current = accepted_connections(self.ports)
+        self._first_seen = {c.inode: self._first_seen.get(c.inode, self._sweeps)
+                            for c in current}
+        closing = excess_connections(current, self.cap, self.busy(), self._first_seen,
+                                     self._sweeps)
         closed = [c for c in closing if close_connection(c)]
         self.closed += len(closed)
         return closed
