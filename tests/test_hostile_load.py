@@ -392,3 +392,28 @@ def _open_files(pid: int) -> tuple[int, int]:
     soft, hard = line.split()[3:5]
     return int(soft), int(hard)
 
+
+
+def test_the_image_budget_holds_exactly_under_a_race() -> None:
+    """Round ids are bearer tokens, but whoever holds them, 32 threads spending at once on one
+    image get exactly its budget of answers."""
+    from fedleak.harness.victim.score_budget import ScoreBudget, ScoreBudgetExhausted
+
+    budget = ScoreBudget(limit=1, image_limit=8)
+    start = threading.Barrier(32)
+    answered: list[int] = []
+
+    def spend(target: int) -> None:
+        start.wait()
+        try:
+            budget.spend(("round", target), "Score", images=[0])
+            answered.append(target)
+        except ScoreBudgetExhausted:
+            pass
+
+    threads = [threading.Thread(target=spend, args=(i,)) for i in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answered) == 8 and budget.image_scores_left() == 0
