@@ -10,9 +10,9 @@ Against real victim processes on loopback, prints:
    check take meanwhile, how long SIGTERM takes to stop the victim;
 3. refused-1gb — 8 sequential Score calls of 1,000 MB with a made-up round id on a victim that
    accepts them (``--max-message-mb 1100``): its resident memory after, against idle;
-4. batches — 4 batches of 4 concurrent 250 MB Score calls (``--max-message-mb 256``): resident
-   memory per batch and at the peak against the request memory Describe publishes, and how
-   soon it is back within 200 MB of idle;
+4. batches — 4 batches of 4 concurrent 250 MB Score calls (``--max-message-mb 256
+   --request-memory-mb 2048``): resident memory per batch and at the peak against the request
+   memory Describe publishes, and how soon it is back within 200 MB of idle;
 5. fd-flood — a victim started with the soft open-file limit at 1,024 (then the hard one too):
    2,000 stalled calls and 1,000 idle HTTP/2 connections from this host, then 20 Describe +
    health probes from fresh connections, each within 1 s;
@@ -202,9 +202,11 @@ def refused_gigabytes(calls: int = 8) -> None:
 
 def batches(rounds: int = 4, size: int = 4, megabytes: int = 250) -> None:
     """Issue 31: ``rounds`` batches of ``size`` concurrent 250 MB Score calls with a made-up
-    round id (``--max-message-mb 256``): the victim's memory per batch against the request
-    memory Describe publishes, then how soon it is back within 200 MB of idle."""
-    with VictimProcess([*DIGITS, "--max-message-mb", "256"], token=TOKEN) as victim, \
+    round id (``--max-message-mb 256 --request-memory-mb 2048``: one client host may then
+    reserve room for one such request at a time): the victim's memory per batch against the
+    request memory Describe publishes, then how soon it is back within 200 MB of idle."""
+    args = [*DIGITS, "--max-message-mb", "256", "--request-memory-mb", "2048"]
+    with VictimProcess(args, token=TOKEN) as victim, \
             VictimClient(victim.address, timeout=60) as client:
         limits = client.describe().limits
         budget = limits.request_memory_bytes / 2**20

@@ -165,10 +165,38 @@ def test_request_bodies_wait_unread_while_the_budget_is_full() -> None:
     asyncio.run(scenario())
 
 
+def test_one_host_cannot_hold_the_whole_budget() -> None:
+    """A host whose body stalls holds at most half the budget: its own next body waits, another
+    host's is read at once."""
+
+    async def scenario() -> None:
+        admission = Admission(ServingLimits(max_message_bytes=1 << 20,
+                                            request_memory_bytes=8 << 20, receive_timeout=30))
+        stalled = FakeContext("ipv4:1.1.1.1:1")  # its body never comes
+        holder = asyncio.create_task(admission.request(stalled).__aenter__())
+        while admission.reserved == 0:
+            await asyncio.sleep(0)
+        same, other = FakeContext("ipv4:1.1.1.1:2", b"x"), FakeContext("ipv4:2.2.2.2:1", b"y")
+        same.arrived.set()
+        other.arrived.set()
+        waiting = asyncio.create_task(admission.request(same).__aenter__())
+        async with admission.request(other) as body:
+            assert body == [b"y"]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert same.reads == 0 and not waiting.done()
+        holder.cancel()
+        assert await waiting == [b"x"]
+
+    asyncio.run(scenario())
+
+
 def test_a_budget_below_one_request_is_refused() -> None:
     with pytest.raises(ValueError, match="--request-memory-mb"):
         ServingLimits(max_message_bytes=64 << 20, request_memory_bytes=100 << 20)
-    assert ServingLimits(max_message_bytes=64 << 20).request_memory == 2 * 4 * (64 << 20)
+    limits = ServingLimits(max_message_bytes=64 << 20)
+    assert limits.request_memory == 4 * 4 * (64 << 20)
+    assert limits.request_memory_per_peer == 2 * 4 * (64 << 20)
 
 
 def test_excess_connections_are_the_oldest_idle_ones_of_a_host() -> None:
@@ -335,7 +363,7 @@ def test_describe_publishes_the_caps_and_the_bearer_ids(capped_victim: VictimPro
         described = pb_grpc.VictimStub(channel).Describe(pb.DescribeRequest(), timeout=30)
     limits = described.limits
     assert described.max_message_bytes == MIN_MESSAGE_BYTES  # a tiny model: the floor
-    assert limits.request_memory_bytes == 2 * 4 * MIN_MESSAGE_BYTES
+    assert limits.request_memory_bytes == 4 * 4 * MIN_MESSAGE_BYTES
     assert (limits.max_calls_per_peer, limits.max_connections_per_peer,
             limits.receive_timeout_seconds) == (2, 4, 2.0)
     assert (limits.secagg_memory_bytes, limits.feature_memory_bytes,

@@ -9,14 +9,16 @@ registers unary methods as request streams), so it decides **before** gRPC hands
   (``Describe``, ``Info``) are not counted, so a client that used up its calls can still ask
   what the server is;
 - **request memory** (``request_memory_bytes``): the bytes that request bodies in flight may
-  make the process hold. Before a body is read, its call reserves what the largest message
-  would cost (``REQUEST_COPIES`` × ``max_message_bytes``: gRPC's buffer, the bytes it hands
-  over and the copy it assembles them in — measured 3.45 × a 1 GiB body at the peak — then the
-  parsed message, the tensor bytes read out of it and the decoded tensor);
-  once the body is in, the reservation shrinks to its real size, and it is returned when the
-  call ends. A call that finds the budget full waits without reading — HTTP/2 flow control
-  keeps its bytes in the client — until another call ends or ``receive_timeout`` passes
-  (``RESOURCE_EXHAUSTED``);
+  make the process hold, all clients together (default: room for four of the largest
+  requests), one client host at most half of it (so a host whose calls stall cannot keep the
+  others waiting). Before a body is read, its call reserves what the largest message would
+  cost, ``REQUEST_COPIES`` × ``max_message_bytes``: gRPC's buffer, the bytes it hands over and
+  the copy it assembles them in (measured 3.45 × a 1 GiB body at the peak), then the parsed
+  message, the tensor bytes read out of it and the decoded tensor. Once the body is in, the
+  reservation shrinks to its real size, and it is returned when the call's work has ended (a
+  call its client cancelled keeps it until its worker has stopped). A call that finds the
+  budget full waits without reading — HTTP/2 flow control keeps its bytes in the client —
+  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``);
 - **receive deadline** (``receive_timeout``): a body that has not arrived that many seconds
   after the call began is answered ``DEADLINE_EXCEEDED``, so a stalled call ends.
 
@@ -97,10 +99,16 @@ class ServingLimits:
 
     @property
     def request_memory(self) -> int:
-        """The request-memory budget: as given, or room for two of the largest requests."""
+        """The request-memory budget: as given, or room for four of the largest requests."""
         if self.request_memory_bytes is not None:
             return self.request_memory_bytes
-        return 2 * self.largest_request_cost
+        return 4 * self.largest_request_cost
+
+    @property
+    def request_memory_per_peer(self) -> int:
+        """What one client host's bodies may reserve: half the budget (at least one of the
+        largest requests), so a host whose calls stall cannot keep every other host waiting."""
+        return max(self.request_memory // 2, self.largest_request_cost)
 
 
 def _flag(name: str) -> str:
@@ -134,6 +142,7 @@ class Admission:
         self.limits = limits
         self._calls: Counter[str] = Counter()
         self._reserved = 0
+        self._reserved_by: Counter[str] = Counter()
         self._waiters: list[asyncio.Future[None]] = []
         self._connections: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
@@ -193,17 +202,18 @@ class Admission:
         take it out and let the bytes go. Raises :class:`Refused`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.receive_timeout
+        host = peer_host(context.peer())
         reservation = self.limits.largest_request_cost
-        await self._reserve(reservation, deadline)
+        await self._reserve(host, reservation, deadline)
         try:
             body = [await self._receive(context, deadline)]
             size = len(body[0])
             kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
-            self._release(reservation - kept)
+            self._release(host, reservation - kept)
             reservation = kept
             yield body
         finally:
-            self._release(reservation)
+            self._release(host, reservation)
             if reservation >= REQUEST_COPIES * TRIM_AFTER_BYTES:  # gRPC's receive buffers
                 loop.run_in_executor(None, return_freed_heap)
 
@@ -232,10 +242,13 @@ class Admission:
                           "the call ended without a request message: send exactly one")
         return raw
 
-    async def _reserve(self, size: int, deadline: float) -> None:
+    def _fits(self, host: str, size: int) -> bool:
+        return (self._reserved + size <= self.limits.request_memory
+                and self._reserved_by[host] + size <= self.limits.request_memory_per_peer)
+
+    async def _reserve(self, host: str, size: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        budget = self.limits.request_memory
-        while self._reserved + size > budget:
+        while not self._fits(host, size):
             waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
@@ -243,18 +256,24 @@ class Admission:
             except TimeoutError:
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"the server's memory for requests in flight ({budget >> 20} MiB, "
+                    f"the server's memory for requests in flight "
+                    f"({self.limits.request_memory >> 20} MiB, at most "
+                    f"{self.limits.request_memory_per_peer >> 20} MiB for one client; "
                     f"--request-memory-mb) stayed full for {self.limits.receive_timeout:g} s; "
                     "retry when fewer large requests are running") from None
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         self._reserved += size
+        self._reserved_by[host] += size
 
-    def _release(self, size: int) -> None:
+    def _release(self, host: str, size: int) -> None:
         if size <= 0:
             return
         self._reserved -= size
+        self._reserved_by[host] -= size
+        if not self._reserved_by[host]:
+            del self._reserved_by[host]
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:  # each checks again whether its reservation fits
             if not waiter.done():

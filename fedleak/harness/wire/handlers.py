@@ -167,6 +167,18 @@ def _next(responses: Iterator[Any], method: str) -> tuple[Any, Refusal | None]:
         return _DONE, _refusal_of(err, method)
 
 
+async def _finish(work: asyncio.Future[Any], threaded: ThreadContext) -> Any:
+    """``work``'s result. When the call is cancelled meanwhile (its client left, the server
+    stops), the worker is told at once (``is_active`` turns false) and the caller still waits
+    for it to stop, so the request it holds stays counted in the request memory until then."""
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        threaded.end()
+        await asyncio.wait([work])
+        raise
+
+
 # -- the handlers as gRPC sees them ----------------------------------------------------------
 
 def _unary_in_thread(function: Callable[..., Any], parse: Callable[[bytes], Any],
@@ -178,8 +190,8 @@ def _unary_in_thread(function: Callable[..., Any], parse: Callable[[bytes], Any]
         threaded = ThreadContext(context)
         try:
             async with admission.call(context), admission.request(context) as body:
-                response, refusal = await asyncio.get_running_loop().run_in_executor(
-                    pool, _run, function, parse, body, threaded)
+                response, refusal = await _finish(asyncio.get_running_loop().run_in_executor(
+                    pool, _run, function, parse, body, threaded), threaded)
         except Refused as err:
             refusal = err.code, err.details
         finally:
@@ -204,10 +216,11 @@ def _stream_in_thread(function: Callable[..., Iterator[Any]], parse: Callable[[b
         loop = asyncio.get_running_loop()
         try:
             async with admission.call(context), admission.request(context) as body:
-                responses, refusal = await loop.run_in_executor(
-                    pool, _run, function, parse, body, threaded)
+                responses, refusal = await _finish(loop.run_in_executor(
+                    pool, _run, function, parse, body, threaded), threaded)
                 while refusal is None:
-                    response, refusal = await loop.run_in_executor(pool, _next, responses, name)
+                    response, refusal = await _finish(
+                        loop.run_in_executor(pool, _next, responses, name), threaded)
                     if response is _DONE:
                         break
                     yield response
