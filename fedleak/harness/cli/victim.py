@@ -88,9 +88,10 @@ def victim() -> None:
                    "declared length before it is received. Default: twice what this victim's "
                    "model and data need, at least 64 (Describe publishes it).")
 @click.option("--request-memory-mb", default=None, type=click.IntRange(1),
-              help="Memory that request bodies in flight may hold, all clients together; a "
-                   "request waits (unread) while it is full. Default: room for two requests "
-                   "of --max-message-mb (each up to 3 copies while it is decoded).")
+              help="Memory that request bodies in flight may hold, all clients together (one "
+                   "client host at most half); a request waits (unread) while it is full. "
+                   "Default: room for four requests of --max-message-mb (each counted 4 times: "
+                   "the copies it takes to receive and decode).")
 @click.option("--max-calls-per-peer", default=DEFAULT_MAX_CALLS_PER_PEER, show_default=True,
               type=click.IntRange(1),
               help="Calls one client host may have in flight (Describe and health aside); "
