@@ -26,7 +26,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import resource
 import socket
 import sys
 import threading
@@ -56,17 +55,28 @@ class OpenFiles:
     before: int
 
 
+try:
+    import resource
+except ImportError:  # not on Windows: no limit to raise
+    resource = None  # type: ignore[assignment]
+
+#: What the limit counts as when the system has none to read.
+_UNLIMITED = 1 << 20
+
+
 def _ceiling(hard: int) -> int:
     if hard != resource.RLIM_INFINITY:
         return hard
     try:
         return int(Path("/proc/sys/fs/nr_open").read_text())
     except (OSError, ValueError):
-        return 1 << 20
+        return _UNLIMITED
 
 
 def raise_open_file_limit() -> OpenFiles:
     """Raise this process's soft open-file limit as far as the hard limit allows."""
+    if resource is None:
+        return OpenFiles(_UNLIMITED, _UNLIMITED, _UNLIMITED)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = _ceiling(hard)
     if soft != resource.RLIM_INFINITY and soft < target:
@@ -82,7 +92,8 @@ def open_file_warning(files: OpenFiles) -> str | None:
     """What to tell the operator when the limit stays low (None when it is fine)."""
     if files.soft >= LOW_OPEN_FILES:
         return None
-    hard = "unlimited" if files.hard == resource.RLIM_INFINITY else str(files.hard)
+    hard = "unlimited" if resource is None or files.hard == resource.RLIM_INFINITY \
+        else str(files.hard)
     return (f"WARNING: the open-file limit is {files.soft} (hard limit {hard}): this server "
             f"accepts at most {connection_quota(files.soft)} connections at once, and clients "
             "that hold them lock new ones out until they close. Raise the limit before "
@@ -140,8 +151,10 @@ def accepted_connections(ports: Iterable[int]) -> list[Connection]:
     """The established connections this process accepted on ``ports`` (Linux; [] elsewhere)."""
     if not sys.platform.startswith("linux"):
         return []
-    wanted = set(ports)
-    fds = _socket_fds()
+    return _connections(set(ports), _socket_fds())
+
+
+def _connections(wanted: set[int], fds: dict[int, int]) -> list[Connection]:
     found = []
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
         try:
@@ -225,7 +238,11 @@ class PeerConnectionGuard:
         this sweep is kept until the next (it may be a new client about to make its call);
         older ones go in the order they were first seen."""
         self._sweeps += 1
-        current = accepted_connections(self.ports)
+        fds = _socket_fds()
+        if len(fds) <= self.cap:  # no host can be over the cap: skip reading the tables
+            self._first_seen = {}
+            return []
+        current = _connections(self.ports, fds)
         self._first_seen = {c.inode: self._first_seen.get(c.inode, self._sweeps)
                             for c in current}
         closing = excess_connections(current, self.cap, self.busy(), self._first_seen,
