@@ -254,8 +254,9 @@ def _sockets(pid: int) -> int:
     return count
 
 
-def _fresh_probe(address: str) -> tuple[bool, float]:
-    """Describe and health from a new connection, each within 1 s: (both answered, seconds)."""
+def _fresh_probe(address: str) -> tuple[bool, float, str]:
+    """Describe and health from a new connection, each within 1 s: (both answered, seconds,
+    why not)."""
     started = time.perf_counter()
     try:
         with grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) \
@@ -263,9 +264,10 @@ def _fresh_probe(address: str) -> tuple[bool, float]:
             pb_grpc.VictimStub(channel).Describe(pb.DescribeRequest(), timeout=1)
             health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
                                                       timeout=1)
-        return True, time.perf_counter() - started
-    except grpc.RpcError:
-        return False, time.perf_counter() - started
+        return True, time.perf_counter() - started, ""
+    except grpc.RpcError as err:
+        return False, time.perf_counter() - started, \
+            f"{err.code().name}: {(err.details() or '')[:80]}"
 
 
 def fd_flood(stalled: int = 2000, idle: int = 1000, probes: int = 20) -> None:
@@ -308,9 +310,9 @@ def fd_flood(stalled: int = 2000, idle: int = 1000, probes: int = 20) -> None:
             finally:
                 for sock in held:
                     sock.close()
-            answered = sum(ok for ok, _ in results)
-            missed = [i + 1 for i, (ok, _) in enumerate(results) if not ok]
-            slowest = max(seconds for _, seconds in results)
+            answered = sum(ok for ok, _, _ in results)
+            missed = [f"{i + 1} ({why})" for i, (ok, _, why) in enumerate(results) if not ok]
+            slowest = max(seconds for _, seconds, _ in results)
             rss = _rss(victim.pid)
         verdict = target(f"fd-flood {label}: 20 of 20 within 1 s", answered == probes) \
             if label == "soft 1,024" else "reported"
@@ -318,7 +320,7 @@ def fd_flood(stalled: int = 2000, idle: int = 1000, probes: int = 20) -> None:
               f"{stalled} stalled "
               f"calls and {idle} idle connections ({failed} not accepted); {answered} of "
               f"{probes} Describe + health probes from fresh connections answered within 1 s"
-              f"{f' (missed: probe {missed})' if missed else ''}, slowest "
+              f"{' (missed: probe ' + '; '.join(missed) + ')' if missed else ''}, slowest "
               f"{slowest * 1000:.0f} ms; the victim held {sockets} sockets after, RSS "
               f"{rss:.0f} MB")
 
