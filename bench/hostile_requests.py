@@ -8,19 +8,30 @@ Against real victim processes on loopback, prints:
 2. freezing — four concurrent ComputeUpdate calls asking for 10⁶ local epochs (caps raised so
    they would run for hours): how many the victim refuses, how long Describe and the health
    check take meanwhile, how long SIGTERM takes to stop the victim;
-3. memory — the victim's resident and peak memory before and after four 250 MB Score calls
-   with a made-up round id (refused before the tensor is decoded);
-4. across-rounds — the issue-21 oracle: one Score per fresh round on one private photo, with
+3. refused-1gb — 8 sequential Score calls of 1,000 MB with a made-up round id on a victim that
+   accepts them (``--max-message-mb 1100``): its resident memory after, against idle;
+4. batches — 4 batches of 4 concurrent 250 MB Score calls (``--max-message-mb 256
+   --request-memory-mb 2048``): resident memory per batch and at the peak against the request
+   memory Describe publishes, and how soon it is back within 200 MB of idle;
+5. fd-flood — a victim started with the soft open-file limit at 1,024 (then the hard one too):
+   2,000 stalled calls and 1,000 idle HTTP/2 connections from this host, then 20 Describe +
+   health probes from fresh connections, each within 1 s;
+6. parse-delay — two concurrent 1,000 MB Score calls while a monitor in another process asks
+   Describe every 20 ms: the slowest, with the victim's default message limit and with
+   ``--max-message-mb 1100``;
+7. across-rounds — the issue-21 oracle: one Score per fresh round on one private photo, with
    the victim's defaults (scores answered before the per-image budget refuses);
-5. stalls — 64 calls that never send their request, on a victim and on a defense service: the
-   slowest Describe / Info and health answers meanwhile;
-6. defend-stream — a 2 GiB Defend stream against ``--max-update-mb 512``, then one stalled at
+8. stalls — 64 calls that never send their request, on a victim and on a defense service (caps
+   per client raised to hold them all): the slowest Describe / Info and health answers;
+9. defend-stream — a 2 GiB Defend stream against ``--max-update-mb 512``, then one stalled at
    256 MiB and cancelled: the service's resident memory;
-7. secagg-flood — 30 BeginSecAgg never finished (convnet:width=64, 4 users, 93 MB a round)
+10. secagg-flood — 30 BeginSecAgg never finished (convnet:width=64, 4 users, 93 MB a round)
    against ``--secagg-memory-mb 512``: the victim's resident memory.
 
+Parts 3–6 need up to ~10 GB of memory at once (run them one at a time on a shared machine).
+
     .venv/bin/python bench/hostile_requests.py                     # every part
-    .venv/bin/python bench/hostile_requests.py stalls defend-stream  # some
+    .venv/bin/python bench/hostile_requests.py fd-flood parse-delay  # some
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -37,12 +49,13 @@ import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from fedleak.harness.attacker.client import VictimClient, VictimError  # noqa: E402
 from fedleak.harness.shared.metrics import psnr_per_image  # noqa: E402
 from fedleak.harness.shared.protocol import Protocol  # noqa: E402
-from fedleak.harness.victim.process import VictimProcess  # noqa: E402
+from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess  # noqa: E402
 from fedleak.harness.wire.codec import encode_tensor  # noqa: E402
 from fedleak.harness.wire.protocol import protocol_to_pb  # noqa: E402
 from fedleak.v1 import defense_pb2 as dpb  # noqa: E402
@@ -55,6 +68,15 @@ from tests.test_hostile_client import (  # noqa: E402
 )
 
 TOKEN = "bench-token"
+#: Issue-31 targets that did not hold in this run (the script exits 1 when any did not).
+MISSED: list[str] = []
+
+
+def target(name: str, holds: bool) -> str:
+    """Record whether a target holds; the word to print beside its figure."""
+    if not holds:
+        MISSED.append(name)
+    return "target met" if holds else "TARGET MISSED"
 DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
           "mlp:width=16,depth=1", "--batch-size", "1", "--allow-reveal"]
 
@@ -133,20 +155,223 @@ def _memory(pid: int) -> tuple[float, float]:
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
-def memory() -> None:
-    with VictimProcess([*DIGITS, "--max-message-mb", "512"], token=TOKEN) as victim, \
-            VictimClient(victim.address, timeout=120, max_message_bytes=512 << 20) as client:
-        before = _memory(victim.pid)
-        big = encode_tensor(torch.zeros(250 << 18), "images")  # 250 MB of float32
-        codes = []
-        for _ in range(4):
+def _rss(pid: int) -> float:
+    return _memory(pid)[0]
+
+
+def _refused_scores(address: str, megabytes: int, calls: int, concurrent: int = 1) \
+        -> list[str]:
+    """``calls`` Score calls of ``megabytes`` (10^6 bytes of float32 images) with a made-up
+    round id, ``concurrent`` at a time, each on its own connection; their status codes."""
+    request = pb.ScoreRequest(round_id="made-up", images=encode_tensor(
+        torch.zeros(megabytes * 250_000), "images")).SerializeToString()
+    codes: list[str] = []
+
+    def one() -> None:
+        with grpc.insecure_channel(address, options=[
+                ("grpc.max_send_message_length", len(request) + 1024),
+                ("grpc.use_local_subchannel_pool", 1)]) as channel:
             try:
-                client.stub.Score(pb.ScoreRequest(round_id="made-up", images=big), timeout=120)
+                channel.unary_unary("/fedleak.v1.Victim/Score", request_serializer=bytes,
+                                    response_deserializer=bytes)(request, timeout=300)
+                codes.append("OK")
             except grpc.RpcError as err:
                 codes.append(err.code().name)
-        after = _memory(victim.pid)
-    print(f"memory: 4 Score calls of 250 MB with a made-up round id -> {sorted(set(codes))}; "
-          f"victim RSS {before[0]:.0f} -> {after[0]:.0f} MB, peak {after[1]:.0f} MB")
+
+    for _ in range(0, calls, concurrent):
+        threads = [threading.Thread(target=one) for _ in range(concurrent)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return codes
+
+
+def refused_gigabytes(calls: int = 8) -> None:
+    """Issue 31: ``calls`` sequential refused 1 GB Score calls on a victim that accepts them
+    (``--max-message-mb 1100``: received, parsed, answered NOT_FOUND); its memory after."""
+    with VictimProcess([*DIGITS, "--max-message-mb", "1100"], token=TOKEN) as victim:
+        idle = _rss(victim.pid)
+        codes = _refused_scores(victim.address, 1000, calls)
+        after, peak = _memory(victim.pid)
+    verdict = target("refused-1gb: within 1.5 GB of idle", after - idle <= 1536)
+    print(f"refused 1 GB: {calls} sequential Score calls of 1,000 MB with a made-up round id -> "
+          f"{sorted(set(codes))}; victim RSS {idle:.0f} MB idle, {after:.0f} MB after "
+          f"(+{after - idle:.0f} MB; within 1.5 GB of idle: {verdict}), peak {peak:.0f} MB")
+
+
+def batches(rounds: int = 4, size: int = 4, megabytes: int = 250) -> None:
+    """Issue 31: ``rounds`` batches of ``size`` concurrent 250 MB Score calls with a made-up
+    round id (``--max-message-mb 256 --request-memory-mb 2048``: one client host may then
+    reserve room for one such request at a time): the victim's memory per batch against the
+    request memory Describe publishes, then how soon it is back within 200 MB of idle."""
+    args = [*DIGITS, "--max-message-mb", "256", "--request-memory-mb", "2048"]
+    with VictimProcess(args, token=TOKEN) as victim, \
+            VictimClient(victim.address, timeout=60) as client:
+        limits = client.describe().limits
+        budget = limits.request_memory_bytes / 2**20
+        idle = _rss(victim.pid)
+        after = []
+        for _ in range(rounds):
+            codes = _refused_scores(victim.address, megabytes, size, concurrent=size)
+            after.append(_rss(victim.pid))
+        peak = _memory(victim.pid)[1]
+        ended = time.perf_counter()
+        while _rss(victim.pid) > idle + 200 and time.perf_counter() - ended < 30:
+            time.sleep(0.05)
+        back = time.perf_counter() - ended
+        final = _rss(victim.pid)
+    shown = ", ".join(f"{a:.0f}" for a in after)
+    below = target("batches: below the published budget", peak - idle < budget)
+    soon = target("batches: within 200 MB of idle in 5 s", final <= idle + 200 and back <= 5)
+    print(f"batches: {rounds} x {size} concurrent Score calls of {megabytes} MB -> "
+          f"{sorted(set(codes))}; victim RSS {idle:.0f} MB idle, after each batch {shown} MB, "
+          f"peak {peak:.0f} MB = idle + {peak - idle:.0f} MB (below the published request "
+          f"memory {budget:.0f} MB: {below}); within 200 MB of idle {back:.2f} s after the "
+          f"last call ({final:.0f} MB; within 5 s: {soon})")
+
+
+#: Methods the flood's stalled calls name, in turn.
+STALLED_METHODS = [f"/fedleak.v1.Victim/{m}" for m in
+                   ("ComputeUpdate", "Score", "BeginSecAgg", "GetGlobalModel", "SecAggStep")]
+
+
+def _open_files(pid: int) -> tuple[int, int]:
+    line = next(row for row in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                if row.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
+
+
+def _sockets(pid: int) -> int:
+    folder = Path(f"/proc/{pid}/fd")
+    count = 0
+    for fd in folder.iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def _fresh_probe(address: str) -> tuple[bool, float, str]:
+    """Describe and health from a new connection, each within 1 s: (both answered, seconds,
+    why not)."""
+    started = time.perf_counter()
+    try:
+        with grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) \
+                as channel:
+            pb_grpc.VictimStub(channel).Describe(pb.DescribeRequest(), timeout=1)
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                      timeout=1)
+        return True, time.perf_counter() - started, ""
+    except grpc.RpcError as err:
+        return False, time.perf_counter() - started, \
+            f"{err.code().name}: {(err.details() or '')[:80]}"
+
+
+def fd_flood(stalled: int = 2000, idle: int = 1000, probes: int = 20) -> None:
+    """Issue 31: a victim started with the soft open-file limit at 1,024 (then with the hard
+    limit at 1,024 too, where it cannot raise it); ``stalled`` calls whose body never comes and
+    ``idle`` bare HTTP/2 connections, each its own connection from this host; then ``probes``
+    Describe + health calls from fresh connections, each within 1 s."""
+    import resource
+
+    from tests.raw_http2 import idle_connection, stalled_call
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = stalled + idle + 1024
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+    for label, nofile in (("soft 1,024", f"1024:{hard}"), ("soft and hard 1,024", "1024:1024")):
+        launcher = ["prlimit", f"--nofile={nofile}", *FEDLEAK_COMMAND, "victim", "serve"]
+        with VictimProcess(DIGITS, command=launcher) as victim:
+            port = int(victim.address.rsplit(":", 1)[1])
+            limit = _open_files(victim.pid)
+            held: list = []
+            failed = 0
+            try:
+                for i in range(stalled):
+                    try:
+                        held.append(stalled_call("127.0.0.1", port,
+                                                 STALLED_METHODS[i % len(STALLED_METHODS)]))
+                    except OSError:
+                        failed += 1
+                for _ in range(idle):
+                    try:
+                        held.append(idle_connection("127.0.0.1", port))
+                    except OSError:
+                        failed += 1
+                results = []
+                for _ in range(probes):
+                    results.append(_fresh_probe(victim.address))
+                    time.sleep(0.1)
+                sockets = _sockets(victim.pid)
+            finally:
+                for sock in held:
+                    sock.close()
+            answered = sum(ok for ok, _, _ in results)
+            missed = [f"{i + 1} ({why})" for i, (ok, _, why) in enumerate(results) if not ok]
+            slowest = max(seconds for _, seconds, _ in results)
+            rss = _rss(victim.pid)
+        verdict = target(f"fd-flood {label}: 20 of 20 within 1 s", answered == probes) \
+            if label == "soft 1,024" else "reported"
+        print(f"fd flood, {label} (victim's limit after start: {limit[0]}; {verdict}): "
+              f"{stalled} stalled "
+              f"calls and {idle} idle connections ({failed} not accepted); {answered} of "
+              f"{probes} Describe + health probes from fresh connections answered within 1 s"
+              f"{' (missed: probe ' + '; '.join(missed) + ')' if missed else ''}, slowest "
+              f"{slowest * 1000:.0f} ms; the victim held {sockets} sockets after, RSS "
+              f"{rss:.0f} MB")
+
+
+#: A monitor in its own process: Describe every 20 ms (1 s deadline) until stdin closes; prints
+#: the count, the slowest and how many took over 100 ms.
+_MONITOR = """
+import sys, threading, time, grpc
+from fedleak.v1 import victim_pb2 as pb, victim_pb2_grpc as pb_grpc
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+stub = pb_grpc.VictimStub(grpc.insecure_channel(sys.argv[1]))
+stub.Describe(pb.DescribeRequest(), timeout=10)
+print("ready", flush=True)
+times = []
+while not stop.is_set():
+    started = time.perf_counter()
+    try:
+        stub.Describe(pb.DescribeRequest(), timeout=1)
+    except grpc.RpcError:
+        pass
+    times.append(time.perf_counter() - started)
+    time.sleep(0.02)
+print(len(times), max(times), sum(t > 0.1 for t in times), flush=True)
+"""
+
+
+def parse_delay(megabytes: int = 1000) -> None:
+    """Issue 31: two concurrent Score calls of 1,000 MB, while a monitor in another process
+    asks Describe every 20 ms: the slowest Describe. With the victim's defaults (a message
+    limit its model needs) and with ``--max-message-mb 1100`` (the requests are received)."""
+    for label, extra in (("defaults", []), ("--max-message-mb 1100", ["--max-message-mb",
+                                                                      "1100"])):
+        with VictimProcess([*DIGITS, *extra]) as victim:
+            monitor = subprocess.Popen([sys.executable, "-c", _MONITOR, victim.address],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert monitor.stdout is not None and monitor.stdin is not None
+            monitor.stdout.readline()  # ready
+            started = time.perf_counter()
+            codes = _refused_scores(victim.address, megabytes, 2, concurrent=2)
+            wall = time.perf_counter() - started
+            time.sleep(0.5)
+            monitor.stdin.close()
+            count, slowest, over = monitor.stdout.readline().split()
+            monitor.wait(30)
+        verdict = target("parse-delay: no Describe past 100 ms", int(over) == 0) \
+            if label == "defaults" else "reported"
+        print(f"parse delay, {label} ({verdict}): 2 concurrent Score calls of {megabytes:,} MB "
+              f"-> {sorted(set(codes))} in {wall:.1f} s; {count} Describe probes from another "
+              f"process meanwhile, slowest {float(slowest) * 1000:.0f} ms, {over} over 100 ms")
 
 
 def oracle_across_rounds() -> None:
@@ -170,8 +395,9 @@ def stalls(count: int = 64, seconds: float = 5.0) -> None:
         yield from ()
 
     identity = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
-    victim = VictimProcess(DIGITS, token=TOKEN)
-    service = VictimProcess(["--defense", "clip:max-norm=1"],
+    room = ["--max-calls-per-peer", str(count + 16)]  # this one client's calls all stall
+    victim = VictimProcess([*DIGITS, *room], token=TOKEN)
+    service = VictimProcess(["--defense", "clip:max-norm=1", *room],
                             command=[sys.executable, "-m", "fedleak", "defense", "serve"])
     with victim, service:
         for name, process, method, probe in (
@@ -284,8 +510,12 @@ def defend_stream(total_gib: int = 2, cap_mb: int = 512) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     parts = {"oracle": oracle, "across-rounds": oracle_across_rounds, "freezing": freezing,
-             "memory": memory, "stalls": stalls, "secagg-flood": secagg_flood,
+             "refused-1gb": refused_gigabytes, "batches": batches, "fd-flood": fd_flood,
+             "parse-delay": parse_delay, "stalls": stalls, "secagg-flood": secagg_flood,
              "defend-stream": defend_stream}
     chosen = sys.argv[1:] or list(parts)
     for part in chosen:
         parts[part]()
+    if MISSED:
+        print(f"targets missed: {'; '.join(MISSED)}")
+        sys.exit(1)

@@ -7,6 +7,7 @@ maps [0, 1] to [−1, 1], 0/1 is the identity).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -159,3 +160,52 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[int, str, int]]:
+    """(pid, host, port) of every TCP socket in LISTEN state held by one of ``pids`` (Linux,
+    read from ``/proc``; processes that ended meanwhile are skipped)."""
+    from fedleak.harness.wire.connections import tcp_address
+
+    listening: dict[int, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as file:
+            for line in list(file)[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    listening[int(fields[9])] = tcp_address(fields[1])
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and int(target[8:-1]) in listening:
+                found.append((pid, *listening[int(target[8:-1])]))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it (Linux, from ``/proc/*/stat``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current not in found:
+            found.add(current)
+            todo.extend(children.get(current, []))
+    return found

@@ -112,7 +112,9 @@ def _probe_while_stalled(stalls: grpc.Channel, probes: grpc.Channel, methods: li
 
 
 def test_stalled_calls_do_not_freeze_the_victim() -> None:
-    with VictimProcess(VICTIM) as victim, grpc.insecure_channel(victim.address) as stalls, \
+    # room for every stalled call of this one client: they must cost no thread
+    with VictimProcess([*VICTIM, "--max-calls-per-peer", str(STALLS + 8)]) as victim, \
+            grpc.insecure_channel(victim.address) as stalls, \
             grpc.insecure_channel(victim.address) as probes:
         methods = [f"/fedleak.v1.Victim/{m}" for m in
                    ("ComputeUpdate", "Describe", "Score", "BeginSecAgg", "GetGlobalModel")]
@@ -132,7 +134,8 @@ def test_stalled_calls_do_not_freeze_the_victim() -> None:
 
 
 def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
-    service = VictimProcess(["--defense", "clip:max-norm=1"],
+    service = VictimProcess(["--defense", "clip:max-norm=1", "--max-calls-per-peer",
+                             str(STALLS + 8)],
                             command=[sys.executable, "-m", "fedleak", "defense", "serve"])
     with service, grpc.insecure_channel(service.address) as stalls, \
             grpc.insecure_channel(service.address) as probes:

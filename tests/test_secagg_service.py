@@ -19,6 +19,8 @@ from fedleak.harness.shared.local_update import local_update
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.victim.settings import VictimSettings, create_victim
+from fedleak.harness.wire.errors import FailedPrecondition
 
 pytestmark = pytest.mark.integration
 TOKEN = "secagg-token"
@@ -85,3 +87,20 @@ def test_users_without_secagg_are_refused() -> None:
     done = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", "--port", "0",
                            "--users", "3"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "secagg" in done.stderr
+
+
+def test_parameters_that_make_training_diverge_are_refused_up_front(
+        one_torch_thread: None) -> None:
+    """θ of 1e38 overflows local training: BeginSecAgg refuses it with FAILED_PRECONDITION
+    ("training diverged"), as ComputeUpdate does, and opens no round — it used to answer OK
+    and fail later as a user's unreadable message."""
+    victim = create_victim(VictimSettings(dataset="digits", split="all", images="0-11",
+                                          model=MODEL, batch_size=2, users=3,
+                                          defenses=("secagg:threshold=2",)))
+    params, buffers = victim.global_model()
+    huge = {name: torch.full_like(value, 1e38) for name, value in params.items()}
+    with pytest.raises(FailedPrecondition, match="training diverged"):
+        victim.begin_secagg(huge, buffers)
+    assert victim.rounds.secagg_bytes_kept() == 0
+    round_, _ = victim.begin_secagg(params, buffers)  # sound parameters still open a round
+    assert round_.secagg is not None

@@ -175,6 +175,54 @@ def test_spec_refuses_what_cannot_run() -> None:
         parse_spec("[sweep")
 
 
+def test_a_grid_too_large_is_refused_before_a_point_is_built() -> None:
+    """A million points used to be accepted silently (--list: 110 s, 937 MB)."""
+    values = ", ".join(str(i / 10) for i in range(1, 1001))
+    huge = SPEC.replace("values = [0.1, 1.0]", f"values = [{values}]").replace(
+        'models = ["mlp:width=16,depth=1"]',
+        "models = [" + ", ".join(f'"mlp:width={w},depth=1"' for w in range(1, 12)) + "]")
+    with pytest.raises(SpecError) as refused:
+        parse_spec(huge)  # 1 attack x 11 models x 1,003 defense settings
+    assert "11,033 points" in str(refused.value) and "--max-points 11033" in str(refused.value)
+    assert len(parse_spec(huge, max_points=11_033).models) == 11
+
+
+def test_the_cli_names_the_flag_for_a_large_grid(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fedleak.harness.cli.sweep import sweep
+
+    spec = tmp_path / "big.toml"
+    spec.write_text(SPEC)  # 1 attack x 1 model x 5 defense settings
+    refused = CliRunner().invoke(sweep, [str(spec), "--list", "--max-points", "4"])
+    assert refused.exit_code == 2 and "--max-points 5" in refused.output
+    listed = CliRunner().invoke(sweep, [str(spec), "--list", "--out", str(tmp_path / "run")])
+    assert listed.exit_code == 0 and len(listed.output.strip().splitlines()) == 4
+
+
+def test_an_interrupted_sweep_leaves_no_point_running(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """SIGINT (KeyboardInterrupt) in the middle of a point: the store keeps what it had and
+    the point goes back to pending; a point a killed sweep left running is released too."""
+    import fedleak.harness.sweep.runner as runner
+
+    def interrupted(*_: object, **__: object) -> list:
+        raise KeyboardInterrupt
+
+    spec = parse_spec(SPEC)
+    first = spec.points()[0].point_id
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        store.add_points(spec.points())
+        store.set_status(first, "running")  # as a sweep killed with SIGKILL leaves it
+    monkeypatch.setattr(runner, "measure_pack", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_sweep(spec, tmp_path, runner.SweepOptions(show_progress=False),
+                         echo=lambda _: None)
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        statuses = {p.status for p in store.points()}
+    assert statuses == {"pending"}
+
+
 # --------------------------------------------------------------------------- store
 
 

@@ -4,6 +4,7 @@ killed and resumed. The driver alone writes the store."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import secrets
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import alive, tiny_spec
+from tests.helpers import alive, descendants, listening_sockets, tiny_spec
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra fedleak[ray]")
 
@@ -174,3 +175,42 @@ def test_a_killed_driver_resumes_without_duplicates(cluster: str, tmp_path: Path
     keys = [(p, k) for p, k, _ in measured]
     assert len(keys) == len(set(keys)) == 6  # 3 points × attack + utility, none twice
     assert not any(alive(pid) for pid in _task_pids())
+
+
+#: The Ray processes that listen: GCS, raylet and workers (their titles start "ray::").
+RAY_SERVERS = ("gcs_server", "raylet", "default_worker.py", "ray::")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_local_cluster_listens_on_loopback_only(tmp_path: Path) -> None:
+    """``fedleak sweep --ray`` alone starts a cluster of this machine: its GCS, raylet and
+    workers listen on loopback, never on every interface (issue 31)."""
+    spec = _spec(tmp_path, iterations=5)
+    env = {k: v for k, v in ENV.items() if k != "RAY_ADDRESS"}
+    sweep = subprocess.Popen(_sweep(spec, tmp_path / "local", "--ray"), env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: dict[tuple[int, str, int], str] = {}
+    try:
+        while sweep.poll() is None:
+            for pid, host, port in listening_sockets(descendants(sweep.pid)):
+                seen.setdefault((pid, host, port), _cmdline(pid))
+            time.sleep(0.3)
+        _, err = sweep.communicate(timeout=60)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    assert sweep.returncode == 0, err[-3000:]
+    servers = {key: line for key, line in seen.items() if any(n in line for n in RAY_SERVERS)}
+    assert servers, f"no Ray listener seen: {seen}"
+    exposed = {key: line[:120] for key, line in servers.items()
+               if not ipaddress.ip_address(key[1]).is_loopback}
+    assert not exposed, exposed

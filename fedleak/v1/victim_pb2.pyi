@@ -134,7 +134,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned", "informed_game", "audit_enabled", "audit_budget", "audits_left", "max_audit_trials")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned", "informed_game", "audit_enabled", "audit_budget", "audits_left", "max_audit_trials", "score_access")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +160,7 @@ class DescribeResponse(_message.Message):
     AUDIT_BUDGET_FIELD_NUMBER: _ClassVar[int]
     AUDITS_LEFT_FIELD_NUMBER: _ClassVar[int]
     MAX_AUDIT_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    SCORE_ACCESS_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -185,7 +186,8 @@ class DescribeResponse(_message.Message):
     audit_budget: int
     audits_left: int
     max_audit_trials: int
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ..., informed_game: _Optional[_Union[InformedGameSpec, _Mapping]] = ..., audit_enabled: _Optional[bool] = ..., audit_budget: _Optional[int] = ..., audits_left: _Optional[int] = ..., max_audit_trials: _Optional[int] = ...) -> None: ...
+    score_access: str
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ..., informed_game: _Optional[_Union[InformedGameSpec, _Mapping]] = ..., audit_enabled: _Optional[bool] = ..., audit_budget: _Optional[int] = ..., audits_left: _Optional[int] = ..., max_audit_trials: _Optional[int] = ..., score_access: _Optional[str] = ...) -> None: ...
 
 class InformedGameSpec(_message.Message):
     __slots__ = ("candidates", "known_records", "prior_split", "threat_model", "adjacency")
@@ -202,16 +204,32 @@ class InformedGameSpec(_message.Message):
     def __init__(self, candidates: _Optional[int] = ..., known_records: _Optional[int] = ..., prior_split: _Optional[str] = ..., threat_model: _Optional[str] = ..., adjacency: _Optional[str] = ...) -> None: ...
 
 class VictimLimits(_message.Message):
-    __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")
+    __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs", "request_memory_bytes", "max_calls_per_peer", "max_connections_per_peer", "receive_timeout_seconds", "secagg_memory_bytes", "feature_memory_bytes", "release_memory_bytes", "memory_budget_bytes")
     MAX_LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     MAX_LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     MAX_LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     MAX_RELEASE_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLS_PER_PEER_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONNECTIONS_PER_PEER_FIELD_NUMBER: _ClassVar[int]
+    RECEIVE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SECAGG_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_local_epochs: int
     max_local_steps: int
     max_learning_rate: float
     max_release_epochs: int
-    def __init__(self, max_local_epochs: _Optional[int] = ..., max_local_steps: _Optional[int] = ..., max_learning_rate: _Optional[float] = ..., max_release_epochs: _Optional[int] = ...) -> None: ...
+    request_memory_bytes: int
+    max_calls_per_peer: int
+    max_connections_per_peer: int
+    receive_timeout_seconds: float
+    secagg_memory_bytes: int
+    feature_memory_bytes: int
+    release_memory_bytes: int
+    memory_budget_bytes: int
+    def __init__(self, max_local_epochs: _Optional[int] = ..., max_local_steps: _Optional[int] = ..., max_learning_rate: _Optional[float] = ..., max_release_epochs: _Optional[int] = ..., request_memory_bytes: _Optional[int] = ..., max_calls_per_peer: _Optional[int] = ..., max_connections_per_peer: _Optional[int] = ..., receive_timeout_seconds: _Optional[float] = ..., secagg_memory_bytes: _Optional[int] = ..., feature_memory_bytes: _Optional[int] = ..., release_memory_bytes: _Optional[int] = ..., memory_budget_bytes: _Optional[int] = ...) -> None: ...
 
 class GetGlobalModelRequest(_message.Message):
     __slots__ = ()

@@ -41,8 +41,16 @@ def defense() -> None:
               type=click.FloatRange(0, min_open=True),
               help="Seconds a Defend stream may pause between chunks before it is refused "
                    "with DEADLINE_EXCEEDED and dropped.")
+@click.option("--max-calls-per-peer", default=16, show_default=True, type=click.IntRange(1),
+              help="Calls one client host may have in flight (Info and health aside); more "
+                   "are refused with RESOURCE_EXHAUSTED.")
+@click.option("--max-connections-per-peer", default=64, show_default=True,
+              type=click.IntRange(1),
+              help="Connections one client host may hold; beyond it its oldest idle ones are "
+                   "closed.")
 def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
-                  tls_key: str | None, max_update_mb: int, receive_timeout: float) -> None:
+                  tls_key: str | None, max_update_mb: int, receive_timeout: float,
+                  max_calls_per_peer: int, max_connections_per_peer: int) -> None:
     """Serve one update defense until SIGTERM or SIGINT; victims use it with
     --defense remote:address=HOST:PORT."""
     from fedleak.defenses import parse_defense_spec
@@ -50,6 +58,7 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     from fedleak.harness.wire.serving import (
         StopSignals,
         die_with_parent_if_asked,
+        host_port,
         serve_until_signal,
     )
 
@@ -68,11 +77,17 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     try:
         server, bound = start_defense_server(served, host, port, tls_cert=cert, tls_key=key,
                                              max_update_bytes=max_update_mb << 20,
-                                             receive_timeout=receive_timeout)
+                                             receive_timeout=receive_timeout,
+                                             max_calls_per_peer=max_calls_per_peer,
+                                             max_connections_per_peer=max_connections_per_peer)
     except (OSError, RuntimeError, ValueError) as err:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {err}") from None
+        raise click.ClickException(f"cannot listen on {host_port(host, port)}: {err}") \
+            from None
+    for warning in server.warnings:
+        click.echo(warning, err=True)
     shown = ", ".join(f"{k}={v}" for k, v in served.public_params().items())
-    click.echo(f"fedleak defense service listening on {host}:{bound} ({served.name}: {shown})")
+    click.echo(f"fedleak defense service listening on {host_port(host, bound)} ({served.name}: "
+               f"{shown})")
     sys.stdout.flush()
     serve_until_signal(server, signals=signals)
     click.echo("fedleak defense service stopped", err=True)

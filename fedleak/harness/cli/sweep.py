@@ -56,6 +56,9 @@ from fedleak.harness.cli.options import read_tokens, token_options
               help="Run each point as a Ray task (pip install 'fedleak[ray]'): --ray alone "
                    "starts a local Ray, --ray auto joins the running cluster, --ray HOST:PORT "
                    "that one. Resources per point: [sweep.resources] in the spec.")
+@click.option("--max-points", default=None, type=click.IntRange(1), metavar="N",
+              help="The most points the grid may have (default 10,000): a larger grid is "
+                   "refused before any point is built.")
 @click.option("--ray-retries", default=2, show_default=True, type=click.IntRange(0),
               help="With --ray: re-runs of a point whose worker process or node died, before "
                    "it is recorded as failed.")
@@ -73,7 +76,8 @@ def sweep(**kw: Any) -> None:
         if bool(kw["spec_file"]) == bool(kw["preset"]):
             raise click.UsageError("give SPEC.toml or --preset NAME (presets: "
                                    f"{', '.join(preset_names())})")
-        spec = load_preset(kw["preset"]) if kw["preset"] else load_spec(kw["spec_file"])
+        spec = (load_preset(kw["preset"], kw["max_points"]) if kw["preset"]
+                else load_spec(kw["spec_file"], kw["max_points"]))
     except SpecError as err:
         raise click.UsageError(str(err)) from None
     if kw["print_spec"]:

@@ -20,6 +20,7 @@ import click
 
 from fedleak.harness.cli.options import (
     DEFAULT_PORT,
+    SCORE_TOKEN_ENV,
     TOKEN_ENV,
     protocol_options,
     protocol_values,
@@ -36,7 +37,14 @@ DEFAULT_MAX_AUDIT_TRIALS = 20_000
 
 #: Options that say how to serve, not which victim: the only ones --settings leaves open.
 SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "score_token",
-                   "score_token_file", "max_message_mb", "tls_cert", "tls_key")
+                   "score_token_file", "max_message_mb", "tls_cert", "tls_key", "open_score",
+                   "request_memory_mb", "max_calls_per_peer", "max_connections_per_peer",
+                   "receive_timeout")
+#: Defaults of the serving caps (fedleak.harness.wire.admission; literals here so the CLI
+#: starts without importing gRPC).
+DEFAULT_MAX_CALLS_PER_PEER = 16
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 64
+DEFAULT_RECEIVE_TIMEOUT = 60.0
 
 
 @click.group()
@@ -87,8 +95,31 @@ def victim() -> None:
               help="Audits answered over the victim's life (each answer is final).")
 @click.option("--max-audit-trials", default=DEFAULT_MAX_AUDIT_TRIALS, show_default=True,
               type=click.IntRange(1), help="The most trials one audit may run.")
-@click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
-              help="Largest gRPC message accepted or sent.")
+@click.option("--max-message-mb", default=None, type=click.IntRange(1, 2047),
+              help="Largest gRPC message accepted or sent; a larger request is refused from its "
+                   "declared length before it is received. Default: twice what this victim's "
+                   "model and data need, at least 64 (Describe publishes it).")
+@click.option("--request-memory-mb", default=None, type=click.IntRange(1),
+              help="Memory that request bodies in flight may hold, all clients together (one "
+                   "client host at most half); a request waits (unread) while it is full. "
+                   "Default: room for four requests of --max-message-mb (each counted 4 times: "
+                   "the copies it takes to receive and decode).")
+@click.option("--max-calls-per-peer", default=DEFAULT_MAX_CALLS_PER_PEER, show_default=True,
+              type=click.IntRange(1),
+              help="Calls one client host may have in flight (Describe and health aside); "
+                   "more are refused with RESOURCE_EXHAUSTED.")
+@click.option("--max-connections-per-peer", default=DEFAULT_MAX_CONNECTIONS_PER_PEER,
+              show_default=True, type=click.IntRange(1),
+              help="Connections one client host may hold; beyond it its oldest idle ones are "
+                   "closed.")
+@click.option("--receive-timeout", default=DEFAULT_RECEIVE_TIMEOUT, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds a request body may take to arrive after its call began "
+                   "(then DEADLINE_EXCEEDED).")
+@click.option("--open-score", is_flag=True,
+              help="On a non-loopback --host, let any client that holds a round id call Score "
+                   "without the score token (round ids are bearer tokens). By default such a "
+                   "victim requires --score-token, and makes one up when none is given.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
               help="PEM certificate for TLS (with --tls-key); use for non-loopback hosts.")
 @click.option("--tls-key", type=click.Path(dir_okay=False, exists=True), default=None)
@@ -158,7 +189,7 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
     from fedleak.harness.victim.server import start_server
     from fedleak.harness.victim.settings import SetupError, create_victim
-    from fedleak.harness.wire.serving import serve_until_signal
+    from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
         settings = (_settings_file(ctx, kw["settings_file"]) if kw["settings_file"]
@@ -169,6 +200,10 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     if settings.reveal and not token:
         token = secrets.token_hex(16)
         click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
+    score_token, made_up = required_score_token(kw["host"], score_token, kw["open_score"])
+    if made_up:
+        click.echo(f"score token (give it to the evaluator as --score-token or "
+                   f"${SCORE_TOKEN_ENV}; --open-score to go without): {score_token}", err=True)
     try:
         v = create_victim(settings)
     except ValueError as err:  # DatasetError, ModelError, DefenseConfigError, SetupError
@@ -177,18 +212,19 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
         raise click.UsageError("TLS needs both --tls-cert and --tls-key")
     cert = Path(kw["tls_cert"]).read_bytes() if kw["tls_cert"] else None
     key = Path(kw["tls_key"]).read_bytes() if kw["tls_key"] else None
+    limits = serving_limits(kw, v)
     stopping = threading.Event()
     try:
-        server, port = start_server(v, kw["host"], kw["port"], token,
-                                    kw["max_message_mb"] << 20, cert, key,
-                                    score_token=score_token, stopping=stopping)
+        server, port = start_server(v, kw["host"], kw["port"], token, tls_cert=cert,
+                                    tls_key=key, score_token=score_token, stopping=stopping,
+                                    limits=limits)
     except (OSError, RuntimeError, ValueError) as err:
-        raise click.ClickException(f"cannot listen on {kw['host']}:{kw['port']}: {err}") \
-            from None
-    for warning in start_warnings(v):
+        raise click.ClickException(f"cannot listen on {host_port(kw['host'], kw['port'])}: "
+                                   f"{err}") from None
+    for warning in [*start_warnings(v), *server.warnings]:
         click.echo(warning, err=True)
     chain = v.config.defenses
-    click.echo(f"fedleak victim listening on {kw['host']}:{port} "
+    click.echo(f"fedleak victim listening on {host_port(kw['host'], port)} "
                f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
                f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
                f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
@@ -198,6 +234,36 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # a computation that ignored the stop must not keep the process alive
+
+
+def required_score_token(host: str, given: str | None, open_score: bool) \
+        -> tuple[str | None, bool]:
+    """The score token Score will require, and whether it was made up here. Round ids are
+    bearer tokens: on a host other machines can reach, Score needs the evaluator's token unless
+    ``--open-score`` says otherwise, and one is made up when none was given."""
+    from fedleak.harness.wire.serving import is_loopback
+
+    if given or open_score or is_loopback(host):
+        return given, False
+    return secrets.token_hex(16), True
+
+
+def serving_limits(kw: dict[str, Any], v: Any) -> Any:
+    """What clients may hold of this victim, from the options (a bad combination is a usage
+    error naming the options)."""
+    from fedleak.harness.victim.server import default_message_bytes
+    from fedleak.harness.wire.admission import ServingLimits
+
+    message = (kw["max_message_mb"] << 20 if kw["max_message_mb"]
+               else default_message_bytes(v))
+    memory = kw["request_memory_mb"] << 20 if kw["request_memory_mb"] else None
+    try:
+        return ServingLimits(max_message_bytes=message, request_memory_bytes=memory,
+                             max_calls_per_peer=kw["max_calls_per_peer"],
+                             max_connections_per_peer=kw["max_connections_per_peer"],
+                             receive_timeout=kw["receive_timeout"])
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
 
 
 def start_warnings(v: Any) -> list[str]:

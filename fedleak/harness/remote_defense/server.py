@@ -32,6 +32,12 @@ from fedleak.harness.remote_defense.wire import (
     assemble_update,
     update_chunks,
 )
+from fedleak.harness.wire.admission import (
+    DEFAULT_MAX_CALLS_PER_PEER,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    Refused,
+    ServingLimits,
+)
 from fedleak.harness.wire.handlers import add_service, check_message
 from fedleak.harness.wire.quoting import quoted
 from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
@@ -59,6 +65,8 @@ def served_defense(name: str, params: dict[str, str]) -> UpdateDefense:
 DEFAULT_MAX_UPDATE_BYTES = 1024 << 20
 #: Default seconds a ``Defend`` stream may wait between two chunks (``--receive-timeout``).
 DEFAULT_RECEIVE_TIMEOUT = 60.0
+#: The service's message limit: gRPC's default, four times a chunk (``DEFAULT_CHUNK_BYTES``).
+MAX_CHUNK_MESSAGE_BYTES = 4 << 20
 
 
 class DefenseServicer(dpb_grpc.DefenseServiceServicer):
@@ -102,7 +110,7 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
             defended, names = await asyncio.get_running_loop().run_in_executor(
                 None, self._defend, chunks)
         except DefendRefused as err:
-            await context.abort(err.code, str(err))
+            raise Refused(err.code, str(err)) from None
         for chunk in update_chunks(defended, names, chunk_bytes=self.chunk_bytes):
             yield chunk
 
@@ -129,14 +137,14 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                await context.abort(
+                raise Refused(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"no chunk for {self.receive_timeout:g} s: send the update's chunks without "
-                    "pausing (the service's --receive-timeout)")
-            await check_message(chunk, context)
+                    "pausing (the service's --receive-timeout)") from None
+            check_message(chunk)
             total += len(chunk.piece.data)
             if total > self.max_update_bytes:
-                await context.abort(
+                raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the update stream passed {self.max_update_bytes >> 20} MiB, this "
                     "service's cap on one update (--max-update-mb); send a smaller update or "
@@ -235,6 +243,8 @@ def start_defense_server(
     tls_cert: bytes | None = None, tls_key: bytes | None = None,
     max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,
+    max_calls_per_peer: int = DEFAULT_MAX_CALLS_PER_PEER,
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER,
 ) -> tuple[Server, int]:
     """Serve ``defense``; returns the server and the bound port (``port=0``: a free one).
 
@@ -244,6 +254,10 @@ def start_defense_server(
     servicer = DefenseServicer(defense, max_update_bytes=max_update_bytes,
                                receive_timeout=receive_timeout)
     credentials = server_credentials(tls_cert, tls_key)
+    limits = ServingLimits(max_message_bytes=MAX_CHUNK_MESSAGE_BYTES,
+                           receive_timeout=receive_timeout,
+                           max_calls_per_peer=max_calls_per_peer,
+                           max_connections_per_peer=max_connections_per_peer)
     return start_grpc_server(
-        lambda server, pool: add_service(server, servicer, SERVICE, pool),
-        SERVICE_NAME, host, port, workers=workers, credentials=credentials)
+        lambda server, pool, admission: add_service(server, servicer, SERVICE, pool, admission),
+        SERVICE_NAME, host, port, workers=workers, credentials=credentials, limits=limits)

@@ -71,13 +71,49 @@ class RayOptions:
     retries: int = 2
 
 
+#: For a local cluster: Ray takes the node's address from this switch (on Linux it would
+#: otherwise pick the address it reaches the internet from, and its servers listen there).
+LOCAL_CLUSTER_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+LOOPBACK = "127.0.0.1"
+
+
+def starts_local_cluster(options: RayOptions) -> bool:
+    """Whether ``ray.init`` starts a cluster of this machine (no address given, none in
+    ``RAY_ADDRESS``)."""
+    return options.address is None and not os.environ.get("RAY_ADDRESS")
+
+
+def init_options(options: RayOptions) -> dict[str, Any]:
+    """The keyword arguments of ``ray.init``: a cluster of this machine alone (no address) is
+    a new one (``address="local"``: ``ray.init`` would otherwise join a cluster that
+    ``ray start`` left running here) with its node on the loopback address, so its listeners
+    — GCS, raylet, the workers' and object manager's servers — bind there and no other machine
+    can reach them."""
+    kwargs: dict[str, Any] = dict(address=options.address or None, include_dashboard=False,
+                                  log_to_driver=False, configure_logging=False)
+    if starts_local_cluster(options):  # "local": a new cluster, never one `ray start` left
+        kwargs.update(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
+    return kwargs
+
+
+def _keep_local(ray: Any) -> None:
+    """Make Ray (already imported) and the processes it starts take the loopback address as
+    the node's: ``ray.init`` turns a ``_node_ip_address`` of 127.0.0.1 into the machine's
+    routable address unless this switch is off."""
+    os.environ.update(LOCAL_CLUSTER_ENV)
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+
+
 def connect(options: RayOptions) -> Any:
     """Connect to (or start) the cluster; the ``ray`` module."""
     ray = import_ray()
     if not ray.is_initialized():
+        if starts_local_cluster(options):
+            _keep_local(ray)
         try:
-            ray.init(address=options.address or None, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(**init_options(options))
         except ConnectionError as err:
             raise RayUnavailable(f"no Ray cluster at {options.address!r} ({err}); start one "
                                  "with `ray start --head` or give its address") from None

@@ -94,6 +94,7 @@ def run_sweep(
     points = spec.points(options.victims)
     with ResultStore(run_dir / STORE_NAME) as store:
         store.add_points(points)
+        store.release_running()  # left by a sweep that was killed
         store.set_meta("name", spec.name)
         todo = [p for p in points if _missing(store, p)]
         units = pack_units(todo, [needs_of(store, p).attack for p in todo], options.pack_points)
@@ -126,6 +127,10 @@ def run_sweep(
                     os.environ["OMP_NUM_THREADS"] = saved
         else:
             results = _run_pool(units, run_dir, options, threads, progress)
+    except KeyboardInterrupt:  # what was measured stays; nothing is left "running"
+        with ResultStore(run_dir / STORE_NAME) as store:
+            store.release_running()
+        raise
     finally:
         progress.close()
     for point_id, label, status, error in results:

@@ -143,6 +143,14 @@ class ResultStore:
         self._db.execute("UPDATE points SET status = ?, error = ?, updated_at = ? WHERE id = ?",
                          (status, error, time.time(), point_id))
 
+    def release_running(self) -> int:
+        """Points left ``running`` by a sweep that stopped before finishing them (interrupted,
+        or killed) go back to ``pending``; how many did."""
+        cursor = self._db.execute(
+            "UPDATE points SET status = 'pending', error = NULL, updated_at = ? "
+            "WHERE status = 'running'", (time.time(),))
+        return cursor.rowcount
+
     def points(self) -> list[StoredPoint]:
         rows = self._db.execute(
             "SELECT spec, position, status, error FROM points ORDER BY position, id").fetchall()

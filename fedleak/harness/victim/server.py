@@ -9,6 +9,7 @@ victim's token in the ``x-fedleak-token`` metadata entry, compared in constant t
 from __future__ import annotations
 
 import hmac
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,15 +21,12 @@ from fedleak.harness.shared.protocol import ProtocolChanges
 from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
+from fedleak.harness.victim.release import MAX_CANDIDATES
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
 from fedleak.harness.victim.victim import Victim
-from fedleak.harness.wire.channel import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    SCORE_TOKEN_METADATA_KEY,
-    TOKEN_METADATA_KEY,
-    message_options,
-)
+from fedleak.harness.wire.admission import ServingLimits
+from fedleak.harness.wire.channel import SCORE_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
 from fedleak.harness.wire.codec import (
     check_declared,
     decode_tensor,
@@ -57,13 +55,13 @@ SERVICE_NAME = SERVICE.full_name
 class VictimServicer(pb_grpc.VictimServicer):
     """``fedleak.v1.Victim`` backed by a :class:`Victim`."""
 
-    def __init__(self, victim: Victim, token: str | None, max_message_bytes: int,
+    def __init__(self, victim: Victim, token: str | None, serving: ServingLimits,
                  score_token: str | None = None,
                  stopping: threading.Event | None = None) -> None:
         self.victim = victim
         self.token = token
         self.score_token = score_token
-        self.max_message_bytes = max_message_bytes
+        self.serving = serving
         self.stopping = stopping or threading.Event()
 
     def _cancelled(self, context: grpc.ServicerContext) -> Callable[[], bool]:
@@ -99,7 +97,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             buffers=[_info(*i) for i in v.buffer_infos()],
             num_private_images=len(v.data.labels),
             reveal_enabled=v.config.reveal_enabled,
-            max_message_bytes=self.max_message_bytes,
+            max_message_bytes=self.serving.max_message_bytes,
             num_users=v.config.num_users,
             score_budget=v.config.limits.score_budget,
             image_score_budget=v.score_budget.image_limit,
@@ -114,13 +112,38 @@ class VictimServicer(pb_grpc.VictimServicer):
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
             informed_game=_game_spec(v),
-            limits=pb.VictimLimits(
-                max_local_epochs=v.config.limits.max_local_epochs,
-                max_local_steps=v.config.limits.max_local_steps,
-                max_learning_rate=v.config.limits.max_learning_rate,
-                max_release_epochs=v.config.release.max_epochs,
-            ),
+            limits=self._limits(),
+            score_access=self._score_access(),
         )
+
+    def _limits(self) -> pb.VictimLimits:
+        limits, serving = self.victim.config.limits, self.serving
+        kept = [limits.secagg_memory_mb << 20, limits.feature_memory_mb << 20,
+                limits.release_memory_mb << 20]
+        return pb.VictimLimits(
+            max_local_epochs=limits.max_local_epochs,
+            max_local_steps=limits.max_local_steps,
+            max_learning_rate=limits.max_learning_rate,
+            max_release_epochs=self.victim.config.release.max_epochs,
+            request_memory_bytes=serving.request_memory,
+            max_calls_per_peer=serving.max_calls_per_peer,
+            max_connections_per_peer=serving.max_connections_per_peer,
+            receive_timeout_seconds=serving.receive_timeout,
+            secagg_memory_bytes=kept[0],
+            feature_memory_bytes=kept[1],
+            release_memory_bytes=kept[2],
+            memory_budget_bytes=serving.request_memory + sum(kept),
+        )
+
+    def _score_access(self) -> str:
+        if self.score_token:
+            return ("Score requires the evaluator's score token (x-fedleak-score-token): a "
+                    "round or release id alone spends nothing")
+        return (f"round and release ids are bearer tokens: this victim requires no score token, "
+                f"so any client holding an id may call Score and spend its answers (each "
+                f"private image has {self.victim.score_budget.image_limit} over the victim's "
+                "life, shared by every round); keep ids secret or start the victim with "
+                "--score-token")
 
     @answer_errors
     def GetGlobalModel(self, request: Any, context: Any) -> pb.GetGlobalModelResponse:
@@ -229,7 +252,7 @@ class VictimServicer(pb_grpc.VictimServicer):
         per_trial = sum(int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype)
                         .element_size() + 64 + len(name)
                         for name, shape, dtype in self.victim.parameter_infos())
-        return max(1, min(4096, (self.max_message_bytes // 2) // max(per_trial, 1)))
+        return max(1, min(4096, (self.serving.max_message_bytes // 2) // max(per_trial, 1)))
 
     @answer_errors
     def RunAuditTrials(self, request: pb.AuditTrialsRequest, context: Any) \
@@ -470,28 +493,60 @@ def _matches(context: grpc.ServicerContext, key: str, token: str | None) -> bool
     return hmac.compare_digest(str(sent).encode(), token.encode())
 
 
+def needed_message_bytes(victim: Victim) -> int:
+    """The largest request a legitimate client sends this victim: the model's parameters and
+    buffers (ComputeUpdate, BeginSecAgg), a reconstruction of every user's batch in float64
+    (Score), and, for a model that is released, the most KKT candidates Score takes."""
+    model = sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                for _, shape, dtype in victim.parameter_infos() + victim.buffer_infos())
+    pixels = math.prod(victim.info.shape)
+    batch = victim.config.num_users * victim.config.num_images * pixels * 8
+    released = MAX_CANDIDATES * pixels * 4 if victim.releaser.output_width == 1 else 0
+    return max(model, batch, released)
+
+
+#: The least message limit a victim takes by default, and gRPC's most.
+MIN_MESSAGE_BYTES = 64 << 20
+MAX_MESSAGE_BYTES = (2 << 30) - (1 << 20)
+
+
+def default_message_bytes(victim: Victim) -> int:
+    """The victim's default message limit: twice what it needs (:func:`needed_message_bytes`)
+    and a MiB, at least :data:`MIN_MESSAGE_BYTES`: a larger request is refused by gRPC from its
+    declared length before any of it is buffered."""
+    return min(MAX_MESSAGE_BYTES, max(MIN_MESSAGE_BYTES, 2 * needed_message_bytes(victim)
+                                      + (1 << 20)))
+
+
 def start_server(
     victim: Victim,
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_message_bytes: int | None = None,
     tls_cert: bytes | None = None,
     tls_key: bytes | None = None,
     workers: int = 8,
     score_token: str | None = None,
     stopping: threading.Event | None = None,
+    limits: ServingLimits | None = None,
 ) -> tuple[Server, int]:
     """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one).
 
     ``stopping``, once set, stops every running computation at its next local step (set it
     before stopping the server). ``workers`` threads leave room for Describe and the health
     check while the victim computes (at most 1 + ``max_queued_computations`` compute at once).
+    ``limits`` caps what clients may hold (default: :class:`ServingLimits` with
+    ``max_message_bytes``, itself by default :func:`default_message_bytes`).
     """
+    if limits is None:
+        limits = ServingLimits(max_message_bytes=max_message_bytes
+                               or default_message_bytes(victim))
     credentials = server_credentials(tls_cert, tls_key)
-    servicer = VictimServicer(victim, token, max_message_bytes, score_token, stopping)
+    servicer = VictimServicer(victim, token, limits, score_token, stopping)
     return start_grpc_server(
-        lambda server, pool: add_service(server, servicer, SERVICE, pool), SERVICE_NAME,
-        host, port, options=message_options(max_message_bytes), credentials=credentials,
-        workers=workers,
+        lambda server, pool, admission: add_service(server, servicer, SERVICE, pool, admission),
+        SERVICE_NAME, host, port,
+        options=[("grpc.max_send_message_length", limits.max_message_bytes)],
+        credentials=credentials, workers=workers, limits=limits,
     )

@@ -223,11 +223,7 @@ class Victim:
             update, metadata = self._defended_update(params, bufs, images, labels, protocol,
                                                      len(indices), cancelled)
         metadata["compute_seconds"] = f"{time.perf_counter() - started:.6f}"
-        if not all(torch.isfinite(u).all() for u in update):
-            raise FailedPrecondition(
-                "the local update is not finite at these parameters (training diverged); "
-                "send smaller parameters or a smaller learning rate"
-            )
+        _check_finite(update)
         return UpdateResult(
             round_id=round_id,
             update=[u.cpu() for u in update],
@@ -452,6 +448,7 @@ class Victim:
                         account=first, canary=canary)
                 if first:
                     metadata = user_metadata
+                _check_finite(update)  # before any user keeps it: the round is never opened
                 updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
             if audit is not None and audit.canary_user >= 0:
                 with self._compute_lock:
@@ -610,3 +607,11 @@ class Victim:
         return __version__
 
 
+def _check_finite(update: list[torch.Tensor]) -> None:
+    """FAILED_PRECONDITION when a user's update is not finite (training diverged at the
+    server's parameters): refused up front, in every path that trains."""
+    if not all(torch.isfinite(u).all() for u in update):
+        raise FailedPrecondition(
+            "the local update is not finite at these parameters (training diverged); "
+            "send smaller parameters or a smaller learning rate"
+        )

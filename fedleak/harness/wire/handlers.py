@@ -1,19 +1,27 @@
-"""A service's handlers for gRPC's asyncio server: requests received on the loop, work on threads.
+"""A service's handlers for gRPC's asyncio server: bodies read by fedleak, work on threads.
 
-:func:`add_service` registers every method of a ``.proto`` service from its descriptor:
+:func:`add_service` registers every method of a ``.proto`` service from its descriptor.
+Methods whose client sends one request are registered as *request streams* (a client cannot
+tell: the wire is the same), so fedleak's code runs when a call's headers arrive, before its
+body is read, and :class:`~fedleak.harness.wire.admission.Admission` decides first — the
+client's calls in flight, the memory request bodies may hold, the deadline for the body:
 
-- a handler written as a coroutine (or async generator) runs on the event loop as it is —
-  cheap answers such as ``Describe``, or streams that must be read without holding a thread;
-- a plain handler (or generator) runs on a worker thread **after** its request has arrived,
-  with a :class:`ThreadContext`: ``abort`` raises, ``is_active`` turns false and the
-  ``add_callback`` callbacks run as soon as the call ends — answered, cancelled by the client or
-  past its deadline — so long work can stop (gRPC's own thread context for the asyncio server
-  reports neither);
-- a request that is not a valid message of the method's type (raw garbage bytes) is answered
-  ``INVALID_ARGUMENT`` naming the message type, never gRPC's ``INTERNAL`` "Exception
-  deserializing request": the deserializer returns a :class:`Garbage` marker instead of
-  raising, and the handler wrapper (or an async stream handler, through :func:`check_message`)
-  refuses it.
+- a plain handler (or generator) runs on a worker thread **after** its request has arrived;
+  the request is parsed there too, never on the event loop, with a :class:`ThreadContext`:
+  ``abort`` raises, ``is_active`` turns false and the ``add_callback`` callbacks run as soon as
+  the call ends — answered, cancelled by the client or past its deadline — so long work can
+  stop (gRPC's own thread context for the asyncio server reports neither);
+- a handler written as a coroutine (``Describe``, the defense service's ``Info``) runs on the
+  event loop; its request must be small and is not counted against the client's calls;
+- a handler that streams its requests (``Defend``) reads them itself, on the loop.
+
+Errors are answered with ``set_code``/``set_details``, never ``context.abort``: gRPC's abort
+stores the exception it raises in the call's state, whose traceback holds the handler's frame
+and so the request — a reference cycle that kept every refused request (up to gigabytes) alive
+until the garbage collector ran. Nothing that crosses the executor carries an exception either:
+a worker returns its answer or its refusal as plain values. A request that is not a valid
+message of the method's type (raw garbage bytes) is answered ``INVALID_ARGUMENT`` naming the
+message type, never gRPC's ``INTERNAL`` "Exception deserializing request".
 """
 
 from __future__ import annotations
@@ -32,7 +40,12 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from fedleak.harness.wire.admission import Admission, Refused, ServingLimits
+
 log = logging.getLogger(__name__)
+
+#: A refusal as plain values: (status code, details).
+Refusal = tuple[grpc.StatusCode, str]
 
 
 class Garbage:
@@ -52,7 +65,7 @@ class Aborted(Exception):
         self.details = details
 
 
-def _deserializer(cls: type[Message]) -> Callable[[bytes], Message | Garbage]:
+def _parser(cls: type[Message]) -> Callable[[bytes], Message | Garbage]:
     name = cls.DESCRIPTOR.full_name
 
     def parse(data: bytes) -> Message | Garbage:
@@ -64,10 +77,16 @@ def _deserializer(cls: type[Message]) -> Callable[[bytes], Message | Garbage]:
     return parse
 
 
-async def check_message(request: Any, context: grpc.aio.ServicerContext) -> None:
-    """Abort the call with ``INVALID_ARGUMENT`` when ``request`` is :class:`Garbage`."""
+def check_message(request: Any) -> None:
+    """Raise :class:`Refused` (``INVALID_ARGUMENT``) when ``request`` is :class:`Garbage`."""
     if isinstance(request, Garbage):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+
+
+def answer(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """End the call with ``code`` once its handler returns (no exception is raised or kept)."""
+    context.set_code(code)
+    context.set_details(details)
 
 
 class ThreadContext:
@@ -116,92 +135,190 @@ class ThreadContext:
                 log.exception("call-end callback failed")
 
 
-def _unary_in_thread(function: Callable[..., Any], pool: futures.Executor) -> Callable[..., Any]:
+# -- on a worker thread: parse, run, and return values (never an exception) ---------------------
+
+def _refusal_of(err: BaseException, method: str) -> Refusal:
+    if isinstance(err, Aborted):
+        return err.code, err.details
+    log.error("internal error in %s", method, exc_info=err)
+    return grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}"
+
+
+def _run(function: Callable[..., Any], parse: Callable[[bytes], Any], body: list[bytes],
+         context: ThreadContext) -> tuple[Any, Refusal | None]:
+    """Parse the body (taking it out of ``body``, so only the parsed request stays alive) and
+    run ``function``; its answer or its refusal."""
+    request = parse(body.pop())
+    if isinstance(request, Garbage):
+        return None, (grpc.StatusCode.INVALID_ARGUMENT, request.message)
+    try:
+        return function(request, context), None
+    except Exception as err:  # noqa: BLE001 - answered; the server keeps serving
+        return None, _refusal_of(err, function.__name__)
+
+
+_DONE = object()
+
+
+def _next(responses: Iterator[Any], method: str) -> tuple[Any, Refusal | None]:
+    try:
+        return next(responses, _DONE), None
+    except Exception as err:  # noqa: BLE001 - answered; the server keeps serving
+        return _DONE, _refusal_of(err, method)
+
+
+async def _finish(work: asyncio.Future[Any], threaded: ThreadContext) -> Any:
+    """``work``'s result. When the call is cancelled meanwhile (its client left, the server
+    stops), the worker is told at once (``is_active`` turns false) and the caller still waits
+    for it to stop, so the request it holds stays counted in the request memory until then."""
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        threaded.end()
+        await asyncio.wait([work])
+        raise
+
+
+# -- the handlers as gRPC sees them ----------------------------------------------------------
+
+def _unary_in_thread(function: Callable[..., Any], parse: Callable[[bytes], Any],
+                     pool: futures.Executor, admission: Admission) -> Callable[..., Any]:
     @functools.wraps(function)
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await check_message(request, context)
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        refusal: Refusal | None = None
+        response = None
         threaded = ThreadContext(context)
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                pool, function, request, threaded)
-        except Aborted as err:
-            await context.abort(err.code, err.details)
+            async with admission.call(context), admission.request(context) as body:
+                response, refusal = await _finish(asyncio.get_running_loop().run_in_executor(
+                    pool, _run, function, parse, body, threaded), threaded)
+        except Refused as err:
+            refusal = err.code, err.details
         finally:
             threaded.end()
+        if refusal is not None:
+            answer(context, *refusal)
+            return None
+        return response
 
     return handler
 
 
-def _stream_in_thread(function: Callable[..., Iterator[Any]],
-                      pool: futures.Executor) -> Callable[..., AsyncIterator[Any]]:
-    done = object()
+def _stream_in_thread(function: Callable[..., Iterator[Any]], parse: Callable[[bytes], Any],
+                      pool: futures.Executor,
+                      admission: Admission) -> Callable[..., AsyncIterator[Any]]:
+    name = function.__name__
 
     @functools.wraps(function)
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await check_message(request, context)
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        refusal: Refusal | None = None
         threaded = ThreadContext(context)
         loop = asyncio.get_running_loop()
         try:
-            responses = await loop.run_in_executor(pool, function, request, threaded)
-            while (response := await loop.run_in_executor(pool, next, responses, done)) \
-                    is not done:
-                yield response
-        except Aborted as err:
-            await context.abort(err.code, err.details)
+            async with admission.call(context), admission.request(context) as body:
+                responses, refusal = await _finish(loop.run_in_executor(
+                    pool, _run, function, parse, body, threaded), threaded)
+                while refusal is None:
+                    response, refusal = await _finish(
+                        loop.run_in_executor(pool, _next, responses, name), threaded)
+                    if response is _DONE:
+                        break
+                    yield response
+        except Refused as err:
+            refusal = err.code, err.details
         finally:
             threaded.end()
+        if refusal is not None:
+            answer(context, *refusal)
 
     return handler
 
 
-def _passthrough(function: Callable[..., Any], streaming_request: bool) -> Callable[..., Any]:
-    """An async handler as it is; a unary request is checked for garbage first."""
-    if streaming_request:
-        return function
+def _unary_on_loop(function: Callable[..., Any], parse: Callable[[bytes], Any],
+                   admission: Admission, type_name: str) -> Callable[..., Any]:
+    """A coroutine handler of a small request, answered on the loop; not counted against the
+    client's calls (it holds no worker and answers at once)."""
+
+    @functools.wraps(function)
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            async with admission.call(context, counted=False):
+                request = parse(await admission.small_request(context, type_name))
+                check_message(request)
+                return await function(request, context)
+        except Refused as err:
+            answer(context, err.code, err.details)
+            return None
+
+    return handler
+
+
+def _streaming_in(function: Callable[..., Any], admission: Admission) -> Callable[..., Any]:
+    """A coroutine handler that reads its request stream itself, counted against the client's
+    calls; :class:`Refused` raised by it is answered."""
     if inspect.isasyncgenfunction(function):
         @functools.wraps(function)
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await check_message(request, context)
-            async for response in function(request, context):
-                yield response
+        async def stream(requests: Any, context: grpc.aio.ServicerContext) \
+                -> AsyncIterator[Any]:
+            try:
+                async with admission.call(context):
+                    async for response in function(requests, context):
+                        yield response
+            except Refused as err:
+                answer(context, err.code, err.details)
 
         return stream
 
     @functools.wraps(function)
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await check_message(request, context)
-        return await function(request, context)
+    async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            async with admission.call(context):
+                return await function(requests, context)
+        except Refused as err:
+            answer(context, err.code, err.details)
+            return None
 
     return unary
 
 
 def _method_handler(method: MethodDescriptor, function: Callable[..., Any],
-                    pool: futures.Executor) -> grpc.RpcMethodHandler:
+                    pool: futures.Executor, admission: Admission) -> grpc.RpcMethodHandler:
     request = message_factory.GetMessageClass(method.input_type)
     response = message_factory.GetMessageClass(method.output_type)
+    parse = _parser(request)
     is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
     streams_in, streams_out = method.client_streaming, method.server_streaming
+    serialize = response.SerializeToString
+    if streams_in:
+        if not is_async:
+            raise TypeError(f"{method.full_name} streams its requests: write its handler as a "
+                            "coroutine, so a stalled stream holds no thread")
+        kind = grpc.stream_stream_rpc_method_handler if streams_out \
+            else grpc.stream_unary_rpc_method_handler
+        return kind(_streaming_in(function, admission), request_deserializer=parse,
+                    response_serializer=serialize)
     if is_async:
-        behaviour = _passthrough(function, streams_in)
-    elif streams_in:
-        raise TypeError(f"{method.full_name} streams its requests: write its handler as a "
-                        "coroutine, so a stalled stream holds no thread")
+        if streams_out:
+            raise TypeError(f"{method.full_name}: a coroutine handler streaming its answers "
+                            "is not supported; write it as a plain generator")
+        behaviour = _unary_on_loop(function, parse, admission, request.DESCRIPTOR.full_name)
     elif streams_out:
-        behaviour = _stream_in_thread(function, pool)
+        behaviour = _stream_in_thread(function, parse, pool, admission)
     else:
-        behaviour = _unary_in_thread(function, pool)
-    kind = {(False, False): grpc.unary_unary_rpc_method_handler,
-            (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}[(streams_in, streams_out)]
-    return kind(behaviour, request_deserializer=_deserializer(request),
-                response_serializer=response.SerializeToString)
+        behaviour = _unary_in_thread(function, parse, pool, admission)
+    # the body is read by fedleak (raw bytes: no deserializer), see the module docstring
+    kind = grpc.stream_stream_rpc_method_handler if streams_out \
+        else grpc.stream_unary_rpc_method_handler
+    return kind(behaviour, request_deserializer=None, response_serializer=serialize)
 
 
 def add_service(server: grpc.aio.Server, servicer: object, service: ServiceDescriptor,
-                pool: futures.Executor) -> None:
-    """Register every method of ``service`` with ``servicer``'s handler of the same name."""
-    handlers = {method.name: _method_handler(method, getattr(servicer, method.name), pool)
+                pool: futures.Executor, admission: Admission | None = None) -> None:
+    """Register every method of ``service`` with ``servicer``'s handler of the same name,
+    behind ``admission`` (default: :class:`ServingLimits` defaults)."""
+    admission = admission or Admission(ServingLimits())
+    handlers = {method.name: _method_handler(method, getattr(servicer, method.name), pool,
+                                             admission)
                 for method in service.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),))

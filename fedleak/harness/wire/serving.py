@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import os
 import signal
 import socket
@@ -27,6 +28,15 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from fedleak.harness.wire.admission import Admission, ServingLimits
+from fedleak.harness.wire.connections import (
+    PeerConnectionGuard,
+    connection_quota,
+    open_file_warning,
+    raise_open_file_limit,
+)
+from fedleak.harness.wire.heap import return_large_frees_to_the_system
 
 #: Set by a parent that starts a fedleak server: its pid, so the server can die with it.
 PARENT_PID_ENV = "FEDLEAK_PARENT_PID"
@@ -62,30 +72,27 @@ def die_with_parent_if_asked() -> None:
         die_with_parent(parent=int(parent))
 
 
-#: ``mallopt`` parameter: allocations at least this large are served by ``mmap``.
-_M_MMAP_THRESHOLD = -3
-#: 256 KiB: received chunks (≤ 1 MiB) and decoded tensors are mapped, and unmapped when freed.
-MMAP_THRESHOLD = 256 << 10
+def bare_host(host: str) -> str:
+    """``host`` without the brackets of an IPv6 literal (``[::1]`` → ``::1``)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
-def return_large_frees_to_the_system() -> None:
-    """Fix glibc's mmap threshold (a no-op elsewhere), so memory a server frees — a refused
-    ``Defend`` stream, forgotten secure-aggregation updates — goes back to the system.
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as gRPC and clients read it: an IPv6 literal in brackets (``[::1]:50051``;
+    ``::1:50051`` would be read as another address)."""
+    host = bare_host(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    By default glibc raises the threshold each time a mapped block is freed (up to 32 MiB), so
-    the next blocks of that size come from the heap, whose freed middle is never returned: a
-    cancelled 512 MiB stream left the service holding it. Setting the threshold explicitly
-    turns that adjustment off.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
 
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (127.0.0.0/8, ::1):
+    only this machine can reach a server bound there. A name that does not resolve is not."""
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        return
+        infos = socket.getaddrinfo(bare_host(host), None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -99,6 +106,7 @@ def check_port_free(host: str, port: int) -> None:
     """
     if port == 0:
         return
+    host = bare_host(host)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
@@ -179,17 +187,26 @@ class Server:
     their bodies holds no thread: a stalled call costs a coroutine, not a worker, and health,
     reflection and handlers written as coroutines (e.g. ``Describe``) keep answering however
     many calls stall. Handlers written as plain functions run on a pool of worker threads once
-    their request has arrived (:mod:`fedleak.harness.wire.handlers`). :meth:`stop` has the
-    signature of ``grpc.Server.stop``.
+    their request has arrived (:mod:`fedleak.harness.wire.handlers`), behind ``admission``
+    (calls per client, request memory, the receive deadline); ``guard`` keeps each client host
+    within its connections. ``warnings`` are what the operator should read (a low open-file
+    limit). :meth:`stop` has the signature of ``grpc.Server.stop``.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server,
+                 admission: Admission | None = None, guard: PeerConnectionGuard | None = None,
+                 warnings: Sequence[str] = ()) -> None:
         self._loop = loop
         self._server = server
+        self.admission = admission
+        self.guard = guard
+        self.warnings = list(warnings)
 
     def stop(self, grace: float | None) -> threading.Event:
         """Stop accepting calls, cancel those still running after ``grace`` seconds; the event
         is set once stopped."""
+        if self.guard is not None:
+            self.guard.stop()
         done = threading.Event()
         future = asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop)
         future.add_done_callback(lambda _: done.set())
@@ -201,8 +218,13 @@ class Server:
         return bool(future.result())
 
 
+#: HTTP/2 streams one connection may have open at once (the minimum RFC 9113 recommends);
+#: calls a client may hold are capped per host by :class:`Admission`.
+MAX_STREAMS_PER_CONNECTION = 100
+
+
 def start_grpc_server(
-    add_servicer: Callable[[grpc.aio.Server, futures.Executor], None],
+    add_servicer: Callable[[grpc.aio.Server, futures.Executor, Admission], None],
     service_name: str,
     host: str,
     port: int,
@@ -210,6 +232,7 @@ def start_grpc_server(
     options: Sequence[tuple[str, int]] = (),
     credentials: grpc.ServerCredentials | None = None,
     workers: int = 4,
+    limits: ServingLimits | None = None,
 ) -> tuple[Server, int]:
     """Start a server with ``add_servicer``'s service, health and reflection on ``host:port``.
 
@@ -217,22 +240,32 @@ def start_grpc_server(
     bound (a port in use on any address the host resolves to, a host that is not this
     machine's). ``SO_REUSEPORT`` is off: gRPC's default lets a second server bind a port in
     use, and clients then reach one or the other at random — a leftover victim would silently
-    answer for the new one.
+    answer for the new one. ``limits`` (:class:`ServingLimits`) cap what clients may hold:
+    gRPC refuses a message above ``max_message_bytes`` from its declared length before
+    buffering it; the open-file limit is raised and gRPC's connections capped below it
+    (:mod:`fedleak.harness.wire.connections`).
     """
+    limits = limits or ServingLimits()
     check_port_free(host, port)
     return_large_frees_to_the_system()
+    files = raise_open_file_limit()
+    admission = Admission(limits)
+    address = host_port(host, port)
 
     async def start() -> tuple[grpc.aio.Server, int]:
         pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rpc")
-        server = grpc.aio.server(pool, options=[*options, ("grpc.so_reuseport", 0)])
-        add_servicer(server, pool)  # e.g. handlers.add_service: work on the pool
+        server = grpc.aio.server(pool, options=[
+            *options, ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_allowed_incoming_connections", connection_quota(files.soft)),
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION)])
+        add_servicer(server, pool, admission)  # e.g. handlers.add_service: work on the pool
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         for name in ("", service_name):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         reflection.enable_server_reflection(
             (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        address = f"{host}:{port}"
         try:
             if credentials is not None:
                 bound = server.add_secure_port(address, credentials)
@@ -241,9 +274,11 @@ def start_grpc_server(
         except RuntimeError:
             bound = 0
         if bound == 0:
-            raise OSError(f"could not bind {address}: port {port} is in use (another fedleak "
-                          "process? stop it) or the host is not this machine's; choose another "
-                          "with --port, or --port 0 for a free one")
+            cause = (f"port {port} is in use (another fedleak process? stop it) or the host is "
+                     "not this machine's" if port else "the host is not an address of this "
+                     "machine")
+            raise OSError(f"could not bind {address}: {cause}; choose another with --port, or "
+                          "--port 0 for a free one")
         try:
             await server.start()
         except Exception as err:  # noqa: BLE001 - e.g. TLS credentials that do not load
@@ -252,7 +287,10 @@ def start_grpc_server(
 
     loop = serving_loop()
     server, bound = asyncio.run_coroutine_threadsafe(start(), loop).result()
-    return Server(loop, server), bound
+    guard = PeerConnectionGuard([bound], limits.max_connections_per_peer,
+                                admission.busy_connections).start()
+    warning = open_file_warning(files)
+    return Server(loop, server, admission, guard, [warning] if warning else []), bound
 
 
 class StopSignals:

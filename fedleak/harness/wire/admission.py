@@ -1,0 +1,280 @@
+"""What one client may hold of a server at once, checked before a request's body is read.
+
+A fedleak server reads every request body itself (:mod:`fedleak.harness.wire.handlers`
+registers unary methods as request streams), so it decides **before** gRPC hands it the bytes:
+
+- **calls per peer** (``max_calls_per_peer``): calls of one client host in flight at once,
+  counted from the moment their headers arrive — stalled calls included; one more is answered
+  ``RESOURCE_EXHAUSTED`` at once. Calls answered on the event loop without a worker
+  (``Describe``, ``Info``) are not counted, so a client that used up its calls can still ask
+  what the server is;
+- **request memory** (``request_memory_bytes``): the bytes that request bodies in flight may
+  make the process hold, all clients together (default: room for four of the largest
+  requests), one client host at most half of it (so a host whose calls stall cannot keep the
+  others waiting). Before a body is read, its call reserves what the largest message would
+  cost, ``REQUEST_COPIES`` × ``max_message_bytes``: gRPC's buffer, the bytes it hands over and
+  the copy it assembles them in (measured 3.45 × a 1 GiB body at the peak), then the parsed
+  message, the tensor bytes read out of it and the decoded tensor. Once the body is in, the
+  reservation shrinks to its real size, and it is returned when the call's work has ended (a
+  call its client cancelled keeps it until its worker has stopped). A call that finds the
+  budget full waits without reading — HTTP/2 flow control keeps its bytes in the client —
+  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``);
+- **receive deadline** (``receive_timeout``): a body that has not arrived that many seconds
+  after the call began is answered ``DEADLINE_EXCEEDED``, so a stalled call ends.
+
+``max_message_bytes`` is gRPC's own limit, enforced from the length a message declares before
+any of it is buffered: a larger request never reaches Python. ``max_connections_per_peer`` is
+enforced by :mod:`fedleak.harness.wire.connections`. All state here lives on the server's event
+loop; :meth:`Admission.busy_connections` may be read from another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import grpc
+
+from fedleak.harness.wire.channel import DEFAULT_MAX_MESSAGE_BYTES
+from fedleak.harness.wire.heap import return_freed_heap
+
+#: Copies of a request body a call may hold at its peak (see the module docstring).
+REQUEST_COPIES = 4
+DEFAULT_MAX_CALLS_PER_PEER = 16
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 64
+DEFAULT_RECEIVE_TIMEOUT = 60.0
+#: Bodies of this size or less are received without a memory reservation (a Describe
+#: request, a token check): their cost is the call's own.
+SMALL_REQUEST_BYTES = 64 << 10
+#: After a request at least this large, freed heap pages go back to the system
+#: (:func:`~fedleak.harness.wire.heap.return_freed_heap`).
+TRIM_AFTER_BYTES = 8 << 20
+
+
+class Refused(Exception):
+    """A call the server answers with ``code`` before (or instead of) running its handler."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """Caps on what clients may hold of a server (see the module docstring); ``flags`` name
+    the options that set them, for refusal messages."""
+
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    request_memory_bytes: int | None = None
+    max_calls_per_peer: int = DEFAULT_MAX_CALLS_PER_PEER
+    max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
+    receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "max_calls_per_peer", "max_connections_per_peer"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
+        if not (self.receive_timeout > 0 and math.isfinite(self.receive_timeout)):
+            raise ValueError(f"--receive-timeout must be a positive number of seconds, got "
+                             f"{self.receive_timeout}")
+        least = self.largest_request_cost
+        if self.request_memory_bytes is not None and self.request_memory_bytes < least:
+            raise ValueError(
+                f"--request-memory-mb {self.request_memory_bytes >> 20} cannot hold one "
+                f"request of the largest size accepted ({self.max_message_bytes >> 20} MiB "
+                f"costs up to {least >> 20} MiB while it is received and decoded): raise it "
+                f"to at least {-(-least >> 20)} or lower --max-message-mb")
+
+    @property
+    def largest_request_cost(self) -> int:
+        """Bytes one request of the largest accepted size may make the process hold."""
+        return REQUEST_COPIES * self.max_message_bytes
+
+    @property
+    def request_memory(self) -> int:
+        """The request-memory budget: as given, or room for four of the largest requests."""
+        if self.request_memory_bytes is not None:
+            return self.request_memory_bytes
+        return 4 * self.largest_request_cost
+
+    @property
+    def request_memory_per_peer(self) -> int:
+        """What one client host's bodies may reserve: half the budget (at least one of the
+        largest requests), so a host whose calls stall cannot keep every other host waiting."""
+        return max(self.request_memory // 2, self.largest_request_cost)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_bytes", "-mb").replace("_", "-")
+
+
+def peer_host(peer: str) -> str:
+    """The client host of a gRPC peer string: ``ipv4:10.0.0.5:5000`` → ``10.0.0.5``,
+    ``ipv6:[::1]:5000`` (or percent-encoded) → ``::1``; ``unix:...`` → ``unix``."""
+    kind, _, rest = unquote(peer).partition(":")
+    if kind == "ipv4":
+        return rest.rsplit(":", 1)[0]
+    if kind == "ipv6":
+        host = rest.rsplit(":", 1)[0] if "]" in rest else rest
+        host = host.strip("[]")
+        return host[7:] if host.startswith("::ffff:") and "." in host else host
+    return kind or peer
+
+
+def peer_address(peer: str) -> tuple[str, int] | None:
+    """(host, port) of a TCP peer string, None for another transport."""
+    host = peer_host(peer)
+    tail = unquote(peer).rsplit(":", 1)[-1]
+    return (host, int(tail)) if tail.isdigit() and peer.startswith(("ipv4", "ipv6")) else None
+
+
+class Admission:
+    """The caps of :class:`ServingLimits` for one server (state on its event loop)."""
+
+    def __init__(self, limits: ServingLimits) -> None:
+        self.limits = limits
+        self._calls: Counter[str] = Counter()
+        self._reserved = 0
+        self._reserved_by: Counter[str] = Counter()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._connections: Counter[tuple[str, int]] = Counter()
+        self._lock = threading.Lock()
+
+    # -- calls per peer -------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def call(self, context: grpc.aio.ServicerContext, *, counted: bool = True) \
+            -> AsyncIterator[None]:
+        """Hold one of the peer's call slots (``counted``) for the body of the ``with``; the
+        call's connection counts as busy meanwhile. Raises :class:`Refused` when the peer has
+        none left."""
+        peer = context.peer()
+        host, address = peer_host(peer), peer_address(peer)
+        if counted and self._calls[host] >= self.limits.max_calls_per_peer:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this client ({host}) already has {self._calls[host]} calls in "
+                          f"flight, the server's cap per client (--max-calls-per-peer "
+                          f"{self.limits.max_calls_per_peer}); wait for one to end")
+        if counted:
+            self._calls[host] += 1
+        if address is not None:
+            with self._lock:
+                self._connections[address] += 1
+        try:
+            yield
+        finally:
+            if counted:
+                self._calls[host] -= 1
+                if not self._calls[host]:
+                    del self._calls[host]
+            if address is not None:
+                with self._lock:
+                    self._connections[address] -= 1
+                    if not self._connections[address]:
+                        del self._connections[address]
+
+    def calls_of(self, host: str) -> int:
+        return self._calls[host]
+
+    def busy_connections(self) -> set[tuple[str, int]]:
+        """(host, port) of every connection with a call in flight (any thread)."""
+        with self._lock:
+            return set(self._connections)
+
+    # -- request memory and the receive deadline -----------------------------------------
+
+    @property
+    def reserved(self) -> int:
+        """Bytes reserved by request bodies in flight."""
+        return self._reserved
+
+    @asynccontextmanager
+    async def request(self, context: grpc.aio.ServicerContext) -> AsyncIterator[list[bytes]]:
+        """The call's one request body, received within the budget and the deadline, and
+        reserved until the ``with`` ends; given as a one-item list, so whoever parses it can
+        take it out and let the bytes go. Raises :class:`Refused`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.receive_timeout
+        host = peer_host(context.peer())
+        reservation = self.limits.largest_request_cost
+        await self._reserve(host, reservation, deadline)
+        try:
+            body = [await self._receive(context, deadline)]
+            size = len(body[0])
+            kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
+            self._release(host, reservation - kept)
+            reservation = kept
+            yield body
+        finally:
+            self._release(host, reservation)
+            if reservation >= REQUEST_COPIES * TRIM_AFTER_BYTES:  # gRPC's receive buffers
+                loop.run_in_executor(None, return_freed_heap)
+
+    async def small_request(self, context: grpc.aio.ServicerContext, type_name: str) -> bytes:
+        """The body of a call answered on the loop (``Describe``): within the deadline, and at
+        most :data:`SMALL_REQUEST_BYTES` (such requests carry next to nothing)."""
+        deadline = asyncio.get_running_loop().time() + self.limits.receive_timeout
+        raw = await self._receive(context, deadline)
+        if len(raw) > SMALL_REQUEST_BYTES:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"a {type_name} of {len(raw)} bytes: this request carries at most "
+                          f"{SMALL_REQUEST_BYTES} bytes (see protos/)")
+        return raw
+
+    async def _receive(self, context: grpc.aio.ServicerContext, deadline: float) -> bytes:
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            raw = await asyncio.wait_for(context.read(), max(left, 0.0))
+        except TimeoutError:
+            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          f"the request did not arrive within {self.limits.receive_timeout:g} s "
+                          "of the call's start (the server's --receive-timeout): send it "
+                          "without pausing") from None
+        if raw is grpc.aio.EOF or raw is None:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
+                          "the call ended without a request message: send exactly one")
+        return raw
+
+    def _fits(self, host: str, size: int) -> bool:
+        return (self._reserved + size <= self.limits.request_memory
+                and self._reserved_by[host] + size <= self.limits.request_memory_per_peer)
+
+    async def _reserve(self, host: str, size: int, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._fits(host, size):
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the server's memory for requests in flight "
+                    f"({self.limits.request_memory >> 20} MiB, at most "
+                    f"{self.limits.request_memory_per_peer >> 20} MiB for one client; "
+                    f"--request-memory-mb) stayed full for {self.limits.receive_timeout:g} s; "
+                    "retry when fewer large requests are running") from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self._reserved += size
+        self._reserved_by[host] += size
+
+    def _release(self, host: str, size: int) -> None:
+        if size <= 0:
+            return
+        self._reserved -= size
+        self._reserved_by[host] -= size
+        if not self._reserved_by[host]:
+            del self._reserved_by[host]
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:  # each checks again whether its reservation fits
+            if not waiter.done():
+                waiter.set_result(None)
