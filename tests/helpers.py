@@ -209,3 +209,32 @@ def descendants(pid: int) -> set[int]:
             found.add(current)
             todo.extend(children.get(current, []))
     return found
+
+
+# What makes a float figure the same on every x86-64 CPU: ATen's kernels compiled for the
+# baseline instruction set (no AVX2/AVX-512 dispatch), MKL's conditional numerical
+# reproducibility, one thread, and no oneDNN (convolutions through ATen + MKL). Pinned figures
+# are measured under these settings so a test that pins them bit for bit passes on any machine
+# (the default kernels differ in the last bits between CPUs, and an attack's iterations amplify
+# that).
+PORTABLE_NUMERICS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def portable_figures(module: str, function: str) -> object:
+    """``module.function()`` run in a child Python under :data:`PORTABLE_NUMERICS`; its JSON
+    result. The child imports torch fresh, so the settings take effect before any kernel runs."""
+    import json
+    import subprocess
+
+    code = ("import json, importlib, torch; torch.backends.mkldnn.enabled = False; "
+            "torch.set_num_threads(1); "
+            f"print(json.dumps(getattr(importlib.import_module({module!r}), {function!r})()))")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, **PORTABLE_NUMERICS,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{module}.{function} failed in the portable child:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
