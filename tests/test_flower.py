@@ -42,7 +42,7 @@ from fedleak.harness.flower.federation import (  # noqa: E402
     run_server,
 )
 from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
-from fedleak.harness.flower.procedure import procedure_from_config  # noqa: E402
+from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
 from fedleak.harness.flower.scoring import (  # noqa: E402
     SCORE_MESSAGE_TYPE,
     score_reply,
@@ -322,8 +322,8 @@ def test_replies_that_cannot_be_attacked_are_recorded_and_the_round_goes_on(
                               "metrics": MetricRecord({"num-examples": 1})}), reply_to=first)
     audit.aggregate_train(2, [own])
     (silent,) = set(grid.contexts) - {first.metadata.dst_node_id}
-    assert any(w.startswith(f"round 2, node {silent}: not attacked: no reply") for w in
-               audit.run.warnings)
+    assert any(w.startswith("round 2, node-") and
+               f"(Flower node {silent}): not attacked: no reply" in w for w in audit.run.warnings)
     (entry,) = audit.run.rounds
     assert any("its own loop" in w for w in entry.warnings)
     assert entry.unscored == "scoring on the nodes is off"
@@ -339,13 +339,23 @@ def test_the_audit_refuses_a_strategy_without_the_message_api(tmp_path: Path) ->
 def test_the_procedure_says_what_it_cannot_replay() -> None:
     exact = procedure_from_config({"fedleak-protocol": "fedavg", "local-epochs": 2,
                                    "local-batch-size": 1, "lr": 0.1, "batchnorm": "eval",
-                                   "momentum": 0.0, "shuffle": False})
+                                   "momentum": 0.0, "weight-decay": 0, "nesterov": False,
+                                   "shuffle": False})
     assert exact.replay_warnings() == [] and exact.protocol.batchnorm == "eval"
+    assert exact.inexact_reasons(4) == []
     loose = procedure_from_config({"fedleak-protocol": "fedavg", "momentum": 0.9,
                                    "shuffle": True})
+    assert loose.protocol.momentum == 0.9 and loose.protocol.shuffle  # replayed, not refused
     text = " ".join(loose.replay_warnings())
-    assert "momentum 0.9" in text and "shuffle" in text and "breaching #20" in text
-    assert "local-epochs" in text and "lr" in text
+    assert "local-epochs" in text and "lr" in text and "weight-decay" in text
+    adam = procedure_from_config({"fedleak-protocol": "fedavg", "optimizer": "Adam"})
+    assert "optimizer 'adam'" in " ".join(adam.inexact_reasons(1))
+    # what the server states fills in what the config leaves out, without warnings
+    stated = LocalProcedure.of(kind="fedavg", local_epochs=1, local_batch_size=32, lr=0.1,
+                               momentum=0.9, shuffle=True)
+    quickstart = procedure_from_config({"lr": 0.01, "server-round": 1}, stated)
+    assert quickstart.replay_warnings() == []
+    assert quickstart.protocol == stated.protocol.with_changes({"learning_rate": 0.01})
 
 
 # --------------------------------------------------------------------------- mods and train
@@ -406,9 +416,9 @@ def test_dp_sgd_in_the_train_helper_reports_epsilon_over_the_nodes_rounds() -> N
     (round1, total1), (round2, total2) = spent
     assert round1 == pytest.approx(round2) and total1 == pytest.approx(round1)
     assert total2 > total1
-    with pytest.raises(ValueError, match="momentum = 0"):
+    with pytest.raises(ValueError, match="optimizer 'adam'"):
         train(model, sent, data.images[:2], data.labels[:2], data.info,
-              {"fedleak-protocol": "fedavg", "momentum": 0.9})
+              {"fedleak-protocol": "fedavg", "optimizer": "adam"})
 
 
 def test_without_flwr_the_bridge_names_the_install_command() -> None:

@@ -44,6 +44,7 @@ and ``-o priors=NAME:k=v+NAME…`` (``none``: no priors).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -55,6 +56,7 @@ from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts, pars
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.capture import capturable, captured_function, run_iterations
+from fedleak.attacks.epochs import epoch_copies, merge_epochs
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
     CosineObjective,
@@ -194,6 +196,17 @@ def uniform_init(observation: Observation, seed: int, device: torch.device) -> t
     return (pixels - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 
+def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: int
+                      ) -> tuple[Observation, torch.Tensor]:
+    """What the optimiser works on when the replay takes ``copies`` per-epoch copies
+    (:mod:`fedleak.attacks.epochs`): the observation with ``copies × n`` images to draw, and
+    the labels of every copy (the recovered ones, in the same order in each)."""
+    if copies == 1:
+        return observation, labels
+    return (dataclasses.replace(observation, num_images=copies * observation.num_images),
+            labels.repeat(copies))
+
+
 def alone(observation: Observation) -> RestartsUpdateFn:
     """The observation's own replay in restart form (one restart)."""
     def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -281,7 +294,10 @@ class ComposedInversion(Attack[Observation]):
     def bind_priors(self, observation: Observation) -> list[BoundPrior]:
         """The priors checked against ``observation`` and bound to it."""
         bound = []
-        for part in self.prior_parts():
+        parts = self.prior_parts()
+        if epoch_copies(observation) > 1 and not any(p.name == "epoch" for p in parts):
+            parts.append(PRIORS.create("epoch"))  # the copies need tying together
+        for part in parts:
             part.check(observation)
             bound.append(part.bind(observation, self.config.restarts))
         return bound
@@ -315,15 +331,18 @@ class ComposedInversion(Attack[Observation]):
         restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU."""
         cfg = self.config
         parts = self.parts(observation)
-        bound = self.bind_priors(observation)
+        recovered = recover_labels(observation).to(device)
+        copies = epoch_copies(observation)
+        # shuffled epochs: optimise one copy of the n images per epoch (Dimitrov et al.)
+        target, labels = with_epoch_copies(observation, recovered, copies)
+        bound = self.bind_priors(target)
         optimiser = self.optimiser_part()
-        labels = recover_labels(observation).to(device)
         observed = [u.to(device) for u in observation.update]
         single = parts.objective.build(CosineObjective, observed, observation, rows=False)
         one_by_one = parts.replay.wrap(alone(observation), observation)
         if isinstance(optimiser, LBFGSPart):
-            return self._recover_lbfgs(observation, optimiser, parts, bound, labels, single,
-                                       one_by_one, device, seed, progress)
+            return self._recover_lbfgs(target, optimiser, parts, bound, labels, single,
+                                       one_by_one, device, seed, progress, recovered, copies)
         total = cfg.iterations * cfg.restarts
         coupled = any(b.part.coupled for b in bound)
         replay: RestartsUpdateFn | None = None
@@ -335,19 +354,19 @@ class ComposedInversion(Attack[Observation]):
                 replay = lockstep(one_by_one)
         notices: list[str | None] = []
         if replay is not None:
-            stacked = torch.stack([self.initial(observation, s, device)
+            stacked = torch.stack([self.initial(target, s, device)
                                    for s in range(seed, seed + cfg.restarts)])
             batched_objective = parts.objective.build(RestartsCosineObjective, observed,
                                                       observation, rows=True)
             notice, results = self.optimise(stacked, labels, replay, batched_objective, bound,
-                                            observation.image_bounds(device), rows=True,
+                                            target.image_bounds(device), rows=True,
                                             offset=0, total=total, progress=progress)
             notices.append(notice)
             candidates = list(results)
         else:
             candidates = []
             for restart in range(cfg.restarts):
-                images = self.initial(observation, seed + restart, device).unsqueeze(0)
+                images = self.initial(target, seed + restart, device).unsqueeze(0)
                 notice, optimised = self.optimise(
                     images, labels, one_by_one, single, bound, observation.image_bounds(device),
                     rows=False, offset=restart * cfg.iterations, total=total,
@@ -357,8 +376,8 @@ class ComposedInversion(Attack[Observation]):
         finals = [self.evaluate(c, labels, one_by_one, single, bound) for c in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
         result = Reconstruction(
-            images=candidates[best].detach(),
-            labels=labels.detach(),
+            images=merge_epochs(candidates[best].detach(), recovered, copies),
+            labels=recovered.detach(),
             objective=finals[best],
             iterations=total,
             restart_objectives=finals,
@@ -367,6 +386,8 @@ class ComposedInversion(Attack[Observation]):
                     **parts.describe()},
             warnings=sorted({n for n in notices if n}),
         )
+        if copies > 1:
+            result.extras["epoch_copies"] = copies
         self.describe(result, observation, bound)
         return result
 
@@ -539,8 +560,12 @@ class ComposedInversion(Attack[Observation]):
         device: torch.device,
         seed: int,
         progress: Progress | None,
+        recovered: torch.Tensor | None = None,
+        copies: int = 1,
     ) -> Reconstruction:
-        """L-BFGS trials one by one; each keeps the best finite iterate it evaluated."""
+        """L-BFGS trials one by one; each keeps the best finite iterate it evaluated
+        (``copies`` per-epoch copies of the n images with labels ``recovered``, merged at the
+        end)."""
         cfg = self.config
         total = cfg.iterations * cfg.restarts
         graph_safe = cfg.capture and capturable(device)
@@ -559,7 +584,9 @@ class ComposedInversion(Attack[Observation]):
                 best = trial
         images = best.images[0] if best.images is not None else \
             self.initial(observation, seed, device)
-        result = Reconstruction(images=images, labels=labels, objective=best.value,
+        recovered = labels if recovered is None else recovered
+        result = Reconstruction(images=merge_epochs(images, recovered, copies),
+                                labels=recovered, objective=best.value,
                                 iterations=total, restart_objectives=finals,
                                 warnings=sorted(set(notices)),
                                 extras={"captured": graph_safe and not notices,
@@ -654,6 +681,7 @@ class ComposedInversion(Attack[Observation]):
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         priors = self.prior_parts()
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
+                any(epoch_copies(o) > 1 for o in targets) or \
                 not all(p.replay.packable for p in parts) or \
                 not all(p.packable for p in priors) or \
                 not self.optimiser_part().first_order:

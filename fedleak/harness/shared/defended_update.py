@@ -1,6 +1,7 @@
 """The user's update through its defense chain: the one defended path, victim and notebook alike.
 
-Local training runs the protocol (:func:`~fedleak.harness.shared.local_update.local_update`),
+Local training runs the protocol (its batches in the secret order drawn from ``generator``
+when the protocol shuffles them, (:func:`~fedleak.harness.shared.local_update.local_update`),
 or, when the chain has a per-example defense (DP-SGD), the privatised local training of
 :func:`~fedleak.harness.shared.private_update.private_local_update`, whose privacy accounting
 (ε spent) goes into the metadata; then every update defense of the chain applies in order,
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.local_update import CancelCheck, local_update
+from fedleak.harness.shared.local_update import CancelCheck, draw_order, local_update
 from fedleak.harness.shared.private_update import private_local_update
 from fedleak.harness.shared.protocol import Protocol
 
@@ -40,14 +41,15 @@ def defended_update(
     turns true before a local step.
     """
     metadata: dict[str, str] = {}
+    order = draw_order(protocol, int(images.shape[0]), generator, images.device)
     if chain.per_example is not None:
         private = private_local_update(model, parameters, buffers, images, labels, protocol,
-                                       chain.per_example, generator, cancelled)
+                                       chain.per_example, generator, cancelled, order=order)
         update = private.update
         metadata.update(chain.per_example.account(private.steps, private.sample_rate))
     else:
         update = local_update(model, parameters, buffers, images, labels, protocol,
-                              cancelled=cancelled)
+                              cancelled=cancelled, order=order)
     for defense in chain.update:
         update = defense.apply(update, generator)
     return update, metadata

@@ -5,7 +5,9 @@ Per-example gradients ∇_θ CE(f_θ(x_i), y_i) come from ``torch.func.vmap`` ov
 losses; the defense (``PerExampleDefense.privatise``, Opacus's DP optimiser for ``dpsgd``) clips
 them, adds noise and averages them into the step's gradient g̃. FedSGD sends g̃; FedAvg takes E
 epochs of SGD steps θ ← θ − τ g̃ and sends θ_new − θ. With Poisson sampling at rate q each epoch
-has ⌈1/q⌉ steps over batches that hold each image independently with probability q.
+has ⌈1/q⌉ steps over batches that hold each image independently with probability q. FedAvg's
+steps are :func:`~fedleak.harness.shared.local_update.sgd_step`'s (momentum, weight decay,
+Nesterov as the protocol says), the in-order batches visited in ``order`` when it shuffles.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fedleak.harness.shared.local_update import (
     CancelCheck,
     check_cancelled,
     set_training_mode,
+    sgd_step,
     user_loss,
 )
 from fedleak.harness.shared.protocol import FEDAVG, FEDSGD, Protocol, local_batches
@@ -68,6 +71,7 @@ def private_local_update(
     defense: PerExampleDefense,
     generator: torch.Generator,
     cancelled: CancelCheck | None = None,
+    order: torch.Tensor | None = None,
 ) -> PrivateUpdate:
     """The user's local update with every step's gradient privatised by ``defense``.
 
@@ -85,8 +89,12 @@ def private_local_update(
     epochs = 1 if protocol.kind == FEDSGD else protocol.local_epochs
     steps = 0
     gradient: list[torch.Tensor] = []
-    for _ in range(epochs):
-        for batch in _step_batches(n, protocol, q, generator, images.device):
+    velocity: list[torch.Tensor] | None = None
+    for epoch in range(epochs):
+        batches = _step_batches(n, protocol, q, generator, images.device)
+        if order is not None and q is None and protocol.kind == FEDAVG:
+            batches = [order[epoch][b] for b in batches]
+        for batch in batches:
             check_cancelled(cancelled)
             expected = round(q * n) if q is not None else len(batch)
             if len(batch):
@@ -98,8 +106,7 @@ def private_local_update(
             gradient = defense.privatise(per_example, max(expected, 1), generator)
             steps += 1
             if protocol.kind == FEDAVG:
-                params = {k: params[k] - protocol.learning_rate * g
-                          for k, g in zip(names, gradient, strict=True)}
+                params, velocity = sgd_step(params, gradient, velocity, protocol)
     if protocol.kind == FEDSGD:
         update = gradient
     else:
