@@ -52,9 +52,9 @@ class ReceivedUpdate:
     user_ids: list[int] = field(default_factory=list)  # secure aggregation: whose data is in it
     #: the buffers (BatchNorm running statistics) local training left, when the victim sends them
     buffers: dict[str, torch.Tensor] | None = None
-    #: the defense chain this update itself publishes (a Flower reply's); a victim publishes
-    #: its chain once, in ``Describe``
-    defenses: tuple[PublishedDefense, ...] = ()
+    #: the defense chain this update itself publishes (a Flower reply's; empty: published as
+    #: none; None: not published); a victim publishes its chain once, in ``Describe``
+    defenses: tuple[PublishedDefense, ...] | None = None
 
 
 class VictimClient:

@@ -82,7 +82,7 @@ def write_round(out: Path, folder: str, received: ReceivedUpdate,
         received.update_kind, received.num_images, received.local_steps,
         dict(received.metadata), list(warnings),
         [{"name": d.name, "params": dict(d.params), "stage": d.stage}
-         for d in received.defenses], list(inexact or []))))
+         for d in received.defenses or ()], list(inexact or []))))
     write_json(out / INDEX_NAME, index)
 
 
@@ -112,7 +112,7 @@ def attack_recording(recording: Path, attack_name: str, options: Mapping[str, An
         record = round_record(received, reconstruction, None,
                               time.perf_counter() - started)
         record.warnings += got.warnings
-        record.defenses = [d.spec() for d in received.defenses] or None
+        record.defenses = [d.spec() for d in received.defenses or ()] or None
         if got.inexact:
             record.replay = "inexact"
             record.inexact_reasons = [*got.inexact, *(record.inexact_reasons or [])]

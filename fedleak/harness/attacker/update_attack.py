@@ -322,7 +322,8 @@ def observation_for(
         model, params, buffers, received.update, received.protocol, info,
         num_images=received.num_images, update_kind=received.update_kind,
         local_steps=received.local_steps, metadata=received.metadata, device=device,
-        defenses=defenses or received.defenses, returned_buffers=received.buffers)
+        defenses=defenses or received.defenses or (),
+        returned_buffers=received.buffers)
 
 
 def round_record(

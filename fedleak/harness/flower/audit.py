@@ -236,7 +236,7 @@ class LeakageAudit(Auditor, Strategy):
         received = ReceivedUpdate(round_id=f"{server_round}/{name}", names=list(params),
                                   update=update, update_kind=protocol.update_kind(),
                                   protocol=protocol, num_images=n, local_steps=steps,
-                                  metadata=metadata, defenses=defenses or ())
+                                  metadata=metadata, defenses=defenses)
         for warning in warnings:
             self.log(f"warning: round {server_round}, {name}: {warning}")
         if defenses:

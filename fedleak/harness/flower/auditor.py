@@ -259,7 +259,8 @@ class Auditor:
         entry.files.update(files)
         entry.warnings += warnings + ([budget_note] if budget_note else [])
         entry.unscored = unscored
-        entry.defenses = [d.spec() for d in received.defenses] or None
+        entry.defenses = None if received.defenses is None else \
+            [d.spec() for d in received.defenses]
         if inexact:
             entry.replay = INEXACT
             entry.inexact_reasons = [*inexact, *(entry.inexact_reasons or [])]
@@ -314,7 +315,7 @@ class Auditor:
                                f"{self.score_timeout:g} s"
         answer = answers[0]
         if answer.has_error():
-            return None, None, score_error(answer.error.reason)
+            return None, None, score_error(answer.error.reason or "")
         record = answer.content.metric_records.get(SCORE_METRICS)
         if record is None:
             return None, None, f"the node's answer carries no {SCORE_METRICS} metrics"
@@ -369,7 +370,7 @@ def capped_iterations(observation: Observation, seconds: float, restarts: int,
         images = torch.randn(shape, generator=generator).to(device).requires_grad_(True)
         started = time.perf_counter()
         update = observation.simulate(images, labels.to(device))
-        torch.autograd.grad(sum((u * u).sum() for u in update), images)
+        torch.autograd.grad(torch.stack([(u * u).sum() for u in update]).sum(), images)
         times.append(time.perf_counter() - started)
     per_iteration = min(times) * max(restarts, 1)
     return max(1, min(configured, int(seconds / max(per_iteration, 1e-9))))

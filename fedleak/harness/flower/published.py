@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -43,7 +43,7 @@ DEFENSES_RECORD = "fedleak.defenses"
 #: the train-config key Flower's client-side clipping mods read (flwr's KEY_CLIPPING_NORM)
 CLIPPING_NORM_KEY = "clipping_norm"
 
-Link = tuple[str, Mapping[str, str], str]
+Link = tuple[str, dict[str, str], str]
 Mod = Callable[[Message, Context, ClientAppCallable], Message]
 
 
@@ -52,7 +52,8 @@ def publish(content: RecordDict, links: Iterable[Link]) -> None:
     empty chain is published too: "no defense" is a statement, no record is none)."""
     links = list(links)
     record = content.config_records.get(DEFENSES_RECORD)
-    chain = list(record.get("chain", [])) if record is not None else []  # type: ignore[arg-type]
+    held = record.get("chain", []) if record is not None else []
+    chain = [str(c) for c in held] if isinstance(held, list) else []
     chain += [json.dumps({"name": n, "params": dict(p), "stage": s}, sort_keys=True)
               for n, p, s in links]
     content[DEFENSES_RECORD] = ConfigRecord({"chain": chain})
@@ -70,6 +71,7 @@ def published_chain(content: RecordDict) -> tuple[PublishedDefense, ...] | None:
                          "under 'chain'")
     links = []
     for text in chain:
+        assert isinstance(text, str)
         try:
             link = json.loads(text)
             name, params, stage = str(link["name"]), link.get("params", {}), str(link["stage"])
@@ -128,7 +130,7 @@ def publishing(mod: Mod, *chain: str) -> Mod:
             raise TypeError(f"fedleak does not recognise the mod {mod!r}: name the defense it "
                             "applies, publishing(mod, 'clip:max-norm=1', 'noise:sigma=0.01') "
                             "(fedleak defense specs; `fedleak list` shows them)")
-        describe = found
+        describe = found  # type: ignore[assignment]
 
     def published_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         reply = mod(msg, context, call_next)

@@ -53,5 +53,5 @@ def changes_from_pb(spec: pb.ProtocolSpec) -> ProtocolChanges:
         changes["batchnorm"] = spec.batchnorm
     for name in ("momentum", "weight_decay", "nesterov", "shuffle"):
         if spec.HasField(name):
-            changes[name] = getattr(spec, name)  # type: ignore[literal-required]
+            changes[name] = getattr(spec, name)
     return changes
