@@ -622,11 +622,42 @@ def simulate_cli(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.integration
 def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -> None:
-    """2 nodes, 1 round, a prune mod."""
-    stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.5")
+    """2 nodes, 1 round, a prune:p=0.9 mod, the nodes allowed to reveal: every reply publishes
+    the defense, metrics.json names it and the defense-aware parts the attack chose from it,
+    the nodes carry readable names and every node's comparison picture is written."""
+    stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.9",
+                                   "--allow-reveal")
     assert "2 node update(s) attacked" in stdout
+    assert "published client defenses: prune:p=0.9,scope=layer" in stdout
+    assert "comparison pictures: 2" in stdout
     assert len(metrics["rounds"]) == 2
-    assert all(r["images"] and r["mean_psnr"] is not None for r in metrics["rounds"])
+    for entry in metrics["rounds"]:
+        assert entry["images"] and entry["mean_psnr"] is not None
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]
+        assert entry["parts"]["objective"] == "masked-cosine"
+        assert any("prune published" in r for r in entry["parts"]["part_reasons"])
+        assert (tmp_path / "sim" / entry["files"]["comparison"]).exists()
+    assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
+    assert sorted(p.name for p in (tmp_path / "sim").glob("round-*")) == \
+        ["round-001-node-0", "round-001-node-1"]
+
+
+def test_a_rerun_into_a_used_out_is_refused_before_flower_starts(tmp_path: Path) -> None:
+    """--out that holds an audit run is refused with what to do; --overwrite removes that run
+    (its metrics.json, recording.json and round-* folders, nothing else) and starts clean."""
+    from fedleak.harness.flower.auditor import FolderInUse, claim_folder
+
+    out = tmp_path / "used"
+    (out / "round-001-node-0").mkdir(parents=True)
+    (out / "metrics.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["flower", "simulate", "--out", str(out)])
+    assert result.exit_code == 2 and "already holds an audit run" in result.output
+    assert "--overwrite" in result.output
+    with pytest.raises(FolderInUse):
+        LeakageAudit(FedAvg(), MLP, "digits", out)
+    claim_folder(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.integration
@@ -643,26 +674,17 @@ def test_simulation_under_secagg_plus_attacks_the_aggregate(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- real deployment
 
 
-def wait_listening(port: int, process: subprocess.Popen[Any], seconds: float = 60) -> None:
-    """Until something accepts connections on 127.0.0.1:``port`` (or ``process`` dies)."""
-    import socket
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.25)
-    raise AssertionError(f"nothing listens on port {port} (process exit {process.poll()})")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def marked_processes() -> list[int]:
+    """Processes of this user whose environment carries examples/flower_deploy.py's marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"FEDLEAK_FLOWER_DEPLOY=" in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 @pytest.mark.integration
@@ -673,52 +695,36 @@ def free_port() -> int:
         reason="about 60 s more (Flower starts a process per message): set "
                "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the SecAgg+ deployment too")),
 ], ids=["plain", "secagg-plus"])
-def test_a_real_deployment_on_loopback(tmp_path: Path, secagg_plus: bool) -> None:
-    """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
-    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid.
-    Under SecAgg+ the audit attacks the aggregate of the two nodes."""
-    bin_dir = Path(sys.executable).parent
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    link = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\naddress = "127.0.0.1:{link}"'
-        '\ninsecure = true\n')
-    env = {**os.environ, "FLWR_HOME": str(home), "OMP_NUM_THREADS": "1",
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    logs = [open(tmp_path / f"{name}.log", "w") for name in ("superlink", "node0", "node1")]
-    commands = [[str(bin_dir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                 "--port", str(link), "--database", ":flwr-in-memory-state:",
-                 "--disable-runtime-dependency-installation"]]
-    commands += [[str(bin_dir / "flower-supernode"), "--insecure", "--superlink",
-                  f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
-                  "--node-config", f"partition-id={i} num-partitions=2"] for i in (0, 1)]
-    processes = [subprocess.Popen(c, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=tmp_path) for c, log in zip(commands, logs, strict=True)]
+def test_the_documented_deployment_script_runs_and_leaves_nothing_behind(
+        tmp_path: Path, secagg_plus: bool) -> None:
+    """docs/flower.md's command: examples/flower_deploy.py starts a SuperLink (a real state
+    file in its temporary folder, no runtime dependency installation) and two SuperNodes on
+    free loopback ports, waits for them, runs `flwr run examples/flower_app`, and stops every
+    process it started, flower-superexec included; afterwards no marked process is alive, the
+    temporary folder is gone and the working folder holds only the run's output. Under
+    SecAgg+ the audit attacks the aggregate of the two nodes."""
     out = tmp_path / "runs"
-    try:
-        wait_listening(link, processes[0])
-        run = subprocess.run(
-            [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
-             "--stream", "--run-config",
-             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
-             + (" secagg-plus=true" if secagg_plus else "")],
-            env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
-        assert all(r["images"] for r in metrics["rounds"]), metrics
-        if secagg_plus:
-            assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
-            assert len(metrics["rounds"][0]["images"]) == 2
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for log in logs:
-            log.close()
+    work = tmp_path / "cwd"
+    work.mkdir()
+    temp = Path(os.environ.get("TMPDIR", "/tmp"))
+    before = set(temp.glob("fedleak-flower-*"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "flower_deploy.py"),
+         str(ROOT / "examples" / "flower_app"), "--nodes", "2", "--run-config",
+         f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
+         + (" secagg-plus=true" if secagg_plus else "")],
+        env=env, capture_output=True, text=True, timeout=540, cwd=work)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Created env for run" not in done.stdout + done.stderr  # no runtime install
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
+    assert all(r["images"] for r in metrics["rounds"]), metrics
+    if secagg_plus:
+        assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
+        assert len(metrics["rounds"][0]["images"]) == 2
+    else:  # stable readable node names from the nodes' partition ids
+        assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
+    assert marked_processes() == []
+    assert set(temp.glob("fedleak-flower-*")) == before
+    assert list(work.iterdir()) == []
