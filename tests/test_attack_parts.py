@@ -306,7 +306,8 @@ def test_packed_points_with_different_defenses_get_their_own_objective():
     row; prune alone gets the hinge, packed as its own row block: each as it is alone."""
     pruned = digits_observation(defenses=[("clip", {"max-norm": 100.0}), ("prune", {"p": 0.9})])
     plain = digits_observation(seed=1, defenses=[])
-    attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2})
+    attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2,
+                                                   "objective": "aware", "replay": "aware"})
     many = attack.reconstruct_many([pruned, plain], seeds=[2, 4])
     alone = [attack.reconstruct(pruned, seed=2), attack.reconstruct(plain, seed=4)]
     assert [r.extras["objective"] for r in many] == ["masked-cosine", "cosine"]
@@ -341,14 +342,19 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
                                "--quiet"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
-        assert entry["parts"]["objective"] == "masked-cosine"
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]  # what Describe published
+        # the default weighs the aware parts (chosen from the chain) against the blind ones
+        assert entry["parts"]["objective"] in ("masked-cosine", "cosine")
         assert "prune" in entry["parts"]["part_reasons"][0]
+        assert "default auto" in entry["parts"]["part_reasons"][-1]
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert entry["iterations"] == 5
         # the same aware objective under L-BFGS (the dlg preset with a TV prior: the
         # strongest pairing at p = 0.9 in bench/adaptive.py)
         out = tmp_path / "lbfgs"
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "dlg", "--iterations", "2",
-                               "-o", "objective=auto", "-o", "priors=tv:weight=0.001",
+                               "-o", "objective=aware", "-o", "priors=tv:weight=0.001",
                                "--out", str(out), "--quiet"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr

@@ -52,11 +52,21 @@ from typing import Any
 
 import torch
 
-from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts, parse_part
+from fedleak.attacks.adaptive import (
+    AUTO,
+    AWARE,
+    BLIND,
+    Parts,
+    check_spec,
+    choose_parts,
+    parse_part,
+    selects,
+)
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.capture import capturable, captured_function, run_iterations
 from fedleak.attacks.epochs import epoch_copies, merge_epochs
+from fedleak.attacks.explained import Explanation, better, explain, mechanism_replay
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
     CosineObjective,
@@ -91,13 +101,15 @@ class ComposedConfig:
     objective: str = field(
         default=AUTO,
         metadata={"help": "objective part (cosine, masked-cosine, gaussian[:masked=on|off], "
-                          "euclidean) or auto: the one modelling the victim's published "
-                          "defenses"},
+                          "euclidean), aware: the one modelling the victim's published "
+                          "defenses, or auto (with replay=auto): the aware and the blind "
+                          "parts, half the iterations each, keeping the reconstruction that "
+                          "better explains the update"},
     )
     replay: str = field(
         default=AUTO,
-        metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]) or auto: "
-                          "the one modelling the published defenses"},
+        metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]), aware: "
+                          "the one modelling the published defenses, or auto (see objective)"},
     )
     optimizer: str = field(
         default="",
@@ -328,9 +340,67 @@ class ComposedInversion(Attack[Observation]):
         progress: Progress | None,
     ) -> Reconstruction:
         """Run ``restarts`` × ``iterations`` steps of the optimiser on eq. (1); keep the best
-        restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU."""
-        cfg = self.config
+        restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU.
+        With the default ``objective=auto``, ``replay=auto`` and a published defense that makes
+        the aware parts differ from the blind ones, half the iterations go to each and the
+        reconstruction that better explains the update is kept (:meth:`select`)."""
         parts = self.parts(observation)
+        if selects(observation, self.config.objective, self.config.replay, parts) and \
+                self.config.iterations >= 2:
+            return self.select(observation, device=device, seed=seed, progress=progress)
+        return self.recover_with(observation, parts, device=device, seed=seed,
+                                 progress=progress)
+
+    def select(self, observation: Observation, *, device: torch.device, seed: int,
+               progress: Progress | None) -> Reconstruction:
+        """The aware parts (⌈T/2⌉ iterations) and the blind ones (⌊T/2⌋), same seed; the
+        reconstruction that better explains the observed update under the published mechanism
+        wins (:func:`~fedleak.attacks.explained.better`), a tie going to the blind one."""
+        cfg = self.config
+        half = cfg.iterations // 2
+        variants = (("aware", AWARE, AWARE, cfg.iterations - half), ("blind", *BLIND, half))
+        grand = cfg.iterations * cfg.restarts
+        results: dict[str, Reconstruction] = {}
+        judged: dict[str, Explanation] = {}
+        judge = mechanism_replay(alone(observation), observation)
+        offset = 0
+        for name, objective, replay, iterations in variants:
+            clone = type(self)(dataclasses.replace(cfg, iterations=iterations,
+                                                   objective=objective, replay=replay))
+
+            def shifted(done: int, total: int, value: float, start: int = offset) -> None:
+                if progress is not None:
+                    progress(start + done, grand, value)
+
+            torch.manual_seed(seed)
+            results[name] = clone.recover(observation, device=device, seed=seed,
+                                          progress=shifted)
+            judged[name] = explain(observation, results[name].images, results[name].labels,
+                                   judge)
+            offset += iterations * cfg.restarts
+        chosen = "aware" if better(judged["aware"], judged["blind"]) else "blind"
+        result = results[chosen]
+        other = results["blind" if chosen == "aware" else "aware"]
+        result.iterations = results["aware"].iterations + results["blind"].iterations
+        rule = "|log ρ| (ρ: residual over the published noise, Morozov's discrepancy " \
+            "principle)" if judged["aware"].noise_ratio is not None else \
+            "the residual of the observed update under the published mechanism"
+        reasons = [str(r) for r in results["aware"].extras.get("part_reasons", [])]
+        result.extras.update(
+            selected=chosen, aware_discrepancy=judged["aware"].discrepancy(),
+            blind_discrepancy=judged["blind"].discrepancy(),
+            part_reasons=[*reasons, f"default auto: the aware parts and the blind ones "
+                          f"(cosine, plain), {cfg.iterations - half} + {half} iterations; kept "
+                          f"the {chosen} reconstruction, which explains the update better by "
+                          f"{rule}: aware {judged['aware'].discrepancy():.6g}, blind "
+                          f"{judged['blind'].discrepancy():.6g}"])
+        result.warnings = sorted({*result.warnings, *other.warnings})
+        return result
+
+    def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
+                     seed: int, progress: Progress | None) -> Reconstruction:
+        """:meth:`recover` with the given objective and replay parts."""
+        cfg = self.config
         recovered = recover_labels(observation).to(device)
         copies = epoch_copies(observation)
         # shuffled epochs: optimise one copy of the n images per epoch (Dimitrov et al.)
@@ -678,6 +748,10 @@ class ComposedInversion(Attack[Observation]):
         """
         cfg = self.config
         parts = [self.parts(o) for o in targets]
+        if any(selects(o, cfg.objective, cfg.replay, p) and cfg.iterations >= 2
+               for o, p in zip(targets, parts, strict=True)):
+            return Attack.recover_many(self, targets, device=device, seeds=seeds,
+                                       progress=progress)
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         priors = self.prior_parts()
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
