@@ -373,3 +373,44 @@ def test_attack_help_lists_parts_and_their_options():
     for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
                  "outside (float, default 0.1)", "bn-source (str, default auto)"):
         assert line in shown
+
+
+@pytest.mark.parametrize("defense", [("prune", {"p": 0.9}), ("noise", {"sigma": 0.01}),
+                                     ("dpsgd", {"noise-multiplier": 0.05, "max-grad-norm": 1.0}),
+                                     ("quantize", {"bits": 4})])
+def test_the_true_images_explain_the_update_better_than_others(defense):
+    """The selection criterion (no ground truth) ranks the user's own images above noise
+    images, under each published mechanism; with published noise it is the discrepancy
+    |log ρ| (ρ ≈ 1 for the truth)."""
+    from fedleak.attacks.composed import alone
+    from fedleak.attacks.explained import better, explain, mechanism_replay
+    from fedleak.harness.shared.datasets import normalize
+
+    observation = digits_observation(2, defenses=[defense])
+    judge = mechanism_replay(alone(observation), observation)
+    labels = DIGITS.labels[:2]
+    truth = explain(observation, normalize(DIGITS.images[:2], DIGITS.info), labels, judge)
+    other = explain(observation, torch.randn(2, *DIGITS.info.shape,
+                                             generator=torch.Generator().manual_seed(0)),
+                    labels, judge)
+    assert better(truth, other) and not better(other, truth)
+    if defense[0] in ("noise", "dpsgd"):
+        assert truth.noise_ratio == pytest.approx(1.0, abs=0.2)
+    assert not better(truth, truth)  # a tie goes to the blind candidate
+
+
+def test_the_default_weighs_the_aware_parts_against_the_blind_ones():
+    observation = digits_observation(defenses=[("prune", {"p": 0.9})])
+    got = create_attack("inverting-gradients", {"iterations": 9}).reconstruct(observation,
+                                                                              seed=1)
+    assert got.extras["selected"] in ("aware", "blind") and got.iterations == 9
+    reasons = got.extras["part_reasons"]
+    assert "default auto" in reasons[-1] and "5 + 4 iterations" in reasons[-1]
+    alone = create_attack("inverting-gradients", {
+        "iterations": 5 if got.extras["selected"] == "aware" else 4,
+        "objective": "aware" if got.extras["selected"] == "aware" else "cosine",
+        "replay": "aware" if got.extras["selected"] == "aware" else "plain"})
+    torch.testing.assert_close(got.images, alone.reconstruct(observation, seed=1).images)
+    undefended = create_attack("inverting-gradients", {"iterations": 9}).reconstruct(
+        digits_observation(), seed=1)
+    assert "selected" not in undefended.extras  # nothing to weigh: the blind attack alone

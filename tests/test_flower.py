@@ -421,6 +421,109 @@ def test_dp_sgd_in_the_train_helper_reports_epsilon_over_the_nodes_rounds() -> N
               {"fedleak-protocol": "fedavg", "optimizer": "adam"})
 
 
+def test_every_client_defense_publishes_itself_in_the_reply() -> None:
+    """fedleak's DefenseMod and DP-SGD train helper, and Flower's own DP mods wrapped by
+    publishing(), name their chain in the reply (as Describe does for a victim), in order;
+    an unrecognised mod without a chain is refused."""
+    from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
+
+    from fedleak.harness.flower.published import local_dp_sigma, published_chain, publishing
+
+    data = load_dataset("digits", "train")
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    theta = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    config = {"fedleak-protocol": "fedsgd", "lr": 0.1, "server-round": 1, "clipping_norm": 2.0}
+
+    def handler(msg: Message, ctx: Context) -> Message:
+        trained = train(model, msg.content["arrays"], data.images[:2],  # type: ignore[arg-type]
+                        data.labels[:2], data.info, config,
+                        defenses=["dpsgd:noise-multiplier=1,max-grad-norm=1"],
+                        generator=torch.Generator().manual_seed(0))
+        return Message(trained.content(), reply_to=msg)
+
+    def through(*mods: Any) -> Message:
+        msg = train_message(theta, config)
+        call = handler
+        for mod in reversed(mods):
+            call = (lambda m, c, mod=mod, inner=call: mod(m, c, inner))
+        return call(msg, context)
+
+    chain = published_chain(through(DefenseMod("prune:p=0.9"), DefenseMod("clip:max-norm=5"))
+                            .content)
+    assert chain is not None
+    assert [d.spec() for d in chain] == ["dpsgd:accountant=rdp,clipping=flat,delta=1e-05,"
+                                         "max-grad-norm=1.0,noise-multiplier=1.0,poisson=False",
+                                         "clip:max-norm=5.0", "prune:p=0.9,scope=layer"]
+    local = LocalDpMod(clipping_norm=1.5, sensitivity=1.0, epsilon=2.0, delta=1e-5)
+    chain = published_chain(through(publishing(local), publishing(fixedclipping_mod)).content)
+    assert chain is not None
+    sigma = local_dp_sigma(1.0, 2.0, 1e-5)
+    assert sigma == pytest.approx(2.4225, abs=1e-4)  # 1 * sqrt(2 ln(1.25e5)) / 2
+    assert [d.spec() for d in chain][1:] == ["clip:max-norm=2.0", "clip:max-norm=1.5",
+                                             f"noise:distribution=gaussian,sigma={sigma!r}"]
+    with pytest.raises(TypeError, match="name the defense it applies"):
+        publishing(lambda m, c, n: n(m, c))
+    assert published_chain(RecordDict()) is None
+
+
+def test_the_audit_records_the_published_chain_and_attacks_with_the_aware_parts(
+        tmp_path: Path) -> None:
+    """A prune:p=0.9 mod: every round's metrics.json entry names the chain, and the attack's
+    parts say they were chosen from it (the default weighs them against the blind ones)."""
+    s = settings(tmp_path, defenses=("prune:p=0.9",), protocol="fedavg", lr=0.1)
+    run_server(LocalGrid(s), s)
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+    for entry in metrics["rounds"]:
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]
+        assert any(r.startswith("objective masked-cosine") for r in
+                   entry["parts"]["part_reasons"])
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert not any("publishes no defense" in w for w in entry["warnings"])
+
+
+def test_a_missing_score_handler_is_one_readable_line() -> None:
+    from fedleak.harness.flower.auditor import score_error
+
+    reason = ("\x1b[91mERROR\x1b[0m Traceback (most recent call last):\n  File \"ray/x.py\", "
+              "line 1\n    raise ValueError\nValueError: No query function registered with "
+              "name 'fedleak_score'\n")
+    line = score_error(reason)
+    assert "\n" not in line and "\x1b" not in line
+    assert "@app.query(\"fedleak_score\")" in line and "score_reply" in line
+    assert "remember_batch" in line
+    assert score_error("\x1b[1mboom\x1b[0m\nValueError: budget spent\n") == \
+        "the node refused to score: ValueError: budget spent"
+
+
+def test_the_audit_budget_cuts_iterations_to_a_multiple_of_the_round(tmp_path: Path) -> None:
+    """Per round the attacks may take budget × the round's wall time (at least min_budget_s),
+    shared by its replies: a tiny budget cuts the configured iterations, and says so."""
+    from fedleak.harness.flower.auditor import capped_iterations
+
+    data = load_dataset("digits", "train")
+    torch.manual_seed(0)
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    observation = observe(model, data.images[:2], data.labels[:2], data.info)
+    assert capped_iterations(observation, 1e6, 1, 300) == 300
+    assert capped_iterations(observation, 1e-9, 1, 300) == 1
+    s = settings(tmp_path, options=("iterations=100000", "restarts=1"), score=False)
+    audit = LeakageAudit(FedAvg(min_train_nodes=2, min_available_nodes=2,
+                                fraction_evaluate=0.0), s.model, s.dataset,
+                         Path(s.out), options=s.attack_options(), budget=3.0,
+                         min_budget_s=0.2, score=False, log=lambda _: None)
+    grid = LocalGrid(s)
+    audit.start(grid, ArrayRecord(model.state_dict()), num_rounds=1,  # type: ignore[arg-type]
+                train_config=ConfigRecord(s.procedure().config()))
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    for entry in metrics["rounds"]:
+        assert entry["iterations"] < 100000
+        assert any("cut the attack from 100000 to" in w for w in entry["warnings"])
+    assert "3 x the round's wall time" in metrics["settings"]["budget"]
+
+
 def test_without_flwr_the_bridge_names_the_install_command() -> None:
     code = "import sys; sys.modules['flwr'] = None; import fedleak.harness.flower"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
