@@ -376,7 +376,7 @@ def test_attack_help_lists_parts_and_their_options():
 
 
 @pytest.mark.parametrize("defense", [("prune", {"p": 0.9}), ("noise", {"sigma": 0.01}),
-                                     ("dpsgd", {"noise-multiplier": 0.05, "max-grad-norm": 1.0}),
+                                     ("dpsgd", {"noise-multiplier": 0.01, "max-grad-norm": 1.0}),
                                      ("quantize", {"bits": 4})])
 def test_the_true_images_explain_the_update_better_than_others(defense):
     """The selection criterion (no ground truth) ranks the user's own images above noise
@@ -397,6 +397,11 @@ def test_the_true_images_explain_the_update_better_than_others(defense):
     if defense[0] in ("noise", "dpsgd"):
         assert truth.noise_ratio == pytest.approx(1.0, abs=0.2)
     assert not better(truth, truth)  # a tie goes to the blind candidate
+    drowned = digits_observation(2, defenses=[("dpsgd", {"noise-multiplier": 0.05,
+                                                         "max-grad-norm": 1.0})])
+    judge = mechanism_replay(alone(drowned), drowned)  # noise energy 50x the clipped signal's
+    assert not better(explain(drowned, normalize(DIGITS.images[:2], DIGITS.info), labels, judge),
+                      explain(drowned, torch.randn(2, *DIGITS.info.shape), labels, judge))
 
 
 def test_the_default_weighs_the_aware_parts_against_the_blind_ones():

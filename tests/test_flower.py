@@ -443,11 +443,12 @@ def test_every_client_defense_publishes_itself_in_the_reply() -> None:
         return Message(trained.content(), reply_to=msg)
 
     def through(*mods: Any) -> Message:
-        msg = train_message(theta, config)
-        call = handler
-        for mod in reversed(mods):
-            call = (lambda m, c, mod=mod, inner=call: mod(m, c, inner))
-        return call(msg, context)
+        """``handler`` behind ``mods`` (the first outermost, as a ClientApp's mods list)."""
+        from flwr.clientapp import ClientApp
+
+        app = ClientApp(mods=list(mods))
+        app.train()(handler)
+        return app(train_message(theta, config), context)
 
     chain = published_chain(through(DefenseMod("prune:p=0.9"), DefenseMod("clip:max-norm=5"))
                             .content)

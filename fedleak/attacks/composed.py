@@ -384,7 +384,8 @@ class ComposedInversion(Attack[Observation]):
         result.iterations = results["aware"].iterations + results["blind"].iterations
         rule = "|log ρ| (ρ: residual over the published noise, Morozov's discrepancy " \
             "principle)" if judged["aware"].noise_ratio is not None else \
-            "the residual of the observed update under the published mechanism"
+            "log of the residual of the observed update under the published mechanism"
+        rule += f", by more than √(2/d) = {math.sqrt(2 / judged['aware'].coordinates):.3g}"
         reasons = [str(r) for r in results["aware"].extras.get("part_reasons", [])]
         result.extras.update(
             selected=chosen, aware_discrepancy=judged["aware"].discrepancy(),

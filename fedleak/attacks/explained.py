@@ -35,7 +35,11 @@ small error below the threshold. Which candidate explains u* better (:func:`bett
 - otherwise (``prune``, ``clip``, ``quantize``: deterministic, or unbiased rounding) the
   smaller E, the maximum-likelihood choice.
 
-A tie (within 10⁻⁹, relative) goes to the blind candidate. The composed attacks' default
+Both are compared on a log scale, D = |log ρ| or log E, and the aware candidate must win by
+more than the criterion's own sampling noise: a residual of d coordinates' independent noise
+fluctuates by a relative √(2/d) (a χ² with d degrees of freedom), so the aware candidate is
+kept only when D_aware < D_blind − √(2/d); otherwise (a tie, or a difference the noise could
+make) the blind one is. The composed attacks' default
 ``objective=auto`` / ``replay=auto`` reconstructs with the defense-aware parts *and* with the
 blind ones and keeps the better (:mod:`fedleak.attacks.adaptive`); the labels are the attack's
 recovered ones for both. Nothing here reads the private images.
@@ -62,18 +66,14 @@ class Explanation:
 
     residual: float
     noise_ratio: float | None
+    #: d, the number of coordinates of the update
+    coordinates: int = 1
 
     def discrepancy(self) -> float:
-        """What :func:`better` minimises: |log ρ| with published noise, else E."""
+        """What :func:`better` minimises: |log ρ| with published noise, else log E."""
         if self.noise_ratio is None:
-            return self.residual
+            return math.log(max(self.residual, 1e-300))
         return abs(math.log(max(self.noise_ratio, 1e-300)))
-
-    def describe(self) -> dict[str, float]:
-        out = {"residual": self.residual}
-        if self.noise_ratio is not None:
-            out["noise_ratio"] = self.noise_ratio
-        return out
 
 
 def explain(observation: Observation, images: torch.Tensor, labels: torch.Tensor,
@@ -104,13 +104,14 @@ def explain(observation: Observation, images: torch.Tensor, labels: torch.Tensor
                   float(above[~kept].square().sum())) / weight
     noisy = additive_variance(observation) > 0
     count = sum(o.numel() for o in observed)
-    return Explanation(total, total / count if noisy else None)
+    return Explanation(total, total / count if noisy else None, count)
 
 
 def better(aware: Explanation, blind: Explanation) -> bool:
-    """Whether the aware candidate explains u* better than the blind one (a tie: no)."""
-    a, b = aware.discrepancy(), blind.discrepancy()
-    return a < b - 1e-9 * max(abs(a), abs(b), 1e-300)
+    """Whether the aware candidate explains u* better than the blind one by more than the
+    criterion's sampling noise √(2/d) (module docstring); a tie or less: no."""
+    margin = math.sqrt(2 / max(min(aware.coordinates, blind.coordinates), 1))
+    return aware.discrepancy() < blind.discrepancy() - margin
 
 
 def deterministic_part(defense: PublishedDefense, update: Sequence[torch.Tensor]

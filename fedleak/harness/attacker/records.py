@@ -167,6 +167,9 @@ class RoundRecord:
     defenses: list[str] | None = field(default=None, metadata=OMIT)
     #: a stable readable name of who sent the update (a Flower node), beside ``round_id``
     node: str | None = field(default=None, metadata=OMIT)
+    #: a Flower audit's time budget for this update: the round's wall time, the seconds this
+    #: update's attack was allowed, and the iterations configured and run
+    budget: dict[str, float] | None = field(default=None, metadata=OMIT)
 
 
 @dataclass

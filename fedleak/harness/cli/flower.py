@@ -61,7 +61,7 @@ def federation_options(function: Any) -> Any:
                           "an --out is refused."),
         click.option("--budget", default=3.0, show_default=True, type=click.FloatRange(0),
                      help="Bound each round's attacks to this multiple of the round's wall "
-                          "time (at least 30 s a round, shared by its nodes), cutting "
+                          "time (at least 10 s a round, shared by its nodes), cutting "
                           "iterations; 0: no bound."),
         click.option("--no-audit", is_flag=True, help="Run the federation unaudited."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(1),

@@ -73,7 +73,7 @@ class AuditOptions(TypedDict, total=False):
     [print] takes the audit's lines. ``procedure`` [None] is what the clients do locally when
     the train config does not say it (:class:`~fedleak.harness.flower.procedure.
     LocalProcedure`). ``budget`` [3.0] bounds the attack's time per round to that multiple of
-    the round it watches, at least ``min_budget_s`` [30] s, shared by the round's replies
+    the round it watches, at least ``min_budget_s`` [10] s, shared by the round's replies
     (:func:`capped_iterations`; None: the attack's own iterations, unbounded). ``overwrite``
     [False]: an ``out`` that already holds a run is refused unless this is set, which
     removes that run's files first.
@@ -97,7 +97,7 @@ class AuditOptions(TypedDict, total=False):
 #: the audit's default time budget: this multiple of the round's wall time, per round
 DEFAULT_BUDGET = 3.0
 #: ... and at least this many seconds per round (a round in a test takes milliseconds)
-DEFAULT_MIN_BUDGET_S = 30.0
+DEFAULT_MIN_BUDGET_S = 10.0
 #: what an audit run folder holds (removed by ``overwrite``, and nothing else)
 RUN_FILES = (METRICS_NAME, "recording.json")
 RUN_FOLDERS = "round-*"
@@ -234,7 +234,7 @@ class Auditor:
                 inexact: Sequence[str] = ()) -> RoundRecord:
         observation = observation_for(self.model, params, buffers, received, self.info,
                                       self.device)
-        attack, budget_note = self._budgeted(observation)
+        attack, budget_note, budget = self._budgeted(observation)
         started = time.perf_counter()
         reconstruction = reconstruct_with_progress(
             attack, observation, device=self.device, seed=self.seed + server_round - 1,
@@ -258,6 +258,7 @@ class Auditor:
         entry = round_record(received, reconstruction, score, wall)
         entry.files.update(files)
         entry.warnings += warnings + ([budget_note] if budget_note else [])
+        entry.budget = budget
         entry.unscored = unscored
         entry.defenses = None if received.defenses is None else \
             [d.spec() for d in received.defenses]
@@ -281,24 +282,28 @@ class Auditor:
             self.log(f"{label}, round {server_round}: inexact replay: {reason}")
         return entry
 
-    def _budgeted(self, observation: Observation) -> tuple[Attack[Observation], str | None]:
+    def _budgeted(self, observation: Observation
+                  ) -> tuple[Attack[Observation], str | None, dict[str, float] | None]:
         """The attack to run on ``observation`` within the round's budget
-        (:func:`capped_iterations`), and a note when its iterations were cut."""
+        (:func:`capped_iterations`), a note when its iterations were cut, and the figures."""
         configured = getattr(self.attack.config, "iterations", None)
         if self.budget is None or not isinstance(configured, int):
-            return self.attack, None
+            return self.attack, None, None
         seconds = max(self.min_budget_s, self.budget * (self._round_seconds or 0.0)) \
             / max(self._round_replies, 1)
         restarts = int(getattr(self.attack.config, "restarts", 1))
         cap = capped_iterations(observation, seconds, restarts, configured)
+        figures = {"round_s": round(self._round_seconds or 0.0, 3),
+                   "allowed_s": round(seconds, 3), "configured_iterations": configured,
+                   "iterations": min(cap, configured)}
         if cap >= configured:
-            return self.attack, None
+            return self.attack, None, figures
         attack = create_attack(self.attack_name, {**self.options, "iterations": cap})
         return attack, (f"the audit's budget ({self.budget:g} x the round's "
                         f"{self._round_seconds or 0:.1f} s, at least {self.min_budget_s:g} s, "
                         f"over {self._round_replies} replies: {seconds:.1f} s here) cut the "
                         f"attack from {configured} to {cap} iterations; more iterations may "
-                        "recover more (budget=None lifts the bound)")
+                        "recover more (budget=None lifts the bound)"), figures
 
     def _node_score(self, server_round: int, node: int, images: torch.Tensor | None,
                     labels: list[int], *, aggregate: bool = False) -> ScoreAnswer:
