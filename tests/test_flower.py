@@ -738,8 +738,13 @@ def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -
     for entry in metrics["rounds"]:
         assert entry["images"] and entry["mean_psnr"] is not None
         assert entry["defenses"] == ["prune:p=0.9,scope=layer"]
-        assert entry["parts"]["objective"] == "masked-cosine"
-        assert any("prune published" in r for r in entry["parts"]["part_reasons"])
+        # the aware parts chosen from the published chain, weighed against the blind ones
+        assert any(r.startswith("objective masked-cosine") and "prune published" in r
+                   for r in entry["parts"]["part_reasons"])
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert entry["parts"]["objective"] == {"aware": "masked-cosine",
+                                               "blind": "cosine"}[
+            entry["attack_extras"]["selected"]]
         assert (tmp_path / "sim" / entry["files"]["comparison"]).exists()
     assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
     assert sorted(p.name for p in (tmp_path / "sim").glob("round-*")) == \

@@ -141,11 +141,3 @@ def publishing(mod: Mod, *chain: str) -> Mod:
     published_mod.__name__ = f"publishing({getattr(mod, '__name__', type(mod).__name__)})"
     return published_mod
 
-
-def publishing_mods(*mods: Mod) -> list[Mod]:
-    """Every mod of a ClientApp's ``mods=[...]`` list wrapped by :func:`publishing` (Flower's DP
-    mods recognised; fedleak's :class:`~fedleak.harness.flower.mods.DefenseMod` publishes
-    itself and is kept as it is)."""
-    from fedleak.harness.flower.mods import DefenseMod
-
-    return [m if isinstance(m, DefenseMod) else publishing(m) for m in mods]
