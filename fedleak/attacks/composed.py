@@ -66,7 +66,7 @@ from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.capture import capturable, captured_function, run_iterations
 from fedleak.attacks.epochs import epoch_copies, merge_epochs
-from fedleak.attacks.explained import Explanation, better, explain, mechanism_replay
+from fedleak.attacks.explained import better, explain, mechanism_replay
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
     CosineObjective,
@@ -356,37 +356,54 @@ class ComposedInversion(Attack[Observation]):
         """The aware parts (⌈T/2⌉ iterations) and the blind ones (⌊T/2⌋), same seed; the
         reconstruction that better explains the observed update under the published mechanism
         wins (:func:`~fedleak.attacks.explained.better`), a tie going to the blind one."""
+        runs: dict[str, Reconstruction] = {}
+        offset = 0
+        for name, clone in self.variants().items():
+            torch.manual_seed(seed)
+            runs[name] = clone.recover(observation, device=device, seed=seed,
+                                       progress=self.shifted(progress, offset))
+            offset += clone.config.iterations * clone.config.restarts
+        return self.kept(observation, runs["aware"], runs["blind"])
+
+    def variants(self) -> dict[str, ComposedInversion]:
+        """The two attacks the default weighs: the aware parts with ⌈T/2⌉ iterations and the
+        blind ones with ⌊T/2⌋ (named parts: they do not weigh again)."""
         cfg = self.config
         half = cfg.iterations // 2
-        variants = (("aware", AWARE, AWARE, cfg.iterations - half), ("blind", *BLIND, half))
-        grand = cfg.iterations * cfg.restarts
-        results: dict[str, Reconstruction] = {}
-        judged: dict[str, Explanation] = {}
+        return {"aware": type(self)(dataclasses.replace(
+                    cfg, iterations=cfg.iterations - half, objective=AWARE, replay=AWARE)),
+                "blind": type(self)(dataclasses.replace(
+                    cfg, iterations=half, objective=BLIND[0], replay=BLIND[1]))}
+
+    def shifted(self, progress: Progress | None, offset: int) -> Progress | None:
+        """``progress`` of one variant, counted on from ``offset`` out of the whole budget."""
+        if progress is None:
+            return None
+        grand = self.config.iterations * self.config.restarts
+
+        def report(done: int, total: int, value: float) -> None:
+            progress(offset + done, grand, value)
+
+        return report
+
+    def kept(self, observation: Observation, aware: Reconstruction, blind: Reconstruction
+             ) -> Reconstruction:
+        """Of the two variants' reconstructions of ``observation``, the one that explains the
+        update better (by more than the criterion's noise, else the blind one), recording
+        which and why."""
+        cfg = self.config
         judge = mechanism_replay(alone(observation), observation)
-        offset = 0
-        for name, objective, replay, iterations in variants:
-            clone = type(self)(dataclasses.replace(cfg, iterations=iterations,
-                                                   objective=objective, replay=replay))
-
-            def shifted(done: int, total: int, value: float, start: int = offset) -> None:
-                if progress is not None:
-                    progress(start + done, grand, value)
-
-            torch.manual_seed(seed)
-            results[name] = clone.recover(observation, device=device, seed=seed,
-                                          progress=shifted)
-            judged[name] = explain(observation, results[name].images, results[name].labels,
-                                   judge)
-            offset += iterations * cfg.restarts
+        judged = {"aware": explain(observation, aware.images, aware.labels, judge),
+                  "blind": explain(observation, blind.images, blind.labels, judge)}
         chosen = "aware" if better(judged["aware"], judged["blind"]) else "blind"
-        result = results[chosen]
-        other = results["blind" if chosen == "aware" else "aware"]
-        result.iterations = results["aware"].iterations + results["blind"].iterations
+        result, other = (aware, blind) if chosen == "aware" else (blind, aware)
+        result.iterations = aware.iterations + blind.iterations
         rule = "|log ρ| (ρ: residual over the published noise, Morozov's discrepancy " \
             "principle)" if judged["aware"].noise_ratio is not None else \
             "log of the residual of the observed update under the published mechanism"
         rule += f", by more than √(2/d) = {math.sqrt(2 / judged['aware'].coordinates):.3g}"
-        reasons = [str(r) for r in results["aware"].extras.get("part_reasons", [])]
+        half = cfg.iterations // 2
+        reasons = [str(r) for r in aware.extras.get("part_reasons", [])]
         result.extras.update(
             selected=chosen, aware_discrepancy=judged["aware"].discrepancy(),
             blind_discrepancy=judged["blind"].discrepancy(),
@@ -726,6 +743,31 @@ class ComposedInversion(Attack[Observation]):
 
     # ----- several observations ------------------------------------------------------------
 
+    def select_many(self, targets: Sequence[Observation], weighing: Sequence[bool], *,
+                    device: torch.device, seeds: Sequence[int],
+                    progress: Progress | None) -> list[Reconstruction]:
+        """:meth:`select` for the ``weighing`` targets, each variant packed over them (as
+        :meth:`recover_many` packs), the others attacked packed at the full budget: every
+        target gets what it gets alone, up to float rounding."""
+        results: list[Reconstruction | None] = [None] * len(targets)
+        plain = [i for i, w in enumerate(weighing) if not w]
+        if plain:
+            for i, r in zip(plain, self.recover_many(
+                    [targets[i] for i in plain], device=device, seeds=[seeds[i] for i in plain],
+                    progress=progress), strict=True):
+                results[i] = r
+        chosen = [i for i, w in enumerate(weighing) if w]
+        runs: dict[str, list[Reconstruction]] = {}
+        offset = 0
+        for name, clone in self.variants().items():
+            runs[name] = clone.recover_many([targets[i] for i in chosen], device=device,
+                                            seeds=[seeds[i] for i in chosen],
+                                            progress=self.shifted(progress, offset))
+            offset += clone.config.iterations * clone.config.restarts * len(chosen)
+        for k, i in enumerate(chosen):
+            results[i] = self.kept(targets[i], runs["aware"][k], runs["blind"][k])
+        return [r for r in results if r is not None]
+
     def recover_many(
         self,
         targets: Sequence[Observation],
@@ -749,10 +791,11 @@ class ComposedInversion(Attack[Observation]):
         """
         cfg = self.config
         parts = [self.parts(o) for o in targets]
-        if any(selects(o, cfg.objective, cfg.replay, p) and cfg.iterations >= 2
-               for o, p in zip(targets, parts, strict=True)):
-            return Attack.recover_many(self, targets, device=device, seeds=seeds,
-                                       progress=progress)
+        weighing = [selects(o, cfg.objective, cfg.replay, p) and cfg.iterations >= 2
+                    for o, p in zip(targets, parts, strict=True)]
+        if any(weighing):
+            return self.select_many(targets, weighing, device=device, seeds=seeds,
+                                    progress=progress)
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         priors = self.prior_parts()
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
