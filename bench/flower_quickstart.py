@@ -6,7 +6,7 @@ for an audit as docs/flower.md tells a user to. Two measurements:
 
 default: the example's ServerApp and ClientApp in this process (every message serialised as
 Flower does it), ``--nodes`` 2 nodes × ``--images`` photos, ``--iterations`` of Inverting
-Gradients (the audit's default budget applies), attack seed 0, θ = ``Net()`` after
+Gradients (``--budget``: unbounded by default here), attack seed 0, θ = ``Net()`` after
 ``torch.manual_seed(0)``. Beside each node's figure: the same attack (same iterations and
 seed) on the update fedleak's victim code computes (``observe``) for the same θ, photos and
 procedure — an undefended fedleak victim on the same images. With ``--batch-size`` below the
@@ -85,7 +85,7 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
     config = {"num-server-rounds": 1, "fraction-evaluate": 0.0, "local-epochs": 1,
               "learning-rate": args.lr, "batch-size": args.batch_size,
               "images-per-node": args.images, "out": str(out), "iterations": args.iterations,
-              "overwrite": True}
+              "overwrite": True, "budget": args.budget}
     torch.manual_seed(0)
     started = time.perf_counter()
     server_app.main(Nodes(client_app.app, args.nodes, config),
@@ -111,10 +111,10 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
         victim = score_reconstruction(
             denormalize(attack.reconstruct(observation, seed=0).images, INFO).clamp(0, 1),
             photos.images[chosen])
-        budget = entry.get("budget") or {}
+        budget = entry.get("budget")
+        allowed = f"{budget['allowed_s']:.1f} s allowed" if budget else "unbounded"
         print(f"  {entry['round_id']}: replay {entry['replay']}, {entry['local_steps']} local "
-              f"step(s), {entry['iterations']} iterations ({budget.get('allowed_s', 0):.1f} s "
-              f"allowed): audit PSNR {entry['mean_psnr']:.2f} dB, SSIM "
+              f"step(s), {entry['iterations']} iterations ({allowed}): audit PSNR {entry['mean_psnr']:.2f} dB, SSIM "
               f"{entry['mean_ssim']:.3f}, labels {entry['label_accuracy']:.0%}; fedleak victim "
               f"on the same photos {victim.mean_psnr:.2f} dB, SSIM {victim.mean_ssim:.3f}")
         for reason in entry.get("inexact_reasons", []):
@@ -130,7 +130,8 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
 
 def deploy(args: argparse.Namespace, out: Path) -> int:
     run_config = (f'out="{out}" iterations={args.iterations} images-per-node={args.images} '
-                  f'batch-size={args.batch_size} learning-rate={args.lr} overwrite=true')
+                  f'batch-size={args.batch_size} learning-rate={args.lr} overwrite=true '
+                  f'budget={args.budget or 3.0}')
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "flower_deploy.py"),
                            str(EXAMPLE), "--nodes", str(args.nodes), "--run-config", run_config],
@@ -165,6 +166,9 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--iterations", type=int, default=2400)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="the audit's budget (x the round; 0: unbounded, the default here "
+                             "in-process, where a round takes milliseconds; --deploy: 3)")
     args = parser.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="fedleak-quickstart-")) / "audit").resolve()
     return deploy(args, out) if args.deploy else in_process(args, out)
