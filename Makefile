@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make demo   install everything into .venv and run the main job on bundled data
-#   make test   install everything into .venv and run the test suite
+#   make test   install everything into .venv and run the test suite (lint and docs first)
+#   make docs   build the docs site into build/docs, warnings as errors
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
@@ -9,8 +10,10 @@ PIP := $(PY) -m pip
 # TORCH=cuda takes PyPI's Linux wheel, the CUDA build (several GB with its nvidia-* packages).
 TORCH ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Test workers (pytest-xdist): tests that share a Ray cluster run on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 
-.PHONY: install demo test lint protos bench
+.PHONY: install demo test lint docs protos bench
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,7 +24,7 @@ else
 	$(PIP) install -c constraints.txt 'torch==2.13.0+cpu' \
 	  || $(PIP) install -c constraints.txt --extra-index-url $(TORCH_CPU_INDEX) 'torch==2.13.0+cpu'
 endif
-	$(PIP) install -c constraints.txt -e '.[dev,flower]'
+	$(PIP) install -c constraints.txt -e '.[dev,flower,docs]'
 	$(PIP) check
 	# PyPI's torchvision (a CUDA build) beside torch+cpu cannot `import torchvision` alone:
 	# a .pth installs fedleak's import hook in every Python of this venv (docs/flower.md)
@@ -34,12 +37,19 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/fedleak demo
 
-test: lint
-	$(PY) -m pytest -q --durations=15
+test: lint docs
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check fedleak tests bench examples
 	$(VENV)/bin/mypy
+
+# The docs site (Sphinx + MyST, docs/conf.py): -E rereads every page, because the reference
+# pages are generated from code that Sphinx does not watch; -W --keep-going fails on any warning
+# after reporting them all.
+docs: install
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
 
 protos: install
 	$(PY) -m fedleak.harness.wire.protogen

@@ -114,7 +114,8 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
         budget = entry.get("budget")
         allowed = f"{budget['allowed_s']:.1f} s allowed" if budget else "unbounded"
         print(f"  {entry['round_id']}: replay {entry['replay']}, {entry['local_steps']} local "
-              f"step(s), {entry['iterations']} iterations ({allowed}): audit PSNR {entry['mean_psnr']:.2f} dB, SSIM "
+              f"step(s), {entry['iterations']} iterations ({allowed}): audit PSNR "
+              f"{entry['mean_psnr']:.2f} dB, SSIM "
               f"{entry['mean_ssim']:.3f}, labels {entry['label_accuracy']:.0%}; fedleak victim "
               f"on the same photos {victim.mean_psnr:.2f} dB, SSIM {victim.mean_ssim:.3f}")
         for reason in entry.get("inexact_reasons", []):

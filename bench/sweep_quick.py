@@ -6,7 +6,8 @@ the strongest setting, and whether both fall as the defense grows (strictly, poi
 point). Exits non-zero when the sweep fails, takes 15 minutes or more, or a trend is missing.
 
     .venv/bin/python bench/sweep_quick.py                       # into a temporary folder
-    .venv/bin/python bench/sweep_quick.py --out runs/sweep-quick --chart docs/img/quick-sweep.png
+    .venv/bin/python bench/sweep_quick.py --out runs/sweep-quick --chart docs/img/quick-sweep.png \
+        --bounds-chart docs/img/quick-bounds.png
 
 The machine's load average is printed: on a shared 2-core machine other jobs stretch the time.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +37,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--chart", type=Path, default=None,
                         help="copy the privacy-utility chart here (e.g. docs/img/quick-sweep.png)")
+    parser.add_argument("--bounds-chart", type=Path, default=None,
+                        help="copy the DP points' bounds chart here (docs/img/quick-bounds.png)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fedleak-quick-")) / "run"
     if out.exists():
@@ -50,15 +54,45 @@ def main() -> int:
         print("the sweep failed")
         return 1
     ok = wall < LIMIT_S and trends_hold(out)
+    dp_points(out)
     if args.chart:
         args.chart.parent.mkdir(parents=True, exist_ok=True)
-        # the blind attack's chart (the preset's second [[sweep.attack]]), as docs/ show it
-        charts = [out / "report" / name for name in ("privacy-utility-2.png",
-                                                     "privacy-utility.png")]
-        shutil.copyfile(next(c for c in charts if c.exists()), args.chart)
+        # the blind attack's FedSGD chart (the preset's second [[sweep.attack]]), as docs/
+        # show it; the DP-SGD points where deployments sit are in report/bounds.png
+        shutil.copyfile(blind_chart(out), args.chart)
         print(f"chart copied to {args.chart}")
+    bounds = out / "report" / "bounds.png"
+    if args.bounds_chart and bounds.exists():
+        args.bounds_chart.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(bounds, args.bounds_chart)
+        print(f"bounds chart copied to {args.bounds_chart}")
     print(f"report: {out / 'report.html'}")
     return 0 if ok else 1
+
+
+def blind_chart(out: Path) -> Path:
+    """The privacy-utility chart of the blind attack (objective=cosine) on the FedSGD points,
+    found by the context the report names in its alt text."""
+    page = (out / "report.html").read_text()
+    for match in re.finditer(r'<img src="(report/privacy-utility[^"]*)" alt="([^"]*)"', page):
+        if "objective=cosine" in match.group(2) and "fedsgd" in match.group(2):
+            return out / match.group(1)
+    return out / "report" / "privacy-utility.png"
+
+
+def dp_points(out: Path) -> None:
+    """The DP-SGD settings with their ε, utility, success at 20 dB and the DP bound."""
+    from fedleak.harness.sweep.bounds_chart import bounds_rows
+
+    rows = bounds_rows(load_results(out))
+    print(f"\nDP points: {'setting':>28}  {'ε':>8}  {'test acc':>8}  {'success':>7}  "
+          f"{'DP bound':>8}  {'κ':>6}  {'PSNR':>6}  Fisher ceiling")
+    for r in rows:
+        print(f"{'':11}{r.label[:28]:>28}  {format_epsilon(r.epsilon):>8}  "
+              f"{r.accuracy or 0:>8.1%}  {r.successes}/{r.images:<5}  {r.bound or 0:>8.3f}  "
+              f"{r.kappa or 0:>6.3f}  {r.psnr or 0:>6.2f}  {r.fisher_ceiling or 0:.2f} dB")
+    deployed = [r for r in rows if r.epsilon is not None and r.epsilon <= 10]
+    print(f"{len(deployed)} DP point(s) at ε <= 10 with utility")
 
 
 def trends_hold(out: Path) -> bool:

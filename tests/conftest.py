@@ -37,3 +37,15 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# Files whose tests start or attach to a Ray cluster (Flower's simulation backend attaches to a
+# running one): under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) they share one
+# worker, so no two of them ever run at once.
+_ONE_RAY_CLUSTER = {"test_flower.py", "test_sweep_ray.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in _ONE_RAY_CLUSTER or item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))

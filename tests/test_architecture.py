@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "fedleak"
 
 _BASE = {"fedleak", "fedleak.registry"}
-_ALGORITHMS = _BASE | {"fedleak.attacks", "fedleak.defenses"}
+_ALGORITHMS = _BASE | {"fedleak.attacks", "fedleak.defenses", "fedleak.auditing"}
 _SHARED = _ALGORITHMS | {"fedleak.harness.shared"}
 _WIRE = _SHARED | {"fedleak.harness.wire", "fedleak.v1"}
 _PROCESSES = {"fedleak.harness.victim", "fedleak.harness.attacker",
@@ -32,6 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fedleak.v1": set(),
     "fedleak.attacks": _BASE,
     "fedleak.defenses": _BASE,
+    "fedleak.auditing": _BASE,
     "fedleak.harness": set(),
     "fedleak.harness.shared": _ALGORITHMS,
     "fedleak.harness.wire": _SHARED | {"fedleak.v1"},

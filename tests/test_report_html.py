@@ -84,7 +84,8 @@ def report(browser: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     outcome = run_sweep(parse_spec(SPEC), run_dir, SweepOptions(show_progress=False),
                         echo=lambda _: None)
     assert not outcome.failed, outcome.failed
-    return write_report(run_dir)
+    dp = next(p for p in parse_spec(SPEC).points() if p.defenses)
+    return write_report(run_dir, audited={dp.point_id: 0.25})  # an audit's ε_LB (optional)
 
 
 def test_report_renders_in_headless_chromium_with_every_image(browser: str, report: Path,
@@ -94,6 +95,9 @@ def test_report_renders_in_headless_chromium_with_every_image(browser: str, repo
     parser.feed(dom)
     sources = parser.sources
     assert "report/privacy-utility.png" in sources and "report/strength.png" in sources
+    assert "report/bounds.png" in sources and "DP points from both sides" in dom
+    bounds = (report.parent / "report" / "bounds.csv").read_text().splitlines()
+    assert len(bounds) == 2 and ",0.25," in bounds[1]  # the audited ε_LB, drawn and listed
     assert sum(s.startswith("report/grids/") for s in sources) == 2  # one grid per point
     for source in sources:
         path = report.parent / source

@@ -137,7 +137,7 @@ def test_quick_preset_covers_dpsgd_prune_and_noise_against_a_reference() -> None
 
 
 @pytest.mark.parametrize("change, message", [
-    ('name = "dpsgd"', "unknown defense 'dpsgdx'; choose one of clip, dpsgd"),
+    ('name = "dpsgd"', "unknown defense 'dpsgdx'; choose one of client-dp, clip, dpsgd"),
     ('param = "noise-multiplier"', "has no option 'sigmaa'; valid: noise-multiplier"),
     ("values = [0.1, 1.0]", "noise-multiplier must be >= 0"),
     ('name = "inverting-gradients"', "unknown attack 'ig'; choose one of analytic, dlg"),
@@ -236,7 +236,7 @@ def test_tiny_sweep_end_to_end_via_the_cli(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "SPEC.toml or --preset" in bad.stderr
     spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prunex"'))
     bad = fedleak("sweep", str(spec), "--out", str(out))
-    assert bad.returncode == 2 and "choose one of clip, dpsgd" in bad.stderr
+    assert bad.returncode == 2 and "choose one of client-dp, clip, dpsgd" in bad.stderr
 
 
 def test_points_differing_only_in_defenses_are_attacked_as_one_pack(tmp_path: Path) -> None:

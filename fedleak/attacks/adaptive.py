@@ -10,17 +10,17 @@ that better explains the observed update under the published mechanism
 alone where they do worse than the blind ones (their weights were tuned on one model); with
 only one of them ``auto`` it is the aware part. The aware choice:
 
-=====================================  ===================  ==============
-published                              objective            replay
-=====================================  ===================  ==============
-nothing, or ``clip`` alone             ``cosine``           ``plain``
-``prune`` alone                        ``masked-cosine``    ``plain``
+=====================================  ======================  ==============
+published                              objective               replay
+=====================================  ======================  ==============
+nothing, or ``clip`` alone             ``cosine``              ``plain``
+``prune`` alone                        ``masked-cosine``       ``plain``
                                        (outside=0, hinge=10)
-``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked ``plain``
+``noise`` / ``quantize`` / ``dpsgd``   ``gaussian`` (masked    ``plain``
 (with or without ``prune``)            when pruned; hinge=1
                                        for quantize alone)
-``dpsgd``, FedSGD, n > 1, no Poisson   (as above)           ``dp-clipped``
-=====================================  ===================  ==============
+``dpsgd``, FedSGD, n > 1, no Poisson   (as above)              ``dp-clipped``
+=====================================  ======================  ==============
 
 ``clip`` scales the whole update: every objective here is scale-invariant, so the cosine is
 already its aware choice (and the ``gaussian`` objective profiles the scale out). For one image

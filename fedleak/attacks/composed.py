@@ -228,7 +228,7 @@ def alone(observation: Observation) -> RestartsUpdateFn:
 
 
 def lockstep(one: RestartsUpdateFn) -> RestartsUpdateFn:
-    """R restarts replayed one after the other inside one call: [R, n, …] → [R, *θ_l]."""
+    """R restarts replayed one after the other inside one call: ``[R, n, …] → [R, *θ_l]``."""
     def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         updates = [one(images[r:r + 1], y) for r in range(images.shape[0])]
         return [torch.cat(parts) for parts in zip(*updates, strict=True)]

@@ -497,8 +497,8 @@ class WeightedObjective:
 
 def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
                      ) -> list[torch.Tensor]:
-    """t per tensor (per row when ``per_row``): the smallest kept magnitude min{|u*_i| : u*_i ≠
-    0} of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was
+    """t per tensor (per row when ``per_row``): the smallest kept magnitude ``min{|u*_i| : u*_i ≠
+    0}`` of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was
     kept (no bound is known there)."""
     def smallest(o: torch.Tensor) -> torch.Tensor:
         flat = o.detach().reshape(o.shape[0], -1) if per_row else o.detach().reshape(1, -1)
@@ -518,7 +518,7 @@ def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
 
 def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bool
                         ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The support of stochastic rounding: QSGD rounds |u| to a neighbouring level of step
+    """The support of stochastic rounding: QSGD rounds ``|u|`` to a neighbouring level of step
     Δ_l = m_l/s (m_l = max|u*_l|, which rounding keeps exactly; s = 2^{bits−1} − 1), so
     u_i ∈ [q_i − Δ_l, q_i + Δ_l] for every coordinate (and q_i ≠ 0 fixes the sign)."""
     levels = 2 ** (bits - 1) - 1
@@ -537,8 +537,8 @@ def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bo
 
 def pruning_bounds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Magnitude pruning zeroes exactly the coordinates with |u_i| ≤ t (t the smallest kept
-    |u*|, :func:`prune_thresholds`): [−t, t] there; no bound (±inf) on the kept ones and in a
+    """Magnitude pruning zeroes exactly the coordinates with ``|u_i| ≤ t`` (t the smallest kept
+    ``|u*|``, :func:`prune_thresholds`): [−t, t] there; no bound (±inf) on the kept ones and in a
     tensor where nothing was kept."""
     lower, upper = [], []
     for o, t in zip(observed, prune_thresholds(observed, scope, per_row), strict=True):

@@ -12,8 +12,8 @@ constraint prior (``box``) is the indicator of a set, applied as a projection af
 [R, n, C, H, W] ([R]); a prior whose ``rows`` couples the restarts (``group``) needs them
 optimised together.
 
-- ``tv``: anisotropic total variation of Geiping et al.'s code, mean |horizontal| + mean
-  |vertical| differences (:func:`total_variation`).
+- ``tv``: anisotropic total variation of Geiping et al.'s code, mean ``|horizontal|`` + mean
+  ``|vertical|`` differences (:func:`total_variation`).
 - ``bn``: Yin et al. (CVPR 2021, eq. 6) R_BN = Σ_l ‖μ_l(x) − μ_l‖₂ + ‖σ²_l(x) − σ²_l‖₂ over the
   BatchNorm layers (``form=yin``), or its standardised form (the default), towards the
   statistics the threat model gives (:mod:`fedleak.attacks.batch_statistics`).
@@ -51,7 +51,7 @@ from fedleak.registry import Registry
 
 
 def total_variation(images: torch.Tensor) -> torch.Tensor:
-    """Anisotropic TV of the authors' code: mean |horizontal| plus mean |vertical| differences.
+    """Anisotropic TV of the authors' code: mean ``|horizontal|`` + mean ``|vertical|`` differences.
 
     ``TV(x) = mean |x[..., :, 1:] − x[..., :, :-1]| + mean |x[..., 1:, :] − x[..., :-1, :]|``.
     """

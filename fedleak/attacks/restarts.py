@@ -49,7 +49,7 @@ def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
 def restart_total_variation(images: torch.Tensor) -> torch.Tensor:
     """TV of each restart's batch: ``images`` [R, n, C, H, W] → [R].
 
-    Entry r equals ``total_variation(images[r])``: mean |horizontal| plus mean |vertical|
+    Entry r equals ``total_variation(images[r])``: mean ``|horizontal|`` plus mean ``|vertical|``
     differences over restart r's own pixels.
     """
     dims = tuple(range(1, images.dim()))
@@ -61,9 +61,9 @@ def restart_total_variation(images: torch.Tensor) -> torch.Tensor:
 class RestartsCosineObjective:
     """``1 − cos(u(x_r), u*_r)`` of eq. (4) for every restart r at once, with its gradients.
 
-    Candidates are stacked updates (one [R, *θ_l.shape] tensor per parameter). The observed
+    Candidates are stacked updates (one ``[R, *θ_l.shape]`` tensor per parameter). The observed
     update ``u*`` is shared by all restarts, or, with ``per_row``, given per row
-    ([R, *θ_l.shape]: packed attacks on several observations, each row against its own).
+    (``[R, *θ_l.shape]``: packed attacks on several observations, each row against its own).
     """
 
     def __init__(self, observed: Sequence[torch.Tensor], per_row: bool = False) -> None:

@@ -4,6 +4,7 @@ Importing this package registers the built-in defenses.
 """
 
 from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
+    client_dp,
     clip,
     dpsgd,
     noise,
@@ -15,6 +16,7 @@ from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
 from fedleak.defenses.base import (
     STAGES,
     Defense,
+    GaussianClaim,
     ParameterCheck,
     PerExampleDefense,
     TransportDefense,
@@ -35,6 +37,7 @@ __all__ = [
     "Defense",
     "DefenseChain",
     "DefenseConfigError",
+    "GaussianClaim",
     "ParameterCheck",
     "PerExampleDefense",
     "TransportDefense",

@@ -15,11 +15,38 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 STAGES = ("parameters", "per-example", "update", "transport")
+
+
+@dataclass(frozen=True)
+class GaussianClaim:
+    """What an update defense claims to do to the update, for DP accounting and audits.
+
+    The defense maps Δ to ``clip(Δ) + ξ`` with clip(Δ) = Δ · min(1, S / ‖Δ‖₂) (S =
+    ``clip_norm``; None: no clipping, the identity) and ξ ~ N(0, s² I), s = ``noise_std`` (0:
+    no noise). Projection onto the ball is 1-Lipschitz, so two inputs at L2 distance at most r
+    leave it at most min(r, 2S) apart; the noise then makes it a Gaussian mechanism with
+    μ = min(r, 2S) / s (Dong, Roth & Su 2019). A defense that does something else (prune,
+    quantise, Laplace noise) claims nothing (None) and an audit treats it as unbounded.
+    """
+
+    clip_norm: float | None = None
+    noise_std: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"a claimed clip norm must be positive, got {self.clip_norm}")
+        if not self.noise_std >= 0:
+            raise ValueError(f"a claimed noise std must be >= 0, got {self.noise_std}")
+
+    def distance_after_clip(self, distance: float) -> float:
+        """How far apart two inputs at most ``distance`` apart are after the clipping."""
+        return distance if self.clip_norm is None else min(distance, 2 * self.clip_norm)
 
 
 class Defense(ABC):
@@ -50,9 +77,26 @@ class UpdateDefense(Defense):
         """
         self.parameter_names = tuple(parameter_names)
 
+    def bind_users(self, num_users: int) -> None:
+        """Learn how many users' updates the victim sums (secure aggregation; 1 otherwise)."""
+
+    def chain_problem(self, has_transport: bool) -> str | None:
+        """Why this defense cannot run in a chain with (or without) a transport defense."""
+        return None
+
     @abstractmethod
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
         """The defended update; must not modify ``update`` in place."""
+
+    def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
+        """Privacy spent by ``rounds`` more rounds of this defense (metadata entries; {} if
+        none). Called once per round the user takes part in, after :meth:`apply`; an audit
+        charges its trials in batches with ``report`` False (no ε computed, {} returned)."""
+        return {}
+
+    def gaussian_claim(self) -> GaussianClaim | None:
+        """The mechanism this defense claims (:class:`GaussianClaim`), or None for none."""
+        return None
 
 
 class ParameterCheck(Defense):
@@ -84,14 +128,15 @@ class PerExampleDefense(Defense):
         expected_batch_size: int,
         generator: torch.Generator,
     ) -> list[torch.Tensor]:
-        """``per_example[l]`` has shape [B, *θ_l.shape]; returns one tensor per parameter."""
+        """``per_example[l]`` has shape ``[B, *θ_l.shape]``; returns one tensor per parameter."""
 
     def sample_rate(self, num_images: int, batch_size: int) -> float | None:
         """Poisson sampling rate q for local batches, or None for fixed in-order batches."""
         return None
 
-    def account(self, steps: int, sample_rate: float) -> dict[str, str]:
-        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries)."""
+    def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
+        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries); with
+        ``report`` False the steps are only charged (no ε computed, {} returned)."""
         return {}
 
 

@@ -36,6 +36,10 @@ class DefenseChain:
             named = [d.name for d in self.defenses if d.stage == stage]
             if len(named) > 1:
                 raise DefenseConfigError(f"at most one {stage} defense, got {named}")
+        for defense in self.update:
+            problem = defense.chain_problem(has_transport=self.transport is not None)
+            if problem:
+                raise DefenseConfigError(problem)
 
     @property
     def parameter_checks(self) -> list[ParameterCheck]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.base import GaussianClaim, UpdateDefense
 from fedleak.defenses.registry import register_defense
 
 
@@ -29,3 +29,7 @@ class Clip(UpdateDefense):
         norm = torch.stack([(u.double() ** 2).sum() for u in update]).sum().sqrt()
         scale = min(1.0, self.config.max_norm / max(float(norm), 1e-12))
         return [u * scale for u in update]
+
+    def gaussian_claim(self) -> GaussianClaim:
+        """Clipping alone: a contribution bound, no noise."""
+        return GaussianClaim(clip_norm=self.config.max_norm)

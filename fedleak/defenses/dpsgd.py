@@ -1,7 +1,7 @@
 """DP-SGD (Abadi et al. 2016) through Opacus, applied to every local step of the user.
 
 For one step over a batch B (fixed, or Poisson-sampled with rate q), with per-example
-gradients g_i (given by the harness) and clipping norm C:
+gradients g_i (given by the harness) and clipping norm C::
 
     flat:       ḡ_i = g_i · min(1, C / ‖g_i‖₂)                    (norm over all layers)
     per-layer:  ḡ_i,l = g_i,l · min(1, C_l / ‖g_i,l‖₂),  C_l = C / √L
@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 
 from fedleak.defenses.base import PerExampleDefense
@@ -105,11 +106,15 @@ class DPSGD(PerExampleDefense):
         size = num_images if batch_size in (0, None) or batch_size >= num_images else batch_size
         return size / num_images
 
-    def account(self, steps: int, sample_rate: float) -> dict[str, str]:
-        """ε of this round alone and cumulated over every round this defense has served."""
+    def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
+        """ε of this round alone and cumulated over every round this defense has served
+        (steps at one sampling rate are merged into one history entry)."""
+        sigma = self.config.noise_multiplier
+        record(self._total, sigma, sample_rate, steps)
+        if not report:
+            return {}
         this_round = make_accountant(self.config.accountant)
-        for accountant in (this_round, self._total):
-            accountant.history.append((self.config.noise_multiplier, sample_rate, steps))
+        record(this_round, sigma, sample_rate, steps)
         delta = self.config.delta
         return {
             "epsilon_round": f"{epsilon(this_round, delta):.6g}",
@@ -121,8 +126,22 @@ class DPSGD(PerExampleDefense):
         }
 
 
+def record(accountant: Any, sigma: float, sample_rate: float, steps: int) -> None:
+    """Add ``steps`` steps at (σ, q) to the accountant's history, merged into the entry with the
+    same (σ, q) where there is one: composition of one mechanism is commutative and the RDP and
+    PRV accountants compose an entry's steps exactly so, so ε is unchanged while the history
+    stays one entry per distinct mechanism instead of growing with every round."""
+    history = accountant.history
+    for i, (s, q, n) in enumerate(history):
+        if (s, q) == (sigma, sample_rate):
+            history[i] = (s, q, n + steps)
+            return
+    history.append((sigma, sample_rate, steps))
+
+
 def epsilon(accountant: Any, delta: float) -> float:
     """ε at ``delta``; infinite when there was no noise."""
     if any(sigma == 0 for sigma, _, _ in accountant.history):
         return math.inf
-    return float(accountant.get_epsilon(delta=delta))
+    with numpy.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0)
+        return float(accountant.get_epsilon(delta=delta))

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.base import GaussianClaim, UpdateDefense
 from fedleak.defenses.registry import register_defense
 
 DISTRIBUTIONS = ("gaussian", "laplace")
-#: Largest σ accepted: float32 holds up to 3.4e38 and a draw ξ reaches |ξ| ≈ 16 (Laplace, by the
+#: Largest σ accepted: float32 holds up to 3.4e38 and a draw ξ reaches ``|ξ| ≈ 16`` (Laplace, by the
 #: inverse CDF's clamp at 1e-7), so σ·ξ stays finite with a margin of 20.
 MAX_SIGMA = 1e36
 
@@ -47,3 +47,9 @@ class Noise(UpdateDefense):
                 xi = -torch.sign(v) * torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
             out.append(u + self.config.sigma * xi)
         return out
+
+    def gaussian_claim(self) -> GaussianClaim | None:
+        """Gaussian noise of std σ and no clipping; Laplace noise claims nothing here."""
+        if self.config.distribution != "gaussian":
+            return None
+        return GaussianClaim(noise_std=self.config.sigma)

@@ -1,5 +1,5 @@
 """Magnitude pruning of the update (gradient sparsification, Zhu et al. 2019's defense):
-keep the largest (1 − p) fraction of entries by |Δ|, set the rest to zero — per layer or over
+keep the largest (1 − p) fraction of entries by ``|Δ|``, set the rest to zero — per layer or over
 the whole update."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ batch, and refuses the round (the victim answers ``FAILED_PRECONDITION`` with th
 any enabled test fires:
 
 - ``rows``: in some linear layer, two rows (or two columns) of at least 32 values each point
-  the same way, max |cos(W_i, W_j)| ≥ ``max_cosine`` (default 0.99). Random
+  the same way, ``max |cos(W_i, W_j)|`` ≥ ``max_cosine`` (default 0.99). Random
   initialisations and trained layers give cosines far below that (about √(4 ln m / d) for m
   random rows of dimension d); the imprint attack sets every row of its first layer to the
   same measurement and every column of the second to the same vector (cosine 1).
@@ -39,7 +39,7 @@ from fedleak.defenses.registry import register_defense
 
 #: vectors (rows or columns) shorter than this are not compared: among many short random
 #: vectors some pair is nearly parallel by chance (resnet152's classifier has 2,048 columns of
-#: 10 values, and two of them reach |cos| 0.99 at one seed)
+#: 10 values, and two of them reach ``|cos|`` 0.99 at one seed)
 MIN_DIMENSION = 32
 MAX_ROWS_COMPARED = 4096
 
@@ -70,7 +70,7 @@ class VetConfig:
 
 
 def max_abs_cosine(matrix: torch.Tensor) -> float:
-    """max |cos| between two distinct non-zero rows of ``matrix`` (0 with fewer than two)."""
+    """``max |cos|`` between two distinct non-zero rows of ``matrix`` (0 with fewer than two)."""
     rows = matrix.detach().double()
     norms = rows.norm(dim=1)
     rows = rows[norms > 0][:MAX_ROWS_COMPARED]

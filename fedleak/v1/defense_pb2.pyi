@@ -12,7 +12,7 @@ class DefenseInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DefenseInfo(_message.Message):
-    __slots__ = ("name", "params", "stage", "version")
+    __slots__ = ("name", "params", "stage", "version", "claim")
     class ParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,11 +24,21 @@ class DefenseInfo(_message.Message):
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
     name: str
     params: _containers.ScalarMap[str, str]
     stage: str
     version: str
-    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., stage: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    claim: GaussianClaim
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., stage: _Optional[str] = ..., version: _Optional[str] = ..., claim: _Optional[_Union[GaussianClaim, _Mapping]] = ...) -> None: ...
+
+class GaussianClaim(_message.Message):
+    __slots__ = ("clip_norm", "noise_std")
+    CLIP_NORM_FIELD_NUMBER: _ClassVar[int]
+    NOISE_STD_FIELD_NUMBER: _ClassVar[int]
+    clip_norm: float
+    noise_std: float
+    def __init__(self, clip_norm: _Optional[float] = ..., noise_std: _Optional[float] = ...) -> None: ...
 
 class UpdateChunk(_message.Message):
     __slots__ = ("piece", "offset", "seed")

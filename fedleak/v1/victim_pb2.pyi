@@ -142,7 +142,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned")
+    __slots__ = ("victim_version", "model", "data", "protocol", "defenses", "parameters", "buffers", "num_private_images", "reveal_enabled", "max_message_bytes", "num_users", "score_budget", "score_token_required", "token_accepted", "score_token_accepted", "limits", "image_score_budget", "image_scores_left", "images_score_exhausted", "buffers_returned", "informed_game", "audit_enabled", "audit_budget", "audits_left", "max_audit_trials")
     VICTIM_VERSION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,11 @@ class DescribeResponse(_message.Message):
     IMAGE_SCORES_LEFT_FIELD_NUMBER: _ClassVar[int]
     IMAGES_SCORE_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     BUFFERS_RETURNED_FIELD_NUMBER: _ClassVar[int]
+    INFORMED_GAME_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    AUDITS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    MAX_AUDIT_TRIALS_FIELD_NUMBER: _ClassVar[int]
     victim_version: str
     model: ModelSpec
     data: DataSpec
@@ -183,7 +188,26 @@ class DescribeResponse(_message.Message):
     image_scores_left: int
     images_score_exhausted: int
     buffers_returned: str
-    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ...) -> None: ...
+    informed_game: InformedGameSpec
+    audit_enabled: bool
+    audit_budget: int
+    audits_left: int
+    max_audit_trials: int
+    def __init__(self, victim_version: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., data: _Optional[_Union[DataSpec, _Mapping]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., defenses: _Optional[_Iterable[_Union[DefenseSpec, _Mapping]]] = ..., parameters: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[TensorInfo, _Mapping]]] = ..., num_private_images: _Optional[int] = ..., reveal_enabled: _Optional[bool] = ..., max_message_bytes: _Optional[int] = ..., num_users: _Optional[int] = ..., score_budget: _Optional[int] = ..., score_token_required: _Optional[bool] = ..., token_accepted: _Optional[bool] = ..., score_token_accepted: _Optional[bool] = ..., limits: _Optional[_Union[VictimLimits, _Mapping]] = ..., image_score_budget: _Optional[int] = ..., image_scores_left: _Optional[int] = ..., images_score_exhausted: _Optional[int] = ..., buffers_returned: _Optional[str] = ..., informed_game: _Optional[_Union[InformedGameSpec, _Mapping]] = ..., audit_enabled: _Optional[bool] = ..., audit_budget: _Optional[int] = ..., audits_left: _Optional[int] = ..., max_audit_trials: _Optional[int] = ...) -> None: ...
+
+class InformedGameSpec(_message.Message):
+    __slots__ = ("candidates", "known_records", "prior_split", "threat_model", "adjacency")
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRIOR_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADJACENCY_FIELD_NUMBER: _ClassVar[int]
+    candidates: int
+    known_records: int
+    prior_split: str
+    threat_model: str
+    adjacency: str
+    def __init__(self, candidates: _Optional[int] = ..., known_records: _Optional[int] = ..., prior_split: _Optional[str] = ..., threat_model: _Optional[str] = ..., adjacency: _Optional[str] = ...) -> None: ...
 
 class VictimLimits(_message.Message):
     __slots__ = ("max_local_epochs", "max_local_steps", "max_learning_rate", "max_release_epochs")
@@ -277,7 +301,7 @@ class FeatureScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
-    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters")
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PSNR_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +309,7 @@ class ImageScore(_message.Message):
     MSE_FIELD_NUMBER: _ClassVar[int]
     MARGIN_FIELD_NUMBER: _ClassVar[int]
     VOTERS_FIELD_NUMBER: _ClassVar[int]
+    FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
     index: int
     matched_index: int
     psnr: float
@@ -292,10 +317,11 @@ class ImageScore(_message.Message):
     mse: float
     margin: float
     voters: int
-    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ...) -> None: ...
+    fisher_psnr_ceiling: float
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +334,9 @@ class ScoreResponse(_message.Message):
     MEAN_FEATURE_RELATIVE_ERROR_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
+    FISHER_BOUNDED_FIELD_NUMBER: _ClassVar[int]
+    FISHER_NOTE_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -320,7 +349,71 @@ class ScoreResponse(_message.Message):
     mean_feature_relative_error: float
     recovered: int
     recovered_ssim: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ...) -> None: ...
+    fisher_bounded: bool
+    fisher_note: str
+    mean_fisher_psnr_ceiling: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
+
+class BeginInformedTrialRequest(_message.Message):
+    __slots__ = ("parameters", "buffers")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class InformedTrial(_message.Message):
+    __slots__ = ("trial_id", "candidates", "candidate_labels", "known_images", "known_labels", "update", "update_kind", "protocol", "num_images", "local_steps", "metadata", "threat_model")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_LABELS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_LABELS_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    trial_id: str
+    candidates: Tensor
+    candidate_labels: _containers.RepeatedScalarFieldContainer[int]
+    known_images: Tensor
+    known_labels: _containers.RepeatedScalarFieldContainer[int]
+    update: _containers.RepeatedCompositeFieldContainer[Tensor]
+    update_kind: str
+    protocol: ProtocolSpec
+    num_images: int
+    local_steps: int
+    metadata: _containers.ScalarMap[str, str]
+    threat_model: str
+    def __init__(self, trial_id: _Optional[str] = ..., candidates: _Optional[_Union[Tensor, _Mapping]] = ..., candidate_labels: _Optional[_Iterable[int]] = ..., known_images: _Optional[_Union[Tensor, _Mapping]] = ..., known_labels: _Optional[_Iterable[int]] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., threat_model: _Optional[str] = ...) -> None: ...
+
+class InformedGuess(_message.Message):
+    __slots__ = ("trial_id", "candidate")
+    TRIAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    trial_id: str
+    candidate: int
+    def __init__(self, trial_id: _Optional[str] = ..., candidate: _Optional[int] = ...) -> None: ...
+
+class InformedOutcome(_message.Message):
+    __slots__ = ("success", "trials_scored", "successes")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_SCORED_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    trials_scored: int
+    successes: int
+    def __init__(self, success: _Optional[bool] = ..., trials_scored: _Optional[int] = ..., successes: _Optional[int] = ...) -> None: ...
 
 class RevealRequest(_message.Message):
     __slots__ = ("round_id",)
@@ -337,17 +430,19 @@ class RevealResponse(_message.Message):
     def __init__(self, images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BeginSecAggRequest(_message.Message):
-    __slots__ = ("parameters", "buffers", "protocol")
+    __slots__ = ("parameters", "buffers", "protocol", "audit_id")
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     BUFFERS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
     parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
     buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
     protocol: ProtocolSpec
-    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ...) -> None: ...
+    audit_id: str
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., audit_id: _Optional[str] = ...) -> None: ...
 
 class BeginSecAggResponse(_message.Message):
-    __slots__ = ("round_id", "user_ids", "threshold", "clip", "vector_length", "session", "update_kind", "protocol", "images_per_user", "local_steps", "metadata")
+    __slots__ = ("round_id", "user_ids", "threshold", "clip", "vector_length", "session", "update_kind", "protocol", "images_per_user", "local_steps", "metadata", "audit_round", "audit_trial")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +461,8 @@ class BeginSecAggResponse(_message.Message):
     IMAGES_PER_USER_FIELD_NUMBER: _ClassVar[int]
     LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_ROUND_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_TRIAL_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     user_ids: _containers.RepeatedScalarFieldContainer[int]
     threshold: int
@@ -377,7 +474,9 @@ class BeginSecAggResponse(_message.Message):
     images_per_user: int
     local_steps: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, round_id: _Optional[str] = ..., user_ids: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., clip: _Optional[float] = ..., vector_length: _Optional[int] = ..., session: _Optional[int] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., images_per_user: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    audit_round: bool
+    audit_trial: int
+    def __init__(self, round_id: _Optional[str] = ..., user_ids: _Optional[_Iterable[int]] = ..., threshold: _Optional[int] = ..., clip: _Optional[float] = ..., vector_length: _Optional[int] = ..., session: _Optional[int] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., images_per_user: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., audit_round: _Optional[bool] = ..., audit_trial: _Optional[int] = ...) -> None: ...
 
 class SecAggStepRequest(_message.Message):
     __slots__ = ("round_id", "user_id", "phase", "message")
@@ -457,3 +556,208 @@ class ReleaseProgress(_message.Message):
     train_accuracy: float
     release: ReleasedModel
     def __init__(self, epoch: _Optional[int] = ..., max_epochs: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., release: _Optional[_Union[ReleasedModel, _Mapping]] = ...) -> None: ...
+
+class BeginAuditRequest(_message.Message):
+    __slots__ = ("parameters", "buffers", "protocol", "canary", "direction", "canary_seed", "canary_norm", "coordinate", "trials", "delta", "confidence", "threshold_rule", "threshold", "calibration_fraction")
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    BUFFERS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CANARY_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    CANARY_SEED_FIELD_NUMBER: _ClassVar[int]
+    CANARY_NORM_FIELD_NUMBER: _ClassVar[int]
+    COORDINATE_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_RULE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CALIBRATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
+    buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
+    protocol: ProtocolSpec
+    canary: str
+    direction: str
+    canary_seed: int
+    canary_norm: float
+    coordinate: int
+    trials: int
+    delta: float
+    confidence: float
+    threshold_rule: str
+    threshold: float
+    calibration_fraction: float
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_seed: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., trials: _Optional[int] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., calibration_fraction: _Optional[float] = ...) -> None: ...
+
+class AuditClaim(_message.Message):
+    __slots__ = ("epsilon", "delta", "mechanism", "accountant", "mu")
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTANT_FIELD_NUMBER: _ClassVar[int]
+    MU_FIELD_NUMBER: _ClassVar[int]
+    epsilon: float
+    delta: float
+    mechanism: str
+    accountant: str
+    mu: float
+    def __init__(self, epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., mechanism: _Optional[str] = ..., accountant: _Optional[str] = ..., mu: _Optional[float] = ...) -> None: ...
+
+class BeginAuditResponse(_message.Message):
+    __slots__ = ("audit_id", "trials", "canary", "direction", "canary_direction", "canary_image", "canary_label", "canary_norm", "coordinate", "claim", "threat_model", "delta", "confidence", "update_kind", "protocol", "secure_aggregation", "canary_user", "score_sign", "expected_shift", "threshold_rule", "threshold", "max_trials_per_call")
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    CANARY_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    CANARY_DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    CANARY_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    CANARY_LABEL_FIELD_NUMBER: _ClassVar[int]
+    CANARY_NORM_FIELD_NUMBER: _ClassVar[int]
+    COORDINATE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    SECURE_AGGREGATION_FIELD_NUMBER: _ClassVar[int]
+    CANARY_USER_FIELD_NUMBER: _ClassVar[int]
+    SCORE_SIGN_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_SHIFT_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_RULE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRIALS_PER_CALL_FIELD_NUMBER: _ClassVar[int]
+    audit_id: str
+    trials: int
+    canary: str
+    direction: str
+    canary_direction: _containers.RepeatedCompositeFieldContainer[Tensor]
+    canary_image: Tensor
+    canary_label: int
+    canary_norm: float
+    coordinate: int
+    claim: AuditClaim
+    threat_model: str
+    delta: float
+    confidence: float
+    update_kind: str
+    protocol: ProtocolSpec
+    secure_aggregation: bool
+    canary_user: int
+    score_sign: float
+    expected_shift: float
+    threshold_rule: str
+    threshold: float
+    max_trials_per_call: int
+    def __init__(self, audit_id: _Optional[str] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_direction: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., canary_image: _Optional[_Union[Tensor, _Mapping]] = ..., canary_label: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., threat_model: _Optional[str] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., secure_aggregation: _Optional[bool] = ..., canary_user: _Optional[int] = ..., score_sign: _Optional[float] = ..., expected_shift: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., max_trials_per_call: _Optional[int] = ...) -> None: ...
+
+class AuditTrialsRequest(_message.Message):
+    __slots__ = ("audit_id", "count")
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    audit_id: str
+    count: int
+    def __init__(self, audit_id: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class AuditTrial(_message.Message):
+    __slots__ = ("index", "update")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    update: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, index: _Optional[int] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class AuditTrialsResponse(_message.Message):
+    __slots__ = ("trials", "trials_left", "update_kind", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    trials: _containers.RepeatedCompositeFieldContainer[AuditTrial]
+    trials_left: int
+    update_kind: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, trials: _Optional[_Iterable[_Union[AuditTrial, _Mapping]]] = ..., trials_left: _Optional[int] = ..., update_kind: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AuditScoresRequest(_message.Message):
+    __slots__ = ("audit_id", "scores")
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    audit_id: str
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, audit_id: _Optional[str] = ..., scores: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class AuditBound(_message.Message):
+    __slots__ = ("estimator", "epsilon", "is_estimate", "confidence", "trials_in", "trials_out", "delta", "canary", "threat_model", "threshold_rule", "threshold", "lower_threshold", "fpr_upper", "fnr_upper", "mu", "reference")
+    ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    IS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_IN_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_OUT_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    CANARY_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_RULE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    LOWER_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    FPR_UPPER_FIELD_NUMBER: _ClassVar[int]
+    FNR_UPPER_FIELD_NUMBER: _ClassVar[int]
+    MU_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    estimator: str
+    epsilon: float
+    is_estimate: bool
+    confidence: float
+    trials_in: int
+    trials_out: int
+    delta: float
+    canary: str
+    threat_model: str
+    threshold_rule: str
+    threshold: float
+    lower_threshold: float
+    fpr_upper: float
+    fnr_upper: float
+    mu: float
+    reference: str
+    def __init__(self, estimator: _Optional[str] = ..., epsilon: _Optional[float] = ..., is_estimate: _Optional[bool] = ..., confidence: _Optional[float] = ..., trials_in: _Optional[int] = ..., trials_out: _Optional[int] = ..., delta: _Optional[float] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., lower_threshold: _Optional[float] = ..., fpr_upper: _Optional[float] = ..., fnr_upper: _Optional[float] = ..., mu: _Optional[float] = ..., reference: _Optional[str] = ...) -> None: ...
+
+class AuditScoreHistogram(_message.Message):
+    __slots__ = ("edges", "canary_in", "canary_out")
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    CANARY_IN_FIELD_NUMBER: _ClassVar[int]
+    CANARY_OUT_FIELD_NUMBER: _ClassVar[int]
+    edges: _containers.RepeatedScalarFieldContainer[float]
+    canary_in: _containers.RepeatedScalarFieldContainer[int]
+    canary_out: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, edges: _Optional[_Iterable[float]] = ..., canary_in: _Optional[_Iterable[int]] = ..., canary_out: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AuditReport(_message.Message):
+    __slots__ = ("audit_id", "bounds", "claim", "violation", "verdict", "histogram", "trials", "canary", "threat_model")
+    AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
+    BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    VIOLATION_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    HISTOGRAM_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    CANARY_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    audit_id: str
+    bounds: _containers.RepeatedCompositeFieldContainer[AuditBound]
+    claim: AuditClaim
+    violation: bool
+    verdict: str
+    histogram: AuditScoreHistogram
+    trials: int
+    canary: str
+    threat_model: str
+    def __init__(self, audit_id: _Optional[str] = ..., bounds: _Optional[_Iterable[_Union[AuditBound, _Mapping]]] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., violation: _Optional[bool] = ..., verdict: _Optional[str] = ..., histogram: _Optional[_Union[AuditScoreHistogram, _Mapping]] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ...) -> None: ...

@@ -76,6 +76,31 @@ class VictimStub:
                 request_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
                 _registered_method=True)
+        self.BeginInformedTrial = channel.unary_unary(
+                '/fedleak.v1.Victim/BeginInformedTrial',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedTrial.FromString,
+                _registered_method=True)
+        self.ScoreInformedGuess = channel.unary_unary(
+                '/fedleak.v1.Victim/ScoreInformedGuess',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.InformedGuess.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedOutcome.FromString,
+                _registered_method=True)
+        self.BeginAudit = channel.unary_unary(
+                '/fedleak.v1.Victim/BeginAudit',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.BeginAuditRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginAuditResponse.FromString,
+                _registered_method=True)
+        self.RunAuditTrials = channel.unary_unary(
+                '/fedleak.v1.Victim/RunAuditTrials',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.AuditTrialsRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.AuditTrialsResponse.FromString,
+                _registered_method=True)
+        self.SubmitAuditScores = channel.unary_unary(
+                '/fedleak.v1.Victim/SubmitAuditScores',
+                request_serializer=fedleak_dot_v1_dot_victim__pb2.AuditScoresRequest.SerializeToString,
+                response_deserializer=fedleak_dot_v1_dot_victim__pb2.AuditReport.FromString,
+                _registered_method=True)
 
 
 class VictimServicer:
@@ -133,6 +158,40 @@ class VictimServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginInformedTrial(self, request, context):
+        """The informed-adversary game (Describe's informed_game): a trial, then one final guess.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScoreInformedGuess(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BeginAudit(self, request, context):
+        """The audit game (--allow-audit): open an audit, run its trials (several per call), submit
+        one score per trial once and receive the bounds. SubmitAuditScores takes the evaluator's
+        token when the victim has one, as Score does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunAuditTrials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitAuditScores(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_VictimServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +234,31 @@ def add_VictimServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.FromString,
                     response_serializer=fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.SerializeToString,
+            ),
+            'BeginInformedTrial': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginInformedTrial,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.InformedTrial.SerializeToString,
+            ),
+            'ScoreInformedGuess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScoreInformedGuess,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.InformedGuess.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.InformedOutcome.SerializeToString,
+            ),
+            'BeginAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginAudit,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.BeginAuditRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.BeginAuditResponse.SerializeToString,
+            ),
+            'RunAuditTrials': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunAuditTrials,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.AuditTrialsRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.AuditTrialsResponse.SerializeToString,
+            ),
+            'SubmitAuditScores': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitAuditScores,
+                    request_deserializer=fedleak_dot_v1_dot_victim__pb2.AuditScoresRequest.FromString,
+                    response_serializer=fedleak_dot_v1_dot_victim__pb2.AuditReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +479,141 @@ class Victim:
             '/fedleak.v1.Victim/Release',
             fedleak_dot_v1_dot_victim__pb2.ReleaseRequest.SerializeToString,
             fedleak_dot_v1_dot_victim__pb2.ReleaseProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginInformedTrial(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/BeginInformedTrial',
+            fedleak_dot_v1_dot_victim__pb2.BeginInformedTrialRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.InformedTrial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScoreInformedGuess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/ScoreInformedGuess',
+            fedleak_dot_v1_dot_victim__pb2.InformedGuess.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.InformedOutcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/BeginAudit',
+            fedleak_dot_v1_dot_victim__pb2.BeginAuditRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.BeginAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunAuditTrials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/RunAuditTrials',
+            fedleak_dot_v1_dot_victim__pb2.AuditTrialsRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.AuditTrialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitAuditScores(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedleak.v1.Victim/SubmitAuditScores',
+            fedleak_dot_v1_dot_victim__pb2.AuditScoresRequest.SerializeToString,
+            fedleak_dot_v1_dot_victim__pb2.AuditReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -154,6 +154,19 @@ class VictimClient:
             buffers={t.name: decode_tensor(t, "buffers") for t in reply.buffers} or None,
         )
 
+    def begin_informed_trial(self, parameters: Mapping[str, torch.Tensor],
+                             buffers: Mapping[str, torch.Tensor]) -> pb.InformedTrial:
+        """One trial of the victim's informed-adversary game at ``parameters``."""
+        request = pb.BeginInformedTrialRequest(
+            parameters=[encode_tensor(t, n) for n, t in parameters.items()],
+            buffers=[encode_tensor(t, n) for n, t in buffers.items()])
+        return self._call("BeginInformedTrial", request)
+
+    def score_informed_guess(self, trial_id: str, candidate: int) -> pb.InformedOutcome:
+        """Submit the final guess of a trial; the victim says whether it was the target."""
+        return self._call("ScoreInformedGuess",
+                          pb.InformedGuess(trial_id=trial_id, candidate=candidate), scored=True)
+
     def score(
         self,
         round_id: str,
@@ -179,13 +192,42 @@ class VictimClient:
         parameters: Mapping[str, torch.Tensor],
         buffers: Mapping[str, torch.Tensor],
         protocol: Protocol | None = None,
+        audit_id: str = "",
     ) -> pb.BeginSecAggResponse:
+        """Start a secure-aggregation round (``audit_id``: as that audit's next trial)."""
         request = pb.BeginSecAggRequest(
             parameters=[encode_tensor(t, n) for n, t in parameters.items()],
             buffers=[encode_tensor(t, n) for n, t in buffers.items()],
             protocol=None if protocol is None else protocol_to_pb(protocol),
+            audit_id=audit_id,
         )
         return self._call("BeginSecAgg", request)
+
+    def begin_audit(
+        self,
+        parameters: Mapping[str, torch.Tensor],
+        buffers: Mapping[str, torch.Tensor],
+        request: pb.BeginAuditRequest,
+        protocol: Protocol | None = None,
+    ) -> pb.BeginAuditResponse:
+        """Open an audit at θ; ``request`` carries the canary and game settings."""
+        full = pb.BeginAuditRequest()
+        full.CopyFrom(request)
+        full.parameters.extend(encode_tensor(t, n) for n, t in parameters.items())
+        full.buffers.extend(encode_tensor(t, n) for n, t in buffers.items())
+        if protocol is not None:
+            full.protocol.CopyFrom(protocol_to_pb(protocol))
+        return self._call("BeginAudit", full)
+
+    def run_audit_trials(self, audit_id: str, count: int) -> pb.AuditTrialsResponse:
+        """The next ``count`` trials of an audit (the victim may send fewer)."""
+        return self._call("RunAuditTrials", pb.AuditTrialsRequest(audit_id=audit_id,
+                                                                  count=count))
+
+    def submit_audit_scores(self, audit_id: str, scores: list[float]) -> pb.AuditReport:
+        """One score per trial run, once; the victim's bounds."""
+        return self._call("SubmitAuditScores",
+                          pb.AuditScoresRequest(audit_id=audit_id, scores=scores), scored=True)
 
     def secagg_step(self, round_id: str, user_id: int, phase: pb.SecAggPhase,
                     message: bytes = b"") -> bytes:

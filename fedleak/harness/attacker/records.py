@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from fedleak import __version__
+from fedleak.harness.shared.success_bounds import SuccessPlacement
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
@@ -100,6 +101,8 @@ class ImageRecord:
     psnr: float
     ssim: float
     mse: float
+    #: the victim's Fisher-information PSNR ceiling for this private image (Guo et al. 2022)
+    fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -170,6 +173,8 @@ class RoundRecord:
     #: a Flower audit's time budget for this update: the round's wall time, the seconds this
     #: update's attack was allowed, and the iterations configured and run
     budget: dict[str, float] | None = field(default=None, metadata=OMIT)
+    #: why the victim gave no Fisher ceiling for this round's images (when it gave none)
+    fisher_note: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -189,6 +194,8 @@ class RunSummary:
     delta: float | None = field(default=None, metadata=OMIT)
     #: images scored at PSNR >= EXACT_PSNR dB, over every round
     exact: int | None = field(default=None, metadata=OMIT)
+    #: the mean of the victim's Fisher PSNR ceilings over the images that have one
+    mean_fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
 
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
@@ -199,6 +206,8 @@ class RunSummary:
         errors = [r.mean_feature_relative_error for r in rounds
                   if r.mean_feature_relative_error is not None]
         privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
+        ceilings = [img.fisher_psnr_ceiling for r in rounds for img in r.images
+                    if img.fisher_psnr_ceiling is not None]
         return cls(
             rounds=len(rounds),
             images=len(psnrs),
@@ -211,6 +220,7 @@ class RunSummary:
             epsilon=privacy.get("epsilon_total"),
             delta=privacy.get("delta"),
             exact=exact_count(psnrs) if psnrs else None,
+            mean_fisher_psnr_ceiling=float(np.mean(ceilings)) if ceilings else None,
         )
 
 
@@ -224,6 +234,9 @@ class UpdateRun:
     #: running, finished, interrupted (Ctrl-C), victim gone (it died mid-run) or failed (an
     #: error ended the run; the warnings say which)
     status: str = "running"
+    #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
+    #: (:mod:`fedleak.harness.shared.success_bounds`), once the run ended
+    placement: SuccessPlacement | None = None
 
     @property
     def summary(self) -> RunSummary:
@@ -244,7 +257,10 @@ class UpdateRun:
             out["inexact_summary"] = {**to_json(bound), "meaning": (
                 "rounds whose replay fedleak knows differs from the user's update: a lower "
                 "bound on what leaked, not a measurement (see each round's inexact_reasons)")}
-        return {**out, "warnings": list(self.warnings)}
+        out["warnings"] = list(self.warnings)
+        if self.placement is not None:
+            out["success"] = to_json(self.placement)
+        return out
 
     def write(self, out: Path) -> None:
         write_json(out / METRICS_NAME, self.to_json())
@@ -274,6 +290,18 @@ class UpdateRun:
             lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
                          f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
                          "more of the private images leaked)")
+        placed = self.placement
+        if placed is not None and placed.images:
+            line = (f"success at {placed.success_psnr:g} dB: {placed.successes} of "
+                    f"{placed.images} image(s)")
+            if placed.kappa is not None:
+                line += f"; blind-guess baseline κ = {placed.kappa:.3g} (public prior)"
+            if placed.bound is not None:
+                line += f"; DP bound on any attack's success {placed.bound:.3g}"
+            lines.append(line)
+        if s.mean_fisher_psnr_ceiling is not None:
+            lines.append(f"Fisher ceiling (unbiased reconstructions, Guo et al. 2022): mean "
+                         f"{s.mean_fisher_psnr_ceiling:.2f} dB")
         if s.exact is not None:
             lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB): {s.exact} of "
                          f"{s.images} image(s) (threat model: {self.header.server_role} server)")

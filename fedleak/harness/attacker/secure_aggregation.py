@@ -54,9 +54,11 @@ def run_secure_aggregation(
     parameters: Mapping[str, torch.Tensor],
     buffers: Mapping[str, torch.Tensor],
     protocol: Protocol | None = None,
+    audit_id: str = "",
 ) -> AggregationRound:
-    """Drive one round of SecAgg with the victim's users; raises ``SecAggAbort`` below t."""
-    begin = client.begin_secagg(parameters, buffers, protocol)
+    """Drive one round of SecAgg with the victim's users; raises ``SecAggAbort`` below t.
+    With ``audit_id`` the round is that audit's next trial."""
+    begin = client.begin_secagg(parameters, buffers, protocol, audit_id)
     config = SecAggConfig(threshold=begin.threshold, clip=begin.clip,
                           vector_length=begin.vector_length, num_users=len(begin.user_ids),
                           session=begin.session)

@@ -61,6 +61,12 @@ from fedleak.harness.shared.observation import observation_from_update
 from fedleak.harness.shared.pictures import save_grid
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.replay_fidelity import INEXACT, inexact_reasons
+from fedleak.harness.shared.success_bounds import (
+    SuccessPlacement,
+    place,
+    prior_kappa,
+    round_mechanism,
+)
 from fedleak.v1 import victim_pb2 as pb
 
 #: Status codes that mean the victim is gone (not that it refused the request).
@@ -209,6 +215,7 @@ class Server:
         """Record how the run ended (``finished``, ``interrupted``, ``failed``) in
         ``metrics.json``."""
         self.run.status = status
+        self.run.placement = placement(self.run, self.described, self.protocol)
         self.run.write(self.out)
 
     def receive(self, index: int = 0) -> tuple[ReceivedUpdate, Observation]:
@@ -348,8 +355,11 @@ def round_record(
         mean_mse=score.mean_mse if score is not None and score.images else None,
         label_accuracy=score.label_accuracy if score is not None and score.labels_scored
         else None,
-        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse)
+        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse,
+                            s.fisher_psnr_ceiling if score.fisher_bounded else None)
                 for s in score.images] if score is not None else [],
+        fisher_note=score.fisher_note if score is not None and score.images
+        and not score.fisher_bounded and score.fisher_note else None,
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
@@ -373,6 +383,26 @@ def round_record(
             entry.features = [FeatureRecord(f.index, f.matched_index, f.cosine,
                                             f.relative_error) for f in score.features]
     return entry
+
+
+def placement(run: UpdateRun, described: pb.DescribeResponse,
+              protocol: Protocol) -> SuccessPlacement | None:
+    """Success at :data:`SUCCESS_PSNR` over the run's scored images, κ of the public prior
+    (the data set's other split, loaded here when it is bundled or under the same path) and the
+    DP bound of the published mechanism; None when nothing was scored."""
+    psnrs = [img.psnr for r in run.rounds for img in r.images]
+    if not psnrs:
+        return None
+    try:
+        baseline = prior_kappa(described.data.dataset, described.data.split)
+    except (OSError, ValueError) as err:  # a torchvision data set not on this machine
+        run.warnings.append(f"no κ for the success threshold: {err}")
+        baseline = None
+    first = run.rounds[0]
+    mechanism = round_mechanism(first.victim_metadata,
+                                [(d.name, dict(d.params)) for d in described.defenses],
+                                1 if first.update_kind == "gradient" else protocol.local_epochs)
+    return place(psnrs, baseline, mechanism)
 
 
 def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:

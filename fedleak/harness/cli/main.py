@@ -3,6 +3,7 @@
     fedleak victim serve --dataset photos --model lenet-zhu --port 0 --allow-reveal
     fedleak attack --victim 127.0.0.1:PORT --attack inverting-gradients --out runs/x
     fedleak demo
+    fedleak audit --victim 127.0.0.1:PORT          # ε lower bounds beside the claimed ε
 
 Each command group lives in its own module of this room; this one assembles them.
 """
@@ -15,9 +16,11 @@ import sys
 import click
 
 from fedleak.harness.cli.attack import attack
+from fedleak.harness.cli.audit import audit
 from fedleak.harness.cli.defense import defense
 from fedleak.harness.cli.demo import demo
 from fedleak.harness.cli.flower import flower
+from fedleak.harness.cli.informed import informed_adversary
 from fedleak.harness.cli.sweep import report, sweep
 from fedleak.harness.cli.train import train_model
 from fedleak.harness.cli.victim import victim
@@ -60,7 +63,8 @@ def list_names() -> None:
             click.echo(f"    {line}")
 
 
-for command in (victim, attack, demo, train_model, sweep, report, defense, flower):
+for command in (victim, attack, audit, demo, train_model, sweep, report, defense, flower,
+                informed_adversary):
     main.add_command(command)
 
 

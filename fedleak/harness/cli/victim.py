@@ -30,6 +30,9 @@ from fedleak.harness.cli.options import (
 #: Default of --image-score-budget (fedleak.harness.victim.score_budget.DEFAULT_IMAGE_BUDGET; a
 #: literal here so the CLI starts without importing the victim).
 DEFAULT_IMAGE_BUDGET = 8
+#: Defaults of --audit-budget and --max-audit-trials (fedleak.harness.victim.limits).
+DEFAULT_AUDIT_BUDGET = 16
+DEFAULT_MAX_AUDIT_TRIALS = 20_000
 
 #: Options that say how to serve, not which victim: the only ones --settings leaves open.
 SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "score_token",
@@ -75,6 +78,15 @@ def victim() -> None:
                    "(as a FedAvg client's state_dict does); published in Describe.")
 @click.option("--allow-reveal", is_flag=True,
               help="Allow Reveal (ground truth for reports) to callers holding the token.")
+@click.option("--allow-audit", is_flag=True,
+              help="Play the audit game (BeginAudit): secret coins, synthetic canaries before "
+                   "the defense chain, ε lower bounds from the server's scores "
+                   "(`fedleak audit`, docs/audit.md).")
+@click.option("--audit-budget", default=DEFAULT_AUDIT_BUDGET, show_default=True,
+              type=click.IntRange(1),
+              help="Audits answered over the victim's life (each answer is final).")
+@click.option("--max-audit-trials", default=DEFAULT_MAX_AUDIT_TRIALS, show_default=True,
+              type=click.IntRange(1), help="The most trials one audit may run.")
 @click.option("--max-message-mb", default=1024, show_default=True, type=click.IntRange(1, 2047),
               help="Largest gRPC message accepted or sent.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -94,6 +106,12 @@ def victim() -> None:
 @click.option("--secagg-drop", multiple=True, metavar="USER@PHASE",
               help="Simulate a user going offline in secure aggregation from PHASE on "
                    "(advertise-keys, share-keys, masked-input, unmasking); repeatable.")
+@click.option("--informed-candidates", default=0, show_default=True, type=click.IntRange(0),
+              help="Play the informed-adversary game (BeginInformedTrial, `fedleak "
+                   "informed-adversary`): N public candidates per trial from the data set's other "
+                   "split, the target picked by a secret coin (κ = 1/N); 0: no game.")
+@click.option("--informed-known", default=0, show_default=True, type=click.IntRange(0),
+              help="Known (public) records trained beside the game's target.")
 @click.option("--device", default="cpu", show_default=True, help="Where local training runs.")
 @click.option("--release-size", default=0, show_default=True, type=click.IntRange(0),
               help="Model release (Release RPC, the kkt attack's threat model): training-set "
@@ -214,9 +232,10 @@ def victim_settings(kw: dict[str, Any]) -> Any:
         checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
         protocol=Protocol.from_options(protocol_values(kw)), reveal=kw["allow_reveal"],
         device=kw["device"], defenses=tuple(kw["defense_specs"]),
-        buffers=kw.get("return_buffers") or "fedavg",
+        buffers=kw.get("return_buffers") or "fedavg", audit=kw.get("allow_audit", False),
         defense_file=kw["defense_file"], defense_seed=kw["defense_seed"], users=kw["users"],
         secagg_drops=tuple(kw["secagg_drop"]),
+        informed_candidates=kw["informed_candidates"], informed_known=kw["informed_known"],
         release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
                                 max_epochs=kw["release_epochs"],
                                 target_loss=kw["release_target_loss"]),
@@ -227,7 +246,10 @@ def victim_settings(kw: dict[str, Any]) -> Any:
                             max_learning_rate=kw["max_lr"],
                             secagg_memory_mb=kw["secagg_memory_mb"],
                             feature_memory_mb=kw["feature_memory_mb"],
-                            release_memory_mb=kw["release_memory_mb"]),
+                            release_memory_mb=kw["release_memory_mb"],
+                            audit_budget=kw.get("audit_budget", DEFAULT_AUDIT_BUDGET),
+                            max_audit_trials=kw.get("max_audit_trials",
+                                                    DEFAULT_MAX_AUDIT_TRIALS)),
     )
 
 

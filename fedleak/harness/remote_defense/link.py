@@ -7,7 +7,10 @@ back, Δ' = D(Δ; s), where D is whatever mechanism the service implements and s
 draws from its own secret generator for each call (so ``--defense-seed`` makes runs
 reproducible and the server never learns the randomness). At start the victim asks the service
 for its ``Info`` (name, public parameters) and publishes it in ``Describe`` beside the address:
-the mechanism stays public (Kerckhoffs) even though its code lives elsewhere.
+the mechanism stays public (Kerckhoffs) even though its code lives elsewhere. A service may
+also claim to be a Gaussian mechanism (``DefenseInfo.claim``: clip to S, add N(0, s²)); the
+victim publishes the claim (``claim.*``), accounts for it and lets an audit test it
+(docs/audit.md) — a claim is what the service says, not what it does.
 
 Everything the service returns is checked before it can leave the victim: the same tensors in
 the same order, names, dtypes and shapes as sent, finite values. A dead, slow or misbehaving
@@ -25,7 +28,7 @@ from pathlib import Path
 import grpc
 import torch
 
-from fedleak.defenses.base import UpdateDefense
+from fedleak.defenses.base import GaussianClaim, UpdateDefense
 from fedleak.defenses.registry import DefenseConfigError
 from fedleak.harness.remote_defense.wire import (
     DEFAULT_CHUNK_BYTES,
@@ -40,6 +43,7 @@ from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 
 REMOTE_STAGES = ("update",)
 REMOTE_PARAM_PREFIX = "remote."
+CLAIM_PARAM_PREFIX = "claim."
 
 
 @dataclass
@@ -114,7 +118,27 @@ class RemoteDefense(UpdateDefense):
         if info.stage and info.stage != self.config.stage:
             raise DefenseConfigError(f"the defense service at {address} ({info.name}) acts at "
                                      f"stage {info.stage!r}, not {self.config.stage!r}")
+        if info.HasField("claim"):
+            try:
+                self._claim_of(info)
+            except ValueError as err:
+                raise DefenseConfigError(f"the defense service at {address} ({info.name}) "
+                                         f"publishes an impossible claim: {err}") from None
         return info
+
+    @staticmethod
+    def _claim_of(info: dpb.DefenseInfo) -> GaussianClaim | None:
+        if not info.HasField("claim"):
+            return None
+        clip = info.claim.clip_norm
+        if not (clip >= 0 and info.claim.noise_std >= 0):
+            raise ValueError("clip_norm and noise_std must be >= 0")
+        return GaussianClaim(clip_norm=clip or None, noise_std=info.claim.noise_std)
+
+    def gaussian_claim(self) -> GaussianClaim | None:
+        """What the service says it does (``DefenseInfo.claim``): the victim accounts for it
+        and an audit tests it; None when the service claims nothing."""
+        return self._claim_of(self.info)
 
     def public_params(self) -> dict[str, str]:
         """Address and settings, the remote's name and version, and its params as ``remote.*``."""
@@ -124,6 +148,10 @@ class RemoteDefense(UpdateDefense):
             params["remote-version"] = self.info.version
         for key, value in sorted(self.info.params.items()):
             params[REMOTE_PARAM_PREFIX + key] = value
+        claim = self.gaussian_claim()
+        if claim is not None:
+            params[CLAIM_PARAM_PREFIX + "clip-norm"] = f"{claim.clip_norm or 0:g}"
+            params[CLAIM_PARAM_PREFIX + "noise-std"] = f"{claim.noise_std:g}"
         return params
 
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:

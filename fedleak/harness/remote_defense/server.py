@@ -3,6 +3,8 @@
     fedleak defense serve --port 50061 --defense clip:max-norm=1
     fedleak victim serve --defense remote:address=127.0.0.1:50061
 
+``Info`` names the defense, its public parameters and, when it claims to be a Gaussian
+mechanism (:meth:`~fedleak.defenses.base.UpdateDefense.gaussian_claim`), that claim.
 ``Defend`` assembles the streamed update Δ, applies the defense with a generator seeded by the
 seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form, each tensor
 in the dtype it came in. Bad input (a malformed stream, tensors that are not floating point,
@@ -81,8 +83,12 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
     async def Info(
         self, request: dpb.DefenseInfoRequest, context: grpc.aio.ServicerContext
     ) -> dpb.DefenseInfo:
-        return dpb.DefenseInfo(name=self.defense.name, params=self.defense.public_params(),
-                               stage=self.defense.stage, version=f"fedleak {__version__}")
+        claim = self.defense.gaussian_claim()
+        return dpb.DefenseInfo(
+            name=self.defense.name, params=self.defense.public_params(),
+            stage=self.defense.stage, version=f"fedleak {__version__}",
+            claim=None if claim is None else dpb.GaussianClaim(
+                clip_norm=claim.clip_norm or 0.0, noise_std=claim.noise_std))
 
     async def Defend(
         self, request_iterator: AsyncIterator[dpb.UpdateChunk],

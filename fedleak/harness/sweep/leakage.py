@@ -166,7 +166,8 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
     ) for entry in record.rounds]
     last = record.rounds[-1].victim_metadata
     summary = record.summary
-    return AttackMeasurement(
+    placed = record.placement
+    measured = AttackMeasurement(
         attack=point.attack, model=record.header.victim_model, dataset=record.header.dataset,
         run=str(out.relative_to(run_dir)), images=summary.images, mean_psnr=summary.mean_psnr,
         mean_ssim=summary.mean_ssim, label_accuracy=summary.label_accuracy,
@@ -177,4 +178,15 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         mean_feature_cosine=summary.mean_feature_cosine,
         mean_feature_relative_error=summary.mean_feature_relative_error,
         server_role=record.header.server_role, exact=summary.exact,
+        fisher_psnr_ceiling=summary.mean_fisher_psnr_ceiling,
     )
+    if placed is not None:
+        measured.success_psnr, measured.successes = placed.success_psnr, placed.successes
+        measured.success_rate = placed.success_rate
+        measured.kappa, measured.kappa_upper = placed.kappa, placed.kappa_upper
+        measured.reconstruction_bound = placed.bound
+        measured.reconstruction_bound_se = placed.bound_standard_error
+        measured.bound_method = placed.bound_method
+        measured.noise_multiplier = placed.noise_multiplier
+        measured.sample_rate, measured.dp_steps = placed.sample_rate, placed.dp_steps
+    return measured

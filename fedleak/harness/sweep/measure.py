@@ -1,11 +1,13 @@
-"""Measure one point — its leakage, then its utility — wherever it runs.
+"""Measure one point — its leakage, then its utility, then its audit — wherever it runs.
 
 The same steps run in the sweep's own process, in a ``--jobs`` worker and in a Ray task on
 another node: attack K private batches of the point's victim
 (:func:`~fedleak.harness.sweep.leakage.measure_attack`), then train federatedly through the
-defended path (:func:`~fedleak.harness.sweep.utility.measure_utility`). Each finished
-measurement goes to ``on_measured`` the moment it finishes: the store itself on one machine,
-a list returned to the driver from a Ray task (the driver alone writes the store there).
+defended path (:func:`~fedleak.harness.sweep.utility.measure_utility`), then, with a
+``[sweep.audit]`` table, play the audit game
+(:func:`~fedleak.harness.sweep.audit.measure_audit`). Each finished measurement goes to
+``on_measured`` the moment it finishes: the store itself on one machine, a list returned to
+the driver from a Ray task (the driver alone writes the store there).
 
 A *pack* of points that differ only in their defenses (``--pack-points``) is measured by
 :func:`measure_pack`: their attacks as one packed computation round by round, then each
@@ -20,14 +22,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedleak.harness.sweep.audit import measure_audit
 from fedleak.harness.sweep.leakage import measure_attack, measure_attacks_packed
-from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.measurements import (
+    AttackMeasurement,
+    AuditMeasurement,
+    UtilityMeasurement,
+)
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.progress import ProgressSink
 from fedleak.harness.sweep.utility import measure_utility
 
-#: ``on_measured(kind, measurement, started_at)``: kind is ``attack`` or ``utility``.
-OnMeasured = Callable[[str, AttackMeasurement | UtilityMeasurement, float], None]
+#: ``on_measured(kind, measurement, started_at)``: kind is ``attack``, ``utility`` or ``audit``.
+OnMeasured = Callable[[str, AttackMeasurement | UtilityMeasurement | AuditMeasurement, float],
+                      None]
 
 
 @dataclass(frozen=True)
@@ -44,11 +52,13 @@ class Needs:
 
     attack: bool
     utility: bool
+    audit: bool = False
 
     def steps(self, point: Point) -> int:
-        """Progress steps: one per attacked round and one per utility round."""
+        """Progress steps: one per attacked round, one per utility round, one for the audit."""
         return ((point.rounds if self.attack else 0)
-                + (point.utility_settings.rounds if self.utility else 0))
+                + (point.utility_settings.rounds if self.utility else 0)
+                + (1 if self.audit else 0))
 
 
 def measure(
@@ -76,6 +86,12 @@ def measure(
                                   lambda _, text: progress.advance(pid, text),
                                   credentials.token)
         on_measured("utility", utility, started)
+    if needs.audit:
+        started = time.time()
+        audit = measure_audit(point, root, checkpoint,
+                              lambda text: progress.advance(pid, text), credentials.token,
+                              credentials.score_token)
+        on_measured("audit", audit, started)
 
 
 def measure_pack(
@@ -109,7 +125,8 @@ def measure_pack(
                 attacked.add(i)
     errors: list[Exception | None] = []
     for i, point in enumerate(points):
-        remaining = Needs(attack=needs[i].attack and i not in attacked, utility=needs[i].utility)
+        remaining = Needs(attack=needs[i].attack and i not in attacked, utility=needs[i].utility,
+                          audit=needs[i].audit)
         try:
             measure(point, root, checkpoints[i], remaining, credentials, progress,
                     on_measured[i], device=device)

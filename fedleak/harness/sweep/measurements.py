@@ -1,10 +1,12 @@
 """The typed measurements of one sweep point, as the results store keeps them (JSON).
 
-A point has at most one :class:`AttackMeasurement` (leakage over K attacked rounds) and one
-:class:`UtilityMeasurement` (test accuracy after federated training through the defended path).
-Both are written to the store with :meth:`to_json` the moment they finish, and read back with
-:meth:`from_json`, which ignores keys it does not know and leaves missing optional ones unset,
-so stores written by other fedleak versions still load.
+A point has at most one :class:`AttackMeasurement` (leakage over K attacked rounds), one
+:class:`UtilityMeasurement` (test accuracy after federated training through the defended path)
+and, when the spec has an ``[sweep.audit]`` table, one :class:`AuditMeasurement` (ε lower bounds
+from the audit game beside the ε the chain claims). Each is written to the store with
+:meth:`to_json` the moment it finishes, and read back with :meth:`from_json`, which ignores
+keys it does not know and leaves missing optional ones unset, so stores written by other
+fedleak versions still load.
 """
 
 from __future__ import annotations
@@ -57,6 +59,22 @@ class AttackMeasurement:
     server_role: str = "honest"
     #: images recovered exactly (PSNR >= 40 dB) over the point's rounds
     exact: int | None = None
+    #: success at a PSNR threshold (:mod:`fedleak.harness.shared.success_bounds`): images at
+    #: success_psnr dB or above, their share, κ of the public prior (and its upper end) and the
+    #: DP bound β(κ) of the attacked rounds' mechanism (σ, q, T), with its method
+    success_psnr: float | None = None
+    successes: int | None = None
+    success_rate: float | None = None
+    kappa: float | None = None
+    kappa_upper: float | None = None
+    reconstruction_bound: float | None = None
+    reconstruction_bound_se: float | None = None
+    bound_method: str | None = None
+    noise_multiplier: float | None = None
+    sample_rate: float | None = None
+    dp_steps: int | None = None
+    #: mean Fisher-information PSNR ceiling of the attacked images (the victim's, Guo et al.)
+    fisher_psnr_ceiling: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,6 +115,54 @@ class UtilityMeasurement:
         return made
 
 
+@dataclass
+class AuditMeasurement:
+    """ε lower bounds of one point: the audit game (docs/audit.md) against the point's victim.
+
+    The shape other code reads (kept simple on purpose):
+
+    - ``epsilon_lb``: estimator → ε_LB, lower bounds only (``clopper-pearson``,
+      ``gaussian-dp``, ``one-run``), each at ``confidence`` and ``delta``;
+    - ``estimates``: estimator → ε estimate with no guarantee (``one-shot``);
+    - ``epsilon_claimed``: the chain's accountant ε for what one trial covers, None when the
+      chain claims no DP for the canary (ε = ∞);
+    - ``trials`` (``trials_in`` / ``trials_out`` of them evaluated by the bounds), ``canary``,
+      ``threat_model``, ``threshold_rule``; ``violation`` when a bound exceeds the claim.
+    """
+
+    epsilon_lb: dict[str, float]
+    confidence: float
+    trials: int
+    delta: float
+    canary: str
+    estimates: dict[str, float] = field(default_factory=dict)
+    epsilon_claimed: float | None = None
+    trials_in: int = 0
+    trials_out: int = 0
+    threat_model: str = ""
+    threshold_rule: str = ""
+    accountant: str = ""
+    violation: bool = False
+    run: str = ""
+    wall_time_s: float = 0.0
+    node: str | None = None  # the Ray node that measured it (--ray)
+
+    @property
+    def best(self) -> tuple[str, float] | None:
+        """(estimator, ε_LB) of the largest lower bound, or None."""
+        if not self.epsilon_lb:
+            return None
+        name = max(self.epsilon_lb, key=lambda k: self.epsilon_lb[k])
+        return name, self.epsilon_lb[name]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditMeasurement:
+        return _from_json(cls, data)
+
+
 def float_or_none(text: str | None) -> float | None:
     """A victim's metadata value (a string) as a float, or None when absent or not a number."""
     try:
@@ -106,7 +172,8 @@ def float_or_none(text: str | None) -> float | None:
 
 
 def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
-              utility: UtilityMeasurement | None, where: str = "") -> str:
+              utility: UtilityMeasurement | None, where: str = "",
+              audit: AuditMeasurement | None = None) -> str:
     """The line printed when a point is done: its figures (and where it was measured)."""
     parts = ["no attack"]
     if attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
@@ -116,4 +183,8 @@ def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
     eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
     if eps is not None:
         parts.append(f"ε {eps:.4g}")
+    best = audit.best if audit is not None else None
+    if best is not None:
+        parts.append(f"ε_LB {best[1]:.3g} ({best[0]})" + (" VIOLATION" if audit is not None
+                                                          and audit.violation else ""))
     return f"done {label} [{point_id}]{where}: " + ", ".join(parts)

@@ -94,6 +94,10 @@ class DefenseSetting:
     reference: bool = False
     #: users behind the victim (secure aggregation among them; 1 otherwise)
     users: int = 1
+    #: the protocol this setting is deployed with, instead of the grid's (None: the grid's)
+    protocol: Protocol | None = None
+    #: fields of [sweep.utility] this setting overrides (e.g. more images per round)
+    utility: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,16 +127,21 @@ class Point:
     reference: bool = False
     #: users behind the victim, each with ``batch_size`` images per round (secure aggregation)
     users: int = 1
+    #: the audit game to play against the point's victim (``[sweep.audit]``), or None
+    audit: dict[str, Any] | None = None
 
     def measured(self) -> dict[str, Any]:
         """Everything that determines the measurement, as plain JSON values (the protocol by
-        its user-facing names, as the spec writes it). ``users`` appears only above 1, so the
-        ids of single-user points are what they were before it existed."""
+        its user-facing names, as the spec writes it). ``users`` appears only above 1 and
+        ``audit`` only when set, so the ids of points without them are what they were before
+        they existed."""
         data = self._json()
         for key in _LABEL_FIELDS:
             data.pop(key)
         if data.get("users") == 1:
             data.pop("users")
+        if data.get("audit") is None:
+            data.pop("audit", None)
         return data
 
     def _json(self) -> dict[str, Any]:
@@ -152,7 +161,7 @@ class Point:
         """The id of what the utility measurement depends on: :meth:`measured` without the
         attack, so the attacks of a portfolio share one utility measurement per setting."""
         data = {k: v for k, v in self.measured().items()
-                if k not in ("attack", "attack_options", "rounds")}
+                if k not in ("attack", "attack_options", "rounds", "audit")}
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -32,6 +32,7 @@ from fedleak.harness.sweep.checkpoints import checkpoint_path
 from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
+    AuditMeasurement,
     UtilityMeasurement,
     done_line,
 )
@@ -42,6 +43,8 @@ from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 #: How a point's outcome is summed up: (point id, label, status, error).
 Result = tuple[str, str, str, str]
 CHECKPOINT_NAME = "checkpoint.pt"
+
+Measured = AttackMeasurement | UtilityMeasurement | AuditMeasurement
 
 
 class RayUnavailable(RuntimeError):
@@ -81,7 +84,7 @@ def connect(options: RayOptions) -> Any:
     return ray
 
 
-def measure_on_node(point_jsons: list[str], needs: list[tuple[bool, bool]],
+def measure_on_node(point_jsons: list[str], needs: list[tuple[bool, bool, bool]],
                     checkpoints: list[bytes | None], credentials: Credentials, threads: int,
                     device: str, events: Any) -> dict[str, Any]:
     """The Ray task: measure one unit of points (one point, or a pack of points that differ
@@ -111,10 +114,8 @@ def measure_on_node(point_jsons: list[str], needs: list[tuple[bool, bool]],
                 local_checkpoints.append(point.trained if isinstance(point.trained, str)
                                          else None)
 
-        def keeper(k: int) -> Callable[[str, AttackMeasurement | UtilityMeasurement, float],
-                                       None]:
-            def keep(kind: str, measurement: AttackMeasurement | UtilityMeasurement,
-                     started: float) -> None:
+        def keeper(k: int) -> Callable[[str, Measured, float], None]:
+            def keep(kind: str, measurement: Measured, started: float) -> None:
                 measured[k].append((kind, measurement.to_json(), started))
 
             return keep
@@ -149,10 +150,12 @@ def run_on_ray(units: list[list[Point]], run_dir: Path, resources: PointResource
             for point in unit:
                 need = Needs(attack=not store.done(point.point_id, "attack"),
                              utility=point.utility_settings.enabled
-                             and not store.done(point.point_id, "utility"))
+                             and not store.done(point.point_id, "utility"),
+                             audit=point.audit is not None
+                             and not store.done(point.point_id, "audit"))
                 store.set_status(point.point_id, "running")
                 progress.start(point.point_id, point.label, need.steps(point))
-                needs.append((need.attack, need.utility))
+                needs.append((need.attack, need.utility, need.audit))
             ref = task.remote([p.to_json() for p in unit], needs,
                               [_checkpoint_bytes(p, run_dir) for p in unit], credentials,
                               threads or resources.threads, resources.device, events)
@@ -212,7 +215,8 @@ def _record(ray: Any, ref: Any, unit: list[Point], run_dir: Path,
                 results.append((pid, point.label, "failed", error))
                 continue
             store.set_status(pid, "done")
-            progress.end(pid, done_line(point.label, pid, *store.finished(pid), where))
+            progress.end(pid, done_line(point.label, pid, *store.finished(pid), where,
+                                        audit=store.audit(pid)))
             results.append((pid, point.label, "done", ""))
     return results
 

@@ -24,6 +24,7 @@ import csv
 import html
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -33,8 +34,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fedleak.harness.sweep.bounds_chart import (  # noqa: E402
+    BoundsRow,
+    bounds_rows,
+    plot_bounds,
+    write_bounds_csv,
+)
 from fedleak.harness.sweep.results import (  # noqa: E402
     PointResult,
+    format_audit,
     format_epsilon,
     load_results,
 )
@@ -54,14 +62,23 @@ HTML_NAME = "report.html"
 CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "attack", "model",
                "dataset", "protocol", "trained", "defenses", "rounds", "images_per_round",
                "mean_psnr", "mean_ssim", "label_accuracy", "test_accuracy", "initial_accuracy",
-               "epsilon", "delta", "status", "error")
+               "epsilon", "delta", "epsilon_lb", "epsilon_lb_estimator", "audit_epsilon_claimed",
+               "audit_violation", "audit_trials", "audit_canary", "status", "error",
+               "success_psnr", "success_rate", "kappa", "reconstruction_bound",
+               "fisher_psnr_ceiling")
 REFERENCE_STYLE = dict(marker="*", color="black", markersize=16, linestyle="none", zorder=5)
 
 
-def write_report(run_dir: Path) -> Path:
-    """Write every report file for ``run_dir``; returns the HTML page's path."""
+def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> Path:
+    """Write every report file for ``run_dir``; returns the HTML page's path.
+
+    ``audited`` maps point ids to audited ε lower bounds, over the ones the sweep's own audit
+    game stored (``[sweep.audit]``): the bounds chart draws them beside the accountant's ε.
+    """
     run_dir = Path(run_dir)
     results = load_results(run_dir)
+    audited = {**{r.point_id: r.epsilon_lb for r in results if r.epsilon_lb is not None},
+               **(audited or {})}
     folder = run_dir / REPORT_FOLDER
     (folder / "grids").mkdir(parents=True, exist_ok=True)
     contexts = _by_context(results)
@@ -83,11 +100,16 @@ def write_report(run_dir: Path) -> Path:
             worst.append((setting, plot_worst_case(settled, folder / f"worst-case{suffix}.png",
                                                    setting)))
         write_worst_csv(rows, folder / "worst-case.csv")
+    dp_rows = bounds_rows(results, audited)
+    bounds = None
+    if dp_rows:
+        bounds = (dp_rows, plot_bounds(dp_rows, folder / "bounds.png"))
+        write_bounds_csv(dp_rows, folder / "bounds.csv")
     with ResultStore(run_dir / STORE_NAME) as store:
         name = store.meta("name") or run_dir.name
     page = run_dir / HTML_NAME
     page.write_text(_html(name, run_dir, results, charts, grids,
-                          (rows, worst) if worst else None))
+                          (rows, worst) if worst else None, bounds))
     return page
 
 
@@ -140,6 +162,8 @@ def _point_note(r: PointResult) -> str:
         parts.append(f"{r.point.strength:g}")
     if r.epsilon is not None:
         parts.append(f"ε={format_epsilon(r.epsilon)}")
+    if r.epsilon_lb is not None:
+        parts.append(f"ε_LB={r.epsilon_lb:.3g}")
     return ", ".join(parts)
 
 
@@ -282,10 +306,25 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "mean_ssim": r.ssim, "label_accuracy": r.label_accuracy,
                 "test_accuracy": r.accuracy,
                 "initial_accuracy": r.utility.initial_accuracy if r.utility else None,
-                "epsilon": r.epsilon, "delta": r.delta, "status": r.status,
-                "error": r.error or "",
+                "epsilon": r.epsilon, "delta": r.delta, **_audit_columns(r),
+                "status": r.status, "error": r.error or "",
+                **{key: getattr(r.attack, key) if r.attack else None
+                   for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
+                               "fisher_psnr_ceiling")},
             })
     return path
+
+
+def _audit_columns(r: PointResult) -> dict[str, object]:
+    """The audit's CSV cells: the largest ε_LB and its estimator, the claim for one trial."""
+    audit = r.audit
+    best = audit.best if audit else None
+    return {"epsilon_lb": best[1] if best else None,
+            "epsilon_lb_estimator": best[0] if best else None,
+            "audit_epsilon_claimed": audit.epsilon_claimed if audit else None,
+            "audit_violation": audit.violation if audit else None,
+            "audit_trials": audit.trials if audit else None,
+            "audit_canary": audit.canary if audit else None}
 
 
 def _rel(path: Path | None, run_dir: Path) -> str:
@@ -298,7 +337,8 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 def _html(name: str, run_dir: Path, results: list[PointResult],
           charts: list[tuple[str, Path, Path]], grids: dict[str, Path | None],
-          worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None) -> str:
+          worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None,
+          bounds: tuple[list[BoundsRow], Path] | None = None) -> str:
     e = html.escape
     done = sum(r.status == "done" for r in results)
     parts = [
@@ -317,7 +357,10 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
         "<p>Each point attacks K private batches of a victim process running the point's "
         "defense chain (PSNR/SSIM scored inside the victim after Hungarian matching) and trains "
         "the model federatedly through the same defended path for the test accuracy; ε is the "
-        "victim's own accountant's claim.</p>",
+        "victim's own accountant's claim. With an audit, ε_LB is the largest ε lower bound the "
+        "audit game measured for its canary (a lower bound for that canary and threat model; "
+        "'!' marks one above the ε the chain claims for one trial, a violation; "
+        "docs/audit.md).</p>",
     ]
     for context, pu, st in charts:
         parts += [
@@ -331,6 +374,8 @@ def _html(name: str, run_dir: Path, results: list[PointResult],
         ]
     if worst is not None:
         parts += _worst_html(*worst, run_dir)
+    if bounds is not None:
+        parts += _bounds_html(*bounds, run_dir)
     parts += ["<h2>Results</h2>", _table(results), "<h2>Reconstructions per point</h2>"]
     for r in results:
         parts.append(f'<section class="point" id="p-{r.point_id}"><h3>{e(r.label)} '
@@ -379,10 +424,50 @@ def _worst_html(rows: list[WorstCase], charts: list[tuple[str, Path]],
     return parts + ["\n".join(table)]
 
 
+def _bounds_html(rows: list[BoundsRow], chart: Path, run_dir: Path) -> list[str]:
+    e = html.escape
+    parts = ["<h2>DP points from both sides</h2>",
+             "<p>Per DP-SGD setting: the accountant's ε (an upper bound on the privacy loss) and "
+             "the audited ε<sub>LB</sub> where an audit ran (a lower bound); the DP bound on any "
+             "attack's success at the public prior's baseline κ (reconstruction robustness, "
+             "Hayes et al. 2023; an upper bound) and the strongest attack's measured success (a "
+             "lower bound on what is possible); the attack's PSNR and the victim's Fisher "
+             "ceiling (an upper bound for unbiased reconstructions, Guo et al. 2022). "
+             f'<a href="{REPORT_FOLDER}/bounds.csv">bounds.csv</a></p>',
+             f'<figure><img src="{_rel(chart, run_dir)}" alt="DP points from both sides: ε, '
+             'reconstruction success and PSNR with their bounds"><figcaption>▼ upper bounds, '
+             "▲ and ● lower bounds (measured).</figcaption></figure>"]
+    table = ['<table><tr><th class="l">setting</th><th>ε</th><th>ε<sub>LB</sub></th>'
+             "<th>test accuracy</th><th>success</th><th>DP bound</th><th>κ</th>"
+             "<th>PSNR dB</th><th>Fisher ceiling dB</th></tr>"]
+    for r in rows:
+        success = "–" if r.success_rate is None else \
+            f"{r.successes}/{r.images} ≥ {r.success_psnr:g} dB"
+        table.append(
+            f'<tr><td class="l">{e(r.label)} <small>{e(r.attack)}</small></td>'
+            f"<td>{e(format_epsilon(r.epsilon))}</td><td>{_fmt(r.epsilon_lb, '.3g')}</td>"
+            f"<td>{_fmt(r.accuracy, '.1%')}</td><td>{e(success)}</td>"
+            f"<td>{_fmt(r.bound, '.3f')}</td><td>{_fmt(r.kappa, '.3g')}</td>"
+            f"<td>{_fmt(r.psnr, '.2f')}</td><td>{_fmt(r.fisher_ceiling, '.2f')}</td></tr>")
+    table.append("</table>")
+    return parts + ["\n".join(table)]
+
+
+def _audit_title(r: PointResult) -> str:
+    """Everything an ε_LB cell means, for its tooltip."""
+    audit = r.audit
+    if audit is None:
+        return ""
+    bounds = ", ".join(f"{k} {v:.3g}" for k, v in audit.epsilon_lb.items())
+    claimed = "∞" if audit.epsilon_claimed is None else f"{audit.epsilon_claimed:.3g}"
+    return (f"{bounds} at {audit.confidence:.0%}, δ={audit.delta:g}, {audit.trials} trials, "
+            f"{audit.canary}; claimed ε per trial {claimed}")
+
+
 def _table(results: list[PointResult]) -> str:
     e = html.escape
     rows = ['<table><tr><th class="l">point</th><th class="l">defense</th><th>PSNR dB</th>'
-            "<th>SSIM</th><th>labels</th><th>test accuracy</th><th>ε</th>"
+            "<th>SSIM</th><th>labels</th><th>test accuracy</th><th>ε</th><th>ε_LB</th>"
             '<th class="l">status</th></tr>']
     for r in results:
         rows.append(
@@ -390,6 +475,7 @@ def _table(results: list[PointResult]) -> str:
             f'<td class="l">{e(r.label)}</td><td>{_fmt(r.psnr, ".2f")}</td>'
             f'<td>{_fmt(r.ssim, ".3f")}</td><td>{_fmt(r.label_accuracy, ".0%")}</td>'
             f'<td>{_fmt(r.accuracy, ".1%")}</td><td>{e(format_epsilon(r.epsilon))}</td>'
+            f'<td title="{e(_audit_title(r))}">{e(format_audit(r))}</td>'
             f'<td class="l">{e(r.status)}</td></tr>')
     rows.append("</table>")
     return "\n".join(rows)

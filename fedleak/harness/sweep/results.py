@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.architecture import user_model
-from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.measurements import (
+    AttackMeasurement,
+    AuditMeasurement,
+    UtilityMeasurement,
+)
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
@@ -22,6 +26,7 @@ class PointResult:
     error: str | None
     attack: AttackMeasurement | None
     utility: UtilityMeasurement | None
+    audit: AuditMeasurement | None = None
 
     @property
     def point_id(self) -> str:
@@ -94,6 +99,12 @@ class PointResult:
         return None
 
     @property
+    def epsilon_lb(self) -> float | None:
+        """The largest audited ε lower bound (None without an audit)."""
+        best = self.audit.best if self.audit else None
+        return best[1] if best else None
+
+    @property
     def delta(self) -> float | None:
         for record in (self.utility, self.attack):
             if record and record.delta is not None:
@@ -125,10 +136,12 @@ def load_results(run_dir: Path) -> list[PointResult]:
     for s in stored:
         attack = measured.get((s.point.point_id, "attack"))
         utility = measured.get((s.point.point_id, "utility"))
+        audit = measured.get((s.point.point_id, "audit"))
         results.append(PointResult(
             s.point, s.status, s.error,
             AttackMeasurement.from_json(attack) if attack is not None else None,
-            UtilityMeasurement.from_json(utility) if utility is not None else None))
+            UtilityMeasurement.from_json(utility) if utility is not None else None,
+            AuditMeasurement.from_json(audit) if audit is not None else None))
     return results
 
 
@@ -140,10 +153,18 @@ def format_epsilon(epsilon: float | None) -> str:
     return f"{epsilon:.3g}"
 
 
+def format_audit(result: PointResult) -> str:
+    """ε_LB (largest lower bound) for a table cell, with a mark when it exceeds the claim."""
+    if result.audit is None or result.epsilon_lb is None:
+        return "–"
+    return f"{result.epsilon_lb:.3g}" + ("!" if result.audit.violation else "")
+
+
 def summary_table(results: list[PointResult]) -> str:
-    """A plain-text table: one line per point with PSNR, SSIM, labels, accuracy, ε, status."""
+    """A plain-text table: one line per point with PSNR, SSIM, labels, accuracy, ε, the
+    audited ε_LB (``!``: above the claimed ε, a violation), status."""
     header = (f"{'point':<16}  {'defense':<34}  {'PSNR dB':>7}  {'SSIM':>6}  {'labels':>6}  "
-              f"{'test acc':>8}  {'ε':>8}  status")
+              f"{'test acc':>8}  {'ε':>8}  {'ε_LB':>7}  status")
     lines = [header, "-" * len(header)]
     for r in results:
         psnr = "–" if r.psnr is None else f"{r.psnr:.2f}"
@@ -151,5 +172,6 @@ def summary_table(results: list[PointResult]) -> str:
         labels = "–" if r.label_accuracy is None else f"{r.label_accuracy:.0%}"
         acc = "–" if r.accuracy is None else f"{r.accuracy:.1%}"
         lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>6}  "
-                     f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  {r.status}")
+                     f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  "
+                     f"{format_audit(r):>7}  {r.status}")
     return "\n".join(lines)

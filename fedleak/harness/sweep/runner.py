@@ -6,7 +6,9 @@ Per point, in this order, each skipped when the store already has it:
    of the split, n per round, ``--allow-reveal`` with a fresh token), run
    :func:`fedleak.harness.attacker.run.run_attack` for K rounds into
    ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
-2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim).
+2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim);
+3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.audit.measure_audit` (its
+   own victim, started with ``--allow-audit``).
 
 Against victims the user already runs (``victims``), no process is started: the attack and the
 utility training talk to that address, and the defense is whatever that victim runs (its
@@ -285,7 +287,8 @@ def measure_points(point_jsons: list[str], run_dir: str, token: str | None,
                 results.append((pid, point.label, "failed", error))
                 continue
             store.set_status(pid, "done")
-            progress.end(pid, done_line(point.label, pid, *store.finished(pid)))
+            progress.end(pid, done_line(point.label, pid, *store.finished(pid),
+                                        audit=store.audit(pid)))
             results.append((pid, point.label, "done", ""))
         return results
 
@@ -307,4 +310,5 @@ def needs_of(store: ResultStore, point: Point) -> Needs:
     """Which measurements of ``point`` the store lacks."""
     return Needs(attack=not store.done(point.point_id, "attack"),
                  utility=point.utility_settings.enabled
-                 and not store.done(point.point_id, "utility"))
+                 and not store.done(point.point_id, "utility"),
+                 audit=point.audit is not None and not store.done(point.point_id, "audit"))

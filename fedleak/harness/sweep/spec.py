@@ -50,6 +50,11 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
     chain = ["secagg"]              # secure aggregation among users = K users, each with
     users = 4                       # batch_size images per round
 
+    [sweep.audit]                   # optional: every point also plays the audit game
+    trials = 2000                   # (docs/audit.md): ε lower bounds beside the claimed ε
+    canary = "gradient"             # gradient, input or client (secagg points)
+    threshold = "half-shift"        # split, half-shift or a number
+
 Every name is checked against its registry (data sets, models, attacks, defenses) and every
 option against the config it configures; an error names the table and lists the valid
 choices. A point's ``point_id`` is a hash of the canonical JSON of everything that is measured,
@@ -60,7 +65,7 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
@@ -85,8 +90,9 @@ PRESETS_FOLDER = "presets"
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
-             "defense", "portfolio"}
-_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users"}
+             "defense", "portfolio", "audit"}
+_DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users",
+                 "protocol", "utility"}
 
 
 @dataclass
@@ -110,6 +116,7 @@ class SweepSpec:
     train_epochs: int = 20
     resources: PointResources = field(default_factory=PointResources)
     portfolio: bool = False
+    audit: dict[str, Any] | None = None
     source: str = field(default="", repr=False)
 
     def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
@@ -122,7 +129,7 @@ class SweepSpec:
         common: dict[str, Any] = dict(split=self.split, images=images, rounds=self.rounds,
                       batch_size=self.batch_size, seed=self.seed,
                       utility=asdict(self.utility), data_root=self.data_root,
-                      train_epochs=self.train_epochs)
+                      train_epochs=self.train_epochs, audit=self.audit)
         out: dict[str, Point] = {}
         if victims:
             for attack, options in self.attacks:
@@ -135,7 +142,9 @@ class SweepSpec:
             return list(out.values())
         grid = itertools.product(self.attacks, self.models, self.protocols, self.trained,
                                  self.defenses)
-        for (attack, options), model, protocol, trained, d in grid:
+        for (attack, options), model, grid_protocol, trained, d in grid:
+            protocol = d.protocol or grid_protocol
+            utility = {**common["utility"], **dict(d.utility)}
             pool = self.images or f"0-{self.rounds * self.batch_size * d.users - 1}"
             options, architecture = split_architecture(options)
             if architecture is not None:  # the user runs the server's architecture around it
@@ -146,7 +155,7 @@ class SweepSpec:
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
                           trained=trained, label=d.label, group=d.group, param=d.param,
                           strength=d.strength, reference=d.reference, users=d.users,
-                          **{**common, "images": pool})
+                          **{**common, "images": pool, "utility": utility})
             out.setdefault(point.point_id, point)
         return list(out.values())
 
@@ -216,6 +225,7 @@ def parse_spec(text: str, source: str = "spec") -> SweepSpec:
     if not defenses:
         raise SpecError("sweep: list at least one [[sweep.defense]] (reference = true for the "
                         "no-defense point)")
+    audit = _audit(sweep["audit"], defenses) if "audit" in sweep else None
     return SweepSpec(
         name=name,
         dataset=dataset,
@@ -234,6 +244,7 @@ def parse_spec(text: str, source: str = "spec") -> SweepSpec:
         train_epochs=_positive_int(sweep.get("train_epochs", 20), "sweep.train_epochs"),
         resources=_resources(sweep.get("resources", {})),
         portfolio=_portfolio(sweep),
+        audit=audit,
         source=text,
     )
 
@@ -361,6 +372,42 @@ def _attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 
+#: ``[sweep.audit]`` keys → the attacker's ``AuditSettings`` fields.
+AUDIT_KEYS = {"trials": "trials", "canary": "canary", "direction": "direction", "seed": "seed",
+              "norm": "norm", "delta": "delta", "confidence": "confidence",
+              "calibration": "calibration_fraction", "threshold": "threshold"}
+
+
+def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
+    """``[sweep.audit]`` as ``AuditSettings`` fields, checked as the victim will check them."""
+    from fedleak.harness.victim.audit import AuditRequest
+    from fedleak.harness.wire.errors import InvalidArgument
+
+    table = _keys(value, "sweep.audit")
+    _no_unknown(table, set(AUDIT_KEYS), "sweep.audit")
+    out = {AUDIT_KEYS[k]: v for k, v in table.items() if k != "threshold"}
+    threshold = table.get("threshold", "split")
+    if isinstance(threshold, str) and threshold in ("split", "half-shift"):
+        out["threshold_rule"] = threshold
+    elif isinstance(threshold, int | float) and not isinstance(threshold, bool):
+        out.update(threshold_rule="declared", threshold=float(threshold))
+    else:
+        raise SpecError(f"sweep.audit.threshold must be split, half-shift or a number, got "
+                        f"{threshold!r}")
+    out.setdefault("trials", 2000)
+    try:
+        AuditRequest(**{k: v for k, v in out.items() if k != "calibration_fraction"},
+                     calibration_fraction=out.get("calibration_fraction", 0.2)).checked(
+            max_trials=10**9, secure_aggregation=True)
+    except (InvalidArgument, TypeError) as err:
+        raise SpecError(f"sweep.audit: {err}") from None
+    if out.get("canary") == "client" and any(d.users < 2 for d in defenses):
+        raise SpecError("sweep.audit: a canary client is an extra user of a secure-aggregation "
+                        "round, but some [[sweep.defense]] tables have one user; use canary "
+                        "gradient, or give every table users >= 2 and secagg")
+    return out
+
+
 def _protocols(value: Any, batch_size: int | None = None) -> list[Protocol]:
     """The ``[[sweep.protocol]]`` tables; a shuffled FedAvg whose order matters for the
     sweep's ``batch_size`` is refused: no replay matches it exactly, and a sweep's figures are
@@ -418,18 +465,36 @@ def _defenses(value: Any) -> list[DefenseSetting]:
     for i, table in enumerate(_tables(value, "sweep.defense")):
         where = f"sweep.defense[{i}]"
         _no_unknown(table, _DEFENSE_KEYS, where)
+        deployment = _deployment(table, where)
         if table.get("reference"):
             if set(table) - {"reference", "label"}:
                 raise SpecError(f"{where}: a reference table takes no other keys than label")
-            out.append(DefenseSetting((), str(table.get("label", "no defense")), "none",
-                                      strength=0.0, reference=True))
+            out.append(replace(DefenseSetting((), str(table.get("label", "no defense")), "none",
+                                              strength=0.0, reference=True), **deployment))
         elif "chain" in table:
-            out.append(_fixed_chain(table, where))
+            out.append(replace(_fixed_chain(table, where), **deployment))
         elif "name" in table:
-            out.extend(_swept(table, where))
+            out.extend(replace(d, **deployment) for d in _swept(table, where))
         else:
             raise SpecError(f"{where}: give reference = true, a name (with param and values), "
                             "or a chain")
+    return out
+
+
+def _deployment(table: dict[str, Any], where: str) -> dict[str, Any]:
+    """A defense table's own ``protocol`` (replacing the grid's for its points) and ``utility``
+    (overriding [sweep.utility] fields), popped from ``table`` and checked."""
+    out: dict[str, Any] = {}
+    if "protocol" in table:
+        (out["protocol"],) = _protocols([table.pop("protocol")])
+    if "utility" in table:
+        overrides = _keys(table.pop("utility"), f"{where}.utility")
+        _no_unknown(overrides, {f.name for f in fields(UtilitySettings)}, f"{where}.utility")
+        try:
+            UtilitySettings(**overrides)
+        except TypeError as err:
+            raise SpecError(f"{where}.utility: {err}") from None
+        out["utility"] = tuple(sorted(overrides.items()))
     return out
 
 

@@ -6,7 +6,7 @@ Tables::
            status TEXT,            -- pending | running | done | failed
            error TEXT, updated_at REAL)
     measurements(id INTEGER PRIMARY KEY AUTOINCREMENT, point_id TEXT,
-                 kind TEXT,        -- attack | utility
+                 kind TEXT,        -- attack | utility | audit
                  metrics TEXT, started_at REAL, finished_at REAL, UNIQUE(point_id, kind))
     meta(key TEXT PRIMARY KEY, value TEXT)
 
@@ -28,13 +28,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.measurements import (
+    AttackMeasurement,
+    AuditMeasurement,
+    UtilityMeasurement,
+)
 from fedleak.harness.sweep.points import Point
 
-KINDS = ("attack", "utility")
+KINDS = ("attack", "utility", "audit")
 STORE_NAME = "results.sqlite"
 
-_SCHEMA = """
+_MEASUREMENTS = """measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    point_id TEXT NOT NULL REFERENCES points(id),
+    kind TEXT NOT NULL CHECK (kind IN ('attack', 'utility', 'audit')),
+    metrics TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    UNIQUE (point_id, kind)
+)"""
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS points (
     id TEXT PRIMARY KEY,
     spec TEXT NOT NULL,
@@ -44,15 +57,7 @@ CREATE TABLE IF NOT EXISTS points (
     error TEXT,
     updated_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS measurements (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    point_id TEXT NOT NULL REFERENCES points(id),
-    kind TEXT NOT NULL CHECK (kind IN ('attack', 'utility')),
-    metrics TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    finished_at REAL NOT NULL,
-    UNIQUE (point_id, kind)
-);
+CREATE TABLE IF NOT EXISTS {_MEASUREMENTS};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -95,9 +100,24 @@ class ResultStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        self._allow_audits()
 
     def close(self) -> None:
         self._db.close()
+
+    def _allow_audits(self) -> None:
+        """Stores written before audits existed allow only attack and utility measurements:
+        rebuild their measurements table with the wider CHECK, keeping every row."""
+        row = self._db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = "
+                               "'measurements'").fetchone()
+        if row is None or "'audit'" in row[0]:
+            return
+        with self._transaction():
+            self._db.execute("ALTER TABLE measurements RENAME TO measurements_before_audits")
+            self._db.execute(f"CREATE TABLE {_MEASUREMENTS}")
+            self._db.execute("INSERT INTO measurements SELECT * FROM "
+                             "measurements_before_audits")
+            self._db.execute("DROP TABLE measurements_before_audits")
 
     def __enter__(self) -> ResultStore:
         return self
@@ -183,6 +203,11 @@ class ResultStore:
         attack = AttackMeasurement.from_json(found["attack"]) if "attack" in found else None
         utility = UtilityMeasurement.from_json(found["utility"]) if "utility" in found else None
         return attack, utility
+
+    def audit(self, point_id: str) -> AuditMeasurement | None:
+        """The point's audit measurement, typed (None where not measured)."""
+        found = {m.kind: m.metrics for m in self.measurements(point_id)}
+        return AuditMeasurement.from_json(found["audit"]) if "audit" in found else None
 
     # -- meta ------------------------------------------------------------------------------
 

@@ -15,6 +15,10 @@ an oracle a client can climb (finite differences on the scored MSE read a privat
 few thousand calls), so a victim started with a larger budget warns that it is unsafe.
 ``image_score_budget`` bounds the answers that depend on one private image over the victim's
 life, whatever the round, user set or release (:mod:`~fedleak.harness.victim.score_budget`).
+
+``audit_budget`` is how many audits (``BeginAudit`` … ``SubmitAuditScores``) the victim answers
+over its life, and ``max_audit_trials`` the most trials one audit may run
+(:mod:`~fedleak.harness.victim.audit`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from dataclasses import dataclass
 from fedleak.harness.shared.protocol import FEDAVG, Protocol
 from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
 from fedleak.harness.wire.errors import InvalidArgument
+
+#: Default audits answered over a victim's life (``--audit-budget``).
+DEFAULT_AUDIT_BUDGET = 16
+#: Default most trials one audit may run (``--max-audit-trials``).
+DEFAULT_MAX_AUDIT_TRIALS = 20_000
 
 #: Printed when a victim starts with a score budget above 1.
 UNSAFE_BUDGET_WARNING = (
@@ -54,11 +63,13 @@ class VictimLimits:
     secagg_memory_mb: int = 1024
     feature_memory_mb: int = 512
     release_memory_mb: int = 512
+    audit_budget: int = DEFAULT_AUDIT_BUDGET
+    max_audit_trials: int = DEFAULT_MAX_AUDIT_TRIALS
 
     def __post_init__(self) -> None:
         for name in ("score_budget", "image_score_budget", "max_local_epochs",
                      "max_local_steps", "secagg_memory_mb", "feature_memory_mb",
-                     "release_memory_mb"):
+                     "release_memory_mb", "audit_budget", "max_audit_trials"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got "
                                  f"{getattr(self, name)}")

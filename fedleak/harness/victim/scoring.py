@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import ImageDataset, normalize
 from fedleak.harness.shared.metrics import BatchScore, ImageScore, score_reconstruction
 from fedleak.harness.shared.metrics import label_accuracy as multiset_accuracy
@@ -30,6 +31,7 @@ from fedleak.harness.victim.feature_scoring import (
     linear_layer,
     score_features,
 )
+from fedleak.harness.victim.fisher_scoring import FisherAnswer, fisher_ceilings
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
@@ -53,14 +55,18 @@ class SubmissionScore:
     images: BatchScore | None = None
     label_accuracy: float | None = None
     features: FeatureBatchScore | None = None
+    #: the Fisher-information PSNR ceiling of each scored image (by batch position), or why not
+    fisher: FisherAnswer | None = None
 
 
 class RoundScorer:
     """Scores submissions against the private images of the victim's remembered rounds."""
 
     def __init__(self, data: ImageDataset, model: nn.Module, rounds: RoundBook,
-                 budget: ScoreBudget, device: str = "cpu") -> None:
+                 budget: ScoreBudget, device: str = "cpu",
+                 defenses: DefenseChain | None = None) -> None:
         self.data = data
+        self.defenses = defenses or DefenseChain()
         self.model = model
         self.rounds = rounds
         self.budget = budget
@@ -115,6 +121,10 @@ class RoundScorer:
                                           true_labels=true_labels)
             answer.images = _reported_images(scored)
             answer.label_accuracy = scored.label_accuracy
+            if not round_.user_indices:  # one user's round: its own mechanism
+                answer.fisher = fisher_ceilings(self.model, self.defenses, round_,
+                                                truth.to(self.device),
+                                                true_labels.to(self.device), self.data.info)
         elif labels:
             answer.label_accuracy = multiset_accuracy(labels, true_labels)
         if submission.features is not None and feature_truth is not None:

@@ -17,6 +17,9 @@ import grpc
 import torch
 
 from fedleak.harness.shared.protocol import ProtocolChanges
+from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
+from fedleak.harness.victim.audit_claim import TrialClaim
+from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
 from fedleak.harness.victim.victim import Victim
@@ -33,7 +36,13 @@ from fedleak.harness.wire.codec import (
     dtype_to_pb,
     encode_tensor,
 )
-from fedleak.harness.wire.errors import InvalidArgument, Unauthenticated, answer_errors, quoted
+from fedleak.harness.wire.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    Unauthenticated,
+    answer_errors,
+    quoted,
+)
 from fedleak.harness.wire.handlers import add_service
 from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
 from fedleak.harness.wire.quoting import name_mismatch
@@ -97,9 +106,14 @@ class VictimServicer(pb_grpc.VictimServicer):
             image_scores_left=v.score_budget.image_scores_left(),
             images_score_exhausted=v.score_budget.images_exhausted(),
             buffers_returned=v.config.buffers_returned,
+            audit_enabled=v.config.audit_enabled,
+            audit_budget=v.audits.budget,
+            audits_left=v.audits.left,
+            max_audit_trials=v.audits.max_trials,
             score_token_required=bool(self.score_token),
             token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
             score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
+            informed_game=_game_spec(v),
             limits=pb.VictimLimits(
                 max_local_epochs=v.config.limits.max_local_epochs,
                 max_local_steps=v.config.limits.max_local_steps,
@@ -154,7 +168,7 @@ class VictimServicer(pb_grpc.VictimServicer):
     def BeginSecAgg(self, request: pb.BeginSecAggRequest, context: Any) -> Any:
         params, buffers, changes = self._round_inputs(request)
         round_, result = self.victim.begin_secagg(params, buffers, changes,
-                                                  self._cancelled(context))
+                                                  self._cancelled(context), request.audit_id)
         assert round_.secagg is not None
         config = round_.secagg.config
         return pb.BeginSecAggResponse(
@@ -169,7 +183,81 @@ class VictimServicer(pb_grpc.VictimServicer):
             images_per_user=result.num_images,
             local_steps=result.local_steps,
             metadata=result.metadata,
+            audit_round=result.audit_trial is not None,
+            audit_trial=result.audit_trial or 0,
         )
+
+    # -- the audit game (docs/audit.md) -------------------------------------------------------
+
+    @answer_errors
+    def BeginAudit(self, request: pb.BeginAuditRequest, context: Any) -> pb.BeginAuditResponse:
+        params, buffers, changes = self._round_inputs(request)
+        asked = AuditRequest(
+            canary=request.canary, direction=request.direction, seed=request.canary_seed,
+            norm=request.canary_norm,
+            coordinate=request.coordinate if request.HasField("coordinate") else None,
+            trials=request.trials, delta=request.delta, confidence=request.confidence,
+            threshold_rule=request.threshold_rule, threshold=request.threshold,
+            calibration_fraction=request.calibration_fraction)
+        session = self.victim.begin_audit(params, buffers, changes, asked)
+        return self._audit_session_pb(session)
+
+    def _audit_session_pb(self, session: AuditSession) -> pb.BeginAuditResponse:
+        canary = session.canary
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        reply = pb.BeginAuditResponse(
+            audit_id=session.audit_id, trials=session.request.trials, canary=canary.kind,
+            direction=canary.direction,
+            canary_direction=[encode_tensor(u.cpu(), n)
+                              for n, u in zip(names, canary.unit, strict=True)],
+            canary_label=canary.label, canary_norm=canary.norm, coordinate=canary.coordinate,
+            claim=_claim_pb(session.claim), threat_model=session.threat_model,
+            delta=session.claim.delta, confidence=session.request.confidence,
+            update_kind=session.protocol.update_kind(),
+            protocol=protocol_to_pb(session.protocol, self.victim.config.num_images),
+            secure_aggregation=session.secure_aggregation, canary_user=session.canary_user,
+            score_sign=canary.score_sign, expected_shift=canary.expected_shift,
+            threshold_rule=session.request.threshold_rule,
+            threshold=session.threshold if session.threshold is not None else 0.0,
+            max_trials_per_call=self._trials_per_call())
+        if canary.image is not None:
+            reply.canary_image.CopyFrom(encode_tensor(canary.image, "canary_image"))
+        return reply
+
+    def _trials_per_call(self) -> int:
+        """Trials one RunAuditTrials answer may carry: half the message limit, at most 4096."""
+        per_trial = sum(int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype)
+                        .element_size() + 64 + len(name)
+                        for name, shape, dtype in self.victim.parameter_infos())
+        return max(1, min(4096, (self.max_message_bytes // 2) // max(per_trial, 1)))
+
+    @answer_errors
+    def RunAuditTrials(self, request: pb.AuditTrialsRequest, context: Any) \
+            -> pb.AuditTrialsResponse:
+        if not request.audit_id:
+            raise InvalidArgument("audit_id is empty: pass the audit_id BeginAudit returned")
+        if request.count < 1:
+            raise InvalidArgument("count must be >= 1: how many trials to run")
+        count = min(request.count, self._trials_per_call())
+        trials, session, metadata = self.victim.run_audit_trials(
+            request.audit_id, count, self._cancelled(context))
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        return pb.AuditTrialsResponse(
+            trials=[pb.AuditTrial(index=index, update=[encode_tensor(u, n) for n, u in
+                                                       zip(names, update, strict=True)])
+                    for index, update in trials],
+            trials_left=session.left, update_kind=session.protocol.update_kind(),
+            metadata=metadata)
+
+    @answer_errors
+    def SubmitAuditScores(self, request: pb.AuditScoresRequest, context: Any) -> pb.AuditReport:
+        """Evaluation, as Score: the evaluator's token when the victim has one; once per audit."""
+        if self.score_token:
+            self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
+        if not request.audit_id:
+            raise InvalidArgument("audit_id is empty: pass the audit_id BeginAudit returned")
+        return _report_pb(self.victim.submit_audit_scores(request.audit_id,
+                                                          list(request.scores)))
 
     @answer_errors
     def SecAggStep(self, request: pb.SecAggStepRequest, context: Any) -> Any:
@@ -215,6 +303,14 @@ class VictimServicer(pb_grpc.VictimServicer):
             )
             reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
             reply.mean_mse = score.images.mean_mse
+        if score.fisher is not None:
+            reply.fisher_note = score.fisher.note
+            if score.fisher.ceilings is not None:
+                reply.fisher_bounded = True
+                for image in reply.images:
+                    image.fisher_psnr_ceiling = score.fisher.ceilings[image.index]
+                values = list(score.fisher.ceilings.values())
+                reply.mean_fisher_psnr_ceiling = sum(values) / len(values)
         reply.labels_scored = score.label_accuracy is not None
         reply.label_accuracy = score.label_accuracy or 0.0
         if score.features is not None:
@@ -233,6 +329,48 @@ class VictimServicer(pb_grpc.VictimServicer):
         yield from release_stream(self.victim.releaser, request, context)
 
     @answer_errors
+    def BeginInformedTrial(self, request: pb.BeginInformedTrialRequest,
+                           context: Any) -> pb.InformedTrial:
+        """A trial of the informed-adversary game (:mod:`~fedleak.harness.victim.informed_game`):
+        public candidates and known records, and the update on them plus the secret target."""
+        if not request.parameters:
+            raise InvalidArgument("the request carries no parameters: send every parameter "
+                                  "that Describe lists (the global model θ)")
+        params = _decode_named(request.parameters, "parameter", self.victim.parameter_infos())
+        buffers = _decode_named(request.buffers, "buffer", self.victim.buffer_infos())
+        draw, result = self.victim.begin_informed_trial(params, buffers,
+                                                        self._cancelled(context))
+        names = [name for name, *_ in self.victim.parameter_infos()]
+        return pb.InformedTrial(
+            trial_id=draw.trial_id,
+            candidates=encode_tensor(draw.candidates, "candidates"),
+            candidate_labels=draw.candidate_labels.tolist(),
+            known_images=encode_tensor(draw.known, "known_images"),
+            known_labels=draw.known_labels.tolist(),
+            update=[encode_tensor(u, n) for n, u in zip(names, result.update, strict=True)],
+            update_kind=result.update_kind,
+            protocol=protocol_to_pb(result.protocol, result.num_images),
+            num_images=result.num_images,
+            local_steps=result.local_steps,
+            metadata=result.metadata,
+            threat_model=THREAT_MODEL,
+        )
+
+    @answer_errors
+    def ScoreInformedGuess(self, request: pb.InformedGuess, context: Any) -> pb.InformedOutcome:
+        """The victim's verdict on a final guess (evaluation: the score token applies)."""
+        if self.score_token:
+            self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
+        if self.victim.game is None:
+            raise FailedPrecondition("this victim plays no informed-adversary game")
+        if not request.trial_id:
+            raise InvalidArgument("trial_id is empty: pass the trial_id BeginInformedTrial "
+                                  "returned")
+        outcome = self.victim.game.score(request.trial_id, request.candidate)
+        return pb.InformedOutcome(success=outcome.success, trials_scored=outcome.trials_scored,
+                                  successes=outcome.successes)
+
+    @answer_errors
     def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:
         self._require_token(context)
         images, labels = self.victim.reveal(request.round_id)
@@ -249,6 +387,43 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not _matches(context, key, token):
             raise Unauthenticated(f"missing or wrong token: send the victim's token in the "
                                   f"{key!r} metadata entry ({flag})")
+
+
+def _game_spec(victim: Victim) -> pb.InformedGameSpec | None:
+    game = victim.game
+    if game is None:
+        return None
+    return pb.InformedGameSpec(candidates=game.settings.candidates,
+                               known_records=game.settings.known,
+                               prior_split=game.prior_split, threat_model=THREAT_MODEL,
+                               adjacency=ADJACENCY)
+
+
+def _claim_pb(claim: TrialClaim) -> pb.AuditClaim:
+    return pb.AuditClaim(epsilon=claim.epsilon, delta=claim.delta, mechanism=claim.mechanism,
+                         accountant=claim.accountant, mu=claim.mu or 0.0)
+
+
+def _report_pb(outcome: AuditOutcome) -> pb.AuditReport:
+    nan = float("nan")
+    return pb.AuditReport(
+        audit_id=outcome.audit_id,
+        bounds=[pb.AuditBound(
+            estimator=b.estimator, epsilon=b.epsilon, is_estimate=b.is_estimate,
+            confidence=b.confidence or 0.0, trials_in=b.trials_in, trials_out=b.trials_out,
+            delta=b.delta, canary=b.canary, threat_model=b.threat_model,
+            threshold_rule=b.threshold_rule,
+            threshold=b.threshold if b.threshold is not None else nan,
+            lower_threshold=b.lower_threshold if b.lower_threshold is not None else nan,
+            fpr_upper=b.fpr_upper if b.fpr_upper is not None else nan,
+            fnr_upper=b.fnr_upper if b.fnr_upper is not None else nan,
+            mu=b.mu if b.mu is not None else nan, reference=b.reference)
+            for b in outcome.bounds],
+        claim=_claim_pb(outcome.claim), violation=outcome.violation, verdict=outcome.verdict,
+        histogram=pb.AuditScoreHistogram(edges=outcome.histogram.edges,
+                                         canary_in=outcome.histogram.canary_in,
+                                         canary_out=outcome.histogram.canary_out),
+        trials=outcome.trials, canary=outcome.canary, threat_model=outcome.threat_model)
 
 
 def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import private_pool
+from fedleak.harness.victim.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ReleaseSettings
 from fedleak.harness.victim.secure_aggregation import parse_drops
@@ -70,6 +72,11 @@ class VictimSettings:
     limits: VictimLimits = field(default_factory=VictimLimits)
     #: when updates carry the buffers local training left: never, fedavg, always
     buffers: str = "fedavg"
+    #: the informed-adversary game: N public candidates per trial (0: no game), m known records
+    informed_candidates: int = 0
+    informed_known: int = 0
+    #: whether the victim plays the audit game (``--allow-audit``; docs/audit.md)
+    audit: bool = False
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -154,6 +161,22 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         limits=s.limits,
         split=s.split,
         buffers_returned=s.buffers,
+        audit_enabled=s.audit,
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
-    return Victim(config, data, net, generator)
+    return Victim(config, data, net, generator, informed_game(s))
+
+
+def informed_game(s: VictimSettings) -> InformedGame | None:
+    """The informed-adversary game of ``s``, drawing from the public prior (the other split);
+    its coins are secret unless ``defense_seed`` fixes them."""
+    try:
+        game = GameSettings(s.informed_candidates, s.informed_known)
+        if not game.enabled:
+            return None
+        split = prior_split(s.split)
+        prior = load_dataset(s.dataset, split, s.data_root, s.download)
+        seed = secrets.randbits(63) if s.defense_seed is None else s.defense_seed + 1
+        return InformedGame(prior, game, torch.Generator().manual_seed(seed), split)
+    except ValueError as err:
+        raise SetupError(str(err)) from None

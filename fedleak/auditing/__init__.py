@@ -1,0 +1,50 @@
+"""Auditing: ε lower bounds from distinguishing games and reconstruction bounds, as plain maths.
+
+A room beside ``attacks/`` and ``defenses/`` (numpy, scipy, torch; it imports nothing of the
+harness): the estimators, one per module — :mod:`~fedleak.auditing.clopper_pearson`
+(Jagielski et al. 2020, Nasr et al. 2021), :mod:`~fedleak.auditing.gaussian_dp` (Nasr et al.
+2023), :mod:`~fedleak.auditing.one_run` (Steinke, Nasr & Jagielski 2023),
+:mod:`~fedleak.auditing.one_shot` (Andrew et al. 2024, an estimate) — the game's statistics
+(:mod:`~fedleak.auditing.game`, :mod:`~fedleak.auditing.thresholds`), the canaries
+(:mod:`~fedleak.auditing.canaries`) and what a result carries
+(:mod:`~fedleak.auditing.result`). The harness plays the game over the wire
+(docs/audit.md).
+
+From the other side, reconstruction bounds from a mechanism's DP
+(:mod:`~fedleak.auditing.reconstruction_bounds`), the Fisher-information ceiling on
+reconstruction error (:mod:`~fedleak.auditing.fisher_information`), the baseline κ of a prior
+(:mod:`~fedleak.auditing.prior_baseline`) and the statistics of repeated games
+(:mod:`~fedleak.auditing.game_statistics`); docs/bounds.md.
+"""
+
+from fedleak.auditing.clopper_pearson import clopper_pearson_epsilon, upper_bound
+from fedleak.auditing.game import (
+    GameSettings,
+    ScoreHistogram,
+    audit_bounds,
+    calibration_split,
+    score_histogram,
+)
+from fedleak.auditing.gaussian_dp import epsilon_from_mu, mu_from_epsilon, mu_lower_bound
+from fedleak.auditing.one_run import one_run_epsilon
+from fedleak.auditing.one_shot import epsilon_two_gaussians, one_shot_epsilon
+from fedleak.auditing.result import ESTIMATORS, AuditBound, format_epsilon
+
+__all__ = [
+    "ESTIMATORS",
+    "AuditBound",
+    "GameSettings",
+    "ScoreHistogram",
+    "audit_bounds",
+    "calibration_split",
+    "clopper_pearson_epsilon",
+    "epsilon_from_mu",
+    "epsilon_two_gaussians",
+    "format_epsilon",
+    "mu_from_epsilon",
+    "mu_lower_bound",
+    "one_run_epsilon",
+    "one_shot_epsilon",
+    "score_histogram",
+    "upper_bound",
+]
