@@ -66,9 +66,11 @@ def test_the_local_update_is_torch_optim_sgd_over_the_users_order(
 
 def test_the_protocol_carries_the_optimiser_everywhere() -> None:
     protocol = Protocol.from_options({"kind": "fedavg", "momentum": 0.9, "weight_decay": 0,
-                                      "nesterov": True, "shuffle": True})
+                                      "nesterov": True, "shuffle_batches": True})
     assert protocol.weight_decay == 0.0 and protocol.optimiser() == "SGD Nesterov momentum 0.9"
-    assert protocol.options()["momentum"] == 0.9 and "weight_decay" not in protocol.options()
+    options = protocol.options()
+    assert options["momentum"] == 0.9 and options["shuffle_batches"]
+    assert "weight_decay" not in options
     assert "momentum" not in Protocol().options()  # old point ids do not move
     with pytest.raises(ProtocolError, match="nesterov needs a momentum"):
         Protocol("fedavg", nesterov=True)
@@ -131,7 +133,7 @@ def test_a_shuffling_momentum_victim_is_attacked_across_processes_as_a_lower_bou
     kept out of the headline summary."""
     args = ["--dataset", "digits", "--split", "all", "--images", "0-1", "--model", "mlp",
             "--batch-size", "2", "--protocol", "fedavg", "--local-epochs", "2",
-            "--local-batch-size", "1", "--lr", "0.1", "--momentum", "0.9", "--shuffle"]
+            "--local-batch-size", "1", "--lr", "0.1", "--momentum", "0.9", "--shuffle-batches"]
     with VictimProcess(args) as victim:
         out = tmp_path / "run"
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",

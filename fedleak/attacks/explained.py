@@ -22,7 +22,7 @@ kept values (M = 1[u* ≠ 0]) and that every zeroed entry of the user's update w
 than the smallest kept one, t_l (per layer, or over the whole update for ``scope=global``). Its
 residual is the violation of both,
 
-    E(x) = Σ_l ‖M_l ⊙ (u*_l − u_l(x))‖² + ‖(1 − M_l) ⊙ max(|u_l(x)| − t_l, 0)‖²,
+    E(x) = Σ_l ‖M_l ⊙ (u*_l − u_l(x))‖² + ‖(1 − M_l) ⊙ max(abs(u_l(x)) − t_l, 0)‖²,
 
 rather than the distance to the candidate's own top entries, whose support jumps with any
 small error below the threshold. Which candidate explains u* better (:func:`better`):
@@ -31,11 +31,11 @@ small error below the threshold. Which candidate explains u* better (:func:`bett
   not better: the true image leaves a residual of pure noise, E(x*) ≈ d (d coordinates), and a
   candidate with E < d has fitted the noise. By Morozov's discrepancy principle (the choice of
   regularisation for inverse problems with a known noise level) the better candidate is the
-  one whose residual is closest to the noise, ρ = E/d closest to 1 (|log ρ| smallest);
+  one whose residual is closest to the noise, ρ = E/d closest to 1 (``|log ρ|`` smallest);
 - otherwise (``prune``, ``clip``, ``quantize``: deterministic, or unbiased rounding) the
   smaller E, the maximum-likelihood choice.
 
-Both are compared on a log scale, D = |log ρ| or log E, and the aware candidate must win by
+Both are compared on a log scale, D = ``|log ρ|`` or log E, and the aware candidate must win by
 more than the criterion's own sampling noise: a residual of d coordinates' independent noise
 fluctuates by a relative √(2/d) (a χ² with d degrees of freedom), so the aware candidate is
 kept only when D_aware < D_blind − √(2/d); otherwise (a tie, or a difference the noise could
@@ -70,7 +70,7 @@ class Explanation:
     coordinates: int = 1
 
     def discrepancy(self) -> float:
-        """What :func:`better` minimises: |log ρ| with published noise, else log E."""
+        """What :func:`better` minimises: ``|log ρ|`` with published noise, else log E."""
         if self.noise_ratio is None:
             return math.log(max(self.residual, 1e-300))
         return abs(math.log(max(self.noise_ratio, 1e-300)))

@@ -57,8 +57,8 @@ def federation_options(function: Any) -> Any:
         click.option("--no-score", is_flag=True, help="Do not ask the nodes to score."),
         click.option("--overwrite", is_flag=True,
                      help="Replace an audit run already in --out (its metrics.json, "
-                          "recording.json and round-* folders; nothing else); without it such "
-                          "an --out is refused."),
+                          "recording.json and round-RRR-... folders; nothing else); without it "
+                          "such an --out is refused."),
         click.option("--budget", default=3.0, show_default=True, type=click.FloatRange(0),
                      help="Bound each round's attacks to this multiple of the round's wall "
                           "time (at least 10 s a round, shared by its nodes), cutting "
@@ -116,7 +116,7 @@ def settings_of(kw: dict[str, Any]) -> Any:
         secagg_clipping_range=kw["secagg_clipping_range"],
         secagg_quantization_range=kw["secagg_quantization_range"],
         momentum=kw["momentum"], weight_decay=kw["weight_decay"], nesterov=kw["nesterov"],
-        shuffle=kw["shuffle"], budget=kw["budget"], overwrite=kw["overwrite"],
+        shuffle=kw["shuffle_batches"], budget=kw["budget"], overwrite=kw["overwrite"],
         allow_reveal=kw.get("allow_reveal", False))
     if not settings.secagg_plus:
         given = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
@@ -176,7 +176,7 @@ def flower() -> None:
 @federation_options
 @click.option("--allow-reveal", is_flag=True,
               help="The simulated nodes reveal their batches for the comparison pictures "
-                   "(round-*/comparison.png); you are their operator here.")
+                   "(comparison.png in each round folder); you are their operator here.")
 @click.option("--verbose", is_flag=True, help="Flower's verbose logging.")
 def simulate(**kw: Any) -> None:
     """Run an audited federation in Flower's simulation engine; write the run to --out.

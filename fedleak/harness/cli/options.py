@@ -1,11 +1,11 @@
 """Click options and conversions the commands share, each written once.
 
 The protocol options (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
-``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle``) carry the
-same user-facing names as a sweep spec's ``[[sweep.protocol]]`` table; :func:`protocol_options`
-declares them for the victim (with the user's defaults) and for the attacker (unset: the victim
-decides), and ``fedleak.harness.shared.protocol`` turns them into the typed
-:class:`~fedleak.harness.shared.protocol.Protocol`.
+``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``)
+carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]`` table;
+:func:`protocol_options` declares them for the victim (with the user's defaults) and for the
+attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns them into
+the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def protocol_options(victim: bool) -> Callable[[F], F]:
                      help="FedAvg: SGD weight decay λ."),
         click.option("--nesterov/--no-nesterov", default=default(d.nesterov),
                      show_default=victim, help="FedAvg: Nesterov momentum (needs --momentum)."),
-        click.option("--shuffle/--no-shuffle", default=default(d.shuffle), show_default=victim,
+        click.option("--shuffle-batches/--in-order-batches", default=default(d.shuffle),
+                     show_default=victim,
                      help="FedAvg: a new secret order of the images every local epoch "
                           "(DataLoader(shuffle=True)); the attack then reconstructs one copy per "
                           "epoch (docs/fedavg.md)."),

@@ -106,7 +106,7 @@ class FederationSettings:
             "local_batch_size": self.local_batch_size, "lr": self.lr,
             "batchnorm": self.batchnorm, "momentum": float(self.momentum),
             "weight_decay": float(self.weight_decay), "nesterov": self.nesterov,
-            "shuffle": self.shuffle}))
+            "shuffle_batches": self.shuffle}))
 
     def secagg(self) -> SecAggPlus:
         """The SecAgg+ settings (max weight 0: the nodes' batch size, the finest quantisation

@@ -31,7 +31,7 @@ from fedleak.harness.shared.protocol import Protocol, ProtocolError, changes_fro
 PROTOCOL_KEYS = {"fedleak-protocol": "kind", "local-epochs": "local_epochs",
                  "local-batch-size": "local_batch_size", "lr": "lr", "batchnorm": "batchnorm",
                  "momentum": "momentum", "weight-decay": "weight_decay",
-                 "nesterov": "nesterov", "shuffle": "shuffle"}
+                 "nesterov": "nesterov", "shuffle": "shuffle_batches"}
 #: keys whose absence only matters for FedAvg (FedSGD sends one gradient)
 FEDAVG_KEYS = ("local-epochs", "local-batch-size", "momentum", "weight-decay", "nesterov",
                "shuffle")

@@ -2,7 +2,7 @@
 
 One typed object, :class:`Protocol`, carries it from every place a person or a server chooses it
 to the maths: the CLI (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
-``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle``), a sweep
+``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``), a sweep
 spec's ``[[sweep.protocol]]`` table (the same names), the attacker's per-round request (a
 :class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol``) and the user's local
 update (:mod:`fedleak.harness.shared.local_update`). The user-facing names are converted to the
@@ -48,11 +48,12 @@ OPTION_FIELDS = {
     "momentum": "momentum",
     "weight_decay": "weight_decay",
     "nesterov": "nesterov",
-    "shuffle": "shuffle",
+    "shuffle_batches": "shuffle",
 }
 #: the optimiser and order fields, left out of :meth:`Protocol.options` at their defaults (so
 #: point ids of specs written before they existed do not change)
-OPTIMISER_DEFAULTS = {"momentum": 0.0, "weight_decay": 0.0, "nesterov": False, "shuffle": False}
+OPTIMISER_DEFAULTS = {"momentum": 0.0, "weight_decay": 0.0, "nesterov": False,
+                      "shuffle_batches": False}
 
 
 class ProtocolError(ValueError):

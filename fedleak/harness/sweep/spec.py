@@ -421,11 +421,12 @@ def _protocols(value: Any, batch_size: int | None = None) -> list[Protocol]:
         except ProtocolError as err:
             raise SpecError(f"{where}: {err}") from None
         if batch_size is not None and protocol.order_matters(batch_size):
-            raise SpecError(f"{where}: shuffle = true with {protocol.batches_per_epoch(batch_size)}"
+            raise SpecError(f"{where}: shuffle_batches = true with "
+                            f"{protocol.batches_per_epoch(batch_size)}"
                             f" mini-batches per epoch: the user's order is unknown to the "
                             "server, so no replay is exact and the figures would be lower "
-                            "bounds; set shuffle = false, or local_batch_size = 0 (one batch "
-                            "per epoch, where the order does not matter)")
+                            "bounds; set shuffle_batches = false, or local_batch_size = 0 (one "
+                            "batch per epoch, where the order does not matter)")
         out.append(protocol)
     return out
 
