@@ -96,8 +96,11 @@ class LocalProcedure:
     @classmethod
     def of(cls, **options: Any) -> LocalProcedure:
         """A stated procedure from the protocol's user-facing names (``kind="fedavg",
-        local_epochs=1, local_batch_size=32, lr=0.1, momentum=0.9, shuffle=True``)."""
+        local_epochs=1, local_batch_size=32, lr=0.1, momentum=0.9, shuffle=True``; ``shuffle``
+        is the config key's name for ``shuffle_batches``)."""
         optimizer = str(options.pop("optimizer", "sgd")).lower()
+        if "shuffle" in options:
+            options["shuffle_batches"] = options.pop("shuffle")
         try:
             return cls(Protocol.from_options(options), optimizer=optimizer)
         except ProtocolError as err:
