@@ -26,6 +26,10 @@ else
 endif
 	$(PIP) install -c constraints.txt -e '.[dev,flower,docs]'
 	$(PIP) check
+	# PyPI's torchvision (a CUDA build) beside torch+cpu cannot `import torchvision` alone:
+	# a .pth installs fedleak's import hook in every Python of this venv (docs/flower.md)
+	$(PY) -m fedleak.harness.shared.torchvision_compat --install
+	$(PY) -c "import torch, torchvision"
 	touch $@
 
 install: $(VENV)/.installed

@@ -5,9 +5,10 @@ randomness is not. For each defense setting and each photo, the same observation
 untrained, model seed 0, one 32×32 bundled photo per round, FedSGD, defense randomness seeded
 1000 + photo) is attacked by two variants with the same optimiser, budget and attack seed 0:
 ``plain`` (``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's
-table) and ``aware`` (``objective=auto``, ``replay=auto``: the parts chosen from the published
-defense chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces the
-objective). ``none`` is the undefended ceiling at this budget.
+table) and ``aware`` (``objective=aware``, ``replay=aware``: the parts chosen from the
+published defense chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces
+the objective; the default ``auto``, which weighs the two, is bench/adaptive_choice.py's).
+``none`` is the undefended ceiling at this budget.
 
 The optimiser (``--optimizer``) is Inverting Gradients' signed Adam (``inverting-gradients``,
 ``--evaluations`` iterations, tv + box) or L-BFGS (the ``dlg`` preset's optimiser and Gaussian
@@ -73,7 +74,7 @@ SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
 TRAINING_CROPS = 3000
 TRAINING_EPOCHS = 4
 VARIANTS = {"plain": {"objective": "cosine", "replay": "plain"},
-            "aware": {"objective": "auto", "replay": "auto"}}
+            "aware": {"objective": "aware", "replay": "aware"}}
 
 
 #: objective evaluations per L-BFGS step (the dlg preset's ``inner_iterations``)
@@ -91,7 +92,7 @@ def attack_options(optimizer: str, evaluations: int, tv: float) -> tuple[str, di
 
 
 def attack_once(setting: str, index: int, variant: str, evaluations: int, tv: float,
-                model_name: str, aware_objective: str = "auto",
+                model_name: str, aware_objective: str = "aware",
                 optimizer: str = "signed-adam") -> dict[str, object]:
     """One attack on photo ``index`` under ``setting`` with the ``variant``'s parts."""
     data = load_dataset("photos", "all")
@@ -255,8 +256,8 @@ def batchnorm_table(photos: str, batch: int, trained: bool, variants: list[str],
 @click.option("--tv-grid", default="0.001,0.003,0.01,0.03,0.1", show_default=True)
 @click.option("--model", "model_name", default="lenet-zhu", show_default=True)
 @click.option("--settings", "only", default="", help="Comma-separated subset of the settings.")
-@click.option("--aware-objective", default="auto", show_default=True,
-              help="The aware variant's objective spec (auto: chosen from the published "
+@click.option("--aware-objective", default="aware", show_default=True,
+              help="The aware variant's objective spec (aware: chosen from the published "
                    "defense; e.g. masked-cosine:outside=0;hinge=1 to tune on held-out photos).")
 @click.option("--batchnorm", is_flag=True, help="Measure the BatchNorm prior (see above).")
 @click.option("--bn-weight", default=0.1, show_default=True)
@@ -298,7 +299,7 @@ def main(photos: str, evaluations: int, optimizers: str, tv: float | None, tune_
                 key = (optimizer, setting, variant)
                 same = (optimizer, setting, "plain")
                 if not SETTINGS[setting] and variant == "aware" and same in table:
-                    # nothing published: auto picks the plain parts, the same attack
+                    # nothing published: aware picks the plain parts, the same attack
                     weights[key], table[key] = weights[same], table[same]
                     continue
                 weights[key] = tv if tv is not None else tune_tv(

@@ -313,7 +313,8 @@ def test_packed_points_with_different_defenses_get_their_own_objective():
     row; prune alone gets the hinge, packed as its own row block: each as it is alone."""
     pruned = digits_observation(defenses=[("clip", {"max-norm": 100.0}), ("prune", {"p": 0.9})])
     plain = digits_observation(seed=1, defenses=[])
-    attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2})
+    attack = create_attack("inverting-gradients", {"iterations": 15, "restarts": 2,
+                                                   "objective": "aware", "replay": "aware"})
     many = attack.reconstruct_many([pruned, plain], seeds=[2, 4])
     alone = [attack.reconstruct(pruned, seed=2), attack.reconstruct(plain, seed=4)]
     assert [r.extras["objective"] for r in many] == ["masked-cosine", "cosine"]
@@ -348,14 +349,19 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
                                "--quiet"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
-        assert entry["parts"]["objective"] == "masked-cosine"
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]  # what Describe published
+        # the default weighs the aware parts (chosen from the chain) against the blind ones
+        assert entry["parts"]["objective"] in ("masked-cosine", "cosine")
         assert "prune" in entry["parts"]["part_reasons"][0]
+        assert "default auto" in entry["parts"]["part_reasons"][-1]
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert entry["iterations"] == 5
         # the same aware objective under L-BFGS (the dlg preset with a TV prior: the
         # strongest pairing at p = 0.9 in bench/adaptive.py)
         out = tmp_path / "lbfgs"
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "dlg", "--iterations", "2",
-                               "-o", "objective=auto", "-o", "priors=tv:weight=0.001",
+                               "-o", "objective=aware", "-o", "priors=tv:weight=0.001",
                                "--out", str(out), "--quiet"],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -374,3 +380,49 @@ def test_attack_help_lists_parts_and_their_options():
     for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
                  "outside (float, default 0.1)", "bn-source (str, default auto)"):
         assert line in shown
+
+
+@pytest.mark.parametrize("defense", [("prune", {"p": 0.9}), ("noise", {"sigma": 0.01}),
+                                     ("dpsgd", {"noise-multiplier": 0.01, "max-grad-norm": 1.0}),
+                                     ("quantize", {"bits": 4})])
+def test_the_true_images_explain_the_update_better_than_others(defense):
+    """The selection criterion (no ground truth) ranks the user's own images above noise
+    images, under each published mechanism; with published noise it is the discrepancy
+    |log ρ| (ρ ≈ 1 for the truth)."""
+    from fedleak.attacks.composed import alone
+    from fedleak.attacks.explained import better, explain, mechanism_replay
+    from fedleak.harness.shared.datasets import normalize
+
+    observation = digits_observation(2, defenses=[defense])
+    judge = mechanism_replay(alone(observation), observation)
+    labels = DIGITS.labels[:2]
+    truth = explain(observation, normalize(DIGITS.images[:2], DIGITS.info), labels, judge)
+    other = explain(observation, torch.randn(2, *DIGITS.info.shape,
+                                             generator=torch.Generator().manual_seed(0)),
+                    labels, judge)
+    assert better(truth, other) and not better(other, truth)
+    if defense[0] in ("noise", "dpsgd"):
+        assert truth.noise_ratio == pytest.approx(1.0, abs=0.2)
+    assert not better(truth, truth)  # a tie goes to the blind candidate
+    drowned = digits_observation(2, defenses=[("dpsgd", {"noise-multiplier": 0.05,
+                                                         "max-grad-norm": 1.0})])
+    judge = mechanism_replay(alone(drowned), drowned)  # noise energy 50x the clipped signal's
+    assert not better(explain(drowned, normalize(DIGITS.images[:2], DIGITS.info), labels, judge),
+                      explain(drowned, torch.randn(2, *DIGITS.info.shape), labels, judge))
+
+
+def test_the_default_weighs_the_aware_parts_against_the_blind_ones():
+    observation = digits_observation(defenses=[("prune", {"p": 0.9})])
+    got = create_attack("inverting-gradients", {"iterations": 9}).reconstruct(observation,
+                                                                              seed=1)
+    assert got.extras["selected"] in ("aware", "blind") and got.iterations == 9
+    reasons = got.extras["part_reasons"]
+    assert "default auto" in reasons[-1] and "5 + 4 iterations" in reasons[-1]
+    alone = create_attack("inverting-gradients", {
+        "iterations": 5 if got.extras["selected"] == "aware" else 4,
+        "objective": "aware" if got.extras["selected"] == "aware" else "cosine",
+        "replay": "aware" if got.extras["selected"] == "aware" else "plain"})
+    torch.testing.assert_close(got.images, alone.reconstruct(observation, seed=1).images)
+    undefended = create_attack("inverting-gradients", {"iterations": 9}).reconstruct(
+        digits_observation(), seed=1)
+    assert "selected" not in undefended.extras  # nothing to weigh: the blind attack alone

@@ -42,7 +42,7 @@ from fedleak.harness.flower.federation import (  # noqa: E402
     run_server,
 )
 from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
-from fedleak.harness.flower.procedure import procedure_from_config  # noqa: E402
+from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
 from fedleak.harness.flower.scoring import (  # noqa: E402
     SCORE_MESSAGE_TYPE,
     score_reply,
@@ -322,8 +322,8 @@ def test_replies_that_cannot_be_attacked_are_recorded_and_the_round_goes_on(
                               "metrics": MetricRecord({"num-examples": 1})}), reply_to=first)
     audit.aggregate_train(2, [own])
     (silent,) = set(grid.contexts) - {first.metadata.dst_node_id}
-    assert any(w.startswith(f"round 2, node {silent}: not attacked: no reply") for w in
-               audit.run.warnings)
+    assert any(w.startswith("round 2, node-") and
+               f"(Flower node {silent}): not attacked: no reply" in w for w in audit.run.warnings)
     (entry,) = audit.run.rounds
     assert any("its own loop" in w for w in entry.warnings)
     assert entry.unscored == "scoring on the nodes is off"
@@ -339,13 +339,23 @@ def test_the_audit_refuses_a_strategy_without_the_message_api(tmp_path: Path) ->
 def test_the_procedure_says_what_it_cannot_replay() -> None:
     exact = procedure_from_config({"fedleak-protocol": "fedavg", "local-epochs": 2,
                                    "local-batch-size": 1, "lr": 0.1, "batchnorm": "eval",
-                                   "momentum": 0.0, "shuffle": False})
+                                   "momentum": 0.0, "weight-decay": 0, "nesterov": False,
+                                   "shuffle": False})
     assert exact.replay_warnings() == [] and exact.protocol.batchnorm == "eval"
+    assert exact.inexact_reasons(4) == []
     loose = procedure_from_config({"fedleak-protocol": "fedavg", "momentum": 0.9,
                                    "shuffle": True})
+    assert loose.protocol.momentum == 0.9 and loose.protocol.shuffle  # replayed, not refused
     text = " ".join(loose.replay_warnings())
-    assert "momentum 0.9" in text and "shuffle" in text and "breaching #20" in text
-    assert "local-epochs" in text and "lr" in text
+    assert "local-epochs" in text and "lr" in text and "weight-decay" in text
+    adam = procedure_from_config({"fedleak-protocol": "fedavg", "optimizer": "Adam"})
+    assert "optimizer 'adam'" in " ".join(adam.inexact_reasons(1))
+    # what the server states fills in what the config leaves out, without warnings
+    stated = LocalProcedure.of(kind="fedavg", local_epochs=1, local_batch_size=32, lr=0.1,
+                               momentum=0.9, shuffle=True)
+    quickstart = procedure_from_config({"lr": 0.01, "server-round": 1}, stated)
+    assert quickstart.replay_warnings() == []
+    assert quickstart.protocol == stated.protocol.with_changes({"learning_rate": 0.01})
 
 
 # --------------------------------------------------------------------------- mods and train
@@ -406,9 +416,113 @@ def test_dp_sgd_in_the_train_helper_reports_epsilon_over_the_nodes_rounds() -> N
     (round1, total1), (round2, total2) = spent
     assert round1 == pytest.approx(round2) and total1 == pytest.approx(round1)
     assert total2 > total1
-    with pytest.raises(ValueError, match="momentum = 0"):
+    with pytest.raises(ValueError, match="optimizer 'adam'"):
         train(model, sent, data.images[:2], data.labels[:2], data.info,
-              {"fedleak-protocol": "fedavg", "momentum": 0.9})
+              {"fedleak-protocol": "fedavg", "optimizer": "adam"})
+
+
+def test_every_client_defense_publishes_itself_in_the_reply() -> None:
+    """fedleak's DefenseMod and DP-SGD train helper, and Flower's own DP mods wrapped by
+    publishing(), name their chain in the reply (as Describe does for a victim), in order;
+    an unrecognised mod without a chain is refused."""
+    from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
+
+    from fedleak.harness.flower.published import local_dp_sigma, published_chain, publishing
+
+    data = load_dataset("digits", "train")
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    theta = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config={})
+    config = {"fedleak-protocol": "fedsgd", "lr": 0.1, "server-round": 1, "clipping_norm": 2.0}
+
+    def handler(msg: Message, ctx: Context) -> Message:
+        trained = train(model, msg.content["arrays"], data.images[:2],  # type: ignore[arg-type]
+                        data.labels[:2], data.info, config,
+                        defenses=["dpsgd:noise-multiplier=1,max-grad-norm=1"],
+                        generator=torch.Generator().manual_seed(0))
+        return Message(trained.content(), reply_to=msg)
+
+    def through(*mods: Any) -> Message:
+        """``handler`` behind ``mods`` (the first outermost, as a ClientApp's mods list)."""
+        from flwr.clientapp import ClientApp
+
+        app = ClientApp(mods=list(mods))
+        app.train()(handler)
+        return app(train_message(theta, config), context)
+
+    chain = published_chain(through(DefenseMod("prune:p=0.9"), DefenseMod("clip:max-norm=5"))
+                            .content)
+    assert chain is not None
+    assert [d.spec() for d in chain] == ["dpsgd:accountant=rdp,clipping=flat,delta=1e-05,"
+                                         "max-grad-norm=1.0,noise-multiplier=1.0,poisson=False",
+                                         "clip:max-norm=5.0", "prune:p=0.9,scope=layer"]
+    local = LocalDpMod(clipping_norm=1.5, sensitivity=1.0, epsilon=2.0, delta=1e-5)
+    chain = published_chain(through(publishing(local), publishing(fixedclipping_mod)).content)
+    assert chain is not None
+    sigma = local_dp_sigma(1.0, 2.0, 1e-5)
+    assert sigma == pytest.approx(2.4225, abs=1e-4)  # 1 * sqrt(2 ln(1.25e5)) / 2
+    assert [d.spec() for d in chain][1:] == ["clip:max-norm=2.0", "clip:max-norm=1.5",
+                                             f"noise:distribution=gaussian,sigma={sigma!r}"]
+    with pytest.raises(TypeError, match="name the defense it applies"):
+        publishing(lambda m, c, n: n(m, c))
+    assert published_chain(RecordDict()) is None
+
+
+def test_the_audit_records_the_published_chain_and_attacks_with_the_aware_parts(
+        tmp_path: Path) -> None:
+    """A prune:p=0.9 mod: every round's metrics.json entry names the chain, and the attack's
+    parts say they were chosen from it (the default weighs them against the blind ones)."""
+    s = settings(tmp_path, defenses=("prune:p=0.9",), protocol="fedavg", lr=0.1)
+    run_server(LocalGrid(s), s)
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
+    for entry in metrics["rounds"]:
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]
+        assert any(r.startswith("objective masked-cosine") for r in
+                   entry["parts"]["part_reasons"])
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert not any("publishes no defense" in w for w in entry["warnings"])
+
+
+def test_a_missing_score_handler_is_one_readable_line() -> None:
+    from fedleak.harness.flower.auditor import score_error
+
+    reason = ("\x1b[91mERROR\x1b[0m Traceback (most recent call last):\n  File \"ray/x.py\", "
+              "line 1\n    raise ValueError\nValueError: No query function registered with "
+              "name 'fedleak_score'\n")
+    line = score_error(reason)
+    assert "\n" not in line and "\x1b" not in line
+    assert "@app.query(\"fedleak_score\")" in line and "score_reply" in line
+    assert "remember_batch" in line
+    assert score_error("\x1b[1mboom\x1b[0m\nValueError: budget spent\n") == \
+        "the node refused to score: ValueError: budget spent"
+
+
+def test_the_audit_budget_cuts_iterations_to_a_multiple_of_the_round(tmp_path: Path) -> None:
+    """Per round the attacks may take budget × the round's wall time (at least min_budget_s),
+    shared by its replies: a tiny budget cuts the configured iterations, and says so."""
+    from fedleak.harness.flower.auditor import capped_iterations
+
+    data = load_dataset("digits", "train")
+    torch.manual_seed(0)
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    observation = observe(model, data.images[:2], data.labels[:2], data.info)
+    assert capped_iterations(observation, 1e6, 1, 300) == 300
+    assert capped_iterations(observation, 1e-9, 1, 300) == 1
+    s = settings(tmp_path, options=("iterations=100000", "restarts=1"), score=False)
+    audit = LeakageAudit(FedAvg(min_train_nodes=2, min_available_nodes=2,
+                                fraction_evaluate=0.0), s.model, s.dataset,
+                         Path(s.out), options=s.attack_options(), budget=3.0,
+                         min_budget_s=0.2, score=False, log=lambda _: None)
+    grid = LocalGrid(s)
+    audit.start(grid, ArrayRecord(model.state_dict()), num_rounds=1,  # type: ignore[arg-type]
+                train_config=ConfigRecord(s.procedure().config()))
+    metrics = json.loads((Path(s.out) / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    for entry in metrics["rounds"]:
+        assert entry["iterations"] < 100000
+        assert any("cut the attack from 100000 to" in w for w in entry["warnings"])
+    assert "3 x the round's wall time" in metrics["settings"]["budget"]
 
 
 def test_without_flwr_the_bridge_names_the_install_command() -> None:
@@ -612,11 +726,47 @@ def simulate_cli(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.integration
 def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -> None:
-    """2 nodes, 1 round, a prune mod."""
-    stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.5")
+    """2 nodes, 1 round, a prune:p=0.9 mod, the nodes allowed to reveal: every reply publishes
+    the defense, metrics.json names it and the defense-aware parts the attack chose from it,
+    the nodes carry readable names and every node's comparison picture is written."""
+    stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.9",
+                                   "--allow-reveal")
     assert "2 node update(s) attacked" in stdout
+    assert "published client defenses: prune:p=0.9,scope=layer" in stdout
+    assert "comparison pictures: 2" in stdout
     assert len(metrics["rounds"]) == 2
-    assert all(r["images"] and r["mean_psnr"] is not None for r in metrics["rounds"])
+    for entry in metrics["rounds"]:
+        assert entry["images"] and entry["mean_psnr"] is not None
+        assert entry["defenses"] == ["prune:p=0.9,scope=layer"]
+        # the aware parts chosen from the published chain, weighed against the blind ones
+        assert any(r.startswith("objective masked-cosine") and "prune published" in r
+                   for r in entry["parts"]["part_reasons"])
+        assert entry["attack_extras"]["selected"] in ("aware", "blind")
+        assert entry["parts"]["objective"] == {"aware": "masked-cosine",
+                                               "blind": "cosine"}[
+            entry["attack_extras"]["selected"]]
+        assert (tmp_path / "sim" / entry["files"]["comparison"]).exists()
+    assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
+    assert sorted(p.name for p in (tmp_path / "sim").glob("round-*")) == \
+        ["round-001-node-0", "round-001-node-1"]
+
+
+def test_a_rerun_into_a_used_out_is_refused_before_flower_starts(tmp_path: Path) -> None:
+    """--out that holds an audit run is refused with what to do; --overwrite removes that run
+    (its metrics.json, recording.json and round-* folders, nothing else) and starts clean."""
+    from fedleak.harness.flower.auditor import FolderInUse, claim_folder
+
+    out = tmp_path / "used"
+    (out / "round-001-node-0").mkdir(parents=True)
+    (out / "metrics.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["flower", "simulate", "--out", str(out)])
+    assert result.exit_code == 2 and "already holds an audit run" in result.output
+    assert "--overwrite" in result.output
+    with pytest.raises(FolderInUse):
+        LeakageAudit(FedAvg(), MLP, "digits", out)
+    claim_folder(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.integration
@@ -633,26 +783,17 @@ def test_simulation_under_secagg_plus_attacks_the_aggregate(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- real deployment
 
 
-def wait_listening(port: int, process: subprocess.Popen[Any], seconds: float = 60) -> None:
-    """Until something accepts connections on 127.0.0.1:``port`` (or ``process`` dies)."""
-    import socket
-    import time
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and process.poll() is None:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.25)
-    raise AssertionError(f"nothing listens on port {port} (process exit {process.poll()})")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def marked_processes() -> list[int]:
+    """Processes of this user whose environment carries examples/flower_deploy.py's marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"FEDLEAK_FLOWER_DEPLOY=" in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 @pytest.mark.integration
@@ -663,52 +804,36 @@ def free_port() -> int:
         reason="about 60 s more (Flower starts a process per message): set "
                "FEDLEAK_FLOWER_DEPLOYMENT=1 to run the SecAgg+ deployment too")),
 ], ids=["plain", "secagg-plus"])
-def test_a_real_deployment_on_loopback(tmp_path: Path, secagg_plus: bool) -> None:
-    """docs/flower.md's recipe: a SuperLink and two SuperNodes on free loopback ports, a
-    temporary Flower home, `flwr run examples/flower_app`; every process stopped by pid.
-    Under SecAgg+ the audit attacks the aggregate of the two nodes."""
-    bin_dir = Path(sys.executable).parent
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    link = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\naddress = "127.0.0.1:{link}"'
-        '\ninsecure = true\n')
-    env = {**os.environ, "FLWR_HOME": str(home), "OMP_NUM_THREADS": "1",
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    logs = [open(tmp_path / f"{name}.log", "w") for name in ("superlink", "node0", "node1")]
-    commands = [[str(bin_dir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
-                 "--port", str(link), "--database", ":flwr-in-memory-state:",
-                 "--disable-runtime-dependency-installation"]]
-    commands += [[str(bin_dir / "flower-supernode"), "--insecure", "--superlink",
-                  f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(free_port()),
-                  "--node-config", f"partition-id={i} num-partitions=2"] for i in (0, 1)]
-    processes = [subprocess.Popen(c, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=tmp_path) for c, log in zip(commands, logs, strict=True)]
+def test_the_documented_deployment_script_runs_and_leaves_nothing_behind(
+        tmp_path: Path, secagg_plus: bool) -> None:
+    """docs/flower.md's command: examples/flower_deploy.py starts a SuperLink (a real state
+    file in its temporary folder, no runtime dependency installation) and two SuperNodes on
+    free loopback ports, waits for them, runs `flwr run examples/flower_app`, and stops every
+    process it started, flower-superexec included; afterwards no marked process is alive, the
+    temporary folder is gone and the working folder holds only the run's output. Under
+    SecAgg+ the audit attacks the aggregate of the two nodes."""
     out = tmp_path / "runs"
-    try:
-        wait_listening(link, processes[0])
-        run = subprocess.run(
-            [str(bin_dir / "flwr"), "run", str(ROOT / "examples" / "flower_app"), "loopback",
-             "--stream", "--run-config",
-             f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
-             + (" secagg-plus=true" if secagg_plus else "")],
-            env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
-        assert all(r["images"] for r in metrics["rounds"]), metrics
-        if secagg_plus:
-            assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
-            assert len(metrics["rounds"][0]["images"]) == 2
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        for log in logs:
-            log.close()
+    work = tmp_path / "cwd"
+    work.mkdir()
+    temp = Path(os.environ.get("TMPDIR", "/tmp"))
+    before = set(temp.glob("fedleak-flower-*"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "flower_deploy.py"),
+         str(ROOT / "examples" / "flower_app"), "--nodes", "2", "--run-config",
+         f'out="{out}" options="iterations=3 restarts=1" model="{MLP}"'
+         + (" secagg-plus=true" if secagg_plus else "")],
+        env=env, capture_output=True, text=True, timeout=540, cwd=work)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Created env for run" not in done.stdout + done.stderr  # no runtime install
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2 - secagg_plus
+    assert all(r["images"] for r in metrics["rounds"]), metrics
+    if secagg_plus:
+        assert metrics["rounds"][0]["server_view"] == "secagg+ aggregate of 2 nodes"
+        assert len(metrics["rounds"][0]["images"]) == 2
+    else:  # stable readable node names from the nodes' partition ids
+        assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
+    assert marked_processes() == []
+    assert set(temp.glob("fedleak-flower-*")) == before
+    assert list(work.iterdir()) == []

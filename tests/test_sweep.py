@@ -288,28 +288,29 @@ def test_tiny_sweep_end_to_end_via_the_cli(tmp_path: Path) -> None:
 
 
 def test_points_differing_only_in_defenses_are_attacked_as_one_pack(tmp_path: Path) -> None:
-    """--pack-points 2: the two points' victims run side by side and each round of both is one
-    packed computation (metrics.json says packed_with 2); every point measures what it
-    measures alone."""
+    """--pack-points 3: the three points' victims run side by side and each round is packed:
+    the two pruned points' rounds as one computation per half of the default attack (the aware
+    and the blind parts, metrics.json says packed_with 2), the undefended point's at the full
+    budget (nothing to pack it with); every point measures what it measures alone."""
     spec = tmp_path / "pack.toml"
     spec.write_text(tiny_spec('[[sweep.defense]]\nname = "prune"\nparam = "p"\n'
-                              'values = [0.9]', utility_rounds=1))
+                              'values = [0.9, 0.99]', utility_rounds=1))
     points = parse_spec(spec.read_text()).points()
     scores = {}
-    for pack in ("2", "1"):
+    for pack in ("3", "1"):
         out = tmp_path / f"pack-{pack}"
         done = fedleak("sweep", str(spec), "--out", str(out), "--quiet", "--no-report",
                        "--pack-points", pack)
         assert done.returncode == 0, done.stderr
-        assert "2 point(s) measured, 0 already done, 0 failed" in done.stdout
+        assert "3 point(s) measured, 0 already done, 0 failed" in done.stdout
         for point in points:
             run = json.loads((out / "points" / point.point_id / "attack" / "metrics.json")
                              .read_text())
             assert [r.get("packed_with") for r in run["rounds"]] == (
-                [2] if pack == "2" else [None])
+                [2] if pack == "3" and point.defenses else [None])
         scores[pack] = {r[1]: json.loads(r[3])["mean_psnr"] for r in rows(out / "results.sqlite")
                         if r[2] == "attack"}
-    assert scores["2"] == pytest.approx(scores["1"], abs=0.05)
+    assert scores["3"] == pytest.approx(scores["1"], abs=0.05)
 
 
 def test_a_failed_pack_attacks_its_points_alone(monkeypatch: pytest.MonkeyPatch,

@@ -104,6 +104,12 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "local_batch_size": ("integer", "FedAvg: B images per local step (0 = all n)"),
         "lr": ("float", "FedAvg: τ, the user's local learning rate"),
         "batchnorm": ("string", "train (batch statistics) or eval (running statistics)"),
+        "momentum": ("float ≥ 0", "FedAvg: μ of the local torch.optim.SGD (default 0)"),
+        "weight_decay": ("float ≥ 0", "FedAvg: λ of the local SGD (default 0)"),
+        "nesterov": ("bool", "FedAvg: Nesterov momentum (needs momentum > 0)"),
+        "shuffle_batches": ("bool", "FedAvg: a new secret order every epoch; refused when it "
+                                    "matters for batch_size (several batches an epoch): no "
+                                    "replay is exact"),
     },
     "utility": {
         "enabled": ("bool", "false: measure the attack only"),

@@ -1,8 +1,14 @@
 """Defense-aware parts chosen from what the victim publishes, or named by the user.
 
 An optimisation attack's ``objective`` and ``replay`` options are part specs,
-``NAME`` or ``NAME:key=value;key=value`` (``-o objective=gaussian:masked=off``), or ``auto``:
-the part that models the published defense chain (:attr:`Observation.defenses`):
+``NAME`` or ``NAME:key=value;key=value`` (``-o objective=gaussian:masked=off``), ``aware``:
+the part that models the published defense chain (:attr:`Observation.defenses`), or ``auto``
+(the default): with both ``auto``, the attack reconstructs with the aware parts *and* with the
+blind ones (``cosine``, ``plain``), half its iterations each, and keeps the reconstruction
+that better explains the observed update under the published mechanism
+(:mod:`fedleak.attacks.explained`; no ground truth), so the default is never the aware parts
+alone where they do worse than the blind ones (their weights were tuned on one model); with
+only one of them ``auto`` it is the aware part. The aware choice:
 
 =====================================  ======================  ==============
 published                              objective               replay
@@ -39,7 +45,11 @@ from fedleak.attacks.published import find
 from fedleak.attacks.replays import REPLAYS, ReplayPart, create_replay
 
 AUTO = "auto"
+AWARE = "aware"
+CHOSEN = (AUTO, AWARE)
 NOISY = ("noise", "quantize", "dpsgd")
+#: the blind parts the default ``auto`` weighs the aware ones against
+BLIND = ("cosine", "plain")
 
 
 @dataclass
@@ -71,7 +81,7 @@ def parse_part(spec: str) -> tuple[str, dict[str, str]]:
 
 def check_spec(spec: str, kind: str) -> None:
     """Refuse an unknown part name or option now (at configuration time)."""
-    if spec == AUTO:
+    if spec in CHOSEN:
         return
     name, options = parse_part(spec)
     registry = OBJECTIVES if kind == "objective" else REPLAYS
@@ -126,11 +136,11 @@ def auto_replay(observation: Observation) -> tuple[str, str | None]:
 
 def choose_parts(observation: Observation, objective: str = AUTO,
                  replay: str = AUTO) -> Parts:
-    """The parts for ``observation``: ``auto`` specs are chosen from its published defenses,
-    named ones are built and checked. Raises :class:`PartError` (what to change) when a part
-    does not fit the observation."""
+    """The parts for ``observation``: ``auto`` and ``aware`` specs are chosen from its
+    published defenses, named ones are built and checked. Raises :class:`PartError` (what to
+    change) when a part does not fit the observation."""
     reasons = []
-    if objective == AUTO:
+    if objective in CHOSEN:
         name, options, reason = auto_objective(observation)
         objective_part = create_objective(name, options)
         spec = name + (":" + ";".join(f"{k}={v}" for k, v in options.items()) if options else "")
@@ -138,7 +148,7 @@ def choose_parts(observation: Observation, objective: str = AUTO,
     else:
         name, options = parse_part(objective)
         objective_part = create_objective(name, options)
-    if replay == AUTO:
+    if replay in CHOSEN:
         name, why = auto_replay(observation)
         replay_part = create_replay(name)
         if why:
@@ -149,3 +159,10 @@ def choose_parts(observation: Observation, objective: str = AUTO,
     objective_part.check(observation)
     replay_part.check(observation)
     return Parts(objective_part, replay_part, reasons)
+
+
+def selects(observation: Observation, objective: str, replay: str, parts: Parts) -> bool:
+    """Whether the default weighs the aware ``parts`` against the blind ones: both specs
+    ``auto`` and the aware choice is not the blind one itself."""
+    return objective == AUTO and replay == AUTO and \
+        (parts.objective.name, parts.replay.name) != BLIND

@@ -44,6 +44,7 @@ and ``-o priors=NAME:k=v+NAME…`` (``none``: no priors).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -51,10 +52,21 @@ from typing import Any
 
 import torch
 
-from fedleak.attacks.adaptive import AUTO, Parts, check_spec, choose_parts, parse_part
+from fedleak.attacks.adaptive import (
+    AUTO,
+    AWARE,
+    BLIND,
+    Parts,
+    check_spec,
+    choose_parts,
+    parse_part,
+    selects,
+)
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.batch_statistics import SOURCES
 from fedleak.attacks.capture import capturable, captured_function, run_iterations
+from fedleak.attacks.epochs import epoch_copies, merge_epochs
+from fedleak.attacks.explained import better, explain, mechanism_replay
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.objectives import (
     CosineObjective,
@@ -89,13 +101,15 @@ class ComposedConfig:
     objective: str = field(
         default=AUTO,
         metadata={"help": "objective part (cosine, masked-cosine, gaussian[:masked=on|off], "
-                          "euclidean) or auto: the one modelling the victim's published "
-                          "defenses"},
+                          "euclidean), aware: the one modelling the victim's published "
+                          "defenses, or auto (with replay=auto): the aware and the blind "
+                          "parts, half the iterations each, keeping the reconstruction that "
+                          "better explains the update"},
     )
     replay: str = field(
         default=AUTO,
-        metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]) or auto: "
-                          "the one modelling the published defenses"},
+        metadata={"help": "replay part (plain, dp-clipped[:max-norm=C;clipping=flat]), aware: "
+                          "the one modelling the published defenses, or auto (see objective)"},
     )
     optimizer: str = field(
         default="",
@@ -194,6 +208,17 @@ def uniform_init(observation: Observation, seed: int, device: torch.device) -> t
     return (pixels - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
 
 
+def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: int
+                      ) -> tuple[Observation, torch.Tensor]:
+    """What the optimiser works on when the replay takes ``copies`` per-epoch copies
+    (:mod:`fedleak.attacks.epochs`): the observation with ``copies × n`` images to draw, and
+    the labels of every copy (the recovered ones, in the same order in each)."""
+    if copies == 1:
+        return observation, labels
+    return (dataclasses.replace(observation, num_images=copies * observation.num_images),
+            labels.repeat(copies))
+
+
 def alone(observation: Observation) -> RestartsUpdateFn:
     """The observation's own replay in restart form (one restart)."""
     def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -281,7 +306,10 @@ class ComposedInversion(Attack[Observation]):
     def bind_priors(self, observation: Observation) -> list[BoundPrior]:
         """The priors checked against ``observation`` and bound to it."""
         bound = []
-        for part in self.prior_parts():
+        parts = self.prior_parts()
+        if epoch_copies(observation) > 1 and not any(p.name == "epoch" for p in parts):
+            parts.append(PRIORS.create("epoch"))  # the copies need tying together
+        for part in parts:
             part.check(observation)
             bound.append(part.bind(observation, self.config.restarts))
         return bound
@@ -312,18 +340,97 @@ class ComposedInversion(Attack[Observation]):
         progress: Progress | None,
     ) -> Reconstruction:
         """Run ``restarts`` × ``iterations`` steps of the optimiser on eq. (1); keep the best
-        restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU."""
-        cfg = self.config
+        restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU.
+        With the default ``objective=auto``, ``replay=auto`` and a published defense that makes
+        the aware parts differ from the blind ones, half the iterations go to each and the
+        reconstruction that better explains the update is kept (:meth:`select`)."""
         parts = self.parts(observation)
-        bound = self.bind_priors(observation)
+        if selects(observation, self.config.objective, self.config.replay, parts) and \
+                self.config.iterations >= 2:
+            return self.select(observation, device=device, seed=seed, progress=progress)
+        return self.recover_with(observation, parts, device=device, seed=seed,
+                                 progress=progress)
+
+    def select(self, observation: Observation, *, device: torch.device, seed: int,
+               progress: Progress | None) -> Reconstruction:
+        """The aware parts (⌈T/2⌉ iterations) and the blind ones (⌊T/2⌋), same seed; the
+        reconstruction that better explains the observed update under the published mechanism
+        wins (:func:`~fedleak.attacks.explained.better`), a tie going to the blind one."""
+        runs: dict[str, Reconstruction] = {}
+        offset = 0
+        for name, clone in self.variants().items():
+            torch.manual_seed(seed)
+            runs[name] = clone.recover(observation, device=device, seed=seed,
+                                       progress=self.shifted(progress, offset))
+            offset += clone.config.iterations * clone.config.restarts
+        return self.kept(observation, runs["aware"], runs["blind"])
+
+    def variants(self) -> dict[str, ComposedInversion]:
+        """The two attacks the default weighs: the aware parts with ⌈T/2⌉ iterations and the
+        blind ones with ⌊T/2⌋ (named parts: they do not weigh again)."""
+        cfg = self.config
+        half = cfg.iterations // 2
+        return {"aware": type(self)(dataclasses.replace(
+                    cfg, iterations=cfg.iterations - half, objective=AWARE, replay=AWARE)),
+                "blind": type(self)(dataclasses.replace(
+                    cfg, iterations=half, objective=BLIND[0], replay=BLIND[1]))}
+
+    def shifted(self, progress: Progress | None, offset: int) -> Progress | None:
+        """``progress`` of one variant, counted on from ``offset`` out of the whole budget."""
+        if progress is None:
+            return None
+        grand = self.config.iterations * self.config.restarts
+
+        def report(done: int, total: int, value: float) -> None:
+            progress(offset + done, grand, value)
+
+        return report
+
+    def kept(self, observation: Observation, aware: Reconstruction, blind: Reconstruction
+             ) -> Reconstruction:
+        """Of the two variants' reconstructions of ``observation``, the one that explains the
+        update better (by more than the criterion's noise, else the blind one), recording
+        which and why."""
+        cfg = self.config
+        judge = mechanism_replay(alone(observation), observation)
+        judged = {"aware": explain(observation, aware.images, aware.labels, judge),
+                  "blind": explain(observation, blind.images, blind.labels, judge)}
+        chosen = "aware" if better(judged["aware"], judged["blind"]) else "blind"
+        result, other = (aware, blind) if chosen == "aware" else (blind, aware)
+        result.iterations = aware.iterations + blind.iterations
+        rule = "|log ρ| (ρ: residual over the published noise, Morozov's discrepancy " \
+            "principle)" if judged["aware"].noise_ratio is not None else \
+            "log of the residual of the observed update under the published mechanism"
+        rule += f", by more than √(2/d) = {math.sqrt(2 / judged['aware'].coordinates):.3g}"
+        half = cfg.iterations // 2
+        reasons = [str(r) for r in aware.extras.get("part_reasons", [])]
+        result.extras.update(
+            selected=chosen, aware_discrepancy=judged["aware"].discrepancy(),
+            blind_discrepancy=judged["blind"].discrepancy(),
+            part_reasons=[*reasons, f"default auto: the aware parts and the blind ones "
+                          f"(cosine, plain), {cfg.iterations - half} + {half} iterations; kept "
+                          f"the {chosen} reconstruction, which explains the update better by "
+                          f"{rule}: aware {judged['aware'].discrepancy():.6g}, blind "
+                          f"{judged['blind'].discrepancy():.6g}"])
+        result.warnings = sorted({*result.warnings, *other.warnings})
+        return result
+
+    def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
+                     seed: int, progress: Progress | None) -> Reconstruction:
+        """:meth:`recover` with the given objective and replay parts."""
+        cfg = self.config
+        recovered = recover_labels(observation).to(device)
+        copies = epoch_copies(observation)
+        # shuffled epochs: optimise one copy of the n images per epoch (Dimitrov et al.)
+        target, labels = with_epoch_copies(observation, recovered, copies)
+        bound = self.bind_priors(target)
         optimiser = self.optimiser_part()
-        labels = recover_labels(observation).to(device)
         observed = [u.to(device) for u in observation.update]
         single = parts.objective.build(CosineObjective, observed, observation, rows=False)
         one_by_one = parts.replay.wrap(alone(observation), observation)
         if isinstance(optimiser, LBFGSPart):
-            return self._recover_lbfgs(observation, optimiser, parts, bound, labels, single,
-                                       one_by_one, device, seed, progress)
+            return self._recover_lbfgs(target, optimiser, parts, bound, labels, single,
+                                       one_by_one, device, seed, progress, recovered, copies)
         total = cfg.iterations * cfg.restarts
         coupled = any(b.part.coupled for b in bound)
         replay: RestartsUpdateFn | None = None
@@ -335,19 +442,19 @@ class ComposedInversion(Attack[Observation]):
                 replay = lockstep(one_by_one)
         notices: list[str | None] = []
         if replay is not None:
-            stacked = torch.stack([self.initial(observation, s, device)
+            stacked = torch.stack([self.initial(target, s, device)
                                    for s in range(seed, seed + cfg.restarts)])
             batched_objective = parts.objective.build(RestartsCosineObjective, observed,
                                                       observation, rows=True)
             notice, results = self.optimise(stacked, labels, replay, batched_objective, bound,
-                                            observation.image_bounds(device), rows=True,
+                                            target.image_bounds(device), rows=True,
                                             offset=0, total=total, progress=progress)
             notices.append(notice)
             candidates = list(results)
         else:
             candidates = []
             for restart in range(cfg.restarts):
-                images = self.initial(observation, seed + restart, device).unsqueeze(0)
+                images = self.initial(target, seed + restart, device).unsqueeze(0)
                 notice, optimised = self.optimise(
                     images, labels, one_by_one, single, bound, observation.image_bounds(device),
                     rows=False, offset=restart * cfg.iterations, total=total,
@@ -357,8 +464,8 @@ class ComposedInversion(Attack[Observation]):
         finals = [self.evaluate(c, labels, one_by_one, single, bound) for c in candidates]
         best = min(range(len(finals)), key=finals.__getitem__)
         result = Reconstruction(
-            images=candidates[best].detach(),
-            labels=labels.detach(),
+            images=merge_epochs(candidates[best].detach(), recovered, copies),
+            labels=recovered.detach(),
             objective=finals[best],
             iterations=total,
             restart_objectives=finals,
@@ -367,6 +474,8 @@ class ComposedInversion(Attack[Observation]):
                     **parts.describe()},
             warnings=sorted({n for n in notices if n}),
         )
+        if copies > 1:
+            result.extras["epoch_copies"] = copies
         self.describe(result, observation, bound)
         return result
 
@@ -539,8 +648,12 @@ class ComposedInversion(Attack[Observation]):
         device: torch.device,
         seed: int,
         progress: Progress | None,
+        recovered: torch.Tensor | None = None,
+        copies: int = 1,
     ) -> Reconstruction:
-        """L-BFGS trials one by one; each keeps the best finite iterate it evaluated."""
+        """L-BFGS trials one by one; each keeps the best finite iterate it evaluated
+        (``copies`` per-epoch copies of the n images with labels ``recovered``, merged at the
+        end)."""
         cfg = self.config
         total = cfg.iterations * cfg.restarts
         graph_safe = cfg.capture and capturable(device)
@@ -559,7 +672,9 @@ class ComposedInversion(Attack[Observation]):
                 best = trial
         images = best.images[0] if best.images is not None else \
             self.initial(observation, seed, device)
-        result = Reconstruction(images=images, labels=labels, objective=best.value,
+        recovered = labels if recovered is None else recovered
+        result = Reconstruction(images=merge_epochs(images, recovered, copies),
+                                labels=recovered, objective=best.value,
                                 iterations=total, restart_objectives=finals,
                                 warnings=sorted(set(notices)),
                                 extras={"captured": graph_safe and not notices,
@@ -628,6 +743,31 @@ class ComposedInversion(Attack[Observation]):
 
     # ----- several observations ------------------------------------------------------------
 
+    def select_many(self, targets: Sequence[Observation], weighing: Sequence[bool], *,
+                    device: torch.device, seeds: Sequence[int],
+                    progress: Progress | None) -> list[Reconstruction]:
+        """:meth:`select` for the ``weighing`` targets, each variant packed over them (as
+        :meth:`recover_many` packs), the others attacked packed at the full budget: every
+        target gets what it gets alone, up to float rounding."""
+        results: list[Reconstruction | None] = [None] * len(targets)
+        plain = [i for i, w in enumerate(weighing) if not w]
+        if plain:
+            for i, r in zip(plain, self.recover_many(
+                    [targets[i] for i in plain], device=device, seeds=[seeds[i] for i in plain],
+                    progress=progress), strict=True):
+                results[i] = r
+        chosen = [i for i, w in enumerate(weighing) if w]
+        runs: dict[str, list[Reconstruction]] = {}
+        offset = 0
+        for name, clone in self.variants().items():
+            runs[name] = clone.recover_many([targets[i] for i in chosen], device=device,
+                                            seeds=[seeds[i] for i in chosen],
+                                            progress=self.shifted(progress, offset))
+            offset += clone.config.iterations * clone.config.restarts * len(chosen)
+        for k, i in enumerate(chosen):
+            results[i] = self.kept(targets[i], runs["aware"][k], runs["blind"][k])
+        return [r for r in results if r is not None]
+
     def recover_many(
         self,
         targets: Sequence[Observation],
@@ -651,9 +791,15 @@ class ComposedInversion(Attack[Observation]):
         """
         cfg = self.config
         parts = [self.parts(o) for o in targets]
+        weighing = [selects(o, cfg.objective, cfg.replay, p) and cfg.iterations >= 2
+                    for o, p in zip(targets, parts, strict=True)]
+        if any(weighing):
+            return self.select_many(targets, weighing, device=device, seeds=seeds,
+                                    progress=progress)
         packed = packed_replay(targets) if cfg.vectorised and len(targets) > 1 else None
         priors = self.prior_parts()
         if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
+                any(epoch_copies(o) > 1 for o in targets) or \
                 not all(p.replay.packable for p in parts) or \
                 not all(p.packable for p in priors) or \
                 not self.optimiser_part().first_order:

@@ -23,6 +23,9 @@ optimised together.
 - ``group``: Yin et al.'s group consistency (eq. 8) R_group = ‖x_r − E(x)‖₂, the distance of
   restart r's batch to the pixel-wise mean of all restarts' batches (held fixed within a step;
   unlike the paper, the candidates are not registered to each other before averaging).
+- ``epoch``: Dimitrov et al.'s epoch-consistency prior (TMLR 2022) over the per-epoch copies
+  of a shuffled multi-epoch FedAvg replay (:mod:`fedleak.attacks.epochs`); added by the
+  composed attacks whenever the replay takes copies.
 - ``box``: x ∈ [0, 1]^n on the pixel scale, by projection.
 """
 
@@ -40,6 +43,7 @@ from fedleak.attacks.batch_statistics import (
     batch_norm_prior,
     target_statistics,
 )
+from fedleak.attacks.epochs import epoch_consistency, epoch_copies
 from fedleak.attacks.objectives import AttackPart, NoOptions, PartError
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.restarts import restart_total_variation
@@ -289,6 +293,35 @@ class GroupConsistency(PriorPart):
             return torch.zeros((), dtype=images.dtype, device=images.device)
 
         return BoundPrior(self, single, rows)
+
+
+@dataclass
+class EpochConfig:
+    weight: float = field(default=1.0, metadata={
+        "help": "weight of R_epoch (normalised space; chosen in docs/fedavg.md)"})
+
+    def __post_init__(self) -> None:
+        _check_weight(self.weight)
+
+
+@register_prior("epoch")
+class EpochConsistency(PriorPart):
+    """λ R_epoch: the per-epoch copies of a shuffled FedAvg replay keep one mean image
+    (Dimitrov et al. 2022, :func:`~fedleak.attacks.epochs.epoch_consistency`); zero when the
+    replay takes one copy."""
+
+    Config = EpochConfig
+    config: EpochConfig
+
+    def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        copies = epoch_copies(observation)
+
+        def term(images: torch.Tensor) -> torch.Tensor:  # [..., copies·n, C, H, W] → [...]
+            if copies == 1:  # nothing to tie: zero, still a function of the images
+                return images.flatten(-4).sum(-1) * 0
+            return epoch_consistency(images, copies)
+
+        return BoundPrior(self, term, term)
 
 
 @register_prior("box")

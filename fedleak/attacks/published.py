@@ -22,6 +22,11 @@ class PublishedDefense:
     params: Mapping[str, str] = field(default_factory=dict)
     stage: str = "update"
 
+    def spec(self) -> str:
+        """``name:key=value,...`` (keys sorted), the form ``--defense`` takes and runs record."""
+        return self.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+                            if self.params else "")
+
     def number(self, key: str, default: float) -> float:
         """Parameter ``key`` as a float (``default`` when not published); a published value
         that is not a number is refused with the key named."""

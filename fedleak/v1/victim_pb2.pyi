@@ -87,20 +87,28 @@ class DataSpec(_message.Message):
     def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ...) -> None: ...
 
 class ProtocolSpec(_message.Message):
-    __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate", "batchnorm")
+    __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate", "batchnorm", "momentum", "weight_decay", "nesterov", "shuffle")
     KIND_FIELD_NUMBER: _ClassVar[int]
     NUM_IMAGES_FIELD_NUMBER: _ClassVar[int]
     LOCAL_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     BATCHNORM_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    NESTEROV_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     num_images: int
     local_epochs: int
     batch_size: int
     learning_rate: float
     batchnorm: str
-    def __init__(self, kind: _Optional[str] = ..., num_images: _Optional[int] = ..., local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., batchnorm: _Optional[str] = ...) -> None: ...
+    momentum: float
+    weight_decay: float
+    nesterov: bool
+    shuffle: bool
+    def __init__(self, kind: _Optional[str] = ..., num_images: _Optional[int] = ..., local_epochs: _Optional[int] = ..., batch_size: _Optional[int] = ..., learning_rate: _Optional[float] = ..., batchnorm: _Optional[str] = ..., momentum: _Optional[float] = ..., weight_decay: _Optional[float] = ..., nesterov: _Optional[bool] = ..., shuffle: _Optional[bool] = ...) -> None: ...
 
 class DefenseSpec(_message.Message):
     __slots__ = ("name", "params", "stage")

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import torch
 
+from fedleak.attacks.published import PublishedDefense
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.wire.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -51,6 +52,9 @@ class ReceivedUpdate:
     user_ids: list[int] = field(default_factory=list)  # secure aggregation: whose data is in it
     #: the buffers (BatchNorm running statistics) local training left, when the victim sends them
     buffers: dict[str, torch.Tensor] | None = None
+    #: the defense chain this update itself publishes (a Flower reply's; empty: published as
+    #: none; None: not published); a victim publishes its chain once, in ``Describe``
+    defenses: tuple[PublishedDefense, ...] | None = None
 
 
 class VictimClient:

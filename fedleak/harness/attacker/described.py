@@ -86,6 +86,4 @@ def published_defenses(described: pb.DescribeResponse) -> tuple[PublishedDefense
 
 def defense_specs(described: pb.DescribeResponse) -> list[str]:
     """The victim's published defense chain as ``name:key=value,...`` strings."""
-    return [d.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(d.params.items()))
-                      if d.params else "")
-            for d in described.defenses]
+    return [d.spec() for d in published_defenses(described)]

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fedleak.attacks import create_attack
+from fedleak.attacks.published import published
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.progress import reconstruct_with_progress
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
@@ -56,11 +57,16 @@ class RecordedRound:
     local_steps: int
     metadata: dict[str, str]
     warnings: list[str] = field(default_factory=list)
+    #: the defense chain the reply published, [{name, params, stage}] in order
+    defenses: list[dict[str, Any]] = field(default_factory=list)
+    #: why the recorder knew a replay of this round is not the update (beside the protocol)
+    inexact: list[str] = field(default_factory=list)
 
 
 def write_round(out: Path, folder: str, received: ReceivedUpdate,
                 params: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor],
-                warnings: list[str], model: str, dataset: str) -> None:
+                warnings: list[str], model: str, dataset: str,
+                inexact: list[str] | None = None) -> None:
     """Add ``received`` (with the θ it answers) to the recording in ``out``."""
     (out / folder).mkdir(parents=True, exist_ok=True)
     arrays = {f"param/{k}": v.detach().cpu().numpy() for k, v in params.items()}
@@ -74,7 +80,9 @@ def write_round(out: Path, folder: str, received: ReceivedUpdate,
         folder, received.round_id, received.protocol.options() | {"batchnorm":
                                                                   received.protocol.batchnorm},
         received.update_kind, received.num_images, received.local_steps,
-        dict(received.metadata), list(warnings))))
+        dict(received.metadata), list(warnings),
+        [{"name": d.name, "params": dict(d.params), "stage": d.stage}
+         for d in received.defenses or ()], list(inexact or []))))
     write_json(out / INDEX_NAME, index)
 
 
@@ -104,6 +112,10 @@ def attack_recording(recording: Path, attack_name: str, options: Mapping[str, An
         record = round_record(received, reconstruction, None,
                               time.perf_counter() - started)
         record.warnings += got.warnings
+        record.defenses = [d.spec() for d in received.defenses or ()] or None
+        if got.inexact:
+            record.replay = "inexact"
+            record.inexact_reasons = [*got.inexact, *(record.inexact_reasons or [])]
         record.unscored = "attacked from a recording: the ground truth stayed on the node"
         if reconstruction.has_images:
             images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
@@ -151,5 +163,7 @@ def _load_round(recording: Path, got: RecordedRound
     received = ReceivedUpdate(
         round_id=got.round_id, names=list(params), update=list(update.values()),
         update_kind=got.update_kind, protocol=Protocol.from_options(got.protocol),
-        num_images=got.num_images, local_steps=got.local_steps, metadata=dict(got.metadata))
+        num_images=got.num_images, local_steps=got.local_steps, metadata=dict(got.metadata),
+        defenses=published((d["name"], d.get("params", {}), d["stage"]) for d in got.defenses))
     return received, params, buffers
+

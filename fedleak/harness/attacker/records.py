@@ -161,6 +161,18 @@ class RoundRecord:
     #: aggregate of K nodes), and that aggregate's survivors, weights and scoring
     server_view: str | None = field(default=None, metadata=OMIT)
     aggregate: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    #: exact: the replay is the user's update (as stated); inexact: fedleak knows it is not,
+    #: for the reasons in ``inexact_reasons`` (:mod:`~fedleak.harness.shared.replay_fidelity`),
+    #: and the round's figures are a lower bound, summarised apart
+    replay: str = "exact"
+    inexact_reasons: list[str] | None = field(default=None, metadata=OMIT)
+    #: the defense chain the update carried, as the user published it (``name:k=v,...``)
+    defenses: list[str] | None = field(default=None, metadata=OMIT)
+    #: a stable readable name of who sent the update (a Flower node), beside ``round_id``
+    node: str | None = field(default=None, metadata=OMIT)
+    #: a Flower audit's time budget for this update: the round's wall time, the seconds this
+    #: update's attack was allowed, and the iterations configured and run
+    budget: dict[str, float] | None = field(default=None, metadata=OMIT)
     #: why the victim gave no Fisher ceiling for this round's images (when it gave none)
     fisher_note: str | None = field(default=None, metadata=OMIT)
 
@@ -228,11 +240,24 @@ class UpdateRun:
 
     @property
     def summary(self) -> RunSummary:
-        return RunSummary.of(self.rounds)
+        """Means over the exact rounds only (inexact ones: :attr:`lower_bound`)."""
+        return RunSummary.of([r for r in self.rounds if r.replay != "inexact"])
+
+    @property
+    def lower_bound(self) -> RunSummary | None:
+        """Means over the rounds whose replay fedleak knows to be inexact (None: none)."""
+        inexact = [r for r in self.rounds if r.replay == "inexact"]
+        return RunSummary.of(inexact) if inexact else None
 
     def to_json(self) -> dict[str, Any]:
         out = {**to_json(self.header), "status": self.status, "rounds": to_json(self.rounds),
-               "summary": to_json(self.summary), "warnings": list(self.warnings)}
+               "summary": to_json(self.summary)}
+        bound = self.lower_bound
+        if bound is not None:
+            out["inexact_summary"] = {**to_json(bound), "meaning": (
+                "rounds whose replay fedleak knows differs from the user's update: a lower "
+                "bound on what leaked, not a measurement (see each round's inexact_reasons)")}
+        out["warnings"] = list(self.warnings)
         if self.placement is not None:
             out["success"] = to_json(self.placement)
         return out
@@ -247,12 +272,18 @@ class UpdateRun:
             lines.append(f"{'round':>5}  {'image':>13}  {'PSNR dB':>8}  {'SSIM':>6}  "
                          f"{'MSE':>8}  {'time s':>7}")
         for i, r in enumerate(self.rounds):
+            mark = "  (inexact replay: lower bound)" if r.replay == "inexact" else ""
             for img in r.images:
                 which = f"{img.index + 1} of {r.num_images}"
                 lines.append(f"{i:>5}  {which:>13}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
-                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}")
+                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}{mark}")
             if r.unscored:
                 lines.append(f"{i:>5}  unscored: {r.unscored}")
+        bound = self.lower_bound
+        if bound is not None:
+            lines.append(lower_bound_line(bound))
+            for reason in sorted({x for r in self.rounds for x in r.inexact_reasons or []}):
+                lines.append(f"inexact: {reason}")
         s = self.summary
         acc = "n/a" if s.label_accuracy is None else f"{s.label_accuracy:.0%}"
         if s.mean_psnr is not None and s.mean_ssim is not None:
@@ -292,6 +323,15 @@ class UpdateRun:
                         *sorted({w for r in self.rounds for w in r.warnings})]:
             lines.append(f"warning: {warning}")
         return lines
+
+
+def lower_bound_line(bound: RunSummary) -> str:
+    """The one line a summary gives its inexact rounds: labelled a lower bound."""
+    if bound.mean_psnr is None or bound.mean_ssim is None:
+        return f"inexact replay, {bound.rounds} round(s) unscored (not a measurement)"
+    return (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
+            f"mean PSNR {bound.mean_psnr:.2f} dB, mean SSIM {bound.mean_ssim:.3f} over "
+            f"{bound.images} image(s)")
 
 
 # --------------------------------------------------------------------------- releases

@@ -31,6 +31,7 @@ from fedleak.attacks.published import PublishedDefense
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
+    defense_specs,
     global_parameters,
     model_spec,
     published_defenses,
@@ -59,6 +60,7 @@ from fedleak.harness.shared.datasets import DatasetInfo, denormalize
 from fedleak.harness.shared.observation import observation_from_update
 from fedleak.harness.shared.pictures import save_grid
 from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.shared.replay_fidelity import INEXACT, inexact_reasons
 from fedleak.harness.shared.success_bounds import (
     SuccessPlacement,
     place,
@@ -301,6 +303,7 @@ class Server:
                              f"is saved in {round_dir} and recorded unscored in "
                              f"{out / 'metrics.json'}") from None
         entry = round_record(received, reconstruction, score, wall)
+        entry.defenses = defense_specs(self.described) or None
         entry.files = {k: v for k, v in files.items() if k != "features"}
         entry.features_file = files.get("features")
         if images is not None:
@@ -308,7 +311,7 @@ class Server:
                             entry, out)
         run.rounds.append(entry)
         run.write(out)
-        self.log(round_line(index, score, wall, entry.privacy))
+        self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT))
 
 
 def observation_for(
@@ -321,12 +324,13 @@ def observation_for(
     defenses: tuple[PublishedDefense, ...] = (),
 ) -> Observation:
     """The attack's threat model for a received round: θ sent, the update, the public facts
-    (with the defense chain ``Describe`` published)."""
+    (with the defense chain ``Describe`` published, or the one the update itself carries)."""
     return observation_from_update(
         model, params, buffers, received.update, received.protocol, info,
         num_images=received.num_images, update_kind=received.update_kind,
         local_steps=received.local_steps, metadata=received.metadata, device=device,
-        defenses=defenses, returned_buffers=received.buffers)
+        defenses=defenses or received.defenses or (),
+        returned_buffers=received.buffers)
 
 
 def round_record(
@@ -367,6 +371,10 @@ def round_record(
         parts={k: reconstruction.extras[k] for k in PART_KEYS
                if k in reconstruction.extras} or None,
     )
+    reasons = inexact_reasons(received.protocol, received.num_images,
+                              extras=reconstruction.extras)
+    if reasons:
+        entry.replay, entry.inexact_reasons = INEXACT, reasons
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer
         if scored and score is not None and score.features_scored:
@@ -410,9 +418,9 @@ def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:
 
 
 def round_line(index: int, score: pb.ScoreResponse, wall: float,
-               privacy: dict[str, float] | None = None) -> str:
-    """One line per finished round for the terminal."""
-    parts = []
+               privacy: dict[str, float] | None = None, inexact: bool = False) -> str:
+    """One line per finished round for the terminal (``inexact``: labelled a lower bound)."""
+    parts = ["LOWER BOUND (inexact replay)"] if inexact else []
     if score.images:
         parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")
     if score.features_scored:

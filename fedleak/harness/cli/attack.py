@@ -40,8 +40,10 @@ def _attack_epilog() -> str:
         lines += [f"    {line}" for line in describe_options(name).splitlines()]
     presets = [n for n in attack_names() if issubclass(attack_class(n), ComposedInversion)]
     lines += ["", "\b", f"Parts of the optimisation attacks (presets: {', '.join(presets)}): "
-              "-o objective=NAME[:k=v;k=v] and -o replay=NAME[:k=v] (or auto: chosen from the "
-              "victim's published defenses), -o optimizer=NAME[:k=v;k=v], "
+              "-o objective=NAME[:k=v;k=v] and -o replay=NAME[:k=v] (or aware: chosen from "
+              "the victim's published defenses; the default, auto, runs the aware and the blind "
+              "parts at half the iterations each and keeps what explains the update better), "
+              "-o optimizer=NAME[:k=v;k=v], "
               "-o priors=NAME[:k=v;k=v]+NAME... (or none):"]
     for kind, registry in (("objective", OBJECTIVES), ("replay", REPLAYS),
                            ("optimizer", OPTIMISERS), ("prior", PRIORS)):

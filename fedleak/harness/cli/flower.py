@@ -55,6 +55,14 @@ def federation_options(function: Any) -> Any:
                      help="Only record each node's round (attack later with `fedleak attack "
                           "--from-recording OUT`)."),
         click.option("--no-score", is_flag=True, help="Do not ask the nodes to score."),
+        click.option("--overwrite", is_flag=True,
+                     help="Replace an audit run already in --out (its metrics.json, "
+                          "recording.json and round-RRR-... folders; nothing else); without it "
+                          "such an --out is refused."),
+        click.option("--budget", default=3.0, show_default=True, type=click.FloatRange(0),
+                     help="Bound each round's attacks to this multiple of the round's wall "
+                          "time (at least 10 s a round, shared by its nodes), cutting "
+                          "iterations; 0: no bound."),
         click.option("--no-audit", is_flag=True, help="Run the federation unaudited."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
                      help="torch threads per node."),
@@ -106,7 +114,10 @@ def settings_of(kw: dict[str, Any]) -> Any:
         secagg_plus=kw["secagg_plus"], secagg_shares=kw["secagg_shares"],
         secagg_threshold=kw["secagg_threshold"], secagg_max_weight=kw["secagg_max_weight"],
         secagg_clipping_range=kw["secagg_clipping_range"],
-        secagg_quantization_range=kw["secagg_quantization_range"])
+        secagg_quantization_range=kw["secagg_quantization_range"],
+        momentum=kw["momentum"], weight_decay=kw["weight_decay"], nesterov=kw["nesterov"],
+        shuffle=kw["shuffle_batches"], budget=kw["budget"], overwrite=kw["overwrite"],
+        allow_reveal=kw.get("allow_reveal", False))
     if not settings.secagg_plus:
         given = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
                  if kw[key] != default]
@@ -143,6 +154,10 @@ def check_settings(settings: Any) -> None:
             settings.secagg().check(settings.nodes, settings.images)
         except ValueError as err:
             raise click.UsageError(f"--secagg-plus: {err}") from None
+    try:
+        settings.procedure()
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
 
 
 def _flower() -> None:
@@ -159,6 +174,9 @@ def flower() -> None:
 
 @flower.command()
 @federation_options
+@click.option("--allow-reveal", is_flag=True,
+              help="The simulated nodes reveal their batches for the comparison pictures "
+                   "(comparison.png in each round folder); you are their operator here.")
 @click.option("--verbose", is_flag=True, help="Flower's verbose logging.")
 def simulate(**kw: Any) -> None:
     """Run an audited federation in Flower's simulation engine; write the run to --out.
@@ -175,10 +193,18 @@ def simulate(**kw: Any) -> None:
       not one client's update), and BatchNorm in train mode makes the replay inexact (warned).
     """
     _flower()
+    from pathlib import Path
+
     from fedleak.harness.attacker.records import METRICS_NAME
+    from fedleak.harness.flower.auditor import FolderInUse, claim_folder
     from fedleak.harness.flower.federation import simulate as run
 
     settings = settings_of(kw)
+    if settings.audit:
+        try:  # before Flower starts: a refusal inside the ServerApp is a Ray traceback
+            claim_folder(Path(settings.out), settings.overwrite)
+        except FolderInUse as err:
+            raise click.UsageError(str(err)) from None
     metrics = run(settings, verbose=kw["verbose"])
     if not settings.audit:
         click.echo("federation finished (unaudited)")
@@ -194,12 +220,33 @@ def simulate(**kw: Any) -> None:
         views = sorted({r["server_view"] for r in metrics["rounds"] if "server_view" in r})
         click.echo(f"server view: {', '.join(views) or 'secagg+ aggregate'} — never one "
                    "node's update; each aggregate attacked as one batch of all its nodes' images")
+    chains = sorted({", ".join(r["defenses"]) for r in metrics["rounds"] if r.get("defenses")})
+    for chain in chains:
+        click.echo(f"published client defenses: {chain}")
+    parts = sorted({f"{r['parts'].get('objective')} / {r['parts'].get('replay')}"
+                    for r in metrics["rounds"] if r.get("parts")})
+    if parts:
+        click.echo(f"attack parts (objective / replay): {'; '.join(parts)}")
     if summary.get("mean_psnr") is not None:
         click.echo(f"{summary['rounds']} {what} attacked: mean PSNR "
                    f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
                    "(scored on the nodes)")
-    else:
+    elif summary["rounds"]:
         click.echo(f"{summary['rounds']} {what} audited (unscored)")
+    inexact = metrics.get("inexact_summary")
+    if inexact:
+        figure = (f"mean PSNR {inexact['mean_psnr']:.2f} dB, mean SSIM "
+                  f"{inexact['mean_ssim']:.3f}" if inexact.get("mean_psnr") is not None
+                  else "unscored")
+        click.echo(f"{inexact['rounds']} {what} with an inexact replay, LOWER BOUND ONLY (not a "
+                   f"measurement): {figure}")
+        for reason in sorted({x for r in metrics["rounds"] for x in r.get("inexact_reasons", [])}):
+            click.echo(f"  inexact: {reason}")
+    pictures = [r["files"]["comparison"] for r in metrics["rounds"]
+                if "comparison" in r.get("files", {})]
+    if pictures:
+        click.echo(f"comparison pictures: {len(pictures)} in {settings.out} (e.g. "
+                   f"{pictures[0]})")
     click.echo(f"metrics: {settings.out}/{METRICS_NAME}")
 
 

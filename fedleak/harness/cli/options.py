@@ -1,10 +1,11 @@
 """Click options and conversions the commands share, each written once.
 
 The protocol options (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
-``--batchnorm``) carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]``
-table; :func:`protocol_options` declares them for the victim (with the user's defaults) and
-for the attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns
-them into the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
+``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``)
+carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]`` table;
+:func:`protocol_options` declares them for the victim (with the user's defaults) and for the
+attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns them into
+the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def protocol_options(victim: bool) -> Callable[[F], F]:
-    """The five protocol options; ``victim``: with the user's defaults, else unset (None)."""
+    """The protocol options; ``victim``: with the user's defaults, else unset (None)."""
     d = Protocol()
 
     def default(value: Any) -> Any:
@@ -48,6 +49,19 @@ def protocol_options(victim: bool) -> Callable[[F], F]:
                      help=("BatchNorm layers in local training: 'train' normalises with the "
                            "batch's statistics, 'eval' with the running ones (Geiping et al.'s "
                            "setting)." + ("" if victim else " Victim default if unset."))),
+        click.option("--momentum", type=click.FloatRange(0), default=default(d.momentum),
+                     show_default=victim,
+                     help="FedAvg: SGD momentum μ of the local optimiser (torch.optim.SGD)."),
+        click.option("--weight-decay", type=click.FloatRange(0),
+                     default=default(d.weight_decay), show_default=victim,
+                     help="FedAvg: SGD weight decay λ."),
+        click.option("--nesterov/--no-nesterov", default=default(d.nesterov),
+                     show_default=victim, help="FedAvg: Nesterov momentum (needs --momentum)."),
+        click.option("--shuffle-batches/--in-order-batches", default=default(d.shuffle),
+                     show_default=victim,
+                     help="FedAvg: a new secret order of the images every local epoch "
+                          "(DataLoader(shuffle=True)); the attack then reconstructs one copy per "
+                          "epoch (docs/fedavg.md)."),
     ]
 
     def apply(function: F) -> F:

@@ -37,7 +37,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.flower.audit import LeakageAudit
-from fedleak.harness.flower.auditor import Auditor
+from fedleak.harness.flower.auditor import DEFAULT_BUDGET, Auditor
 from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
 from fedleak.harness.flower.procedure import LocalProcedure
@@ -50,6 +50,8 @@ from fedleak.harness.shared.protocol import Protocol
 
 #: run-config keys that are lists, written as one space-separated string
 LIST_KEYS = ("defenses", "options")
+#: settings that are no run-config key (the nodes' operators decide reveal)
+NOT_RUN_CONFIG = ("extra_config", "allow_reveal")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ class FederationSettings:
     local_batch_size: int = 0
     lr: float = 1e-4
     batchnorm: str = "train"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    shuffle: bool = False
     defenses: tuple[str, ...] = ()
     dp: str = ""
     attack: str = "inverting-gradients"
@@ -83,6 +89,14 @@ class FederationSettings:
     secagg_max_weight: float = 0.0
     secagg_clipping_range: float = SecAggPlus.clipping_range
     secagg_quantization_range: int = SecAggPlus.quantization_range
+    #: the audit's time budget (× the round's wall time; 0: unbounded), see AuditOptions
+    budget: float = DEFAULT_BUDGET
+    #: replace a run already in ``out`` (else it is refused)
+    overwrite: bool = False
+    #: simulation only: the simulated nodes' operator lets them reveal their batch for the
+    #: comparison pictures (on a real SuperNode its operator sets fedleak-allow-reveal in its
+    #: --node-config; a run config cannot)
+    allow_reveal: bool = False
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     def procedure(self) -> LocalProcedure:
@@ -90,7 +104,9 @@ class FederationSettings:
         return LocalProcedure(Protocol.from_options({
             "kind": self.protocol, "local_epochs": self.local_epochs,
             "local_batch_size": self.local_batch_size, "lr": self.lr,
-            "batchnorm": self.batchnorm}))
+            "batchnorm": self.batchnorm, "momentum": float(self.momentum),
+            "weight_decay": float(self.weight_decay), "nesterov": self.nesterov,
+            "shuffle_batches": self.shuffle}))
 
     def secagg(self) -> SecAggPlus:
         """The SecAgg+ settings (max weight 0: the nodes' batch size, the finest quantisation
@@ -114,7 +130,7 @@ class FederationSettings:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra_config":
+            if f.name in NOT_RUN_CONFIG:
                 continue
             out[f.name.replace("_", "-")] = " ".join(value) if f.name in LIST_KEYS else value
         return out
@@ -123,7 +139,11 @@ class FederationSettings:
     def from_run_config(cls, config: Mapping[str, Any]) -> FederationSettings:
         """Settings from a run config; unknown keys are refused with the valid ones."""
         names = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)
-                 if f.name != "extra_config"}
+                 if f.name not in NOT_RUN_CONFIG}
+        if "allow-reveal" in config:
+            raise ValueError("allow-reveal is not a run-config key: whether a node reveals its "
+                             "batch is its operator's choice, `--node-config "
+                             "'fedleak-allow-reveal=true'` on that SuperNode")
         unknown = sorted(set(config) - set(names))
         if unknown:
             raise ValueError(f"unknown run-config key(s) {unknown}; valid: {sorted(names)}")
@@ -223,14 +243,16 @@ def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
         server_round = int(config.get("server-round", 1))
         pid, count = _partition(context, s)
         images, labels = node_batch(data, pid, count, server_round, s.images)
-        arrays, metrics = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
-                                data.info, config, defenses=[s.dp] if s.dp else [],
-                                context=context)
-        return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+        trained = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
+                        data.info, config, defenses=[s.dp] if s.dp else [], context=context)
+        return Message(trained.content(), reply_to=msg)  # publishes DP-SGD when it ran
 
     @app.query(SCORE_ACTION)
     def score_handler(msg: Message, context: Context) -> Message:
-        return score_reply(msg, context, _dataset(_settings(settings, context).dataset).info)
+        s = _settings(settings, context)
+        # in simulation the one running it is the nodes' operator; deployed, each SuperNode's
+        reveal = True if settings is not None and settings.allow_reveal else None
+        return score_reply(msg, context, _dataset(s.dataset).info, allow_reveal=reveal)
 
     return app
 
@@ -253,9 +275,9 @@ def run_server(grid: Grid, s: FederationSettings, context: Context | None = None
         return None
     audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
                          options=s.attack_options(), seed=s.seed, record_only=s.record_only,
-                         score=s.score)
-    return _finished(audit, lambda: audit.start(grid, initial, num_rounds=s.rounds,
-                                                train_config=ConfigRecord(config)))
+                         score=s.score, budget=s.budget or None, overwrite=s.overwrite)
+    audit.start(grid, initial, num_rounds=s.rounds, train_config=ConfigRecord(config))
+    return audit  # start() recorded how it ended
 
 
 def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
@@ -275,7 +297,8 @@ def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
         return None
     audit = AggregateAudit(inner, s.model, s.dataset, Path(s.out), secagg=secagg, grid=grid,
                            attack=s.attack, options=s.attack_options(), seed=s.seed,
-                           record_only=s.record_only, score=s.score)
+                           record_only=s.record_only, score=s.score, budget=s.budget or None,
+                           overwrite=s.overwrite)
     return _finished(audit, lambda: workflow(grid, LegacyContext(
         context, ServerConfig(num_rounds=s.rounds), audit)))
 

@@ -3,8 +3,9 @@
 A mod wraps the ClientApp's train handler: it remembers the θ the server sent, lets the
 ClientApp train, reads the update the reply carries (:mod:`~fedleak.harness.flower.update`:
 Δ = θ′ − θ, or g for one-step FedSGD), applies the defenses in order, Δ ← D_k(Δ), exactly as
-fedleak's victim does (:func:`~fedleak.harness.shared.defended_update.defended_update`), and
-replies with the state that carries the defended update:
+fedleak's victim does (:func:`~fedleak.harness.shared.defended_update.defended_update`),
+replies with the state that carries the defended update, and publishes its chain in the reply
+(:mod:`~fedleak.harness.flower.published`), as a victim's ``Describe`` does:
 
     app = ClientApp(mods=[DefenseMod("clip:max-norm=1", "prune:p=0.9")])
 
@@ -29,6 +30,7 @@ from fedleak.defenses import DefenseChain
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.flower.arrays import mismatch, record_of, tensors
 from fedleak.harness.flower.procedure import procedure_from_config
+from fedleak.harness.flower.published import publish
 from fedleak.harness.flower.update import state_carrying, update_of
 
 #: Flower error code of a reply a mod refused to defend (the ClientApp's own codes are < 100)
@@ -117,6 +119,7 @@ class DefenseMod:
         for defense in self.chain.update:
             update = defense.apply(update, self.generator)
         reply.content[got_record[0]] = record_of(state_carrying(sent, update, names, protocol))
+        publish(reply.content, self.chain.describe())  # Kerckhoffs: the server may know it
         return reply
 
 

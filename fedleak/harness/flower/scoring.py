@@ -61,15 +61,19 @@ def submission_content(server_round: int, images: torch.Tensor | None, labels: l
     return content
 
 
-def score_reply(msg: Message, context: Context, info: DatasetInfo) -> Message:
-    """The node's answer to a score query: its scores, or an error naming what to change."""
+def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
+                allow_reveal: bool | None = None) -> Message:
+    """The node's answer to a score query: its scores, or an error naming what to change.
+    ``allow_reveal`` (None: the node config's ``fedleak-allow-reveal``) sends the truth back
+    for the comparison picture; only the node's operator may set it."""
     try:
-        return Message(_score(msg, context, info), reply_to=msg)
+        return Message(_score(msg, context, info, allow_reveal), reply_to=msg)
     except (InvalidArgument, FailedPrecondition, NotFound) as err:
         return Message(Error(SCORE_ERROR, str(err)), reply_to=msg)
 
 
-def _score(msg: Message, context: Context, info: DatasetInfo) -> RecordDict:
+def _score(msg: Message, context: Context, info: DatasetInfo,
+           allow_reveal: bool | None = None) -> RecordDict:
     record = msg.content.config_records.get(SUBMISSION_CONFIG)
     config: dict[str, Any] = dict(record) if record is not None else {}
     if record is None or not isinstance(config.get("round"), int):
@@ -80,7 +84,10 @@ def _score(msg: Message, context: Context, info: DatasetInfo) -> RecordDict:
     if not isinstance(truth_record, ArrayRecord) or not isinstance(held, ConfigRecord) \
             or not isinstance(held.get("round"), int):
         raise FailedPrecondition("this node keeps no training batch: its ClientApp must train "
-                                 "with fedleak.harness.flower.train.train(..., context=context)")
+                                 "with fedleak.harness.flower.train.train(..., context=context), "
+                                 "or, with its own loop, call fedleak.harness.flower.train."
+                                 "remember_batch(context, server_round, images, labels) with "
+                                 "the images (on [0, 1]) it trained on")
     if held["round"] != server_round:
         raise NotFound(f"this node's latest batch is from round {held['round']!r}, not round "
                        f"{server_round}: score a round's reconstruction before the node trains "
@@ -111,7 +118,9 @@ def _score(msg: Message, context: Context, info: DatasetInfo) -> RecordDict:
     if scored.label_accuracy is not None:
         metrics["label-accuracy"] = scored.label_accuracy
     out = RecordDict({SCORE_METRICS: MetricRecord(metrics)})
-    if context.node_config.get("fedleak-allow-reveal") is True:
+    reveal = context.node_config.get("fedleak-allow-reveal") is True \
+        if allow_reveal is None else allow_reveal
+    if reveal:
         out[REVEALED] = record_of({"images": truth["images"]})
     return out
 

@@ -23,13 +23,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 from torch import nn
 
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.defenses.dpsgd import epsilon, make_accountant
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
-from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
+from fedleak.harness.flower.procedure import (
+    PARTITION_METRIC,
+    REPLAYABLE_METRIC,
+    procedure_from_config,
+)
+from fedleak.harness.flower.published import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
 from fedleak.harness.shared.defended_update import defended_update
@@ -38,6 +43,26 @@ from fedleak.harness.shared.defended_update import defended_update
 TRUTH_RECORD = "fedleak.truth"
 TRUTH_ROUND = "fedleak.truth-round"
 DP_HISTORY = "fedleak.dp-history"
+
+
+class Trained(tuple[ArrayRecord, MetricRecord]):
+    """What :func:`train` returns: ``(arrays, metrics)`` — θ′ and the reply's metrics, as a
+    pair, so ``arrays, metrics = train(...)`` works — and :meth:`content`, the reply content
+    with the defenses training applied published (:mod:`~fedleak.harness.flower.published`)."""
+
+    defenses: list[tuple[str, dict[str, str], str]]
+
+    def __new__(cls, arrays: ArrayRecord, metrics: MetricRecord,
+                defenses: list[tuple[str, dict[str, str], str]]) -> Trained:
+        out = super().__new__(cls, (arrays, metrics))
+        out.defenses = defenses
+        return out
+
+    def content(self, arrays: str = "arrays", metrics: str = "metrics") -> RecordDict:
+        """The train reply's content: ``{arrays: θ′, metrics: ..., fedleak.defenses: ...}``."""
+        out = RecordDict({arrays: self[0], metrics: self[1]})
+        publish(out, self.defenses)
+        return out
 
 
 def train(
@@ -51,17 +76,20 @@ def train(
     defenses: Sequence[str] = (),
     context: Context | None = None,
     generator: torch.Generator | None = None,
-) -> tuple[ArrayRecord, MetricRecord]:
-    """θ′ and the reply's metrics after this node's local update on ``images`` (on [0, 1]).
+) -> Trained:
+    """θ′ and the reply's metrics after this node's local update on ``images`` (on [0, 1]);
+    ``.content()`` of the result is the reply content, publishing ``defenses``.
 
     ``defenses`` may name one per-example defense (``dpsgd:...``); update-stage defenses
     belong in a :class:`~fedleak.harness.flower.mods.DefenseMod`. Raises ``ValueError`` for a
-    procedure fedleak's local update does not implement (momentum, shuffled batches).
+    procedure fedleak's local update does not implement (an optimiser other than SGD).
+    Shuffled batches are drawn in a secret order from ``generator``.
     """
     procedure = procedure_from_config(config)
-    if procedure.momentum or procedure.shuffle:
-        raise ValueError("fedleak's local update is plain SGD over in-order batches; set "
-                         "momentum = 0 and shuffle = false, or train with your own loop")
+    if procedure.inexact_reasons(int(images.shape[0])):
+        raise ValueError(f"fedleak's local update is SGD (momentum, weight decay, Nesterov); "
+                         f"the config asks for optimizer {procedure.optimizer!r}: train with "
+                         "your own loop")
     chain = build_chain([parse_defense_spec(spec) for spec in defenses])
     if chain.update or chain.transport is not None:
         raise ValueError("train() runs per-example defenses (dpsgd) only; put update defenses "
@@ -81,7 +109,10 @@ def train(
         metrics.update(_privacy_metrics(metadata, chain.per_example, context))
     if context is not None:
         remember_batch(context, int(config.get("server-round", 0)), images, labels)
-    return record_of(new_state), MetricRecord(metrics)
+        partition = context.node_config.get("partition-id")
+        if isinstance(partition, int):
+            metrics[PARTITION_METRIC] = partition
+    return Trained(record_of(new_state), MetricRecord(metrics), chain.describe())
 
 
 def remember_batch(context: Context, server_round: int, images: torch.Tensor,

@@ -1,6 +1,7 @@
 """The user's update through its defense chain: the one defended path, victim and notebook alike.
 
-Local training runs the protocol (:func:`~fedleak.harness.shared.local_update.local_update`),
+Local training runs the protocol (its batches in the secret order drawn from ``generator``
+when the protocol shuffles them, (:func:`~fedleak.harness.shared.local_update.local_update`),
 or, when the chain has a per-example defense (DP-SGD), the privatised local training of
 :func:`~fedleak.harness.shared.private_update.private_local_update`, whose privacy accounting
 (ε spent) goes into the metadata; then every update defense of the chain applies in order,
@@ -17,7 +18,7 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.local_update import CancelCheck, local_update
+from fedleak.harness.shared.local_update import CancelCheck, draw_order, local_update
 from fedleak.harness.shared.private_update import TrialCanary, private_local_update
 from fedleak.harness.shared.protocol import Protocol
 
@@ -53,8 +54,10 @@ def defended_update(
     """
     metadata: dict[str, str] = {}
     if chain.per_example is not None:
+        order = draw_order(protocol, int(images.shape[0]), generator, images.device)
         private = private_local_update(model, parameters, buffers, images, labels, protocol,
-                                       chain.per_example, generator, cancelled, canary)
+                                       chain.per_example, generator, cancelled, canary,
+                                       order=order)
         update = private.update
         if account:
             metadata.update(chain.per_example.account(private.steps, private.sample_rate))
@@ -62,8 +65,9 @@ def defended_update(
         if canary is not None and canary.image is not None:
             images = torch.cat([images, canary.image[None].to(images)])
             labels = torch.cat([labels, torch.tensor([canary.label], device=labels.device)])
+        order = draw_order(protocol, int(images.shape[0]), generator, images.device)
         update = local_update(model, parameters, buffers, images, labels, protocol,
-                              cancelled=cancelled)
+                              cancelled=cancelled, order=order)
         if canary is not None and canary.gradient is not None:
             update = [u + c.to(u) for u, c in zip(update, canary.gradient, strict=True)]
     for defense in chain.update:

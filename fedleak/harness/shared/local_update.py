@@ -11,10 +11,22 @@ FedSGD (one gradient over the n private images, mean cross-entropy):
     g = ∇_θ (1/n) Σ_i CE(f_θ(x_i), y_i)
 
 FedAvg (Inverting Gradients supplement eq. 1): E local epochs over the n images in mini-batches
-of B taken in order (no shuffling, so the server can replay them), plain SGD at learning rate τ,
-and the user sends the parameter delta
+of B, SGD at learning rate τ, and the user sends the parameter delta Δ = θ_{k+l} − θ_k. Each
+step m is ``torch.optim.SGD``'s (dampening 0) with momentum μ, weight decay λ and, optionally,
+Nesterov's form:
 
-    Δ = θ_{k+l} − θ_k = −τ Σ_{m=1}^{l} ∇_θ L_{θ_{k+m−1}}(x_{b(m)}, y_{b(m)}).
+    d_m = ∇_θ L_{θ_{m−1}}(x_{b(m)}, y_{b(m)}) + λ θ_{m−1}
+    v_m = d_m (m = 1),  μ v_{m−1} + d_m (m > 1)
+    θ_m = θ_{m−1} − τ (d_m + μ v_m  if Nesterov,  else v_m)
+
+(μ = λ = 0: plain SGD, Δ = −τ Σ_m ∇_θ L_{θ_{m−1}}(x_{b(m)}, y_{b(m)})). The batches b(m) are
+taken in order, or, with ``Protocol.shuffle``, in the order ``order[e]`` the caller drew for
+epoch e (a ``DataLoader(shuffle=True)``): the victim draws it from its secret generator. The
+server's replay cannot know it; when the order matters (several batches per epoch) it replays
+epoch e on its *own copy* of the n candidate images in order — any order of the user's is one
+assignment of images to those slots — and ties the copies together with an epoch-consistency
+prior (Dimitrov et al., "Data Leakage in Federated Averaging", TMLR 2022, Sec. 4):
+:meth:`UpdateSimulator.epoch_copies` says how many copies the replay takes.
 
 Buffers (BatchNorm running statistics) are used as given. The model runs in training mode, as
 a user's local training does; BatchNorm layers follow ``Protocol.batchnorm``: ``train``
@@ -77,6 +89,7 @@ def local_update(
     create_graph: bool = False,
     functional: bool = False,
     cancelled: CancelCheck | None = None,
+    order: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """The update the user sends, one tensor per parameter in ``parameters`` order.
 
@@ -86,6 +99,8 @@ def local_update(
     ``torch.autograd.grad`` (the same maths), so the whole update can run under
     ``torch.func.vmap`` — :meth:`UpdateSimulator.restarts` replays many candidates at once so.
     ``cancelled`` is asked before every local step (:class:`ComputationCancelled` stops it).
+    ``order`` [E, m] (FedAvg): epoch e visits ``images[order[e]]`` in mini-batches of B (the
+    user's shuffled order, or the replay's per-epoch copies); None: every epoch in order.
     """
     names = list(parameters)
     if create_graph:
@@ -97,17 +112,68 @@ def local_update(
     check_cancelled(cancelled)
     if protocol.kind == FEDSGD:
         return gradient(model, params, buffers, images, labels, create_graph)
+    if order is not None and order.shape[0] != protocol.local_epochs:
+        raise ValueError(f"order has {order.shape[0]} epochs; the protocol takes "
+                         f"{protocol.local_epochs}")
     start = params
-    for _ in range(protocol.local_epochs):
-        for batch in local_batches(images.shape[0], protocol.batch_size):
+    velocity: list[torch.Tensor] | None = None
+    for epoch in range(protocol.local_epochs):
+        visits = images.shape[0] if order is None else order.shape[1]
+        for batch in local_batches(visits, protocol.batch_size):
             check_cancelled(cancelled)
-            grads = gradient(model, params, buffers, images[batch], labels[batch], True)
-            lr = protocol.learning_rate
-            params = {k: params[k] - lr * g for k, g in zip(names, grads, strict=True)}
+            chosen: slice | torch.Tensor = batch if order is None else order[epoch][batch]
+            grads = gradient(model, params, buffers, images[chosen], labels[chosen], True)
+            params, velocity = sgd_step(params, grads, velocity, protocol)
             if not create_graph:
                 params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+                velocity = None if velocity is None else [v.detach() for v in velocity]
     return [(params[k] - start[k]) if create_graph else (params[k] - start[k]).detach()
             for k in names]
+
+
+def sgd_step(params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
+             velocity: list[torch.Tensor] | None, protocol: Protocol
+             ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor] | None]:
+    """One step of ``torch.optim.SGD`` (dampening 0) as the module docstring writes it:
+    the new parameters and momentum buffers (None without momentum)."""
+    lr, mu, decay = protocol.learning_rate, protocol.momentum, protocol.weight_decay
+    names = list(params)
+    steps = list(grads)
+    if decay:
+        steps = [g + decay * params[k] for k, g in zip(names, steps, strict=True)]
+    if mu:
+        velocity = steps if velocity is None else \
+            [mu * v + d for v, d in zip(velocity, steps, strict=True)]
+        steps = [d + mu * v for d, v in zip(steps, velocity, strict=True)] \
+            if protocol.nesterov else velocity
+    return {k: params[k] - lr * d for k, d in zip(names, steps, strict=True)}, velocity
+
+
+def draw_order(protocol: Protocol, num_images: int, generator: torch.Generator,
+               device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """The user's secret visiting order [E, n] for a shuffled FedAvg (one permutation per
+    epoch, as a ``DataLoader(shuffle=True)`` draws it), or None when it takes them in order."""
+    if protocol.kind == FEDSGD or not protocol.shuffle:
+        return None
+    return torch.stack([torch.randperm(num_images, generator=generator)
+                        for _ in range(protocol.local_epochs)]).to(device)
+
+
+def epoch_copies(protocol: Protocol, num_images: int) -> int:
+    """How many copies of the n candidate images the server's replay takes: E when the user's
+    unseen order matters (:meth:`Protocol.order_matters`) and it trains several epochs, else 1
+    (one epoch in any order is one assignment of the candidates to its slots)."""
+    return protocol.local_epochs if protocol.order_matters(num_images) else 1
+
+
+def copies_order(protocol: Protocol, num_images: int, device: torch.device | str
+                 ) -> torch.Tensor | None:
+    """The replay's visiting order over ``copies × n`` candidate images: epoch e visits its own
+    copy e in order (None when one copy is taken)."""
+    copies = epoch_copies(protocol, num_images)
+    if copies == 1:
+        return None
+    return torch.arange(copies * num_images, device=device).view(copies, num_images)
 
 
 def _gradient(
@@ -160,8 +226,12 @@ class UpdateSimulator:
         parameters: Mapping[str, torch.Tensor],
         buffers: Mapping[str, torch.Tensor],
         protocol: Protocol,
+        num_images: int | None = None,
     ) -> None:
         self.model = model
+        #: the user's batch size n, when the server knows it: with a shuffled multi-epoch
+        #: protocol the replay then takes :meth:`epoch_copies` copies of the candidates
+        self.num_images = num_images
         self.parameters = {k: v.detach() for k, v in parameters.items()}
         for v in self.parameters.values():
             v.requires_grad_(True)
@@ -179,13 +249,33 @@ class UpdateSimulator:
         own = {k: v.clone() for k, v in self.buffers.items()}
         with lean_second_order():
             return local_update(
-                self.model, self.parameters, own, images, labels, self.protocol, True
+                self.model, self.parameters, own, images, labels, self.protocol, True,
+                order=self.order(images.shape[0], images.device)
             )
+
+    def epoch_copies(self) -> int:
+        """How many copies of the n candidate images a faithful replay takes (E when the
+        user's unseen shuffling matters over several epochs, else 1): an attack that knows
+        passes ``copies × n`` images, copy e replayed as epoch e in order (module docstring).
+        Given only n images, the replay takes them in order every epoch, which is not the
+        user's update when this is more than 1."""
+        if self.num_images is None:
+            return 1
+        return epoch_copies(self.protocol, self.num_images)
+
+    def order(self, rows: int, device: torch.device) -> torch.Tensor | None:
+        """The visiting order for ``rows`` candidate images: per-epoch copies when ``rows`` is
+        ``epoch_copies() × n``, else in order."""
+        copies = self.epoch_copies()
+        if copies > 1 and self.num_images is not None and rows == copies * self.num_images:
+            return copies_order(self.protocol, self.num_images, device)
+        return None
 
     def at(self, parameters: Mapping[str, torch.Tensor]) -> UpdateSimulator:
         """The same replay (model, buffers, protocol) at other global ``parameters``: a
         malicious server replays rounds at parameters it crafted."""
-        return UpdateSimulator(self.model, parameters, self.buffers, self.protocol)
+        return UpdateSimulator(self.model, parameters, self.buffers, self.protocol,
+                               self.num_images)
 
     def local_steps(self, num_images: int) -> int:
         """How many local SGD steps the replay takes over ``num_images`` images."""
@@ -209,15 +299,14 @@ class UpdateSimulator:
             raise ValueError(f"restarts takes images shaped [R, n, C, H, W], got {images.shape}")
         copies = images.shape[0]
         buffers = {k: v.expand(copies, *v.shape).clone() for k, v in self.buffers.items()}
+        order = self.order(images.shape[1], images.device)
 
         def one(x: torch.Tensor, own_buffers: dict[str, torch.Tensor]) -> list[torch.Tensor]:
             return local_update(self.model, self.parameters, own_buffers, x, labels,
-                                self.protocol, True, functional=True)
+                                self.protocol, True, functional=True, order=order)
 
         with decomposed_batch_norm():
             return list(vmap(one, in_dims=(0, 0))(images, buffers))
-
-
 
     def pack(self, others: Sequence[UpdateSimulator]) -> PackedReplay:
         """One replay for this user and ``others`` (same architecture and protocol), each at
@@ -241,9 +330,10 @@ class PackedReplay:
     def __init__(self, simulators: Sequence[UpdateSimulator]) -> None:
         first = simulators[0]
         for other in simulators[1:]:
-            if not other.vectorisable or other.protocol != first.protocol:
-                raise ValueError("packed observations need one vectorisable architecture and "
-                                 "one protocol")
+            if not other.vectorisable or other.protocol != first.protocol or \
+                    other.num_images != first.num_images:
+                raise ValueError("packed observations need one vectorisable architecture, "
+                                 "one protocol and one batch size")
             if [(k, v.shape, v.dtype) for k, v in other.parameters.items()] != \
                     [(k, v.shape, v.dtype) for k, v in first.parameters.items()]:
                 raise ValueError("packed observations need the same architecture")
@@ -251,6 +341,7 @@ class PackedReplay:
             raise ValueError("this replay cannot be packed")
         self.model = first.model
         self.protocol = first.protocol
+        self.first = first
         self.parameters = {k: torch.stack([s.parameters[k] for s in simulators]).detach()
                            for k in first.parameters}
         self.buffers = {k: torch.stack([s.buffers[k] for s in simulators])
@@ -260,6 +351,7 @@ class PackedReplay:
         if images.dim() != 6:
             raise ValueError(f"packed replay takes images [P, R, n, C, H, W], got {images.shape}")
         copies = images.shape[1]
+        order = self.first.order(images.shape[2], images.device)
 
         def observation(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                         candidates: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -267,7 +359,7 @@ class PackedReplay:
 
             def one(x: torch.Tensor, b: dict[str, torch.Tensor]) -> list[torch.Tensor]:
                 return local_update(self.model, params, b, x, y, self.protocol, True,
-                                    functional=True)
+                                    functional=True, order=order)
 
             return list(vmap(one, in_dims=(0, 0))(candidates, own))
 

@@ -105,7 +105,8 @@ def observation_from_update(
         next(iter(parameters.values())).device
     model = model.to(device)
     simulator = UpdateSimulator(model, {n: t.to(device) for n, t in parameters.items()},
-                                {n: b.to(device) for n, b in buffers.items()}, protocol)
+                                {n: b.to(device) for n, b in buffers.items()}, protocol,
+                                num_images)
     return Observation(
         parameter_names=list(parameters),
         parameters=list(simulator.parameters.values()),

@@ -12,7 +12,9 @@ gradient canary (its per-example gradient is the canary c itself) or an input ca
 gradient is computed like any image's) — in the last batch of every epoch, or, under Poisson
 sampling, in each step's batch with probability q. Its row joins the per-example gradients
 before the defense, so DP-SGD clips it and noises the sum as it does real data; the expected
-batch size stays that of the real data.
+batch size stays that of the real data. FedAvg's
+steps are :func:`~fedleak.harness.shared.local_update.sgd_step`'s (momentum, weight decay,
+Nesterov as the protocol says), the in-order batches visited in ``order`` when it shuffles.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fedleak.harness.shared.local_update import (
     CancelCheck,
     check_cancelled,
     set_training_mode,
+    sgd_step,
     user_loss,
 )
 from fedleak.harness.shared.protocol import FEDAVG, FEDSGD, Protocol, local_batches
@@ -86,6 +89,7 @@ def private_local_update(
     generator: torch.Generator,
     cancelled: CancelCheck | None = None,
     canary: TrialCanary | None = None,
+    order: torch.Tensor | None = None,
 ) -> PrivateUpdate:
     """The user's local update with every step's gradient privatised by ``defense``.
 
@@ -104,8 +108,11 @@ def private_local_update(
     epochs = 1 if protocol.kind == FEDSGD else protocol.local_epochs
     steps = 0
     gradient: list[torch.Tensor] = []
-    for _ in range(epochs):
+    velocity: list[torch.Tensor] | None = None
+    for epoch in range(epochs):
         batches = _step_batches(n, protocol, q, generator, images.device)
+        if order is not None and q is None and protocol.kind == FEDAVG:
+            batches = [order[epoch][b] for b in batches]  # the user's shuffled order
         for index, batch in enumerate(batches):
             check_cancelled(cancelled)
             expected = round(q * n) if q is not None else len(batch)
@@ -129,8 +136,7 @@ def private_local_update(
             gradient = defense.privatise(per_example, max(expected, 1), generator)
             steps += 1
             if protocol.kind == FEDAVG:
-                params = {k: params[k] - protocol.learning_rate * g
-                          for k, g in zip(names, gradient, strict=True)}
+                params, velocity = sgd_step(params, gradient, velocity, protocol)
     if protocol.kind == FEDSGD:
         update = gradient
     else:

@@ -1,19 +1,27 @@
 """The FL protocol: how a user turns global parameters and private data into an update.
 
-One typed object, :class:`Protocol`, carries it from every place a person or a server chooses
-it to the maths: the CLI (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
-``--batchnorm``), a sweep spec's ``[[sweep.protocol]]`` table (the same names), the attacker's
-per-round request (a :class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol``)
-and the user's local update (:mod:`fedleak.harness.shared.local_update`). The user-facing names
-are converted to the fields in one place, :data:`OPTION_FIELDS`.
+One typed object, :class:`Protocol`, carries it from every place a person or a server chooses it
+to the maths: the CLI (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
+``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``), a sweep
+spec's ``[[sweep.protocol]]`` table (the same names), the attacker's per-round request (a
+:class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol``) and the user's local
+update (:mod:`fedleak.harness.shared.local_update`). The user-facing names are converted to the
+fields in one place, :data:`OPTION_FIELDS`.
 
 - ``kind``: ``fedsgd`` sends one gradient over the n private images; ``fedavg`` sends the
-  parameter delta after E local epochs of in-order mini-batches of B at learning rate τ
-  (Inverting Gradients supplement eq. 1).
+  parameter delta after E local epochs of mini-batches of B at learning rate τ (Inverting
+  Gradients supplement eq. 1).
 - ``local_epochs`` E, ``batch_size`` B (0 = all n images in one batch) and ``learning_rate`` τ
   only matter for FedAvg.
 - ``batchnorm``: ``train`` normalises with the batch's statistics, ``eval`` with the running
   ones (Geiping et al.'s setting); no effect on models without BatchNorm.
+- ``momentum`` μ, ``weight_decay`` λ, ``nesterov``: FedAvg's local optimiser is
+  ``torch.optim.SGD`` with these settings (dampening 0), the loop people write; 0, 0, False is
+  plain SGD.
+- ``shuffle``: FedAvg draws a new order of its n images every epoch (a ``DataLoader`` with
+  ``shuffle=True``) from a generator the server never sees; False takes them in order.
+
+All four only matter for FedAvg (FedSGD sends one gradient, no optimiser step).
 """
 
 from __future__ import annotations
@@ -37,7 +45,15 @@ OPTION_FIELDS = {
     "local_batch_size": "batch_size",
     "lr": "learning_rate",
     "batchnorm": "batchnorm",
+    "momentum": "momentum",
+    "weight_decay": "weight_decay",
+    "nesterov": "nesterov",
+    "shuffle_batches": "shuffle",
 }
+#: the optimiser and order fields, left out of :meth:`Protocol.options` at their defaults (so
+#: point ids of specs written before they existed do not change)
+OPTIMISER_DEFAULTS = {"momentum": 0.0, "weight_decay": 0.0, "nesterov": False,
+                      "shuffle_batches": False}
 
 
 class ProtocolError(ValueError):
@@ -52,6 +68,10 @@ class ProtocolChanges(TypedDict, total=False):
     batch_size: int
     learning_rate: float
     batchnorm: str
+    momentum: float
+    weight_decay: float
+    nesterov: bool
+    shuffle: bool
 
 
 @dataclass(frozen=True)
@@ -63,13 +83,18 @@ class Protocol:
     batch_size: int = 0
     learning_rate: float = 1e-4
     batchnorm: str = "train"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    shuffle: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("local_epochs", "batch_size", "learning_rate"):
+        for name in ("local_epochs", "batch_size", "learning_rate", "momentum", "weight_decay"):
             if isinstance(getattr(self, name), bool):
                 raise ProtocolError(f"{name} must be a number, got {getattr(self, name)!r}")
-        if isinstance(self.learning_rate, int):  # lr = 1 in a TOML file
-            object.__setattr__(self, "learning_rate", float(self.learning_rate))
+        for name in ("learning_rate", "momentum", "weight_decay"):
+            if isinstance(getattr(self, name), int):  # lr = 1 in a TOML file
+                object.__setattr__(self, name, float(getattr(self, name)))
         if self.kind not in PROTOCOLS:
             raise ProtocolError(f"unknown protocol {reprlib.repr(self.kind)}; choose one of "
                                 f"{PROTOCOLS}")
@@ -84,12 +109,43 @@ class Protocol:
         if self.batchnorm not in BATCHNORM_MODES:
             raise ProtocolError(f"unknown batchnorm mode {reprlib.repr(self.batchnorm)}; choose "
                                 f"one of {BATCHNORM_MODES}")
+        for name in ("momentum", "weight_decay"):
+            value = getattr(self, name)
+            if not (isinstance(value, float) and value >= 0 and math.isfinite(value)):
+                raise ProtocolError(f"{name} must be a number >= 0, got {value!r}")
+        for name in ("nesterov", "shuffle"):
+            if not isinstance(getattr(self, name), bool):
+                raise ProtocolError(f"{name} must be true or false, got "
+                                    f"{getattr(self, name)!r}")
+        if self.nesterov and self.momentum == 0:
+            raise ProtocolError("nesterov needs a momentum > 0 (torch.optim.SGD refuses it "
+                                "too); set momentum or drop nesterov")
 
     def local_steps(self, num_images: int) -> int:
         """Number of SGD steps the user takes over ``num_images`` images."""
         if self.kind == FEDSGD:
             return 1
         return self.local_epochs * len(local_batches(num_images, self.batch_size))
+
+    def batches_per_epoch(self, num_images: int) -> int:
+        """How many mini-batches one local epoch over ``num_images`` images takes (FedAvg)."""
+        return len(local_batches(num_images, self.batch_size))
+
+    def order_matters(self, num_images: int) -> bool:
+        """Whether the user's unseen shuffling changes its update: FedAvg with ``shuffle`` and
+        more than one mini-batch per epoch (one batch of all n images is the same set, whatever
+        its order: the mean loss and the batch statistics do not depend on it)."""
+        return (self.kind == FEDAVG and self.shuffle
+                and self.batches_per_epoch(num_images) > 1)
+
+    def optimiser(self) -> str:
+        """The local optimiser in words (``SGD``, ``SGD momentum 0.9, weight decay 5e-4``)."""
+        parts = []
+        if self.momentum:
+            parts.append(("Nesterov " if self.nesterov else "") + f"momentum {self.momentum:g}")
+        if self.weight_decay:
+            parts.append(f"weight decay {self.weight_decay:g}")
+        return "SGD" + (" " + ", ".join(parts) if parts else "")
 
     def update_kind(self) -> str:
         """``gradient`` for FedSGD, ``delta`` for FedAvg."""
@@ -111,12 +167,17 @@ class Protocol:
             raise ProtocolError(str(err)) from None
 
     def options(self) -> dict[str, Any]:
-        """The user-facing form (sweep TOML keys); ``batchnorm`` only when not ``train``."""
+        """The user-facing form (sweep TOML keys); ``batchnorm`` only when not ``train``, the
+        optimiser and order fields only when not at their defaults."""
         out: dict[str, Any] = {name: getattr(self, field) for name, field in
-                               OPTION_FIELDS.items() if name != "batchnorm"}
+                               OPTION_FIELDS.items()
+                               if name != "batchnorm" and name not in OPTIMISER_DEFAULTS}
         out["lr"] = float(out["lr"])
         if self.batchnorm != "train":
             out["batchnorm"] = self.batchnorm
+        for name, default in OPTIMISER_DEFAULTS.items():
+            if getattr(self, OPTION_FIELDS[name]) != default:
+                out[name] = getattr(self, OPTION_FIELDS[name])
         return out
 
     @classmethod

@@ -266,7 +266,7 @@ def parse_spec(text: str, source: str = "spec", max_points: int | None = None) -
         split=split,
         models=_models(sweep),
         attacks=_attacks(sweep.get("attack", [{"name": "inverting-gradients"}])),
-        protocols=_protocols(sweep.get("protocol", [{}])),
+        protocols=_protocols(sweep.get("protocol", [{}]), batch_size),
         trained=_trained(sweep.get("trained", [False])),
         defenses=defenses,
         rounds=rounds,
@@ -442,7 +442,10 @@ def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     return out
 
 
-def _protocols(value: Any) -> list[Protocol]:
+def _protocols(value: Any, batch_size: int | None = None) -> list[Protocol]:
+    """The ``[[sweep.protocol]]`` tables; a shuffled FedAvg whose order matters for the
+    sweep's ``batch_size`` is refused: no replay matches it exactly, and a sweep's figures are
+    headline figures (:mod:`~fedleak.harness.shared.replay_fidelity`)."""
     out = []
     for i, table in enumerate(_tables(value, "sweep.protocol")):
         where = f"sweep.protocol[{i}]"
@@ -451,6 +454,13 @@ def _protocols(value: Any) -> list[Protocol]:
             protocol = Protocol.from_options(table)
         except ProtocolError as err:
             raise SpecError(f"{where}: {err}") from None
+        if batch_size is not None and protocol.order_matters(batch_size):
+            raise SpecError(f"{where}: shuffle_batches = true with "
+                            f"{protocol.batches_per_epoch(batch_size)}"
+                            f" mini-batches per epoch: the user's order is unknown to the "
+                            "server, so no replay is exact and the figures would be lower "
+                            "bounds; set shuffle_batches = false, or local_batch_size = 0 (one "
+                            "batch per epoch, where the order does not matter)")
         out.append(protocol)
     return out
 

@@ -2,8 +2,10 @@
 ``fedleak.v1.ProtocolSpec``.
 
 A ``ProtocolSpec`` in a round-starting request is the server's choice for that round: zero (or
-empty) fields keep the user's own setting, so :func:`changes_from_pb` reads only the fields a
-server set. ``num_images`` is the user's, never the server's, and travels only in answers.
+empty) fields keep the user's own setting, and so do the optimiser fields (momentum, weight
+decay, Nesterov, shuffle: explicit presence) a server leaves unset, so :func:`changes_from_pb`
+reads only the fields a server set. ``num_images`` is the user's, never the server's, and
+travels only in answers.
 """
 
 from __future__ import annotations
@@ -21,13 +23,19 @@ def protocol_to_pb(protocol: Protocol, num_images: int = 0) -> pb.ProtocolSpec:
         batch_size=protocol.batch_size,
         learning_rate=protocol.learning_rate,
         batchnorm=protocol.batchnorm,
+        momentum=protocol.momentum,
+        weight_decay=protocol.weight_decay,
+        nesterov=protocol.nesterov,
+        shuffle=protocol.shuffle,
     )
 
 
 def protocol_from_pb(spec: pb.ProtocolSpec) -> Protocol:
-    """A complete ``ProtocolSpec`` (as a victim answers it) as a :class:`Protocol`."""
+    """A complete ``ProtocolSpec`` (as a victim answers it) as a :class:`Protocol`; optimiser
+    fields a victim of an older version leaves unset are plain SGD in order."""
     return Protocol(spec.kind, spec.local_epochs, spec.batch_size, spec.learning_rate,
-                    spec.batchnorm or "train")
+                    spec.batchnorm or "train", spec.momentum, spec.weight_decay,
+                    spec.nesterov, spec.shuffle)
 
 
 def changes_from_pb(spec: pb.ProtocolSpec) -> ProtocolChanges:
@@ -43,4 +51,7 @@ def changes_from_pb(spec: pb.ProtocolSpec) -> ProtocolChanges:
         changes["learning_rate"] = spec.learning_rate
     if spec.batchnorm:
         changes["batchnorm"] = spec.batchnorm
+    for name in ("momentum", "weight_decay", "nesterov", "shuffle"):
+        if spec.HasField(name):
+            changes[name] = getattr(spec, name)
     return changes

@@ -1,0 +1,196 @@
+"""Run a Flower app on a real SuperLink and SuperNodes on loopback, and leave nothing behind.
+
+docs/flower.md's ``flwr run`` recipe as one command that works:
+
+    .venv/bin/python examples/flower_deploy.py examples/flower_app --nodes 2 \\
+        --run-config 'out="/abs/path/runs/deploy" options="iterations=200 restarts=1"'
+
+1. a temporary Flower home (``FLWR_HOME``) with a ``loopback`` SuperLink connection on a free
+   port, and a real temporary state location (``--database`` a file in it: flwr 1.41 takes
+   ``:flwr-in-memory-state:`` as a file name);
+2. ``flower-superlink`` with runtime dependency installation off (flag and
+   ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1``), so ``flwr run`` never installs its own
+   torch into a runtime environment: the app runs on this environment's packages;
+3. waits until the SuperLink accepts connections on its port (``flwr run`` started before
+   fails with "Connection to the SuperLink is unavailable"), then starts ``--nodes``
+   SuperNodes (node ``i`` with ``--node-config 'partition-id=i num-partitions=N'``, plus
+   ``--node-config-extra``: e.g. ``fedleak-allow-reveal=true``) and waits for theirs;
+4. ``flwr run APP loopback --stream --run-config ...`` from the temporary folder, retrying
+   while the SuperLink is not yet serving;
+5. stops every process it started *and their descendants* — the SuperLink starts
+   ``flower-superexec`` in a new session, which ``kill %1`` never reaches — found by a marker
+   in their environment (``FEDLEAK_FLOWER_DEPLOY``, inherited by every child), SIGTERM then
+   SIGKILL, and removes the temporary folder (``--keep`` keeps it, with the logs).
+
+Exits with ``flwr run``'s status (1 when it could not start). Linux (reads /proc). The
+ServerApp runs in a process the SuperLink starts: give absolute paths in the run config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+MARKER = "FEDLEAK_FLOWER_DEPLOY"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], seconds: float) -> None:
+    """Until 127.0.0.1:``port`` accepts a connection; RuntimeError if ``process`` dies first."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with {process.returncode} before it "
+                               f"listened on port {port} (see its log)")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on port {port} after {seconds:g} s")
+
+
+def marked(token: str) -> list[int]:
+    """Every process of this user whose environment carries ``MARKER=token``."""
+    needle = f"{MARKER}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone, or another user's
+            continue
+    return found
+
+
+def stop_all(token: str, started: list[subprocess.Popen[bytes]], grace: float = 10.0) -> list[int]:
+    """SIGTERM every marked process (the ones started and all their descendants), wait up to
+    ``grace`` s, SIGKILL what is left; returns the pids still alive after that (none)."""
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+    for pid in marked(token):
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and (marked(token) or
+                                           any(p.poll() is None for p in started)):
+        time.sleep(0.2)
+    for pid in marked(token):
+        _signal(pid, signal.SIGKILL)
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and marked(token):
+        time.sleep(0.1)
+    return marked(token)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("app", type=Path, help="the Flower app folder (its pyproject.toml)")
+    parser.add_argument("--nodes", type=int, default=2, help="SuperNodes to start")
+    parser.add_argument("--run-config", default="", help="flwr run --run-config overrides")
+    parser.add_argument("--node-config-extra", default="",
+                        help="added to every SuperNode's --node-config (key=value ...)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds flwr run may take")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary folder (Flower home, state, logs)")
+    args = parser.parse_args()
+    if not Path("/proc").is_dir():
+        print("flower_deploy.py reads /proc to stop every process it started: Linux only",
+              file=sys.stderr)
+        return 1
+    bin_dir = Path(sys.executable).parent
+    app = args.app.resolve()
+    work = Path(tempfile.mkdtemp(prefix="fedleak-flower-"))
+    token = uuid.uuid4().hex
+    link = free_port()
+    home = work / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loopback"\n[superlink.loopback]\n'
+        f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+    env = {**os.environ, "FLWR_HOME": str(home), MARKER: token,
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    started: list[subprocess.Popen[bytes]] = []
+    logs = []
+
+    def start(name: str, command: list[str]) -> subprocess.Popen[bytes]:
+        log = open(work / f"{name}.log", "wb")  # noqa: SIM115 - closed at the end
+        logs.append(log)
+        process = subprocess.Popen(command, env=env, cwd=work, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        started.append(process)
+        return process
+
+    status = 1
+    try:
+        superlink = start("superlink", [
+            str(bin_dir / "flower-superlink"), "--insecure", "--host", "127.0.0.1",
+            "--port", str(link), "--database", str(work / "state.db"),
+            "--disable-runtime-dependency-installation"])
+        wait_listening(link, superlink, 60)
+        for i in range(args.nodes):
+            port = free_port()
+            node = start(f"node{i}", [
+                str(bin_dir / "flower-supernode"), "--insecure", "--superlink",
+                f"127.0.0.1:{link}", "--host", "127.0.0.1", "--port", str(port),
+                "--node-config",
+                f"partition-id={i} num-partitions={args.nodes} {args.node_config_extra}".strip()])
+            wait_listening(port, node, 60)
+        command = [str(bin_dir / "flwr"), "run", str(app), "loopback", "--stream"]
+        if args.run_config:
+            command += ["--run-config", args.run_config]
+        for attempt in range(10):
+            done = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
+                                  timeout=args.timeout)
+            if "unavailable" not in (done.stdout + done.stderr).lower() or attempt == 9:
+                break
+            time.sleep(1)  # listening, not yet serving: try again
+        sys.stdout.write(done.stdout)
+        sys.stderr.write(done.stderr)
+        status = done.returncode
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"flower_deploy.py: {err}", file=sys.stderr)
+        status = 1
+    finally:
+        left = stop_all(token, started)
+        for log in logs:
+            log.close()
+        if left:
+            print(f"flower_deploy.py: processes {left} would not stop", file=sys.stderr)
+            status = status or 1
+        if args.keep:
+            print(f"kept {work} (Flower home, state, logs)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
