@@ -290,6 +290,7 @@ def test_reconstruct_is_the_shared_template() -> None:
 
 def _optimised(device: str, graph_safe: bool, iterations: int = 40) -> torch.Tensor:
     """The one-restart loop from a fixed init, eager or with the graph-safe step."""
+    from fedleak.attacks.inversion.problem import ProgressSpan
     from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGradientsConfig
     from fedleak.attacks.labels import recover_labels
 
@@ -304,10 +305,10 @@ def _optimised(device: str, graph_safe: bool, iterations: int = 40) -> torch.Ten
     def one_by_one(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         return [u.unsqueeze(0) for u in observation.simulate(x[0], y)]
 
-    bound = attack.bind_priors(observation)
-    _, result = attack.optimise(images, labels, one_by_one, objective, bound,
-                                observation.image_bounds(device), rows=False, offset=0,
-                                total=iterations, progress=None, graph_safe=graph_safe)
+    problem = attack.problem(labels, one_by_one, objective, attack.bind_priors(observation),
+                             observation.image_bounds(device), rows=False)
+    _, result = attack.optimise(problem, images, ProgressSpan(None, 0, iterations),
+                                graph_safe=graph_safe)
     return result.detach().cpu()
 
 

@@ -139,7 +139,10 @@ def test_restart_objective_and_tv_are_the_per_restart_ones():
     gen = torch.Generator().manual_seed(0)
     observed = [torch.randn(4, 3, generator=gen), torch.randn(4, generator=gen)]
     stacked = [torch.randn(5, 4, 3, generator=gen), torch.randn(5, 4, generator=gen)]
-    values, grads, scales = RestartsCosineObjective(observed).value_and_output_grads(stacked)
+    restarts = RestartsCosineObjective(observed)
+    torch.testing.assert_close(restarts.value(stacked),
+                               restarts.value_and_output_grads([u.clone() for u in stacked])[0])
+    values, grads, scales = restarts.value_and_output_grads(stacked)
     single = CosineObjective(observed)
     for r in range(5):
         value, grad, scale = single.value_and_output_grads([u[r].clone() for u in stacked])
@@ -151,6 +154,28 @@ def test_restart_objective_and_tv_are_the_per_restart_ones():
     tv = restart_total_variation(images)
     for r in range(3):
         assert tv[r].item() == pytest.approx(total_variation(images[r]).item(), rel=1e-6)
+
+
+def test_a_block_objective_is_each_observations_own_on_its_rows():
+    """Rows p·R … p·R + R − 1 are compared by block p alone: value, cotangents and scales."""
+    from fedleak.attacks.inversion.packed import BlockObjective
+    from fedleak.attacks.objectives import EuclideanObjective
+
+    gen = torch.Generator().manual_seed(1)
+    observed = [[torch.randn(4, 3, generator=gen), torch.randn(4, generator=gen)]
+                for _ in range(2)]
+    blocks = [RestartsCosineObjective(observed[0]), EuclideanObjective(observed[1], rows=True)]
+    stacked = [torch.randn(6, 4, 3, generator=gen), torch.randn(6, 4, generator=gen)]
+    packed = BlockObjective(blocks, rows=3)
+    values, grads, scales = packed.value_and_output_grads([u.clone() for u in stacked])
+    torch.testing.assert_close(packed.value(stacked), values)
+    for p, block in enumerate(blocks):
+        rows = slice(3 * p, 3 * p + 3)
+        value, grad, scale = block.value_and_output_grads([u[rows].clone() for u in stacked])
+        torch.testing.assert_close(values[rows], value.expand(3))
+        torch.testing.assert_close(scales[rows], scale.reshape(-1).expand(3))
+        for many, one in zip(grads, grad, strict=True):
+            torch.testing.assert_close(many[rows], one)
 
 
 def observations(protocol: Protocol) -> list:

@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from fedleak.attacks.composed import ComposedConfig, ComposedInversion, check_numbers
+from fedleak.attacks.composed import ComposedInversion
+from fedleak.attacks.inversion.config import ComposedConfig, check_numbers
 from fedleak.attacks.optimisers import LINE_SEARCHES
 from fedleak.attacks.registry import register_attack
 
@@ -89,7 +90,7 @@ class DLG(ComposedInversion):
     Config = DLGConfig
     config: DLGConfig
 
-    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
+    def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
         cfg = self.config
         return "lbfgs", {"lr": cfg.lr, "inner": cfg.inner_iterations,
                          "history": cfg.history_size, "line_search": cfg.line_search}

@@ -26,10 +26,13 @@ the part of the user's order this model does not recover.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import torch
+
+from fedleak.attacks.observation import Observation
 
 
 def epoch_copies(observation: Any) -> int:
@@ -37,6 +40,17 @@ def epoch_copies(observation: Any) -> int:
     unseen order matters over several epochs; ``simulate.epoch_copies()`` by duck typing)."""
     copies = getattr(observation.simulate, "epoch_copies", None)
     return int(copies()) if callable(copies) else 1
+
+
+def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: int
+                      ) -> tuple[Observation, torch.Tensor]:
+    """What the optimiser works on when the replay takes ``copies`` per-epoch copies: the
+    observation with ``copies × n`` images to draw, and the labels of every copy (the
+    recovered ones, in the same order in each)."""
+    if copies == 1:
+        return observation, labels
+    return (dataclasses.replace(observation, num_images=copies * observation.num_images),
+            labels.repeat(copies))
 
 
 def epoch_consistency(images: torch.Tensor, copies: int) -> torch.Tensor:

@@ -34,12 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.composed import (
-    ComposedConfig,
-    ComposedInversion,
-    check_numbers,
-    check_source,
-)
+from fedleak.attacks.composed import ComposedInversion
+from fedleak.attacks.inversion.config import ComposedConfig, check_numbers, check_source
 from fedleak.attacks.registry import register_attack
 
 
@@ -78,7 +74,7 @@ class GradInversion(ComposedInversion):
     Config = GradInversionConfig
     config: GradInversionConfig
 
-    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
+    def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
         return "adam", {"lr": self.config.lr, "decay": True}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:

@@ -46,15 +46,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.composed import (
-    ComposedConfig,
-    ComposedInversion,
-    alone,
-    check_numbers,
-    check_source,
-    gaussian_init,
-    packed_objective,
-)
+from fedleak.attacks.composed import ComposedInversion
+from fedleak.attacks.inversion.config import ComposedConfig, check_numbers, check_source
+from fedleak.attacks.inversion.initial import gaussian_init
+from fedleak.attacks.inversion.packed import packed_objective
 from fedleak.attacks.objectives import CosineObjective
 from fedleak.attacks.optimisers import (
     DECAY_FACTOR,
@@ -65,6 +60,7 @@ from fedleak.attacks.optimisers import (
 )
 from fedleak.attacks.priors import total_variation
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.restarts import alone
 
 __all__ = ["DECAY_FACTOR", "DECAY_FRACTIONS", "CosineObjective", "InvertingGradients",
            "InvertingGradientsConfig", "SignedAdam", "alone", "decay_milestones",
@@ -125,7 +121,7 @@ class InvertingGradients(ComposedInversion):
     Config = InvertingGradientsConfig
     config: InvertingGradientsConfig
 
-    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
+    def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
         cfg = self.config
         return ("signed-adam" if cfg.signed else "adam"), {"lr": cfg.lr, "decay": cfg.lr_decay}
 

@@ -55,7 +55,10 @@ class PartError(ConfigError):
 
 
 class GradientObjective(Protocol):
-    """What the optimisation loop needs from an objective over replayed updates."""
+    """What the optimisation loop needs from an objective over replayed updates: J alone
+    (choosing the restart), and J with its cotangent g and scale s, ∂J/∂u = s·g (a step)."""
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor: ...
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]

@@ -228,7 +228,7 @@ class LBFGSPart(OptimiserPart):
     def rate(self, iteration: int, iterations: int) -> float:
         return self.config.lr
 
-    def optimizer(self, images: torch.Tensor) -> torch.optim.LBFGS:
+    def optimiser(self, images: torch.Tensor) -> torch.optim.LBFGS:
         """``torch.optim.LBFGS`` over ``images``."""
         cfg = self.config
         return torch.optim.LBFGS(

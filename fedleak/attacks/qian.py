@@ -43,12 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.attacks.composed import (
-    ComposedConfig,
-    ComposedInversion,
-    check_numbers,
-    uniform_init,
-)
+from fedleak.attacks.composed import ComposedInversion
+from fedleak.attacks.inversion.config import ComposedConfig, check_numbers
+from fedleak.attacks.inversion.initial import uniform_init
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.priors import (
     BoundPrior,
@@ -117,7 +114,7 @@ class Qian(ComposedInversion):
     Config = QianConfig
     config: QianConfig
 
-    def shorthand_optimizer(self) -> tuple[str, dict[str, Any]]:
+    def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
         return "adam", {"lr": self.config.lr}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:

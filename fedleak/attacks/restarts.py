@@ -20,6 +20,12 @@ Element-wise optimiser steps (signed Adam, the box projection, a step size share
 restarts at the same iteration) are per restart by construction. The attack receives the
 batched replay as ``observation.simulate.restarts`` when the harness offers one
 (``simulate.vectorisable``); attacks never import the harness.
+
+Three forms of the replay of R restarts, chosen per run by :func:`side_by_side`: *vectorised*
+(that batched replay, one ``torch.func.vmap`` computation), *lockstep* (each restart replayed
+in turn inside one call, for a prior that couples restarts on a model that cannot be
+vectorised, :func:`lockstep`), or none: the restarts run one by one, each replayed
+:func:`alone`.
 """
 
 from __future__ import annotations
@@ -44,6 +50,46 @@ def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
         return None
     restarts = getattr(simulate, "restarts", None)
     return restarts if callable(restarts) else None
+
+
+def alone(observation: Observation) -> RestartsUpdateFn:
+    """The observation's own replay in restart form (one restart)."""
+    def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
+
+    return replay
+
+
+def lockstep(one: RestartsUpdateFn) -> RestartsUpdateFn:
+    """R restarts replayed one after the other inside one call: ``[R, n, …] → [R, *θ_l]``."""
+    def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        updates = [one(images[r:r + 1], y) for r in range(images.shape[0])]
+        return [torch.cat(parts) for parts in zip(*updates, strict=True)]
+
+    return replay
+
+
+def side_by_side(
+    observation: Observation,
+    one_by_one: RestartsUpdateFn,
+    wrap: Callable[[RestartsUpdateFn], RestartsUpdateFn],
+    *,
+    restarts: int,
+    vectorised: bool,
+    coupled: bool,
+) -> RestartsUpdateFn | None:
+    """The replay of all ``restarts`` in one call, or None to run them one by one.
+
+    Vectorised when asked for and the observation offers a batched replay (``wrap`` adds the
+    replay part's mechanism around it, as it did around ``one_by_one``); else in lockstep when
+    a prior couples the restarts (``coupled``); None for a single restart.
+    """
+    if restarts < 2 or not (vectorised or coupled):
+        return None
+    batched = batched_replay(observation) if vectorised else None
+    if batched is not None:
+        return wrap(batched)
+    return lockstep(one_by_one) if coupled else None
 
 
 def restart_total_variation(images: torch.Tensor) -> torch.Tensor:
@@ -87,6 +133,11 @@ class RestartsCosineObjective:
                 cross.append(flat @ o.reshape(-1))
             square.append(torch.linalg.vecdot(flat, flat))
         return torch.stack(cross).sum(0), torch.stack(square).sum(0)
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Per-restart objective ``1 − a_r / (√b_r ‖u*_r‖)`` [R]."""
+        a, b = self.dots([u.detach() for u in candidate])
+        return 1 - a / (b.sqrt() * self.observed_norm)
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
