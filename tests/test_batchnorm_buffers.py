@@ -13,7 +13,7 @@ from fedleak.attacks.batch_statistics import (
     layer_distance,
     target_statistics,
 )
-from fedleak.attacks.objectives import PartError
+from fedleak.attacks.parts import PartError
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model
 from fedleak.harness.attacker.update_attack import observation_for

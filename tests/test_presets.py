@@ -25,8 +25,10 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.composed import ComposedInversion
-from fedleak.attacks.objectives import EuclideanObjective, PartError, create_objective
+from fedleak.attacks.gradient_matching import EuclideanObjective
+from fedleak.attacks.objectives import create_objective
 from fedleak.attacks.optimisers import create_optimiser
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import create_prior
 from fedleak.attacks.registry import attack_class
 from fedleak.harness.shared.protocol import Protocol

@@ -158,8 +158,8 @@ def test_restart_objective_and_tv_are_the_per_restart_ones():
 
 def test_a_block_objective_is_each_observations_own_on_its_rows():
     """Rows p·R … p·R + R − 1 are compared by block p alone: value, cotangents and scales."""
+    from fedleak.attacks.gradient_matching import EuclideanObjective
     from fedleak.attacks.inversion.packed import BlockObjective
-    from fedleak.attacks.objectives import EuclideanObjective
 
     gen = torch.Generator().manual_seed(1)
     observed = [[torch.randn(4, 3, generator=gen), torch.randn(4, generator=gen)]

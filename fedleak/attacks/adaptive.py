@@ -26,21 +26,17 @@ nothing, or ``clip`` alone             ``cosine``              ``plain``
 already its aware choice (and the ``gaussian`` objective profiles the scale out). For one image
 DP-SGD's clipping is a scale as well, so the plain replay is kept. The choice and its reasons go
 into the reconstruction's extras (``metrics.json``); a named part that does not fit the
-observation is refused before the first iteration (:class:`~fedleak.attacks.objectives.PartError`).
+observation is refused before the first iteration (:class:`~fedleak.attacks.parts.PartError`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedleak.attacks.objectives import (
-    OBJECTIVES,
-    SCALING,
-    ObjectivePart,
-    PartError,
-    create_objective,
-)
+from fedleak.attacks.interval_hinges import SCALING
+from fedleak.attacks.objectives import OBJECTIVES, ObjectivePart, create_objective
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import find
 from fedleak.attacks.replays import REPLAYS, ReplayPart, create_replay
 

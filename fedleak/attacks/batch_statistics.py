@@ -56,8 +56,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedleak.attacks.objectives import PartError
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.parts import PartError
 
 SOURCES = ("auto", "returned", "global")
 FORMS = ("standardised", "yin")

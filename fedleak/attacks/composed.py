@@ -55,6 +55,7 @@ from fedleak.attacks.adaptive import AWARE, BLIND, Parts, choose_parts, parse_pa
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.capture import capturable
 from fedleak.attacks.epochs import epoch_copies, merge_epochs, with_epoch_copies
+from fedleak.attacks.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.inversion.captured import optimise_captured
 from fedleak.attacks.inversion.config import (
     ComposedConfig,
@@ -70,9 +71,9 @@ from fedleak.attacks.inversion.packed import pack, pack_replay, packed_objective
 from fedleak.attacks.inversion.problem import InversionProblem, ProgressSpan
 from fedleak.attacks.inversion.weighing import select, select_many
 from fedleak.attacks.labels import recover_labels
-from fedleak.attacks.objectives import CosineObjective, GradientObjective, PartError
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PRIORS, BoundPrior, PriorPart
 from fedleak.attacks.registry import AttackConfigError
 from fedleak.attacks.restarts import (

@@ -11,7 +11,7 @@ u*; for a candidate x the residual of the observation is
 - ``dpsgd`` (FedSGD, no Poisson sampling): the replay clips each image's gradient to C before
   averaging (:class:`~fedleak.attacks.replays.ClippedReplay`; for one image a scale);
 - ``noise``, ``quantize`` and DP-SGD's noise add zero-mean noise of known variance σ_l² per
-  coordinate (:func:`~fedleak.attacks.objectives.noise_variances`),
+  coordinate (:func:`~fedleak.attacks.published_noise.noise_variances`),
 
 and the negative log-likelihood of u* given x, up to constants, is the weighted residual
 
@@ -53,9 +53,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fedleak.attacks.objectives import PartError, additive_variance, noise_variances
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
+from fedleak.attacks.published_noise import additive_variance, noise_variances
 from fedleak.attacks.replays import create_replay
 from fedleak.attacks.restarts import RestartsUpdateFn
 

@@ -9,8 +9,9 @@ for a fixed non-negative diagonal D (one tensor per parameter, or one number per
 the part derives from the observed update and from the defense chain the victim publishes
 (:class:`~fedleak.attacks.published.PublishedDefense`: Kerckhoffs, the mechanism is public).
 By the chain rule ∂J/∂u = D ⊙ ∂J/∂(D ⊙ u), so the analytic gradient of Inverting Gradients'
-cosine (``s · (u* − (a/b) u)``, :class:`~fedleak.attacks.inverting_gradients.CosineObjective`)
-is reused on the weighted vectors and multiplied by D once more (:class:`WeightedObjective`).
+cosine (``s · (u* − (a/b) u)``, :class:`~fedleak.attacks.gradient_matching.CosineObjective`)
+is reused on the weighted vectors and multiplied by D once more
+(:class:`~fedleak.attacks.gradient_matching.WeightedObjective`).
 
 - ``cosine``: D = 1, eq. (4) of Geiping et al. (2020): the plain attack.
 - ``masked-cosine``: D = M + w(1 − M) with M = 1[u* ≠ 0], the coordinates a pruning defense
@@ -22,14 +23,18 @@ is reused on the weighted vectors and multiplied by D once more (:class:`Weighte
   N(0, σ_l² I) per layer and an unknown scale λ ≥ 0 (clipping, the step size), maximising the
   likelihood over λ in closed form leaves maximising ⟨W u, u*⟩² / ⟨W u, u⟩ with W = diag(1/σ_l²),
   i.e. eq. (1) with D_l = 1/σ_l (the sign kept, so the candidate points along u*). σ_l² is the
-  sum of what the published defenses add per coordinate: ``noise`` σ²; DP-SGD's noise
-  (σ C / B per step, B the expected batch size, τ per step and √steps over FedAvg's steps);
-  ``quantize``'s stochastic rounding, (m_l/s)²/6 on average with m_l = max|u*_l| (the scale
-  survives quantisation exactly) and s = 2^{bits−1} − 1 levels. With isotropic noise alone
+  sum of what the published defenses add per coordinate (:mod:`fedleak.attacks.published_noise`:
+  ``noise`` σ²; DP-SGD's noise, σ C / B per step, τ per step and √steps over FedAvg's steps;
+  ``quantize``'s stochastic rounding, (m_l/s)²/6 on average). With isotropic noise alone
   D is constant and this *is* the cosine: the noise level then cannot help the data term
   (the prior's weight is the place it would act). Clipping the update scales it: λ absorbs it,
   which is the clipping-aware scale handling (every objective here is scale-invariant).
   With ``masked`` on (the default when a ``prune`` is published) D is multiplied by the mask.
+  Its ``noise-prior`` κ weighs the data term 1/(1 + κ r), r the published noise's energy over
+  the update's, so the priors weigh more as the noise grows.
+
+``masked-cosine`` and ``gaussian`` may add a hinge on the interval each coordinate of the true
+update lies in (pruning's threshold, quantisation's step: :mod:`fedleak.attacks.interval_hinges`).
 
 Each part :meth:`~ObjectivePart.check` s the observation before the first iteration and refuses
 one it does not fit (a mask without a pruning defense) saying what to change.
@@ -38,45 +43,29 @@ one it does not fit (a mask without a pruning defense) saying what to change.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 
+from fedleak.attacks.gradient_matching import (
+    EuclideanObjective,
+    ScaledObjective,
+    WeightedObjective,
+)
+from fedleak.attacks.interval_hinges import (
+    IntervalHinge,
+    pruning_bounds,
+    quantisation_bounds,
+    require_known_scale,
+)
 from fedleak.attacks.observation import Observation
-from fedleak.attacks.published import PublishedDefense, find
-from fedleak.registry import ConfigError, Registry
-
-
-class PartError(ConfigError):
-    """An attack part that does not fit the observation, or an unknown part or option."""
-
-
-class GradientObjective(Protocol):
-    """What the optimisation loop needs from an objective over replayed updates: J alone
-    (choosing the restart), and J with its cotangent g and scale s, ∂J/∂u = s·g (a step)."""
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor: ...
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]: ...
-
-
-class AttackPart(ABC):  # noqa: B024 - the kinds of part add their abstract method
-    """A registered part of an optimisation attack, with a typed ``Config`` dataclass."""
-
-    name: ClassVar[str] = ""
-    Config: ClassVar[type[Any]]
-
-    def __init__(self, config: Any | None = None) -> None:
-        self.config = config if config is not None else self.Config()
-
-    def check(self, observation: Observation) -> None:
-        """Raise :class:`PartError` saying what to change when this part does not fit."""
-        return None
+from fedleak.attacks.parts import AttackPart, NoOptions, PartError
+from fedleak.attacks.published import find
+from fedleak.attacks.published_noise import additive_variance, noise_ratio, noise_variances
+from fedleak.registry import Registry
 
 
 class ObjectivePart(AttackPart):
@@ -114,97 +103,6 @@ OBJECTIVES: Registry[ObjectivePart] = Registry("objective", "fedleak.objectives"
 def register_objective(name: str) -> Callable[[type[ObjectivePart]], type[ObjectivePart]]:
     """Class decorator: make an objective part available as ``name``."""
     return OBJECTIVES.register(name)
-
-
-class CosineObjective:
-    """``1 − cos(u, u*)`` over the whole update (eq. 4 of Geiping et al.) with its gradient with
-    respect to ``u``.
-
-    ``u*`` is fixed for the whole attack: its squared norm is computed once.
-    """
-
-    def __init__(self, observed: Sequence[torch.Tensor]) -> None:
-        self.observed = [t.detach() for t in observed]
-        squares = torch.stack([t.double().square().sum() for t in self.observed]).sum()
-        self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
-
-    def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation).
-
-        Both per tensor, one right after the other, so the second read of ``u_l`` hits the cache.
-        """
-        cross, square = [], []
-        for u, o in zip(candidate, self.observed, strict=True):
-            flat = u.reshape(-1)
-            cross.append(torch.vdot(flat, o.reshape(-1)))
-            square.append(torch.vdot(flat, flat))
-        return torch.stack(cross).sum(), torch.stack(square).sum()
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """``1 − a / (√b ‖u*‖)``."""
-        a, b = self.dots([u.detach() for u in candidate])
-        return 1 - a / (b.sqrt() * self.observed_norm)
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """The objective and its gradient with respect to ``u`` as ``scale · g`` (c = ‖u*‖):
-
-            ∂/∂u = −u*/(√b c) + a u/(b^{3/2} c) = scale · g,  scale = −1/(√b c),  g = u* − (a/b) u.
-
-        ``g`` is written into the memory of ``candidate`` in one pass (the replayed update is
-        consumed: it is used once), so no update-sized tensor is allocated per iteration.
-        """
-        detached = [u.detach() for u in candidate]
-        a, b = self.dots(detached)
-        root_b = b.sqrt()
-        value = 1 - a / (root_b * self.observed_norm)
-        scale = -1 / (root_b * self.observed_norm)
-        ratio = -a / b
-        for u, o in zip(detached, self.observed, strict=True):
-            torch.addcmul(o, u, ratio, out=u)
-        return value, detached, scale
-
-
-class EuclideanObjective:
-    """DLG's squared distance ``J(u) = Σ_l ‖u_l − u*_l‖²`` (eq. (3) of Geiping et al.), with
-    its gradient ``∂J/∂u = 2 (u − u*)`` in the form the optimisation loop takes (scale 1).
-
-    With ``rows`` the candidates carry a leading restart dimension and J is one value per
-    row ([R]); ``u*`` is shared by the rows, or given per row when it has that dimension too.
-    """
-
-    def __init__(self, observed: Sequence[torch.Tensor], rows: bool = False) -> None:
-        self.observed = [t.detach() for t in observed]
-        self.rows = rows
-
-    def _reduce(self, differences: Sequence[torch.Tensor]) -> torch.Tensor:
-        if self.rows:
-            return torch.stack([d.square().reshape(d.shape[0], -1).sum(1)
-                                for d in differences]).sum(0)
-        return torch.stack([d.square().sum() for d in differences]).sum()
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """J at ``candidate``."""
-        return self._reduce([u.detach() - o for u, o in
-                             zip(candidate, self.observed, strict=True)])
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """J, the cotangents 2 (u − u*) (written into the candidate's memory) and scale 1."""
-        detached = [u.detach() for u in candidate]
-        for u, o in zip(detached, self.observed, strict=True):
-            u.sub_(o)
-        value = self._reduce(detached)
-        for d in detached:
-            d.mul_(2)
-        return value, detached, torch.ones_like(value)
-
-
-@dataclass
-class NoOptions:
-    """A part without options."""
 
 
 @register_objective("cosine")
@@ -247,19 +145,6 @@ def require_prune(observation: Observation, part: str) -> None:
                         f"kept, but the victim publishes no prune defense (published: "
                         f"{published}); use -o objective=cosine, or defend the victim with "
                         "--defense prune:p=...")
-
-
-SCALING = ("clip", "dpsgd", "noise")
-
-
-def require_known_scale(observation: Observation, part: str) -> None:
-    """Refuse a hinge when a published defense changes the update's scale or adds noise the
-    bounds do not model (the hinge's bounds are in the units of the user's own update)."""
-    scaling = sorted({d.name for d in observation.defenses} & set(SCALING))
-    if scaling:
-        raise PartError(f"objective {part!r} with hinge > 0 bounds the update in the user's "
-                        f"own units, but the victim publishes {', '.join(scaling)}, which "
-                        "rescale or noise it; use hinge=0")
 
 
 @dataclass
@@ -334,87 +219,6 @@ class GaussianConfig:
             raise ValueError(f"noise-prior must be >= 0, got {self.noise_prior}")
 
 
-def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
-                    per_row: bool) -> list[torch.Tensor]:
-    """σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the
-    published defenses add to each coordinate of the update (module docstring)."""
-    isotropic = additive_variance(observation)
-    quantize = find(observation.defenses, "quantize")
-    levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
-    out = []
-    for o in observed:
-        if per_row:
-            scale = o.detach().reshape(o.shape[0], -1).abs().amax(1).double()
-            scale = scale.view(-1, *[1] * (o.dim() - 1))
-        else:
-            scale = o.detach().abs().max().double()
-        rounding = (scale / levels) ** 2 / 6 if levels else torch.zeros_like(scale)
-        out.append(rounding + isotropic)
-    return out
-
-
-def additive_variance(observation: Observation) -> float:
-    """σ² per coordinate of the isotropic noise the published ``noise`` and ``dpsgd`` add."""
-    defenses = observation.defenses
-    isotropic = 0.0
-    noise = find(defenses, "noise")
-    if noise is not None:
-        sigma = noise.number("sigma", 0.0)
-        laplace = noise.params.get("distribution", "gaussian") == "laplace"
-        isotropic += (2 if laplace else 1) * sigma**2
-    dp = find(defenses, "dpsgd")
-    if dp is not None:
-        per_step = dp.number("noise-multiplier", 0.0) * dp.number("max-grad-norm", 1.0) / \
-            max(observation.num_images if observation.update_kind != "delta" else
-                _batch_size(observation), 1)
-        if observation.update_kind == "delta":
-            per_step *= float(observation.learning_rate or 1.0)
-            isotropic += max(observation.local_steps, 1) * per_step**2
-        else:
-            isotropic += per_step**2
-    return isotropic
-
-
-def noise_ratio(observed: Sequence[torch.Tensor], observation: Observation,
-                per_row: bool) -> torch.Tensor:
-    """r = d σ² / ‖u*‖²: the published additive noise's expected energy over the observed
-    update's (0-dim, or [rows] when ``per_row``); near 1 when the noise drowns the update."""
-    variance = additive_variance(observation)
-    count = sum(o[0].numel() if per_row else o.numel() for o in observed)
-    if per_row:
-        energy = torch.stack([o.detach().double().reshape(o.shape[0], -1).square().sum(1)
-                              for o in observed]).sum(0)
-    else:
-        energy = torch.stack([o.detach().double().square().sum() for o in observed]).sum()
-    return (count * variance / energy.clamp(min=1e-300)).to(observed[0].dtype)
-
-
-class ScaledObjective:
-    """A gradient-matching objective times a positive weight c (one, or one per row): c J,
-    whose gradient is c s g, so the loop's priors (α TV, bn R_BN) weigh 1/c times more."""
-
-    def __init__(self, base: Any, weight: torch.Tensor) -> None:
-        self.base = base
-        self.weight = weight
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """c J at ``candidate``."""
-        value: torch.Tensor = self.base.value(candidate) * self.weight
-        return value
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """c J, the base's cotangents g and the scale c s (∂(cJ)/∂u = c s g)."""
-        value, grads, scale = self.base.value_and_output_grads(candidate)
-        return value * self.weight, grads, scale * self.weight
-
-
-def _batch_size(observation: Observation) -> int:
-    """The user's local batch size for FedAvg: n / (steps per epoch), at least 1."""
-    return max(1, math.ceil(observation.num_images / max(observation.local_steps, 1)))
-
-
 @register_objective("gaussian")
 class GaussianLikelihood(ObjectivePart):
     """Profile likelihood of u* = λ u(x) + ξ, ξ_l ~ N(0, σ_l²): eq. (1) with D_l = 1/σ_l."""
@@ -473,153 +277,6 @@ class GaussianLikelihood(ObjectivePart):
         return out
 
 
-class WeightedObjective:
-    """Eq. (1): an unweighted cosine objective applied to D ⊙ u and D ⊙ u*, its gradient
-    multiplied by D (the chain rule). ``inner`` builds the cosine (one update, or restarts)."""
-
-    def __init__(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
-                 diag: Sequence[torch.Tensor], **options: Any) -> None:
-        self.diag = list(diag)
-        self.inner = inner([o * d for o, d in zip(observed, self.diag, strict=True)], **options)
-
-    def _weighted(self, candidate: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [u.detach() * d for u, d in zip(candidate, self.diag, strict=True)]
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """J at ``candidate``."""
-        value: torch.Tensor = self.inner.value(self._weighted(candidate))
-        return value
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """J, the cotangents D ⊙ g (g the cosine's, at D ⊙ u) and the cosine's scale."""
-        value, grads, scale = self.inner.value_and_output_grads(self._weighted(candidate))
-        return value, [g.mul_(d) for g, d in zip(grads, self.diag, strict=True)], scale
-
-
-def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
-                     ) -> list[torch.Tensor]:
-    """t per tensor (per row when ``per_row``): the smallest kept magnitude ``min{|u*_i| : u*_i ≠
-    0}`` of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was
-    kept (no bound is known there)."""
-    def smallest(o: torch.Tensor) -> torch.Tensor:
-        flat = o.detach().reshape(o.shape[0], -1) if per_row else o.detach().reshape(1, -1)
-        kept = torch.where(flat != 0, flat.abs(), torch.full_like(flat, math.inf)).amin(1)
-        return kept
-
-    per_tensor = [smallest(o) for o in observed]
-    if scope == "global":
-        overall = torch.stack(per_tensor).amin(0)
-        per_tensor = [overall for _ in observed]
-    out = []
-    for o, t in zip(observed, per_tensor, strict=True):
-        t = torch.where(torch.isfinite(t), t, torch.zeros_like(t))
-        out.append(t.view(-1, *[1] * (o.dim() - 1)) if per_row else t.reshape(()))
-    return out
-
-
-def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bool
-                        ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The support of stochastic rounding: QSGD rounds ``|u|`` to a neighbouring level of step
-    Δ_l = m_l/s (m_l = max|u*_l|, which rounding keeps exactly; s = 2^{bits−1} − 1), so
-    u_i ∈ [q_i − Δ_l, q_i + Δ_l] for every coordinate (and q_i ≠ 0 fixes the sign)."""
-    levels = 2 ** (bits - 1) - 1
-    lower, upper = [], []
-    for o in observed:
-        o = o.detach()
-        if per_row:
-            scale = o.reshape(o.shape[0], -1).abs().amax(1).view(-1, *[1] * (o.dim() - 1))
-        else:
-            scale = o.abs().max()
-        step = scale / levels
-        lower.append(o - step)
-        upper.append(o + step)
-    return lower, upper
-
-
-def pruning_bounds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
-                   ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Magnitude pruning zeroes exactly the coordinates with ``|u_i| ≤ t`` (t the smallest kept
-    ``|u*|``, :func:`prune_thresholds`): [−t, t] there; no bound (±inf) on the kept ones and in a
-    tensor where nothing was kept."""
-    lower, upper = [], []
-    for o, t in zip(observed, prune_thresholds(observed, scope, per_row), strict=True):
-        bounded = (o == 0) & (t > 0)
-        inf = torch.full_like(o, math.inf)
-        upper.append(torch.where(bounded, t.expand_as(o), inf))
-        lower.append(-upper[-1])
-    return lower, upper
-
-
-class IntervalHinge:
-    """A gradient-matching objective plus β H, a hinge on what a defense says the true update
-    satisfies coordinate by coordinate, lower_i ≤ u_i(x*) ≤ upper_i (:func:`pruning_bounds`,
-    :func:`quantisation_bounds`):
-
-        H(u) = Σ_i [max(0, u_i − upper_i)² + max(0, lower_i − u_i)²] / ‖u*‖²,
-
-    0 at the truth, nothing asked of a coordinate inside its interval, in the units of the
-    cosine's residual (1 − cos ≈ ½‖u − u*‖²/‖u*‖² near the truth), and
-    ∂H/∂u_i = 2 (max(0, u_i − upper_i) − max(0, lower_i − u_i))/‖u*‖². The bounds are in the
-    units of the user's own update, so a hinge needs a chain that keeps its scale (pruning and
-    quantisation do; clipping and DP-SGD do not, see :func:`require_known_scale`). (Fitting
-    the scale as the least-squares κ of the candidate onto u*, held fixed in the gradient, was
-    tried: the attack diverged, lenet-zhu photo 5 at 6.7 dB.)"""
-
-    def __init__(self, base: Any, observed: Sequence[torch.Tensor],
-                 bounds: tuple[list[torch.Tensor], list[torch.Tensor]], weight: float, *,
-                 per_row: bool = False) -> None:
-        self.base = base
-        self.weight = weight
-        self.per_row = per_row
-        self.observed = [o.detach() for o in observed]
-        self.lower, self.upper = bounds
-        if per_row:
-            squares = torch.stack([o.double().reshape(o.shape[0], -1).square().sum(1)
-                                   for o in self.observed]).sum(0)
-        else:
-            squares = torch.stack([o.double().square().sum() for o in self.observed]).sum()
-        self.energy = squares.to(self.observed[0].dtype)
-
-    def hinge(self, candidate: Sequence[torch.Tensor]
-              ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """H (0-dim, or [R] for stacked candidates) and ∂H/∂u per tensor."""
-        us = [u.detach() for u in candidate]
-        rows = self.per_row or us[0].dim() > self.observed[0].dim()
-        value: torch.Tensor | None = None
-        grads = []
-        for u, lo, hi in zip(us, self.lower, self.upper, strict=True):
-            e = self.energy.view(-1, *[1] * (u.dim() - 1)) if self.per_row else self.energy
-            above = (u - hi).clamp(min=0)
-            below = (lo - u).clamp(min=0)
-            excess = (above.square() + below.square()) / e
-            term = excess.reshape(excess.shape[0], -1).sum(1) if rows else excess.sum()
-            value = term if value is None else value + term
-            grads.append(2 * (above - below) / e)
-        assert value is not None
-        return value, grads
-
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The base objective plus β H at ``candidate``."""
-        extra, _ = self.hinge(candidate)
-        total: torch.Tensor = self.base.value(candidate) + self.weight * extra
-        return total
-
-    def value_and_output_grads(
-        self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """The base's value, cotangents and scale s with β ∂H/∂u added as (β/s) ∂H/∂u (the loop
-        multiplies every cotangent by s)."""
-        extra, hinge_grads = self.hinge(candidate)  # before the base consumes ``candidate``
-        value, grads, scale = self.base.value_and_output_grads(candidate)
-        out = []
-        for g, h in zip(grads, hinge_grads, strict=True):
-            s = scale.view(-1, *[1] * (g.dim() - 1)) if scale.dim() else scale
-            out.append(g + h * (self.weight / s))
-        return value + self.weight * extra, out, scale
-
-
 def build_objective(part: ObjectivePart, inner: Callable[..., Any],
                     observed: Sequence[torch.Tensor], observation: Observation,
                     **options: Any) -> Any:
@@ -636,8 +293,3 @@ def create_objective(name: str, options: Mapping[str, Any] | None = None) -> Obj
 def objective_names() -> tuple[str, ...]:
     """Every registered objective part."""
     return OBJECTIVES.names()
-
-
-def published_names(defenses: Sequence[PublishedDefense]) -> str:
-    """``prune, quantize`` — the published chain in one phrase (``none`` when empty)."""
-    return ", ".join(d.name for d in defenses) or "none"

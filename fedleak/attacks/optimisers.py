@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from fedleak.attacks.capture import ADAM_BETAS, ADAM_EPS, DeviceSGD, DeviceSignedAdam
-from fedleak.attacks.objectives import AttackPart, PartError
+from fedleak.attacks.parts import AttackPart, PartError
 from fedleak.registry import Registry
 
 DECAY_FRACTIONS = (3 / 8, 5 / 8, 7 / 8)

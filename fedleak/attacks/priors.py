@@ -44,8 +44,8 @@ from fedleak.attacks.batch_statistics import (
     target_statistics,
 )
 from fedleak.attacks.epochs import epoch_consistency, epoch_copies
-from fedleak.attacks.objectives import AttackPart, NoOptions, PartError
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.parts import AttackPart, NoOptions, PartError
 from fedleak.attacks.restarts import restart_total_variation
 from fedleak.registry import Registry
 
@@ -134,8 +134,9 @@ class PriorPart(AttackPart):
         """R for ``observation`` (checked: :meth:`check` first)."""
         raise NotImplementedError
 
-    def project(self, images: torch.Tensor, bounds: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Apply the constraint in place (constraint priors only)."""
+    def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Apply the constraint in place (constraint priors only); ``box`` is the pixel box
+        (lower, upper) in normalised space."""
 
 
 PRIORS: Registry[PriorPart] = Registry("prior", "fedleak.priors", PartError)
@@ -339,8 +340,8 @@ class Box(PriorPart):
 
         return BoundPrior(self, zero)
 
-    def project(self, images: torch.Tensor, bounds: tuple[torch.Tensor, torch.Tensor]) -> None:
-        images.clamp_(bounds[0], bounds[1])
+    def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
+        images.clamp_(box[0], box[1])
 
 
 def create_prior(name: str, options: Mapping[str, Any] | None = None) -> PriorPart:

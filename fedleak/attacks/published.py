@@ -9,7 +9,7 @@ can read the mechanism it models without ever seeing the defense's randomness.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -49,3 +49,8 @@ def published(items: Iterable[tuple[str, Mapping[str, str], str]]) -> tuple[Publ
 def find(defenses: Iterable[PublishedDefense], name: str) -> PublishedDefense | None:
     """The first published defense called ``name``, or None."""
     return next((d for d in defenses if d.name == name), None)
+
+
+def published_names(defenses: Sequence[PublishedDefense]) -> str:
+    """``prune, quantize`` — the published chain in one phrase (``none`` when empty)."""
+    return ", ".join(d.name for d in defenses) or "none"

@@ -40,6 +40,7 @@ attack seeds 0/1): orthogonality with λ₀ = 1e-5 gives 55.3 / 45.5 dB, none 45
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,6 @@ class Qian(ComposedInversion):
         return QianRegularizer.chosen(num_images)
 
     def describe(self, result: Reconstruction, observation: Observation,
-                 bound: list[BoundPrior] | Any) -> None:
-        super().describe(result, observation, bound)
+                 priors: Sequence[BoundPrior]) -> None:
+        super().describe(result, observation, priors)
         result.extras["regularizer"] = self.regularizer_name(observation.num_images)

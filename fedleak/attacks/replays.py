@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from fedleak.attacks.objectives import AttackPart, NoOptions, PartError, published_names
 from fedleak.attacks.observation import Observation
-from fedleak.attacks.published import find
+from fedleak.attacks.parts import AttackPart, NoOptions, PartError
+from fedleak.attacks.published import find, published_names
 from fedleak.attacks.restarts import RestartsUpdateFn
 from fedleak.registry import Registry
 

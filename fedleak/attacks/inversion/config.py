@@ -18,8 +18,8 @@ from typing import Any
 
 from fedleak.attacks.adaptive import AUTO, check_spec, parse_part
 from fedleak.attacks.batch_statistics import SOURCES
-from fedleak.attacks.objectives import PartError
 from fedleak.attacks.optimisers import OPTIMISERS
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PRIORS
 
 INITS = ("gaussian", "uniform")

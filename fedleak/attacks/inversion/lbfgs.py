@@ -26,8 +26,8 @@ import torch
 from fedleak.attacks.base import Progress
 from fedleak.attacks.capture import captured_function
 from fedleak.attacks.inversion.problem import InversionProblem, ProgressSpan
-from fedleak.attacks.objectives import PartError
 from fedleak.attacks.optimisers import LBFGSPart
+from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PriorPart
 
 

@@ -32,8 +32,8 @@ import torch
 
 from fedleak.attacks.adaptive import Parts
 from fedleak.attacks.epochs import epoch_copies
+from fedleak.attacks.gradient_matching import GradientObjective, WeightedObjective
 from fedleak.attacks.labels import recover_labels
-from fedleak.attacks.objectives import GradientObjective, WeightedObjective
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.optimisers import OptimiserPart
 from fedleak.attacks.priors import PriorPart

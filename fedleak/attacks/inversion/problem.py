@@ -8,7 +8,7 @@ For R candidate batches side by side, ``X = [x_1; …; x_R]`` (``[R, n, C, H, W]
 
 and needs for it only what an :class:`InversionProblem` holds: the labels ŷ, the replay u in
 restart form (:data:`~fedleak.attacks.restarts.RestartsUpdateFn`), the objective J
-(:class:`~fedleak.attacks.objectives.GradientObjective`), the *priors* R_k bound to the
+(:class:`~fedleak.attacks.gradient_matching.GradientObjective`), the *priors* R_k bound to the
 observation with their weights λ_k(i) (the constraint priors project instead), the pixel
 *box* [(0 − mean)/std, (1 − mean)/std] per channel in normalised space, the optimiser, T
 iterations and how often to report. Where its iterations fall in the attack's whole budget,
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from fedleak.attacks.base import Progress
-from fedleak.attacks.objectives import GradientObjective
+from fedleak.attacks.gradient_matching import GradientObjective
 from fedleak.attacks.optimisers import OptimiserPart
 from fedleak.attacks.priors import BoundPrior
 from fedleak.attacks.restarts import RestartsUpdateFn
