@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks import AttackConfigError, attack_class, create_attack
-from fedleak.attacks.kkt import (
+from fedleak.attacks.kkt_loss import (
     SmoothBackwardReLU,
     candidate_labels,
     stationarity_loss,
@@ -352,7 +352,7 @@ def test_packed_runs_land_where_runs_alone_land(seed: int, options: dict) -> Non
 def test_detached_smooth_relu_has_the_functions_derivatives() -> None:
     """relu(z)⁺ + s − s̄ with s = log(1 + e^{αz})/α: value relu, first and second derivatives
     those of SmoothBackwardReLU (σ(αz) and ασ(αz)(1 − σ(αz)))."""
-    from fedleak.attacks.kkt import SmoothBackwardReLU
+    from fedleak.attacks.kkt_loss import SmoothBackwardReLU
     from fedleak.attacks.kkt_packed import DetachedSmoothReLU, Sharpness
 
     sharpness = Sharpness()

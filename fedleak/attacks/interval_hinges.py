@@ -3,11 +3,11 @@
 Some defenses bound each coordinate of the user's own update u(x*) given what they released,
 lower_i ≤ u_i(x*) ≤ upper_i:
 
-- magnitude pruning zeroes exactly the coordinates with |u_i| ≤ t, t the smallest kept |u*|
-  of the layer (or of the whole update, ``scope=global``): [−t, t] where u*_i = 0, no bound
-  on the kept ones (:func:`pruning_bounds`, :func:`prune_thresholds`);
-- stochastic rounding (QSGD) moves |u_i| to a neighbouring level of step Δ_l = m_l / s
-  (m_l = max|u*_l|, s = 2^{bits−1} − 1 levels): u_i ∈ [u*_i − Δ_l, u*_i + Δ_l]
+- magnitude pruning zeroes exactly the coordinates with ``|u_i| ≤ t``, t the smallest kept
+  ``|u*|`` of the layer (or of the whole update, ``scope=global``): [−t, t] where u*_i = 0, no
+  bound on the kept ones (:func:`pruning_bounds`, :func:`prune_thresholds`);
+- stochastic rounding (QSGD) moves ``|u_i|`` to a neighbouring level of step Δ_l = m_l / s
+  (``m_l = max|u*_l|``, s = 2^{bits−1} − 1 levels): u_i ∈ [u*_i − Δ_l, u*_i + Δ_l]
   (:func:`quantisation_bounds`).
 
 :class:`IntervalHinge` adds β H to a gradient-matching objective,

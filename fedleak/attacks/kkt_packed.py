@@ -15,7 +15,7 @@ over the K runs with ``torch.func.vmap``, the θ-gradient inside it taken with
 ``torch.func.grad`` around it.
 
 Inside those transforms the sharpness is a per-run tensor, which the autograd ``Function`` of
-:class:`~fedleak.attacks.kkt.SmoothBackwardReLU` (a Python float per module) cannot carry, so
+:class:`~fedleak.attacks.kkt_loss.SmoothBackwardReLU` (a Python float per module) cannot carry, so
 the packed model's ReLUs are written from differentiable pieces instead
 (:class:`DetachedSmoothReLU`):
 
