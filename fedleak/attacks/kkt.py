@@ -247,7 +247,7 @@ class KKT(Attack[ReleasedModel]):
             packed_model, sharpness, parameters, labels,
             weights=(cfg.alpha1, cfg.alpha2, cfg.alpha3), value_range=released.value_range)
         outcome = iterate_packed(
-            objective, runs, iterations=cfg.iterations, optimizer=cfg.optimizer,
+            objective, runs, iterations=cfg.iterations, optimiser=cfg.optimizer,
             momentum=SGD_MOMENTUM, log_every=cfg.log_every, capture=cfg.capture,
             report=pack_progress(progress, offset, len(settings), cfg.iterations * cfg.runs))
         results = []

@@ -163,7 +163,7 @@ def iterate_packed(
     runs: PackedRuns,
     *,
     iterations: int,
-    optimizer: str,
+    optimiser: str,
     momentum: float,
     log_every: int,
     capture: bool,
@@ -179,7 +179,7 @@ def iterate_packed(
     count = x.shape[0]
     rates = (runs.lr.double().view(1, -1), runs.lambda_lr.double().view(1, -1))  # [1, K]
     optimisers: list[DeviceSignedAdam | DeviceSGD]
-    if optimizer == "adam":
+    if optimiser == "adam":
         optimisers = [DeviceSignedAdam(x, rates[0], signed=False),
                       DeviceSignedAdam(lambdas, rates[1], signed=False)]
     else:
