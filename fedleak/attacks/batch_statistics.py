@@ -161,14 +161,17 @@ def target_statistics(observation: Observation, source: str = "auto"
 def layer_distance(mean: torch.Tensor, variance: torch.Tensor, target: LayerStatistics,
                    form: str = "standardised") -> torch.Tensor:
     """One layer's term of ``R_BN`` (module docstring) for candidate statistics."""
+    distance: torch.Tensor
     if form == "yin":
-        return (torch.linalg.vector_norm(mean - target.mean)
-                + torch.linalg.vector_norm(variance - target.variance))
+        distance = (torch.linalg.vector_norm(mean - target.mean)
+                    + torch.linalg.vector_norm(variance - target.variance))
+        return distance
     scale = target.variance.clamp(min=VARIANCE_FLOOR).sqrt()
     root = math.sqrt(mean.numel())
     std = variance.clamp(min=VARIANCE_FLOOR).sqrt()
-    return (torch.linalg.vector_norm((mean - target.mean) / scale)
-            + torch.linalg.vector_norm((std - scale) / scale)) / root
+    distance = (torch.linalg.vector_norm((mean - target.mean) / scale)
+                + torch.linalg.vector_norm((std - scale) / scale)) / root
+    return distance
 
 
 def batch_norm_prior(observation: Observation, targets: list[LayerStatistics],

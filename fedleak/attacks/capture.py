@@ -148,7 +148,7 @@ def run_iterations(
         advance(iterations)
         return None if not capture or not capturable(device) else \
             "too few iterations to capture; ran eagerly"
-    side = torch.cuda.Stream(device)
+    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         advance(warmup)
@@ -184,7 +184,7 @@ def captured_function(
     """
     if not capturable(device):
         return function, None
-    side = torch.cuda.Stream(device)
+    side = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(warmup):

@@ -51,7 +51,8 @@ class ImprintBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         activations = F.relu(self.linear0(x.flatten(1)))
-        return x + self.linear1(activations).view(x.shape)
+        imprinted: torch.Tensor = x + self.linear1(activations).view(x.shape)
+        return imprinted
 
 
 class ImprintedModel(nn.Module):
@@ -63,4 +64,5 @@ class ImprintedModel(nn.Module):
         self.inner = inner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(self.imprint(x))
+        out: torch.Tensor = self.inner(self.imprint(x))
+        return out

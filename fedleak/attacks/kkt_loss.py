@@ -58,7 +58,8 @@ class SmoothReLU(nn.Module):
         self.alpha = float(alpha)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return SmoothBackwardReLU.apply(z, self.alpha)
+        out: torch.Tensor = SmoothBackwardReLU.apply(z, self.alpha)  # type: ignore[no-untyped-call]
+        return out
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
@@ -84,7 +85,7 @@ def model_output(
     model: nn.Module, parameters: dict[str, torch.Tensor], x: torch.Tensor
 ) -> torch.Tensor:
     """Φ(θ; x) as a vector ``[n]``; the model must give one output per input."""
-    out = functional_call(model, parameters, (x,))
+    out: torch.Tensor = functional_call(model, parameters, (x,))
     out = out.reshape(x.shape[0], -1)
     if out.shape[1] != 1:
         raise ValueError(f"the KKT attack needs a scalar output per input, got {out.shape[1]}")

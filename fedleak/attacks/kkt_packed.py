@@ -128,7 +128,8 @@ def packed_objective(
         sharpness.alpha = alpha
 
         def weighted(params: dict[str, torch.Tensor]) -> torch.Tensor:
-            out = functional_call(model, params, (x,)).reshape(x.shape[0], -1)[:, 0]
+            out: torch.Tensor = functional_call(model, params, (x,))
+            out = out.reshape(x.shape[0], -1)[:, 0]
             return (lambdas * labels * out).sum()
 
         combined = grad(weighted)(theta)

@@ -143,5 +143,5 @@ def cut_offs(values: torch.Tensor, levels: torch.Tensor, method: str = "gaussian
     if method != "gaussian":
         raise ValueError(f"cut-off method must be one of {CUT_METHODS}, got {method!r}")
     mean, std = values.mean(0), values.std(0).clamp_min(1e-12)
-    z = torch.distributions.Normal(0.0, 1.0).icdf(levels)
+    z: torch.Tensor = torch.distributions.Normal(0.0, 1.0).icdf(levels)  # type: ignore[no-untyped-call]
     return mean + std * (z[:, None] if values.dim() > 1 else z)

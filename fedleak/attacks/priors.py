@@ -288,7 +288,8 @@ class GroupConsistency(PriorPart):
 
         def rows(images: torch.Tensor) -> torch.Tensor:
             mean = images.detach().mean(0, keepdim=True)
-            return (images - mean).flatten(1).norm(dim=1)
+            distances: torch.Tensor = (images - mean).flatten(1).norm(dim=1)
+            return distances
 
         def single(images: torch.Tensor) -> torch.Tensor:
             return torch.zeros((), dtype=images.dtype, device=images.device)

@@ -14,14 +14,14 @@ from fedleak.attacks.base import Attack
 from fedleak.registry import ConfigError, Registry
 
 ENTRY_POINT_GROUP = "fedleak.attacks"
-A = TypeVar("A", bound=type[Attack])
+A = TypeVar("A", bound=type[Attack[Any]])
 
 
 class AttackConfigError(ConfigError):
     """An unknown attack name or option, or an option value of the wrong type."""
 
 
-ATTACKS: Registry[Attack] = Registry("attack", ENTRY_POINT_GROUP, AttackConfigError)
+ATTACKS: Registry[Attack[Any]] = Registry("attack", ENTRY_POINT_GROUP, AttackConfigError)
 
 
 def register_attack(name: str) -> Callable[[A], A]:
@@ -34,12 +34,12 @@ def attack_names() -> tuple[str, ...]:
     return ATTACKS.names()
 
 
-def attack_class(name: str) -> type[Attack]:
+def attack_class(name: str) -> type[Attack[Any]]:
     """The class registered as ``name``."""
     return ATTACKS.get(name)
 
 
-def create_attack(name: str, options: Mapping[str, Any] | None = None) -> Attack:
+def create_attack(name: str, options: Mapping[str, Any] | None = None) -> Attack[Any]:
     """Build attack ``name`` with ``options`` (strings are converted to the field's type)."""
     return ATTACKS.create(name, options)
 

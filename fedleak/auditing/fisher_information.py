@@ -45,7 +45,8 @@ def jacobian_norm_squared(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.T
         return fn(v.view_as(x)).reshape(-1)
 
     def tangent(direction: torch.Tensor) -> torch.Tensor:
-        return jvp(of_flat, (flat,), (direction,))[1]
+        derivative: torch.Tensor = jvp(of_flat, (flat,), (direction,))[1]
+        return derivative
 
     total = 0.0
     eye = torch.eye(d, dtype=flat.dtype, device=flat.device)

@@ -88,6 +88,7 @@ class ClientDP(UpdateDefense):
     """Clip the user's whole update to S and add N(0, σ²S²) (or a 1/n share of it)."""
 
     Config = ClientDPConfig
+    config: ClientDPConfig
 
     def __init__(self, config: ClientDPConfig | None = None) -> None:
         super().__init__(config)

@@ -93,7 +93,7 @@ def optimise_lbfgs(problem: InversionProblem, images: torch.Tensor, span: Progre
         return loss
 
     for iteration in range(problem.iterations):
-        loss: torch.Tensor = optimiser.step(closure)
+        loss: torch.Tensor = optimiser.step(closure)  # type: ignore[no-untyped-call]
         if problem.projects():
             with torch.no_grad():
                 problem.project(images)

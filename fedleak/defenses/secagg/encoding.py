@@ -110,7 +110,8 @@ class Reader:
         return chunk
 
     def u32(self) -> int:
-        return _U32.unpack(self._take(4))[0]
+        value: int = _U32.unpack(self._take(4))[0]
+        return value
 
     def blob(self) -> bytes:
         return bytes(self._take(self.u32()))

@@ -236,7 +236,8 @@ def decode_message(data: bytes) -> Message:
     """Any SecAgg message from its bytes, dispatching on the type byte (the header's 6th byte)."""
     if len(data) < 6 or data[5] not in _BY_TYPE:
         raise SecAggViolation("not a secure-aggregation message, or an unknown message type")
-    return _BY_TYPE[data[5]].from_bytes(data)
+    message: Message = _BY_TYPE[data[5]].from_bytes(data)
+    return message
 
 
 M = TypeVar("M", AdvertiseKeys, ShareKeysRequest, ShareKeys, MaskedInputRequest, MaskedInput,
