@@ -33,6 +33,29 @@ def test_audit_table_becomes_each_points_audit_without_moving_old_ids() -> None:
     assert declared.audit == {"trials": 2000, "threshold_rule": "declared", "threshold": 0.5}
 
 
+def test_the_attacks_of_a_portfolio_share_one_audit_per_setting(tmp_path: Path) -> None:
+    """The game measures the defended update, not the attack: points differing only in their
+    attack share an audit id (and the stored audit), points differing in the defense do not."""
+    two_attacks = (tiny_spec(NOISE) + AUDIT
+                   + '[[sweep.attack]]\nname = "inverting-gradients"\niterations = 10\ntv = 0.1\n')
+    points = parse_spec(two_attacks.replace(
+        "[sweep]", "[sweep]\nportfolio = true", 1)).points()
+    by_setting: dict[str, set[str]] = {}
+    for p in points:
+        by_setting.setdefault(p.label, set()).add(p.audit_id)
+    assert len({p.point_id for p in points}) == 2 * len(by_setting)  # two attacks per setting
+    assert all(len(ids) == 1 for ids in by_setting.values())
+    assert len({next(iter(ids)) for ids in by_setting.values()}) == len(by_setting)
+    first, second = [p for p in points if p.label == points[-1].label]
+    measured = AuditMeasurement(epsilon_lb={"gaussian-dp": 2.0}, confidence=0.95, trials=300,
+                                delta=1e-5, canary="gradient canary")
+    with ResultStore(tmp_path / "results.sqlite") as store:
+        store.add_points([first, second])
+        assert store.shared_audit(second) is None
+        store.record(first.point_id, "audit", measured.to_json(), time.time())
+        assert store.shared_audit(second) == measured.to_json()
+
+
 @pytest.mark.parametrize("table, message", [
     ("trials = 0", "trials must lie in"),
     ("cannary = 'input'", "unknown key(s) cannary"),

@@ -166,6 +166,16 @@ class Point:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
+    def audit_id(self) -> str:
+        """The id of what the audit depends on: :meth:`measured` without the attack and the
+        utility training (the game measures the victim's defended update, whoever attacks it),
+        so the attacks of a portfolio share one audit per setting."""
+        data = {k: v for k, v in self.measured().items()
+                if k not in ("attack", "attack_options", "utility")}
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
     def utility_settings(self) -> UtilitySettings:
         return UtilitySettings(**self.utility)
 

@@ -268,6 +268,7 @@ def measure_points(point_jsons: list[str], run_dir: str, token: str | None,
     with ResultStore(root / STORE_NAME) as store:
         for point in points:
             share_utility(store, point)
+            share_audit(store, point)
         needs = [needs_of(store, point) for point in points]
         for point, need in zip(points, needs, strict=True):
             progress.start(point.point_id, point.label, need.steps(point))
@@ -307,6 +308,19 @@ def share_utility(store: ResultStore, point: Point) -> None:
     if shared is not None:
         try:
             store.record(point.point_id, "utility", shared, time.time())
+        except DuplicateMeasurement:
+            pass
+
+
+def share_audit(store: ResultStore, point: Point) -> None:
+    """Copy the audit another attack of the portfolio played at this point's setting (the game
+    measures the defended update, not the attack), so it is played once per setting."""
+    if point.audit is None or store.done(point.point_id, "audit"):
+        return
+    shared = store.shared_audit(point)
+    if shared is not None:
+        try:
+            store.record(point.point_id, "audit", shared, time.time())
         except DuplicateMeasurement:
             pass
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,12 +186,22 @@ class ResultStore:
     def shared_utility(self, point: Point) -> dict[str, Any] | None:
         """A utility measurement of another point with the same :attr:`Point.utility_id`
         (another attack of a portfolio at the same setting), or None."""
+        return self._shared(point, "utility", lambda p: p.utility_id)
+
+    def shared_audit(self, point: Point) -> dict[str, Any] | None:
+        """An audit measurement of another point with the same :attr:`Point.audit_id`
+        (another attack of a portfolio at the same setting), or None."""
+        return self._shared(point, "audit", lambda p: p.audit_id)
+
+    def _shared(self, point: Point, kind: str,
+                key: Callable[[Point], str]) -> dict[str, Any] | None:
+        wanted = key(point)
         for stored in self.points():
             other = stored.point
-            if other.point_id != point.point_id and other.utility_id == point.utility_id \
-                    and self.done(other.point_id, "utility"):
+            if other.point_id != point.point_id and key(other) == wanted \
+                    and self.done(other.point_id, kind):
                 for m in self.measurements(other.point_id):
-                    if m.kind == "utility":
+                    if m.kind == kind:
                         return m.metrics
         return None
 
