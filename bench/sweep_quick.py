@@ -81,16 +81,21 @@ def blind_chart(out: Path) -> Path:
 
 
 def dp_points(out: Path) -> None:
-    """The DP-SGD settings with their ε, utility, success at 20 dB and the DP bound."""
+    """The DP-SGD settings with their ε (the deployment's; the accountant's for one audited
+    trial and the audit's ε lower bound for it), utility, success at 20 dB and the DP bound."""
     from fedleak.harness.sweep.bounds_chart import bounds_rows
 
     rows = bounds_rows(load_results(out))
-    print(f"\nDP points: {'setting':>28}  {'ε':>8}  {'test acc':>8}  {'success':>7}  "
-          f"{'DP bound':>8}  {'κ':>6}  {'PSNR':>6}  Fisher ceiling")
+    print(f"\nDP points: {'setting':>28}  {'ε':>8}  {'ε trial':>7}  {'ε_LB':>6}  "
+          f"{'test acc':>8}  {'success':>7}  {'DP bound':>8}  {'κ':>6}  {'PSNR':>6}  "
+          "Fisher ceiling")
     for r in rows:
-        print(f"{'':11}{r.label[:28]:>28}  {format_epsilon(r.epsilon):>8}  "
-              f"{r.accuracy or 0:>8.1%}  {r.successes}/{r.images:<5}  {r.bound or 0:>8.3f}  "
-              f"{r.kappa or 0:>6.3f}  {r.psnr or 0:>6.2f}  {r.fisher_ceiling or 0:.2f} dB")
+        trial = "–" if r.epsilon_trial is None else f"{r.epsilon_trial:.3g}"
+        lb = "–" if r.epsilon_lb is None else f"{r.epsilon_lb:.3g}"
+        print(f"{'':11}{r.label[:28]:>28}  {format_epsilon(r.epsilon):>8}  {trial:>7}  "
+              f"{lb:>6}  {r.accuracy or 0:>8.1%}  {r.successes}/{r.images:<5}  "
+              f"{r.bound or 0:>8.3f}  {r.kappa or 0:>6.3f}  {r.psnr or 0:>6.2f}  "
+              f"{r.fisher_ceiling or 0:.2f} dB")
     deployed = [r for r in rows if r.epsilon is not None and r.epsilon <= 10]
     print(f"{len(deployed)} DP point(s) at ε <= 10 with utility")
 

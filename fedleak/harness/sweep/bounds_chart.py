@@ -2,9 +2,10 @@
 
 For every defense setting with a DP mechanism (a ``dpsgd`` point), one column of three panels:
 
-- privacy loss: the accountant's ε (▼, an *upper* bound on the privacy loss, as true as the
-  implementation) and, where an audit ran, the audited ε_LB (▲, a *lower* bound: canaries
-  measured it; :func:`bounds_rows` takes them as an optional input);
+- privacy loss: the accountant's ε over the whole deployment (▼, an *upper* bound on the
+  privacy loss, as true as the implementation) and, where an audit ran, the audited ε_LB (▲, a
+  *lower* bound: canaries measured it) beside the accountant's ε for what one audit trial
+  covers (▽: the claim the bound is tested against — one round, not the deployment);
 - reconstruction success at η dB: the DP bound β(κ) (▼, an *upper* bound on every attack's
   success, at the public prior's κ(η)) and the strongest attack's measured success (●, a
   *lower* bound on what an attack can do), the blind guess κ as a dash;
@@ -42,6 +43,8 @@ class BoundsRow:
     epsilon: float | None
     delta: float | None
     epsilon_lb: float | None
+    #: the accountant's ε for one audit trial (the claim ε_LB is compared with), or None
+    epsilon_trial: float | None
     accuracy: float | None
     noise_multiplier: float
     sample_rate: float | None
@@ -74,11 +77,14 @@ def bounds_rows(results: list[PointResult],
         a = best.attack
         assert a is not None and a.noise_multiplier is not None
         lb = next((audited[m.point_id] for m in members if m.point_id in audited), None)
+        trial = next((m.audit.epsilon_claimed for m in members
+                      if m.audit is not None and m.audit.epsilon_claimed is not None), None)
         kind = best.point.protocol.kind if best.point.protocol else ""
         rows.append(BoundsRow(
             label=best.label, setting=f"{best.setting}", attack=best.point.attack
             + (f" ({kind})" if kind else ""), epsilon=best.epsilon, delta=best.delta,
-            epsilon_lb=lb, accuracy=best.accuracy, noise_multiplier=a.noise_multiplier,
+            epsilon_lb=lb, epsilon_trial=trial, accuracy=best.accuracy,
+            noise_multiplier=a.noise_multiplier,
             sample_rate=a.sample_rate, dp_steps=a.dp_steps, success_psnr=a.success_psnr,
             success_rate=a.success_rate, successes=a.successes, images=a.images,
             kappa=a.kappa, bound=a.reconstruction_bound, bound_se=a.reconstruction_bound_se,
@@ -97,11 +103,16 @@ def plot_bounds(rows: list[BoundsRow], path: Path, title: str = "") -> Path:
 
     eps = series([r.epsilon for r in rows])
     eps_ax.plot(xs, eps, "v", color="C3", markersize=10,
-                label="accountant ε: upper bound on the privacy loss (the defense's claim)")
+                label="accountant ε of the deployment: upper bound on its privacy loss")
     lbs = series([r.epsilon_lb for r in rows])
     if np.isfinite(lbs).any():
         eps_ax.plot(xs, lbs, "^", color="C2", markersize=10,
-                    label="audited ε_LB: lower bound on the privacy loss (canary audit)")
+                    label="audited ε_LB of one trial: lower bound on its privacy loss")
+    trials = series([r.epsilon_trial for r in rows])
+    if np.isfinite(trials).any():
+        eps_ax.plot(xs, trials, "v", markerfacecolor="none", markeredgecolor="C2",
+                    markersize=10, label="accountant ε of one audited trial (what ε_LB tests)")
+        eps_ax.vlines(xs, lbs, trials, color="C2", linewidth=1, alpha=0.6)
     eps_ax.set_yscale("log")
     eps_ax.set_ylabel("ε (δ as accounted)")
     eps_ax.axhspan(0.5, 10, color="C2", alpha=0.06, label="ε 0.5–10: where deployments sit")

@@ -427,8 +427,10 @@ def _worst_html(rows: list[WorstCase], charts: list[tuple[str, Path]],
 def _bounds_html(rows: list[BoundsRow], chart: Path, run_dir: Path) -> list[str]:
     e = html.escape
     parts = ["<h2>DP points from both sides</h2>",
-             "<p>Per DP-SGD setting: the accountant's ε (an upper bound on the privacy loss) and "
-             "the audited ε<sub>LB</sub> where an audit ran (a lower bound); the DP bound on any "
+             "<p>Per DP-SGD setting: the accountant's ε of the deployment (an upper bound on the "
+             "privacy loss) and, where an audit ran, the audited ε<sub>LB</sub> of one trial (a "
+             "lower bound) beside the accountant's ε for what that trial covers (one round, "
+             "the claim the bound tests); the DP bound on any "
              "attack's success at the public prior's baseline κ (reconstruction robustness, "
              "Hayes et al. 2023; an upper bound) and the strongest attack's measured success (a "
              "lower bound on what is possible); the attack's PSNR and the victim's Fisher "
@@ -437,15 +439,17 @@ def _bounds_html(rows: list[BoundsRow], chart: Path, run_dir: Path) -> list[str]
              f'<figure><img src="{_rel(chart, run_dir)}" alt="DP points from both sides: ε, '
              'reconstruction success and PSNR with their bounds"><figcaption>▼ upper bounds, '
              "▲ and ● lower bounds (measured).</figcaption></figure>"]
-    table = ['<table><tr><th class="l">setting</th><th>ε</th><th>ε<sub>LB</sub></th>'
-             "<th>test accuracy</th><th>success</th><th>DP bound</th><th>κ</th>"
+    table = ['<table><tr><th class="l">setting</th><th>ε</th><th>ε of one trial</th>'
+             "<th>ε<sub>LB</sub> of one trial</th><th>test accuracy</th><th>success</th>"
+             "<th>DP bound</th><th>κ</th>"
              "<th>PSNR dB</th><th>Fisher ceiling dB</th></tr>"]
     for r in rows:
         success = "–" if r.success_rate is None else \
             f"{r.successes}/{r.images} ≥ {r.success_psnr:g} dB"
         table.append(
             f'<tr><td class="l">{e(r.label)} <small>{e(r.attack)}</small></td>'
-            f"<td>{e(format_epsilon(r.epsilon))}</td><td>{_fmt(r.epsilon_lb, '.3g')}</td>"
+            f"<td>{e(format_epsilon(r.epsilon))}</td><td>{_fmt(r.epsilon_trial, '.3g')}</td>"
+            f"<td>{_fmt(r.epsilon_lb, '.3g')}</td>"
             f"<td>{_fmt(r.accuracy, '.1%')}</td><td>{e(success)}</td>"
             f"<td>{_fmt(r.bound, '.3f')}</td><td>{_fmt(r.kappa, '.3g')}</td>"
             f"<td>{_fmt(r.psnr, '.2f')}</td><td>{_fmt(r.fisher_ceiling, '.2f')}</td></tr>")
