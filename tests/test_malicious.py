@@ -17,7 +17,6 @@ from fedleak.attacks.fishing import Gate, GateDifference
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
-from fedleak.harness.attacker.records import EXACT_PSNR
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
@@ -67,8 +66,8 @@ def rounds(attack, spec: str, count: int, seed: int = 0):  # noqa: ANN001, ANN20
 def exact(attack, observation, truth) -> int:  # noqa: ANN001
     reconstruction = attack.reconstruct(observation)
     images = denormalize(reconstruction.images, INFO).clamp(0, 1)
-    scored = score_reconstruction(images, truth)
-    return sum(1 for s in scored.images if s.psnr >= EXACT_PSNR)
+    scored = score_reconstruction(images, truth, padding=reconstruction.padding)
+    return scored.exact
 
 
 def test_closed_forms() -> None:

@@ -23,17 +23,11 @@ import numpy as np
 import torch
 
 from fedleak import __version__
+from fedleak.harness.shared.metrics import EXACT_PSNR
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
-#: an image counts as recovered *exactly* at this PSNR on [0, 1] or above (an error of 1 % of
-#: the range per pixel): what imprint and trap-weights promise, beside the mean PSNR
-EXACT_PSNR = 40.0
-
-
-def exact_count(psnrs: list[float]) -> int:
-    """How many of ``psnrs`` reach :data:`EXACT_PSNR`."""
-    return sum(1 for p in psnrs if p >= EXACT_PSNR)
+__all__ = ["EXACT_PSNR"]
 
 
 def to_json(record: Any) -> Any:
@@ -93,13 +87,17 @@ class RunHeader:
 
 @dataclass
 class ImageRecord:
-    """The victim's score of one reconstructed image (matched one-to-one to the truth)."""
+    """The victim's score of one reconstructed image (matched one-to-one to the truth);
+    ``padding``: its match is one of the attack's placeholders; ``exact``: the image is in the
+    victim's exact matching (PSNR >= EXACT_PSNR against a non-padding reconstruction)."""
 
     index: int
     matched_index: int
     psnr: float
     ssim: float
     mse: float
+    padding: bool = False
+    exact: bool = False
 
 
 @dataclass
@@ -145,8 +143,13 @@ class RoundRecord:
     unscored: str | None = field(default=None, metadata=OMIT)
     #: how many targets (rounds, or sweep points' victims) were attacked as one computation
     packed_with: int | None = field(default=None, metadata=OMIT)
-    #: images scored at PSNR >= EXACT_PSNR (None: not scored)
+    #: exact recoveries as the victim counts them: the largest one-to-one matching at PSNR >=
+    #: EXACT_PSNR, padding left out (None: not scored)
     exact: int | None = field(default=None, metadata=OMIT)
+    #: the best PSNR of any private image against any non-padding reconstruction
+    best_psnr: float | None = field(default=None, metadata=OMIT)
+    #: the reconstruction's placeholder slots (the attack's padding)
+    padding: list[int] | None = field(default=None, metadata=OMIT)
     #: probe rounds a malicious server ran (at other crafted θ) before this one
     probe_rounds: int | None = field(default=None, metadata=OMIT)
     #: what the attack reports of itself (bins, expected exact recoveries, ...)
@@ -175,8 +178,10 @@ class RunSummary:
     #: ε the victim's accountant reports after the last round (DP defenses), and its δ
     epsilon: float | None = field(default=None, metadata=OMIT)
     delta: float | None = field(default=None, metadata=OMIT)
-    #: images scored at PSNR >= EXACT_PSNR dB, over every round
+    #: exact recoveries over every round (each round's largest matching at EXACT_PSNR dB)
     exact: int | None = field(default=None, metadata=OMIT)
+    #: the best image of any round (padding never counts)
+    best_psnr: float | None = field(default=None, metadata=OMIT)
 
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
@@ -187,6 +192,8 @@ class RunSummary:
         errors = [r.mean_feature_relative_error for r in rounds
                   if r.mean_feature_relative_error is not None]
         privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
+        exacts = [r.exact for r in rounds if r.exact is not None]
+        bests = [r.best_psnr for r in rounds if r.best_psnr is not None]
         return cls(
             rounds=len(rounds),
             images=len(psnrs),
@@ -198,7 +205,8 @@ class RunSummary:
             mean_feature_relative_error=float(np.mean(errors)) if errors else None,
             epsilon=privacy.get("epsilon_total"),
             delta=privacy.get("delta"),
-            exact=exact_count(psnrs) if psnrs else None,
+            exact=sum(exacts) if exacts else None,
+            best_psnr=max(bests) if bests else None,
         )
 
 
@@ -233,8 +241,9 @@ class UpdateRun:
         for i, r in enumerate(self.rounds):
             for img in r.images:
                 which = f"{img.index + 1} of {r.num_images}"
+                note = "  (padding)" if img.padding else ""
                 lines.append(f"{i:>5}  {which:>13}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
-                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}")
+                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}{note}")
             if r.unscored:
                 lines.append(f"{i:>5}  unscored: {r.unscored}")
         s = self.summary
@@ -244,8 +253,11 @@ class UpdateRun:
                          f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
                          "more of the private images leaked)")
         if s.exact is not None:
-            lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB): {s.exact} of "
-                         f"{s.images} image(s) (threat model: {self.header.server_role} server)")
+            lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB, largest one-to-one "
+                         f"matching): {s.exact} of {s.images} image(s) (threat model: "
+                         f"{self.header.server_role} server)")
+        if s.best_psnr is not None:
+            lines.append(f"best image: {s.best_psnr:.2f} dB (padding slots never count)")
         if s.epsilon is not None:
             delta = f" at δ = {s.delta:g}" if s.delta is not None else ""
             lines.append(f"privacy spent (the victim's DP accountant): ε = {s.epsilon:.4g}{delta}")

@@ -47,7 +47,6 @@ from fedleak.harness.attacker.records import (
     RoundRecord,
     RunHeader,
     UpdateRun,
-    exact_count,
 )
 from fedleak.harness.attacker.secure_aggregation import (
     as_received_update,
@@ -279,7 +278,8 @@ class Server:
             score = self.client.score(
                 received.round_id, images, labels, received.user_ids,
                 features=None if features is None else features.detach().cpu(),
-                feature_layer=reconstruction.feature_layer)
+                feature_layer=reconstruction.feature_layer,
+                padding=list(reconstruction.padding) if images is not None else None)
         except VictimError as err:
             if err.code not in GONE:
                 raise
@@ -344,13 +344,16 @@ def round_record(
         mean_mse=score.mean_mse if score is not None and score.images else None,
         label_accuracy=score.label_accuracy if score is not None and score.labels_scored
         else None,
-        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse)
+        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse, s.padding,
+                            s.exact)
                 for s in score.images] if score is not None else [],
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
-        exact=exact_count([s.psnr for s in score.images]) if score is not None and score.images
+        exact=score.exact if score is not None and score.images else None,
+        best_psnr=score.best_psnr if score is not None and score.images and score.best_scored
         else None,
+        padding=list(reconstruction.padding) or None,
         attack_extras={k: v for k, v in reconstruction.extras.items()
                        if isinstance(v, int | float | str | bool)} or None,
         probe_rounds=reconstruction.extras.get("probe_rounds"),

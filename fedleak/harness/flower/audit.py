@@ -136,7 +136,8 @@ class LeakageAudit(Auditor, Strategy):
             self._audit_update(
                 server_round, f"node {node}", f"round-{server_round:03d}-node-{node}",
                 received, params, buffers, warnings,
-                lambda images, labels: self._node_score(server_round, node, images, labels))
+                lambda images, labels, padding: self._node_score(server_round, node, images,
+                                                                  labels, padding=padding))
             self.audited.append((server_round, node))
         except NotAttackable as err:
             self._not_attacked(where, str(err))
