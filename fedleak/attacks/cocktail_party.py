@@ -85,6 +85,7 @@ from fedleak.attacks.base import Attack, Progress, UpdateSetting
 from fedleak.attacks.fc_layer import (
     ModelDoesNotFit,
     check_update,
+    expected_sets,
     first_linear_layer,
     gradient_of,
     labels_for_inputs,
@@ -102,6 +103,9 @@ SCALES = ("bias", "minmax")
 RELU_CHOICES = ("auto", "off")
 #: singular values below this fraction of the largest are the update's rounding, not a source
 RANK_TOLERANCE = 1e-6
+#: sampled sets the certify-and-deflate rounds may add (SPEAR's search for the last inputs of
+#: a small batch; only when the expected number is within it)
+SAMPLING_BUDGET = 1_000_000
 
 
 @dataclass
@@ -135,6 +139,8 @@ class CocktailPartyConfig:
         "help": "auto: certify and deflate inputs through the ReLU's exact zeros when one "
                 "follows the layer (exact recovery); off: the paper's unmixing alone"})
     rounds: int = field(default=12, metadata={"help": "rounds of certify-and-deflate"})
+    time_limit: float = field(default=300.0, metadata={
+        "help": "seconds the certify-and-deflate rounds may take at most"})
     fi_iterations: int = field(default=1000, metadata={
         "help": "feature inversion steps (convolutional models)"})
     fi_lr: float = field(default=0.1, metadata={"help": "feature inversion step size"})
@@ -154,6 +160,7 @@ class CocktailPartyConfig:
             raise ValueError("ica-iterations and rounds must be at least 1; iterations and "
                              "fi-iterations at least 0")
         for key, number in (("tolerance", self.tolerance), ("lr", self.lr),
+                            ("time-limit", self.time_limit),
                             ("fi-lr", self.fi_lr), ("temperature", self.temperature)):
             if not (number > 0 and math.isfinite(number)):
                 raise ValueError(f"{key} must be a positive number, got {number}")
@@ -325,10 +332,11 @@ class CocktailParty(Attack[Observation]):
         inputs = estimate.inputs
         weight, bias = layer_parameters(observation, layer)
         if cfg.relu == "auto" and relu_follows(observation, layer):
-            inputs, certified = self.relu_refinement(
+            inputs, history = self.relu_refinement(
                 mixtures, totals, inputs, count, (weight.numpy(), bias.numpy()), shape, seed)
-            extras["certified"] = certified
-            if certified == count:
+            extras["certified"] = sum(history)
+            extras["certified_per_round"] = ",".join(map(str, history))
+            if sum(history) == count:
                 extras["solved_exactly"] = True
         elif cfg.relu == "auto":
             extras["certified"] = 0
@@ -352,47 +360,86 @@ class CocktailParty(Attack[Observation]):
     def relu_refinement(self, mixtures: np.ndarray, totals: np.ndarray, inputs: np.ndarray,
                         count: int, forward: tuple[np.ndarray, np.ndarray],
                         shape: tuple[int, int, int] | None, seed: int
-                        ) -> tuple[np.ndarray, int]:
+                        ) -> tuple[np.ndarray, list[int]]:
         """Certify, deflate, repeat; solve exactly when every input is certified (module
-        docstring). Returns the inputs and how many were certified."""
+        docstring). Returns the inputs and how many were certified in each round (a last
+        entry for the sampling search, when it ran).
+
+        Each estimate's direction starts at its estimated mixing column, ``q = L⁺ a_j`` with
+        ``A = G X̂⁺`` (after deflation: the projected mixture's, moved only along the certified
+        directions), and is refined to the input's zero set
+        (:func:`~fedleak.attacks.relu_sparsity.direction_near`); failing that, from the n − 1
+        rows its pre-activations rank most negative. When the rounds stop short and the batch
+        is small enough for SPEAR's sampling (``expected_sets`` within its default budget), the
+        remaining directions are sampled within the time left.
+        """
         cfg = self.config
         grad = rs.factorise(mixtures, totals, count)
         margin = rs.default_margin(count)
         found = rs.DirectionSet(count)
         estimates = inputs.copy()
-        kept: list[np.ndarray] = []          # the estimate each certified direction came from
+        seen: list[np.ndarray] = list(inputs)     # every estimate made, for partial results
+        projected = mixtures
+        left_pinv = np.linalg.pinv(grad.left)
+        history: list[int] = []
+        started = time.perf_counter()
         for round_ in range(cfg.rounds):
+            if time.perf_counter() - started > cfg.time_limit:
+                break
+            known = found.columns()
+            starts = left_pinv @ (projected @ np.linalg.pinv(estimates))       # [n, k]
             added = 0
-            for x in estimates:
-                ranked = np.argsort(x @ forward[0].T + forward[1])
-                if found.add(rs.direction_from_ranked_rows(grad, ranked, margin, forward)):
-                    kept.append(x)
-                    added += 1
+            for j, x in enumerate(estimates):
+                direction = rs.direction_near(grad, starts[:, j], margin, forward,
+                                              known=known if known.shape[1] else None)
+                if direction is None:
+                    ranked = np.argsort(x @ forward[0].T + forward[1])
+                    direction = rs.direction_from_ranked_rows(grad, ranked, margin, forward,
+                                                              pools=(1.0,))
+                added += found.add(direction)
+            if count - len(found.found) == 1:
+                added += found.add(rs.last_direction(grad, found.columns(), forward, margin))
+            history.append(added)
             remaining = count - len(found.found)
-            if remaining == 1:
-                if found.add(rs.last_direction(grad, found.columns(), forward, margin)):
-                    kept.append(estimates[0] if estimates.shape[0] else inputs[0])
-                    remaining = 0
             if remaining == 0:
-                return rs.solve_inputs(grad, found.columns()), count
+                return rs.solve_inputs(grad, found.columns()), history
             if added == 0 and round_ > 0:
                 break
-            known = grad.left @ found.columns()                        # mixing columns found
-            projector = np.eye(mixtures.shape[0]) - known @ np.linalg.pinv(known)
-            estimates = unmix(projector @ mixtures, projector @ totals, remaining, cfg, shape,
+            known_mixing = grad.left @ found.columns()
+            projector = np.eye(mixtures.shape[0]) - known_mixing @ np.linalg.pinv(known_mixing)
+            projected = projector @ mixtures
+            estimates = unmix(projected, projector @ totals, remaining, cfg, shape,
                               seed + round_ + 1).inputs
-        return self.partial(grad, found, kept, estimates), len(found.found)
+            seen += list(estimates)
+        left = cfg.time_limit - (time.perf_counter() - started)
+        if left > 0 and expected_sets(count) <= SAMPLING_BUDGET:
+            before = len(found.found)
+            rs.sample_directions(grad, found, samples=SAMPLING_BUDGET, seconds=left,
+                                 margin=margin, rng=np.random.default_rng(seed), layer=forward)
+            if count - len(found.found) == 1:
+                found.add(rs.last_direction(grad, found.columns(), forward, margin))
+            history.append(len(found.found) - before)
+            if len(found.found) == count:
+                return rs.solve_inputs(grad, found.columns()), history
+        return self.partial(grad, found, seen, estimates, forward), history
 
     @staticmethod
-    def partial(grad: rs.FactoredGradient, found: rs.DirectionSet, kept: list[np.ndarray],
-                estimates: np.ndarray) -> np.ndarray:
-        """Certified inputs: their estimates with the other certified inputs projected out
-        (``x = r R``, ``r ⊥ q_k`` for every other certified k, nearest the estimate); the rest:
-        the last deflated ICA estimates."""
+    def partial(grad: rs.FactoredGradient, found: rs.DirectionSet, seen: list[np.ndarray],
+                estimates: np.ndarray, forward: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """When not every input was certified. Certified input k: the estimate (of all made)
+        whose ReLU pattern agrees best with its direction's zero set, with the other certified
+        inputs projected out (``x = r R``, ``r ⊥ q_j`` for the other certified j, nearest the
+        estimate); the rest: the last deflated ICA estimates."""
         columns = found.columns()
         right_pinv = np.linalg.pinv(grad.right)
+        pool = np.stack(seen)
+        active = pool @ forward[0].T + forward[1] > 0                       # [estimates, m]
+        live = grad.live
         out = []
-        for j, x in enumerate(kept):
+        for j in range(columns.shape[1]):
+            zeros = grad.zero_set(columns[:, j])
+            agreement = ((~active[:, live]) == zeros[live]).mean(axis=1)
+            x = pool[int(np.argmax(agreement))]
             others = np.delete(columns, j, axis=1)
             coefficients = x @ right_pinv
             if others.shape[1]:

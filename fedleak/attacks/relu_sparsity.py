@@ -188,32 +188,22 @@ def certify(grad: FactoredGradient, q: np.ndarray, margin: int,
     return Direction(q, int(zeros.sum()), ratio)
 
 
-def robust_null(rows: np.ndarray, q: np.ndarray, halves: int = 10) -> bool:
-    """Whether a zero set's null space is one-dimensional *because of many rows*.
+def robust_null(rows: np.ndarray, q: np.ndarray) -> bool:
+    """Whether a zero set's null space stays one-dimensional without the rows ``q`` fits far
+    below the rounding level of the rest.
 
-    An input's zero set has hundreds of rows spanning n − 1 dimensions, so the null vector is
-    at the rounding level on all of them and any half of them pins it down as well. A
-    mixture's zero set spans fewer dimensions but for a few rows the mixture was fitted to
-    exactly (far below the rounding level of the rest): without them, or in a half that lacks
-    one, the null space grows and its second singular value falls to the rounding level.
+    An input's zero set has hundreds of rows spanning n − 1 dimensions, all at the rounding
+    level of ``L q``. A mixture's zero set spans fewer dimensions but for the few rows the
+    mixture was fitted to exactly (the sampled ones, orders of magnitude below the rest):
+    without them its null space grows.
     """
     residual = np.abs(rows @ q)
-    full = np.linalg.svd(rows, compute_uv=False)
-    floor = float(full[-1])
-    pinned = residual < 1e-2 * float(np.median(residual))
+    pinned = residual < 1e-4 * float(np.median(residual))
     kept = rows[~pinned]
     if kept.shape[0] < q.shape[0]:
         return False
     sv = np.linalg.svd(kept, compute_uv=False)
-    if sv[-1] >= NULLITY_RATIO * sv[-2]:
-        return False
-    generator = np.random.default_rng(rows.shape[0])
-    for _ in range(halves):
-        half = rows[generator.permutation(rows.shape[0])[: rows.shape[0] // 2]]
-        sv = np.linalg.svd(half, compute_uv=False)
-        if sv.shape[0] < q.shape[0] or sv[-2] < 3 * floor:
-            return False
-    return True
+    return bool(sv[-1] < NULLITY_RATIO * sv[-2])
 
 
 def forward_consistent(grad: FactoredGradient, zeros: np.ndarray, weight: np.ndarray,
@@ -257,14 +247,15 @@ def default_margin(n: int) -> int:
 
 
 def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margin: int,
-                               layer: tuple[np.ndarray, np.ndarray] | None = None
+                               layer: tuple[np.ndarray, np.ndarray] | None = None,
+                               pools: tuple[float, ...] = (1.0, 1.3, 1.8)
                                ) -> Direction | None:
     """A certified direction from rows ranked most-likely-zero first (an input estimate's most
     negative pre-activations): the null vector of the first n − 1 live rows, then of larger
-    pools trimmed of their worst row until one is exactly null."""
+    pools (``pools`` × n rows) trimmed of their worst row until one is exactly null."""
     n = grad.rank
     ranked = np.asarray([k for k in ranked if grad.live[k]])
-    for factor in (1.0, 1.3, 1.8):
+    for factor in pools:
         pool = list(ranked[: max(n - 1, int(factor * n))])
         while len(pool) >= n - 1:
             _, sv, vt = np.linalg.svd(grad.rows[pool], full_matrices=True)
@@ -277,6 +268,36 @@ def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margi
                     break
             pool.pop(int(np.argmax(np.abs(grad.rows[pool] @ q))))
     return None
+
+
+def direction_near(grad: FactoredGradient, start: np.ndarray, margin: int,
+                   layer: tuple[np.ndarray, np.ndarray] | None = None,
+                   known: np.ndarray | None = None, fraction: float = 0.25,
+                   iterations: int = 10) -> Direction | None:
+    """A certified direction near ``start`` (an estimate of a column of Q, e.g. ``L⁺ a`` for
+    an estimated mixing column ``a``): repeatedly take the ``fraction`` of live rows where
+    ``L q`` is smallest — mostly the input's zeros when ``q`` is close — and move ``q`` to their
+    null vector; then :func:`certify`. With ``known`` columns, ``q`` stays in ``start +
+    span(known)`` (an estimate made after those inputs were projected out)."""
+    n = grad.rank
+    live = np.flatnonzero(grad.live)
+    count = min(live.size, max(2 * (n - 1), int(fraction * live.size)))
+    q = start / max(np.linalg.norm(start), 1e-300)
+    for _ in range(iterations):
+        rows = live[np.argsort(np.abs(grad.rows[live] @ q))[:count]]
+        if known is not None and known.shape[1]:
+            block = grad.rows[rows]
+            shift = np.linalg.lstsq(block @ known, -(block @ q), rcond=None)[0]
+            moved = q + known @ shift
+        else:
+            moved = np.linalg.svd(grad.rows[rows], full_matrices=False)[2][-1]
+        moved = moved / max(np.linalg.norm(moved), 1e-300)
+        moved = moved * (1.0 if moved @ q >= 0 else -1.0)
+        settled = abs(float(moved @ q)) > 1 - 1e-14
+        q = moved
+        if settled:
+            break
+    return certify(grad, q, margin, layer)
 
 
 @dataclass
