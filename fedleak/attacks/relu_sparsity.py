@@ -55,6 +55,9 @@ ZERO_FLOOR_DECADES = 4.0
 NULLITY_RATIO = 0.5
 #: two certified directions are the same input's when their |cos| exceeds this
 SAME_DIRECTION = 0.999
+#: a unit whose gradient row is below this fraction of the largest row is dead (inactive for
+#: every input: its row holds only the update's rounding or secure aggregation's quantisation)
+DEAD_ROW = 1e-6
 
 
 class ReluSparsityError(ValueError):
@@ -100,7 +103,7 @@ def factorise(weight_grad: np.ndarray, bias_grad: np.ndarray, rank: int) -> Fact
     root = np.sqrt(s[:rank])
     left, right = u[:, :rank] * root, root[:, None] * vt[:rank]
     norms = np.linalg.norm(left, axis=1)
-    live = norms > 1e-9 * max(float(norms.max()), 1e-300)
+    live = norms > DEAD_ROW * max(float(norms.max()), 1e-300)
     rows = np.zeros_like(left)
     rows[live] = left[live] / norms[live, None]
     totals = np.linalg.lstsq(left, bias, rcond=None)[0]

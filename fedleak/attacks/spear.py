@@ -88,6 +88,9 @@ class SpearConfig:
 INEXACT_DEFENSES = ("dpsgd", "noise", "prune", "quantize")
 #: spear refuses a batch whose expected sampling cost exceeds its budget this many times
 HOPELESS = 1000.0
+#: the update's singular values beyond the batch size, relative to the largest, above which
+#: its exact zeros are lost in rounding
+NOISE_FLOOR = 1e-6
 
 
 def unsuited_reason(update_kind: str, local_steps: int, images: int,
@@ -161,6 +164,12 @@ class Spear(Attack[Observation]):
         weight, bias = layer_parameters(observation, layer)
         grad = rs.factorise(weight_grad.numpy(), bias_grad.numpy(), n)
         spectrum = grad.singular_values
+        if n < spectrum.shape[0] and spectrum[n] > NOISE_FLOOR * spectrum[0]:
+            raise ModelDoesNotFit(
+                f"the update is too coarse for exact zeros: beyond rank {n} its singular values "
+                f"stay at {spectrum[n] / spectrum[0]:.1e} of the largest (a float32 gradient "
+                f"leaves about 1e-8). A FedAvg delta θ' − θ loses digits when τ·∇ is small "
+                "beside θ: attack FedSGD, raise the learning rate, or use cocktail-party")
         if n < spectrum.shape[0] and spectrum[n - 1] < 1e-5 * spectrum[0]:
             warnings.append(f"the gradient has numerical rank below {n} (singular value "
                             f"{n} is {spectrum[n - 1] / spectrum[0]:.1e} of the largest): "
