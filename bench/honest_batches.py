@@ -32,7 +32,7 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset
+from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.observation import observe

@@ -12,7 +12,10 @@ beside each measured fraction.
 5. vet: detection of every malicious parameter set here, false positives on seeded
    initialisations of the zoo and on trained checkpoints.
 
-    python bench/malicious.py [--out bench_out/malicious.json] [--skip-processes]
+    python bench/malicious.py [--out bench_out/malicious.json] [--skip-processes] [--skip-vet]
+
+Exact recoveries are counted as the victim counts them: the largest one-to-one matching at
+PSNR >= 40 dB, the attacks' padding slots left out; "best" is the best non-padding image.
 
 Seeds: model and attack seed 0 unless a loop says otherwise. One torch thread.
 """
@@ -189,7 +192,8 @@ def report_vet(results: dict[str, Any]) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), default="bench_out/malicious.json")
 @click.option("--skip-processes", is_flag=True, help="Only the in-process figures.")
 @click.option("--vet-only", is_flag=True, help="Only part 5 (vet).")
-def main(out: str, skip_processes: bool, vet_only: bool) -> None:
+@click.option("--skip-vet", is_flag=True, help="Everything but part 5 (vet).")
+def main(out: str, skip_processes: bool, vet_only: bool, skip_vet: bool) -> None:
     results: dict[str, Any] = {}
     if vet_only:
         report_vet(results)
@@ -259,7 +263,8 @@ def main(out: str, skip_processes: bool, vet_only: bool) -> None:
                          defenses=[] if defense == "none" else [defense])
         results[f"imprint vs {defense}"] = got
         line(f"  {defense}", got)
-    report_vet(results)
+    if not skip_vet:
+        report_vet(results)
     Path(out).write_text(json.dumps(results, indent=2, default=str))
     click.echo(f"written: {out}")
 

@@ -148,3 +148,18 @@ def test_spear_across_processes(tmp_path: Path) -> None:
     assert metrics["summary"]["exact"] == 8
     assert metrics["rounds"][0]["label_accuracy"] == 1.0
     assert "exact recoveries" in done.stdout
+
+
+def test_the_malicious_preset_attacks_with_every_honest_attack_that_can_work() -> None:
+    from fedleak.harness.sweep.spec import load_preset
+
+    points = load_preset("malicious").points()
+    honest = {(p.attack, p.label) for p in points
+              if p.attack in ("inverting-gradients", "cocktail-party", "spear")}
+    labels = {p.label for p in points}
+    assert {("cocktail-party", label) for label in labels} <= honest
+    assert {("inverting-gradients", label) for label in labels} <= honest
+    spear = {label for attack, label in honest if attack == "spear"}
+    assert "no defense" in spear
+    assert not any(("dpsgd" in label or "prune" in label or "secagg" in label)
+                   for label in spear)  # no exact zeros there, or a 64-image sum

@@ -30,7 +30,9 @@ oracle a server does not have. fedleak resolves both exactly from the bias gradi
 
 — the identity of analytic inversion (Geiping et al. Prop. D.1) applied to the unmixed row.
 ``scale=minmax`` is the paper's rescaling, with the sign chosen by the data set's mean pixel
-(the image whose mean is nearer the normalisation mean), for layers without a bias.
+(the image whose mean is nearer the normalisation mean), for layers without a bias; with
+``scale=bias`` an image the bias scale blows out of the box (over a fifth of its pixels far
+outside it: ``u g`` near zero for a poor unmixing row) is rescaled that way too.
 
 **Images have structure the pixels hide (``domain``).** ICA needs sources that are independent
 and non-Gaussian, and many more samples (pixels) than sources. Photographs of one kind (aligned
@@ -106,6 +108,9 @@ RANK_TOLERANCE = 1e-6
 #: sampled sets the certify-and-deflate rounds may add (SPEAR's search for the last inputs of
 #: a small batch; only when the expected number is within it)
 SAMPLING_BUDGET = 1_000_000
+#: an unmixed image with more than this fraction of its pixels far outside the image box had a
+#: near-zero bias scale (a poor unmixing row): it is rescaled the paper's way instead
+BLOWN_OUT = 0.2
 
 
 @dataclass
@@ -369,9 +374,10 @@ class CocktailParty(Attack[Observation]):
         ``A = G X̂⁺`` (after deflation: the projected mixture's, moved only along the certified
         directions), and is refined to the input's zero set
         (:func:`~fedleak.attacks.relu_sparsity.direction_near`); failing that, from the n − 1
-        rows its pre-activations rank most negative. When the rounds stop short and the batch
-        is small enough for SPEAR's sampling (``expected_sets`` within its default budget), the
-        remaining directions are sampled within the time left.
+        rows its pre-activations rank most negative. When the rounds stop short with at least half
+        the inputs certified (the update has exact zeros) and the batch is small enough for
+        SPEAR's sampling (``expected_sets`` within its budget), the remaining directions are
+        sampled within the time left.
         """
         cfg = self.config
         grad = rs.factorise(mixtures, totals, count)
@@ -412,7 +418,8 @@ class CocktailParty(Attack[Observation]):
                               seed + round_ + 1).inputs
             seen += list(estimates)
         left = cfg.time_limit - (time.perf_counter() - started)
-        if left > 0 and expected_sets(count) <= SAMPLING_BUDGET:
+        if left > 0 and expected_sets(count) <= SAMPLING_BUDGET and \
+                2 * len(found.found) >= count:  # exact zeros are there: most inputs certified
             before = len(found.found)
             rs.sample_directions(grad, found, samples=SAMPLING_BUDGET, seconds=left,
                                  margin=margin, rng=np.random.default_rng(seed), layer=forward)
@@ -454,9 +461,18 @@ class CocktailParty(Attack[Observation]):
                      device: torch.device, extras: dict[str, object],
                      warnings: list[str]) -> Reconstruction:
         n, shape = observation.num_images, observation.image_shape
-        if self.config.scale == "minmax" and not extras.get("solved_exactly"):
-            inputs = minmax_images(inputs, np.asarray(observation.mean, dtype=np.float64),
-                                   np.asarray(observation.std, dtype=np.float64), shape)
+        mean = np.asarray(observation.mean, dtype=np.float64)
+        std = np.asarray(observation.std, dtype=np.float64)
+        if not extras.get("solved_exactly"):
+            rescaled = minmax_images(inputs, mean, std, shape)
+            if self.config.scale == "minmax":
+                inputs = rescaled
+            else:  # a bias scale near zero (a poor unmixing row) blows the image out of the box
+                outside = self.outside_box(inputs, observation)
+                blown = outside > BLOWN_OUT
+                inputs = np.where(blown[:, None], rescaled, inputs)
+                if blown.any():
+                    extras["minmax_fallback"] = int(blown.sum())
         images = torch.zeros(n, *shape)
         images[:count] = torch.from_numpy(inputs[:count]).float().view(count, *shape)
         low, high = observation.image_bounds("cpu")
@@ -467,6 +483,17 @@ class CocktailParty(Attack[Observation]):
         return Reconstruction(images=images, labels=labels.to(device), objective=0.0,
                               iterations=1, extras=extras, warnings=warnings,
                               padding=list(range(count, n)))
+
+    @staticmethod
+    def outside_box(inputs: np.ndarray, observation: Observation) -> np.ndarray:
+        """Per input, the fraction of its values more than a tenth of the range outside the
+        image box."""
+        low, high = (t.double().view(-1, 1).numpy() for t in observation.image_bounds("cpu"))
+        c = low.shape[0]
+        grid = inputs.reshape(inputs.shape[0], c, -1)
+        margin = 0.1 * (high - low)
+        outside = (grid < low - margin) | (grid > high + margin)
+        return outside.reshape(inputs.shape[0], -1).mean(axis=1)
 
     def feature_result(self, observation: Observation, layer: LinearLayer, inputs: np.ndarray,
                        mixtures: np.ndarray, count: int, device: torch.device, seed: int,
