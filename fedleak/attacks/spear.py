@@ -21,7 +21,8 @@ row space could have (a linear program: the paper's ReLU-consistency check, whic
 the mixtures a two-class model makes look as sparse as inputs). **Solving** (Sec. 4.3): with n
 columns found, the bias gradient ``∂L/∂b = (∂L/∂Z)ᵀ 1`` fixes their scales, ``Q 1 = L⁺ ∂L/∂b``,
 and ``X = Q⁻¹ R`` exactly — sign and scale included. With n − 1 found, the last input lies on a
-line, searched directly (:func:`~fedleak.attacks.relu_sparsity.last_direction`). The maths is
+line, searched directly (:func:`~fedleak.attacks.relu_sparsity.last_direction`), and sampled for
+like the others when that search finds nothing. The maths is
 :mod:`~fedleak.attacks.relu_sparsity`; labels come from the classifier's gradient at the
 recovered inputs (:func:`~fedleak.attacks.fc_layer.labels_for_inputs`).
 
@@ -88,6 +89,8 @@ class SpearConfig:
 INEXACT_DEFENSES = ("dpsgd", "noise", "prune", "quantize")
 #: spear refuses a batch whose expected sampling cost exceeds its budget this many times
 HOPELESS = 1000.0
+#: how often a solve may find a mixture among its directions and search on
+MAX_RETRIES = 4
 #: the update's singular values beyond the batch size, relative to the largest, above which
 #: its exact zeros are lost in rounding
 NOISE_FLOOR = 1e-6
@@ -185,17 +188,36 @@ class Spear(Attack[Observation]):
         forward = (weight.numpy(), bias.numpy())
         report = None if progress is None else \
             (lambda tried, total: progress(tried, total, float(len(found.found))))
-        tried = rs.sample_directions(grad, found, samples=cfg.samples,
-                                     seconds=cfg.time_limit, margin=margin, rng=rng,
-                                     layer=forward, batch=cfg.batch, progress=report)
-        if len(found.found) == n - 1:
-            found.add(rs.last_direction(grad, found.columns(), forward, margin))
+        tried = 0
+        solved = None
+        for _ in range(MAX_RETRIES):
+            left = cfg.time_limit - (time.perf_counter() - started)
+            if left <= 0 or tried >= cfg.samples:
+                break
+            tried += rs.sample_directions(grad, found, samples=cfg.samples - tried,
+                                          seconds=left, margin=margin, rng=rng, layer=forward,
+                                          batch=cfg.batch, progress=report)
+            if len(found.found) == n - 1:
+                found.add(rs.last_direction(grad, found.columns(), forward, margin))
+            left = cfg.time_limit - (time.perf_counter() - started)
+            if len(found.found) == n - 1 and left > 0 and tried < cfg.samples:
+                tried += rs.sample_directions(grad, found, samples=cfg.samples - tried,
+                                              seconds=left, margin=margin, rng=rng,
+                                              layer=forward, batch=cfg.batch, stop_at=n,
+                                              progress=report)
+            if len(found.found) < n:
+                break
+            solved = rs.solve_checked(grad, found, forward)
+            if solved is not None:
+                break
+            warnings.append("a direction that passed the tests was a mixture (its input's ReLU "
+                            "pattern disagreed): dropped, the search went on")
         extras: dict[str, object] = {
             "layer": layer.name, "directions_found": len(found.found), "sets_tried": tried,
             "expected_sets": float(expected), "search_s": time.perf_counter() - started}
         shape = observation.image_shape
         image_input = starts_with_linear(observation, layer)
-        if len(found.found) < n:
+        if solved is None:
             warnings.append(
                 f"spear found {len(found.found)} of {n} inputs' directions in {tried} sets "
                 f"({time.perf_counter() - started:.0f} s): too few to solve the batch, so every "
@@ -207,14 +229,9 @@ class Spear(Attack[Observation]):
                                   objective=math.inf, iterations=tried, extras=extras,
                                   warnings=warnings,
                                   padding=list(range(n)) if image_input else [])
-        columns = found.columns()
-        inputs = rs.solve_inputs(grad, columns)
-        agreement = rs.activation_agreement(inputs, forward[0], forward[1], grad, columns)
+        assert solved is not None
+        inputs, agreement = solved
         extras["relu_agreement_min"] = float(agreement.min())
-        if float(agreement.min()) < 0.99:
-            warnings.append(f"{int((agreement < 0.99).sum())} recovered input(s) disagree with "
-                            "their gradient's ReLU pattern on more than 1 % of the units: not "
-                            "exact (an ill-conditioned batch, or noise on the update)")
         recovered = torch.from_numpy(inputs).float()
         if progress is not None:
             progress(tried, cfg.samples, float(n))
