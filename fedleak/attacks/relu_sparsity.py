@@ -49,8 +49,9 @@ import torch
 
 #: a zero set ends at a jump of at least this many decades in |L q| (sorted)
 ZERO_GAP_DECADES = 1.0
-#: ... whose upper side lies within this many decades of the largest entry
-ZERO_FLOOR_DECADES = 4.0
+#: ... whose lower side lies above this many decades under the largest entry (below it sit the
+#: rows a null vector was fitted to exactly, at machine precision, not the rounding zeros)
+ZERO_FLOOR_DECADES = 12.0
 #: a zero set's null space is one-dimensional when σ_min < this × the next singular value
 NULLITY_RATIO = 0.5
 #: two certified directions are the same input's when their |cos| exceeds this
@@ -114,9 +115,10 @@ def zero_set(values: np.ndarray, live: np.ndarray) -> np.ndarray:
     """Mask of the live entries of ``values`` that are zero up to rounding.
 
     ``log10 |v| / max |v|`` is sorted; the zeros are everything below the widest jump of at
-    least :data:`ZERO_GAP_DECADES` whose upper side lies within :data:`ZERO_FLOOR_DECADES` of
+    least :data:`ZERO_GAP_DECADES` whose lower side lies within :data:`ZERO_FLOOR_DECADES` of
     the maximum (the exactly-fitted rows sit far below the rounding zeros, and that jump does
-    not count). No such jump: no zeros.
+    not count) — or, when there is none (float64 data: every zero is exact), the widest jump.
+    No jump of that size: no zeros.
     """
     out = np.zeros(values.shape[0], dtype=bool)
     index = np.flatnonzero(live)
@@ -126,11 +128,13 @@ def zero_set(values: np.ndarray, live: np.ndarray) -> np.ndarray:
     top = float(magnitude.max())
     if top == 0.0:
         return out
-    logs = np.log10(magnitude / top + 1e-300)
+    logs = np.maximum(np.log10(magnitude / top + 1e-300), -20.0)  # below: exactly zero
     order = np.argsort(logs)
     ordered = logs[order]
     jumps = np.diff(ordered)
-    jumps[ordered[1:] < -ZERO_FLOOR_DECADES] = 0.0
+    above = np.where(ordered[:-1] < -ZERO_FLOOR_DECADES, 0.0, jumps)
+    if float(above.max(initial=0.0)) >= ZERO_GAP_DECADES:
+        jumps = above  # float64 data without rounding: the exact zeros are the fitted ones
     cut = int(np.argmax(jumps))
     if jumps[cut] >= ZERO_GAP_DECADES:
         out[index[order[: cut + 1]]] = True
@@ -184,7 +188,7 @@ def certify(grad: FactoredGradient, q: np.ndarray, margin: int,
     zeros = grad.zero_set(q)
     rows = grad.rows[zeros]
     if (ratio >= NULLITY_RATIO or rows.shape[0] < 2 * (n - 1)
-            or distinct_rows(rows) < n - 1 + margin or not robust_null(rows, q)):
+            or distinct_rows(rows) < required_distinct(n, margin) or not robust_null(rows, q)):
         return None
     if layer is not None and not forward_consistent(grad, zeros, *layer):
         return None
@@ -244,6 +248,15 @@ def forward_consistent(grad: FactoredGradient, zeros: np.ndarray, weight: np.nda
         return False
     violated = int(np.sum(result.x[n:] > 1e-7))
     return violated <= tolerance * k
+
+
+def required_distinct(n: int, margin: int) -> int:
+    """Distinct zero rows a direction needs: ``n − 1 + margin``, but at most the ``2^{n−1} − 1``
+    activation patterns of the other inputs (a two-class model's rows are equal up to scale
+    within a pattern, so a batch of 4 has only 7 distinct rows in a zero set)."""
+    if n - 1 < 30:
+        return min(n - 1 + margin, 2 ** (n - 1) - 1)
+    return n - 1 + margin
 
 
 def default_margin(n: int) -> int:
