@@ -374,10 +374,10 @@ class CocktailParty(Attack[Observation]):
         ``A = G X̂⁺`` (after deflation: the projected mixture's, moved only along the certified
         directions), and is refined to the input's zero set
         (:func:`~fedleak.attacks.relu_sparsity.direction_near`); failing that, from the n − 1
-        rows its pre-activations rank most negative. When the rounds stop short with at least half
-        the inputs certified (the update has exact zeros) and the batch is small enough for
-        SPEAR's sampling (``expected_sets`` within its budget), the remaining directions are
-        sampled within the time left.
+        rows its pre-activations rank most negative. When the rounds stop short with an input
+        certified (so the update has exact zeros) and the batch is small enough for SPEAR's
+        sampling (``expected_sets`` within its budget), the remaining directions are sampled
+        within the time left.
         """
         cfg = self.config
         grad = rs.factorise(mixtures, totals, count)
@@ -419,7 +419,7 @@ class CocktailParty(Attack[Observation]):
             seen += list(estimates)
         left = cfg.time_limit - (time.perf_counter() - started)
         if left > 0 and expected_sets(count) <= SAMPLING_BUDGET and \
-                2 * len(found.found) >= count:  # exact zeros are there: most inputs certified
+                found.found:  # an input certified: the update has exact zeros to sample
             before = len(found.found)
             rs.sample_directions(grad, found, samples=SAMPLING_BUDGET, seconds=left,
                                  margin=margin, rng=np.random.default_rng(seed), layer=forward)
