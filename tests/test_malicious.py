@@ -269,3 +269,21 @@ def test_vet_and_refusals_across_processes(tmp_path: Path) -> None:
     assert cnn.returncode != 0 and "softmax" in cnn.stderr
     refused = json.loads((tmp_path / "cnn" / "metrics.json").read_text())
     assert refused["rounds"] == [] and refused["status"] == "refused"
+
+
+def test_vet_says_at_start_up_that_it_refuses_every_round_of_an_imprint_model() -> None:
+    """The architecture test judges the user's own model: a victim running an imprint model
+    with vet is told once, when it starts, instead of refusing round after round in silence."""
+    from fedleak.harness.cli.victim import start_warnings
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
+
+    imprinted = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
+                                             images="0-3", defenses=("vet",)))
+    said = [w for w in start_warnings(imprinted) if "refuse every round" in w]
+    assert len(said) == 1 and "imprint block" in said[0] and "architecture=false" in said[0]
+    relaxed = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
+                                           images="0-3", defenses=("vet:architecture=false",)))
+    assert not any("refuse every round" in w for w in start_warnings(relaxed))
+    honest = create_victim(VictimSettings(dataset="digits", model="mlp:width=16,depth=1",
+                                          images="0-3", defenses=("vet",)))
+    assert not any("refuse every round" in w for w in start_warnings(honest))
