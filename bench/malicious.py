@@ -12,7 +12,10 @@ beside each measured fraction.
 5. vet: detection of every malicious parameter set here, false positives on seeded
    initialisations of the zoo and on trained checkpoints.
 
-    python bench/malicious.py [--out bench_out/malicious.json] [--skip-processes]
+    python bench/malicious.py [--out bench_out/malicious.json] [--skip-processes] [--skip-vet]
+
+Exact recoveries are counted as the victim counts them: the largest one-to-one matching at
+PSNR >= 40 dB, the attacks' padding slots left out; "best" is the best non-padding image.
 
 Seeds: model and attack seed 0 unless a loop says otherwise. One torch thread.
 """
@@ -34,7 +37,6 @@ from fedleak.attacks import create_attack
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, MaliciousAttack, ServerKnowledge
 from fedleak.defenses import DefenseChain, build_chain, create_defense, parse_defense_spec
-from fedleak.harness.attacker.records import EXACT_PSNR
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
@@ -87,10 +89,11 @@ def in_process(attack_name: str, model_spec: str, dataset: str, count: int,
             probes.append(observation)
     observation.probes = probes
     reconstruction = attack.reconstruct(observation)
-    scored = score_reconstruction(denormalize(reconstruction.images, info).clamp(0, 1), images)
+    scored = score_reconstruction(denormalize(reconstruction.images, info).clamp(0, 1), images,
+                                  padding=reconstruction.padding)
     psnrs = [s.psnr for s in scored.images]
-    return {"exact": sum(p >= EXACT_PSNR for p in psnrs), "images": count,
-            "mean_psnr": sum(psnrs) / len(psnrs), "best_psnr": max(psnrs),
+    return {"exact": scored.exact, "images": count,
+            "mean_psnr": sum(psnrs) / len(psnrs), "best_psnr": scored.best_psnr,
             "rounds": len(probes) + 1, "seconds": time.perf_counter() - started,
             **{k: v for k, v in reconstruction.extras.items() if isinstance(v, int | float)}}
 
@@ -109,7 +112,8 @@ def across_processes(victim_args: list[str], attack_args: list[str], out: Path
     metrics = json.loads((out / "metrics.json").read_text())
     psnrs = [i["psnr"] for r in metrics["rounds"] for i in r["images"]]
     return {"exact": metrics["summary"].get("exact"), "images": len(psnrs),
-            "mean_psnr": metrics["summary"]["mean_psnr"], "best_psnr": max(psnrs),
+            "mean_psnr": metrics["summary"]["mean_psnr"],
+            "best_psnr": metrics["summary"].get("best_psnr"),
             "rounds": 1 + (metrics["rounds"][0].get("probe_rounds") or 0),
             "server_role": metrics["server_role"], "seconds": seconds}
 
@@ -119,7 +123,7 @@ def line(label: str, got: dict[str, Any], expected: str = "") -> None:
         click.echo(f"{label:<58} error: {got['error']}")
         return
     click.echo(f"{label:<58} exact {got['exact']:>3}/{got['images']:<3} mean "
-               f"{got['mean_psnr']:6.2f} dB, best {got['best_psnr']:6.2f} dB, "
+               f"{got['mean_psnr']:6.2f} dB, best {got['best_psnr'] or float('nan'):6.2f} dB, "
                f"{got['rounds']} round(s)"
                + (f"  [{expected}]" if expected else ""))
 
@@ -188,7 +192,8 @@ def report_vet(results: dict[str, Any]) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), default="bench_out/malicious.json")
 @click.option("--skip-processes", is_flag=True, help="Only the in-process figures.")
 @click.option("--vet-only", is_flag=True, help="Only part 5 (vet).")
-def main(out: str, skip_processes: bool, vet_only: bool) -> None:
+@click.option("--skip-vet", is_flag=True, help="Everything but part 5 (vet).")
+def main(out: str, skip_processes: bool, vet_only: bool, skip_vet: bool) -> None:
     results: dict[str, Any] = {}
     if vet_only:
         report_vet(results)
@@ -258,7 +263,8 @@ def main(out: str, skip_processes: bool, vet_only: bool) -> None:
                          defenses=[] if defense == "none" else [defense])
         results[f"imprint vs {defense}"] = got
         line(f"  {defense}", got)
-    report_vet(results)
+    if not skip_vet:
+        report_vet(results)
     Path(out).write_text(json.dumps(results, indent=2, default=str))
     click.echo(f"written: {out}")
 

@@ -72,6 +72,9 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 # Names the docstrings mention without a role (``Observation``) stay literal text.
 default_role = "literal"
+# A type in a signature that names an attribute two classes share (``rows``) links to the first;
+# Sphinx warns that it found more than one. The link is right either way.
+suppress_warnings = ["ref.python"]
 
 # --- HTML -------------------------------------------------------------------------------------
 html_theme = "furo"

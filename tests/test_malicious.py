@@ -17,7 +17,6 @@ from fedleak.attacks.fishing import Gate, GateDifference
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
-from fedleak.harness.attacker.records import EXACT_PSNR
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
@@ -67,8 +66,8 @@ def rounds(attack, spec: str, count: int, seed: int = 0):  # noqa: ANN001, ANN20
 def exact(attack, observation, truth) -> int:  # noqa: ANN001
     reconstruction = attack.reconstruct(observation)
     images = denormalize(reconstruction.images, INFO).clamp(0, 1)
-    scored = score_reconstruction(images, truth)
-    return sum(1 for s in scored.images if s.psnr >= EXACT_PSNR)
+    scored = score_reconstruction(images, truth, padding=reconstruction.padding)
+    return scored.exact
 
 
 def test_closed_forms() -> None:
@@ -270,3 +269,21 @@ def test_vet_and_refusals_across_processes(tmp_path: Path) -> None:
     assert cnn.returncode != 0 and "softmax" in cnn.stderr
     refused = json.loads((tmp_path / "cnn" / "metrics.json").read_text())
     assert refused["rounds"] == [] and refused["status"] == "refused"
+
+
+def test_vet_says_at_start_up_that_it_refuses_every_round_of_an_imprint_model() -> None:
+    """The architecture test judges the user's own model: a victim running an imprint model
+    with vet is told once, when it starts, instead of refusing round after round in silence."""
+    from fedleak.harness.cli.victim import start_warnings
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
+
+    imprinted = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
+                                             images="0-3", defenses=("vet",)))
+    said = [w for w in start_warnings(imprinted) if "refuse every round" in w]
+    assert len(said) == 1 and "imprint block" in said[0] and "architecture=false" in said[0]
+    relaxed = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
+                                           images="0-3", defenses=("vet:architecture=false",)))
+    assert not any("refuse every round" in w for w in start_warnings(relaxed))
+    honest = create_victim(VictimSettings(dataset="digits", model="mlp:width=16,depth=1",
+                                          images="0-3", defenses=("vet",)))
+    assert not any("refuse every round" in w for w in start_warnings(honest))

@@ -5,6 +5,7 @@ Importing this package registers the built-in attacks.
 
 from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     analytic,
+    cocktail_party,
     dlg,
     fedavg,
     fishing,
@@ -13,6 +14,7 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     inverting_gradients,
     kkt,
     qian,
+    spear,
     trap_weights,
 )
 from fedleak.attacks.base import Attack, Progress

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
@@ -34,6 +35,18 @@ SERVER_ROLES = ("honest", "malicious-parameters", "malicious-architecture")
 Target = TypeVar("Target", Observation, ReleasedModel)
 
 
+@dataclass(frozen=True)
+class UpdateSetting:
+    """What a sweep knows of a point before attacking it: the update's kind (``gradient`` or
+    ``delta``), the user's local steps, the images mixed in one update (a secure-aggregation
+    sum: every user's) and the names of the defenses in the chain."""
+
+    update_kind: str
+    local_steps: int
+    images: int
+    defenses: tuple[str, ...] = ()
+
+
 class HasParameters(Protocol):
     parameters: list[torch.Tensor]
 
@@ -54,6 +67,12 @@ class Attack(ABC, Generic[Target]):
 
     def __init__(self, config: Any | None = None) -> None:
         self.config = config if config is not None else self.Config()
+
+    @classmethod
+    def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Why this attack cannot succeed at ``setting`` (a portfolio then leaves it out of
+        that point), or None. Default: it may."""
+        return None
 
     def budget(self) -> int | None:
         """At most how many objective evaluations the attack spends per target: the common

@@ -29,7 +29,8 @@ threshold, its gate half open) do not count as found.
 *Inversion.* The observed difference is the target's gradient difference; the server replays
 it with the gate *forced* open and closed (b_c = ±B, B far above any α f), which is smooth in x,
 and runs Inverting Gradients (:mod:`fedleak.attacks.inverting_gradients`) on it with the cosine
-objective. The reconstruction holds the inverted image and the mean image in the other slots.
+objective. The reconstruction holds the inverted image and the mean image in the other slots,
+marked as padding (never the "best image" the victim reports).
 
 Needs FedSGD (a gradient; after several local steps the rounds no longer differ only at the
 gate) and users that train on the same images in every round (a fixed local data set); the
@@ -251,7 +252,7 @@ class Fishing(MaliciousAttack):
         if opened is None or closed is None:
             return Reconstruction(
                 images=empty, labels=torch.full((n,), cfg.target_class, device=device),
-                objective=math.inf, iterations=0, extras=extras,
+                objective=math.inf, iterations=0, extras=extras, padding=list(range(n)),
                 warnings=[f"fishing found no pair of rounds with exactly {cfg.rank} and "
                           f"{cfg.rank - 1} inputs above the gate in {len(rounds)} rounds "
                           f"(readings {extras['probe_readings']}); raise max-probes or "
@@ -279,6 +280,7 @@ class Fishing(MaliciousAttack):
         return Reconstruction(
             images=images, labels=torch.full((n,), cfg.target_class, device=device),
             objective=found.objective, iterations=found.iterations, extras=extras,
+            padding=list(range(1, n)),
             warnings=[f"fishing inverted one image (the {cfg.rank}. largest measurement) from "
                       f"rounds {opened} and {closed} of {len(rounds)}; the other {n - 1} slots "
                       "hold the mean image"])

@@ -29,8 +29,9 @@ inputs give a g-weighted mixture. The expected number of single-input intervals 
 beside each result by :mod:`fedleak.attacks.imprint_guarantee`.
 
 The reconstruction holds one image per non-empty interval (single inputs first, judged by the
-consistency test below), padded with the mean public image up to the number of private images;
-the victim then matches and scores them, and a score ≥ 40 dB counts as an exact recovery.
+consistency test below), padded with the mean public image up to the number of private images
+(those slots marked as padding); the victim then matches and scores them, and counts the exact
+recoveries as the largest one-to-one matching at ≥ 40 dB.
 An interval's candidate is *consistent* when its own measurement falls inside the interval and
 its pixels inside the valid box (a mixture with weights of both signs fails this).
 """
@@ -209,6 +210,7 @@ class Imprint(MaliciousAttack):
         return Reconstruction(
             images=chosen.to(device), labels=recover_labels(observation).to(device),
             objective=0.0, iterations=1, warnings=warnings,
+            padding=list(range(n - max(fill, 0), n)),
             extras={"bins": bins, "nonempty_bins": int(nonempty.sum()),
                     "consistent_bins": int(consistent.sum()),
                     "expected_exact_multinomial": expected.multinomial,

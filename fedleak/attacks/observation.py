@@ -73,7 +73,10 @@ class Reconstruction:
     An attack that recovers a layer's input rather than the image (analytic inversion of a
     CNN's classifier) returns ``images`` with zero rows, the recovered vectors ``[m, d]`` as
     ``features`` and the layer's module name as ``feature_layer``; ``warnings`` are messages
-    a person must see (the harness prints them and writes them to metrics.json).
+    a person must see (the harness prints them and writes them to metrics.json). ``padding``
+    lists the image slots that hold a placeholder (the mean image where the attack recovered
+    nothing), not a reconstruction: the victim never counts them as exact nor as the best
+    image.
     """
 
     images: torch.Tensor
@@ -85,6 +88,7 @@ class Reconstruction:
     features: torch.Tensor | None = None
     feature_layer: str = ""
     warnings: list[str] = field(default_factory=list)
+    padding: list[int] = field(default_factory=list)
 
     @property
     def has_images(self) -> bool:

@@ -183,14 +183,15 @@ class TrapWeights(MaliciousAttack):
         shape = observation.image_shape
         images = torch.stack(chosen).float().view(-1, *shape) if chosen else \
             torch.zeros(0, *shape)
-        if images.shape[0] < n:
-            images = torch.cat([images, torch.zeros(n - images.shape[0], *shape)])
+        recovered = images.shape[0]
+        if recovered < n:
+            images = torch.cat([images, torch.zeros(n - recovered, *shape)])
         if progress is not None:
             progress(1, 1, 0.0)
         rate = self.rate(n)
         return Reconstruction(
             images=images.to(device), labels=recover_labels(observation).to(device),
-            objective=0.0, iterations=1,
+            objective=0.0, iterations=1, padding=list(range(min(recovered, n), n)),
             extras={"trapped_rows": int(g_b.numel()), "confirmed": len(sizes),
                     "active_rows": int((g_b.abs() > cfg.threshold * g_b.abs().max()).sum()),
                     "expected_confirmed": expected_trapped(int(g_b.numel()), n, rate)})

@@ -115,6 +115,11 @@ class ParameterCheck(Defense):
         """Why the user refuses to train at ``parameters`` on its ``images`` (normalised, the
         round's private batch), or None when it accepts them. Must not change anything."""
 
+    def refuses_model(self, model: torch.nn.Module) -> str | None:
+        """Why this check will refuse *every* round whatever θ the server sends, judged from
+        the user's own ``model`` alone (said once when the user starts), or None."""
+        return None
+
 
 class PerExampleDefense(Defense):
     """Turns per-example gradients of one local step into the gradient the step uses."""

@@ -134,6 +134,20 @@ class Vet(ParameterCheck):
     Config = VetConfig
     config: VetConfig
 
+    def refuses_model(self, model: nn.Module) -> str | None:
+        """The ``architecture`` test judges the model, not θ: a model with an imprint block is
+        refused in every round, so say so once, up front."""
+        if not self.config.architecture:
+            return None
+        block = next((n for n, m in model.named_modules()
+                      if type(m).__name__ == "ImprintBlock"), None)
+        if block is None:
+            return None
+        return (f"vet: the model carries an imprint block ({block!r}), an architecture "
+                "designed to read single inputs out of updates (the architecture test judges "
+                "the model itself: pass vet:architecture=false to run the other tests, or use a "
+                "model without the block)")
+
     def inspect(
         self,
         model: nn.Module,
@@ -142,12 +156,9 @@ class Vet(ParameterCheck):
         images: torch.Tensor,
     ) -> str | None:
         cfg = self.config
-        if cfg.architecture:
-            block = next((n for n, m in model.named_modules()
-                          if type(m).__name__ == "ImprintBlock"), None)
-            if block is not None:
-                return (f"vet: the model carries an imprint block ({block!r}), an architecture "
-                        "designed to read single inputs out of updates")
+        refused = self.refuses_model(model)
+        if refused is not None:
+            return refused
         layers = linear_weights(model, parameters)
         if cfg.classifier and layers:
             name, _, weight = layers[-1]

@@ -289,7 +289,7 @@ class ComputeUpdateResponse(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim")
+    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim", "padding")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +297,7 @@ class ScoreRequest(_message.Message):
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     FEATURE_LAYER_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
@@ -304,7 +305,8 @@ class ScoreRequest(_message.Message):
     features: Tensor
     feature_layer: str
     recovered_ssim: float
-    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ..., recovered_ssim: _Optional[float] = ...) -> None: ...
+    padding: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ..., recovered_ssim: _Optional[float] = ..., padding: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FeatureScore(_message.Message):
     __slots__ = ("index", "matched_index", "cosine", "relative_error")
@@ -319,7 +321,7 @@ class FeatureScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
-    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling")
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling", "padding", "exact", "exact_index")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PSNR_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +330,9 @@ class ImageScore(_message.Message):
     MARGIN_FIELD_NUMBER: _ClassVar[int]
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    EXACT_INDEX_FIELD_NUMBER: _ClassVar[int]
     index: int
     matched_index: int
     psnr: float
@@ -336,10 +341,13 @@ class ImageScore(_message.Message):
     margin: float
     voters: int
     fisher_psnr_ceiling: float
-    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
+    padding: bool
+    exact: bool
+    exact_index: int
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ..., padding: _Optional[bool] = ..., exact: _Optional[bool] = ..., exact_index: _Optional[int] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling", "exact", "exact_psnr", "best_psnr", "best_scored", "successes", "success_psnr")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -355,6 +363,12 @@ class ScoreResponse(_message.Message):
     FISHER_BOUNDED_FIELD_NUMBER: _ClassVar[int]
     FISHER_NOTE_FIELD_NUMBER: _ClassVar[int]
     MEAN_FISHER_PSNR_CEILING_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    EXACT_PSNR_FIELD_NUMBER: _ClassVar[int]
+    BEST_PSNR_FIELD_NUMBER: _ClassVar[int]
+    BEST_SCORED_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSES_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_PSNR_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -370,7 +384,13 @@ class ScoreResponse(_message.Message):
     fisher_bounded: bool
     fisher_note: str
     mean_fisher_psnr_ceiling: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ...) -> None: ...
+    exact: int
+    exact_psnr: float
+    best_psnr: float
+    best_scored: bool
+    successes: int
+    success_psnr: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ..., exact: _Optional[int] = ..., exact_psnr: _Optional[float] = ..., best_psnr: _Optional[float] = ..., best_scored: _Optional[bool] = ..., successes: _Optional[int] = ..., success_psnr: _Optional[float] = ...) -> None: ...
 
 class BeginInformedTrialRequest(_message.Message):
     __slots__ = ("parameters", "buffers")

@@ -175,11 +175,13 @@ class VictimClient:
         user_ids: list[int] | None = None,
         features: torch.Tensor | None = None,
         feature_layer: str = "",
+        padding: list[int] | None = None,
     ) -> pb.ScoreResponse:
-        """Score images on [0, 1] and/or recovered inputs ``features`` of ``feature_layer``."""
+        """Score images on [0, 1] and/or recovered inputs ``features`` of ``feature_layer``;
+        ``padding``: the image slots that are placeholders, not reconstructions."""
         request = pb.ScoreRequest(
             round_id=round_id, labels=labels or [], user_ids=user_ids or [],
-            feature_layer=feature_layer,
+            feature_layer=feature_layer, padding=padding or [],
         )
         if images is not None:
             request.images.CopyFrom(encode_tensor(images.float(), "images"))

@@ -23,18 +23,12 @@ import numpy as np
 import torch
 
 from fedleak import __version__
+from fedleak.harness.shared.metrics import EXACT_PSNR
 from fedleak.harness.shared.success_bounds import SuccessPlacement
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
-#: an image counts as recovered *exactly* at this PSNR on [0, 1] or above (an error of 1 % of
-#: the range per pixel): what imprint and trap-weights promise, beside the mean PSNR
-EXACT_PSNR = 40.0
-
-
-def exact_count(psnrs: list[float]) -> int:
-    """How many of ``psnrs`` reach :data:`EXACT_PSNR`."""
-    return sum(1 for p in psnrs if p >= EXACT_PSNR)
+__all__ = ["EXACT_PSNR"]
 
 
 def to_json(record: Any) -> Any:
@@ -94,13 +88,17 @@ class RunHeader:
 
 @dataclass
 class ImageRecord:
-    """The victim's score of one reconstructed image (matched one-to-one to the truth)."""
+    """The victim's score of one reconstructed image (matched one-to-one to the truth);
+    ``padding``: its match is one of the attack's placeholders; ``exact``: the image is in the
+    victim's exact matching (PSNR >= EXACT_PSNR against a non-padding reconstruction)."""
 
     index: int
     matched_index: int
     psnr: float
     ssim: float
     mse: float
+    padding: bool = False
+    exact: bool = False
     #: the victim's Fisher-information PSNR ceiling for this private image (Guo et al. 2022)
     fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
 
@@ -148,8 +146,15 @@ class RoundRecord:
     unscored: str | None = field(default=None, metadata=OMIT)
     #: how many targets (rounds, or sweep points' victims) were attacked as one computation
     packed_with: int | None = field(default=None, metadata=OMIT)
-    #: images scored at PSNR >= EXACT_PSNR (None: not scored)
+    #: exact recoveries as the victim counts them: the largest one-to-one matching at PSNR >=
+    #: EXACT_PSNR, padding left out (None: not scored)
     exact: int | None = field(default=None, metadata=OMIT)
+    #: the best PSNR of any private image against any non-padding reconstruction
+    best_psnr: float | None = field(default=None, metadata=OMIT)
+    #: successes as the victim counts them: the largest one-to-one matching at SUCCESS_PSNR
+    successes: int | None = field(default=None, metadata=OMIT)
+    #: the reconstruction's placeholder slots (the attack's padding)
+    padding: list[int] | None = field(default=None, metadata=OMIT)
     #: probe rounds a malicious server ran (at other crafted θ) before this one
     probe_rounds: int | None = field(default=None, metadata=OMIT)
     #: what the attack reports of itself (bins, expected exact recoveries, ...)
@@ -192,8 +197,10 @@ class RunSummary:
     #: ε the victim's accountant reports after the last round (DP defenses), and its δ
     epsilon: float | None = field(default=None, metadata=OMIT)
     delta: float | None = field(default=None, metadata=OMIT)
-    #: images scored at PSNR >= EXACT_PSNR dB, over every round
+    #: exact recoveries over every round (each round's largest matching at EXACT_PSNR dB)
     exact: int | None = field(default=None, metadata=OMIT)
+    #: the best image of any round (padding never counts)
+    best_psnr: float | None = field(default=None, metadata=OMIT)
     #: the mean of the victim's Fisher PSNR ceilings over the images that have one
     mean_fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
 
@@ -208,6 +215,8 @@ class RunSummary:
         privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
         ceilings = [img.fisher_psnr_ceiling for r in rounds for img in r.images
                     if img.fisher_psnr_ceiling is not None]
+        exacts = [r.exact for r in rounds if r.exact is not None]
+        bests = [r.best_psnr for r in rounds if r.best_psnr is not None]
         return cls(
             rounds=len(rounds),
             images=len(psnrs),
@@ -219,7 +228,8 @@ class RunSummary:
             mean_feature_relative_error=float(np.mean(errors)) if errors else None,
             epsilon=privacy.get("epsilon_total"),
             delta=privacy.get("delta"),
-            exact=exact_count(psnrs) if psnrs else None,
+            exact=sum(exacts) if exacts else None,
+            best_psnr=max(bests) if bests else None,
             mean_fisher_psnr_ceiling=float(np.mean(ceilings)) if ceilings else None,
         )
 
@@ -275,8 +285,9 @@ class UpdateRun:
             mark = "  (inexact replay: lower bound)" if r.replay == "inexact" else ""
             for img in r.images:
                 which = f"{img.index + 1} of {r.num_images}"
+                note = "  (padding)" if img.padding else ""
                 lines.append(f"{i:>5}  {which:>13}  {img.psnr:>8.2f}  {img.ssim:>6.3f}  "
-                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}{mark}")
+                             f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}{mark}{note}")
             if r.unscored:
                 lines.append(f"{i:>5}  unscored: {r.unscored}")
         bound = self.lower_bound
@@ -303,8 +314,11 @@ class UpdateRun:
             lines.append(f"Fisher ceiling (unbiased reconstructions, Guo et al. 2022): mean "
                          f"{s.mean_fisher_psnr_ceiling:.2f} dB")
         if s.exact is not None:
-            lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB): {s.exact} of "
-                         f"{s.images} image(s) (threat model: {self.header.server_role} server)")
+            lines.append(f"exact recoveries (PSNR >= {EXACT_PSNR:g} dB, largest one-to-one "
+                         f"matching): {s.exact} of {s.images} image(s) (threat model: "
+                         f"{self.header.server_role} server)")
+        if s.best_psnr is not None:
+            lines.append(f"best image: {s.best_psnr:.2f} dB (padding slots never count)")
         if s.epsilon is not None:
             delta = f" at δ = {s.delta:g}" if s.delta is not None else ""
             lines.append(f"privacy spent (the victim's DP accountant): ε = {s.epsilon:.4g}{delta}")

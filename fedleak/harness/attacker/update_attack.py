@@ -48,7 +48,6 @@ from fedleak.harness.attacker.records import (
     RoundRecord,
     RunHeader,
     UpdateRun,
-    exact_count,
 )
 from fedleak.harness.attacker.secure_aggregation import (
     as_received_update,
@@ -288,7 +287,8 @@ class Server:
             score = self.client.score(
                 received.round_id, images, labels, received.user_ids,
                 features=None if features is None else features.detach().cpu(),
-                feature_layer=reconstruction.feature_layer)
+                feature_layer=reconstruction.feature_layer,
+                padding=list(reconstruction.padding) if images is not None else None)
         except VictimError as err:
             if err.code not in GONE:
                 raise
@@ -355,16 +355,20 @@ def round_record(
         mean_mse=score.mean_mse if score is not None and score.images else None,
         label_accuracy=score.label_accuracy if score is not None and score.labels_scored
         else None,
-        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse,
-                            s.fisher_psnr_ceiling if score.fisher_bounded else None)
+        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse, s.padding,
+                            s.exact, s.fisher_psnr_ceiling if score.fisher_bounded else None)
                 for s in score.images] if score is not None else [],
         fisher_note=score.fisher_note if score is not None and score.images
         and not score.fisher_bounded and score.fisher_note else None,
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
-        exact=exact_count([s.psnr for s in score.images]) if score is not None and score.images
+        exact=score.exact if score is not None and score.images else None,
+        successes=score.successes if score is not None and score.images
+        and score.success_psnr > 0 else None,
+        best_psnr=score.best_psnr if score is not None and score.images and score.best_scored
         else None,
+        padding=list(reconstruction.padding) or None,
         attack_extras={k: v for k, v in reconstruction.extras.items()
                        if isinstance(v, int | float | str | bool)} or None,
         probe_rounds=reconstruction.extras.get("probe_rounds"),
@@ -402,7 +406,10 @@ def placement(run: UpdateRun, described: pb.DescribeResponse,
     mechanism = round_mechanism(first.victim_metadata,
                                 [(d.name, dict(d.params)) for d in described.defenses],
                                 1 if first.update_kind == "gradient" else protocol.local_epochs)
-    return place(psnrs, baseline, mechanism)
+    counted = [r.successes for r in run.rounds if r.images]
+    successes = sum(c for c in counted if c is not None) \
+        if counted and all(c is not None for c in counted) else None
+    return place(psnrs, baseline, mechanism, successes=successes)
 
 
 def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:

@@ -282,6 +282,11 @@ def start_warnings(v: Any) -> list[str]:
         minority = transport.minority_warning(v.config.num_users)
         if minority:
             warnings.append(minority)
+    for check in v.config.defenses.parameter_checks:
+        reason = check.refuses_model(v.model)
+        if reason:
+            warnings.append("warning: this victim will refuse every round "
+                            f"(FAILED_PRECONDITION), whatever θ a server sends: {reason}")
     return warnings
 
 

@@ -168,7 +168,8 @@ class LeakageAudit(Auditor, Strategy):
             entry = self._audit_update(
                 server_round, name, f"round-{server_round:03d}-{name}",
                 received, params, buffers, warnings,
-                lambda images, labels: self._node_score(server_round, node, images, labels),
+                lambda images, labels, padding: self._node_score(server_round, node, images,
+                                                                  labels, padding=padding),
                 inexact)
             if entry is not None:
                 entry.node = f"{name} (Flower node {node})"

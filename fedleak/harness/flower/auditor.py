@@ -46,6 +46,7 @@ from fedleak.harness.flower.scoring import (
     submission_content,
 )
 from fedleak.harness.shared.datasets import DatasetInfo, dataset_info, denormalize
+from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.pictures import save_grid
 from fedleak.harness.shared.replay_fidelity import INEXACT
@@ -57,6 +58,8 @@ PRIVACY_METRICS = {"epsilon-total": "epsilon_total", "epsilon-round": "epsilon_r
 
 #: a node's (or the nodes') answer to a score query: (scores, revealed truth, why unscored)
 ScoreAnswer = tuple[pb.ScoreResponse | None, torch.Tensor | None, str | None]
+#: asks for a reconstruction's scores: ``scorer(images on [0, 1], labels, padding slots)``
+Scorer = Callable[[torch.Tensor | None, list[int], list[int]], ScoreAnswer]
 
 
 class NotAttackable(Exception):
@@ -216,7 +219,7 @@ class Auditor:
     def _audit_update(self, server_round: int, label: str, folder: str,
                       received: ReceivedUpdate, params: dict[str, torch.Tensor],
                       buffers: dict[str, torch.Tensor], warnings: list[str],
-                      scorer: Callable[[torch.Tensor | None, list[int]], ScoreAnswer],
+                      scorer: Scorer,
                       inexact: Sequence[str] = ()) -> RoundRecord | None:
         """Record ``received`` (``record_only``: None) or attack, score and write it;
         ``inexact``: why the wrapper knows the replay is not the update (beside what the
@@ -232,7 +235,7 @@ class Auditor:
     def _attack(self, server_round: int, label: str, folder: str, received: ReceivedUpdate,
                 params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                 warnings: list[str],
-                scorer: Callable[[torch.Tensor | None, list[int]], ScoreAnswer],
+                scorer: Scorer,
                 inexact: Sequence[str] = ()) -> RoundRecord:
         observation = observation_for(self.model, params, buffers, received, self.info,
                                       self.device)
@@ -254,7 +257,7 @@ class Auditor:
         labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
         score, truth, unscored = None, None, None
         if self.score:
-            score, truth, unscored = scorer(images, labels)
+            score, truth, unscored = scorer(images, labels, list(reconstruction.padding))
         else:
             unscored = "scoring on the nodes is off"
         entry = round_record(received, reconstruction, score, wall)
@@ -308,12 +311,14 @@ class Auditor:
                         "recover more (budget=None lifts the bound)"), figures
 
     def _node_score(self, server_round: int, node: int, images: torch.Tensor | None,
-                    labels: list[int], *, aggregate: bool = False) -> ScoreAnswer:
+                    labels: list[int], *, aggregate: bool = False,
+                    padding: list[int] | None = None) -> ScoreAnswer:
         """Ask ``node`` to score the reconstruction (``aggregate``: its own images among the
         reconstruction of several nodes' batches, :mod:`~fedleak.harness.flower.scoring`)."""
         if self._grid is None:
             return None, None, "no grid to reach the node (no train round was configured)"
-        query = Message(submission_content(server_round, images, labels, aggregate=aggregate),
+        query = Message(submission_content(server_round, images, labels, aggregate=aggregate,
+                                           padding=padding),
                         dst_node_id=node, message_type=SCORE_MESSAGE_TYPE,
                         group_id=str(server_round))
         answers = list(self._grid.send_and_receive([query], timeout=self.score_timeout))
@@ -333,6 +338,16 @@ class Auditor:
                                      metrics["psnr"], metrics["ssim"], metrics["mse"],
                                      strict=True):
                 score.images.add(index=i, matched_index=m, psnr=p, ssim=s, mse=e)
+            for image, padded, exact in zip(score.images, metrics.get("padding", []),
+                                            metrics.get("exact-index", []), strict=False):
+                image.padding, image.exact = bool(padded), int(exact) >= 0
+                image.exact_index = max(int(exact), 0)
+            score.exact, score.exact_psnr = int(metrics.get("exact", 0)), EXACT_PSNR
+            if "successes" in metrics:
+                score.successes = int(metrics["successes"])
+                score.success_psnr = SUCCESS_PSNR
+            if "best-psnr" in metrics:
+                score.best_scored, score.best_psnr = True, float(metrics["best-psnr"])
             score.mean_psnr = float(metrics["mean-psnr"])
             score.mean_ssim = float(metrics["mean-ssim"])
             score.mean_mse = float(metrics["mean-mse"])

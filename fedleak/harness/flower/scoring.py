@@ -49,13 +49,15 @@ SCORE_ERROR = 121
 
 
 def submission_content(server_round: int, images: torch.Tensor | None, labels: list[int],
-                       *, aggregate: bool = False) -> RecordDict:
+                       *, aggregate: bool = False,
+                       padding: list[int] | None = None) -> RecordDict:
     """What the audit sends to a node to have round ``server_round``'s reconstruction scored;
     ``aggregate``: the reconstruction of several nodes' pooled batches (SecAgg+), among which
-    the node finds its own images."""
+    the node finds its own images; ``padding``: the reconstruction's placeholder slots."""
     content = RecordDict({SUBMISSION_CONFIG: ConfigRecord({"round": server_round,
                                                            "labels": list(labels),
-                                                           "aggregate": aggregate})})
+                                                           "aggregate": aggregate,
+                                                           "padding": list(padding or [])})})
     if images is not None:
         content[SUBMISSION_IMAGES] = record_of({"images": images.float()})
     return content
@@ -97,13 +99,17 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
     images = tensors(images_record)["images"] if images_record is not None else None
     submitted_labels = config.get("labels", [])
     labels = [int(y) for y in submitted_labels] if isinstance(submitted_labels, list) else []
+    submitted_padding = config.get("padding", [])
+    padding = [int(j) for j in submitted_padding] if isinstance(submitted_padding, list) else []
     chosen = None
     if config.get("aggregate") is True and images is not None:
         chosen = _own_images(images, labels, truth["images"])
         images = images[chosen]
         labels = [labels[i] for i in chosen.tolist()] if labels else []
+        padding = [k for k, j in enumerate(chosen.tolist()) if j in set(padding)]
     scored = _scorer(context, info, truth, server_round).score(
-        str(server_round), Submission(images=images, labels=labels))
+        str(server_round), Submission(images=images, labels=labels,
+                                      padding=padding if images is not None else []))
     metrics: dict[str, Any] = {}
     if scored.images is not None:
         s = scored.images
@@ -114,7 +120,14 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
                         "matched": matched if chosen is None else
                         [int(chosen[m]) for m in matched],
                         "psnr": [i.psnr for i in s.images], "ssim": [i.ssim for i in s.images],
-                        "mse": [i.mse for i in s.images]})
+                        "mse": [i.mse for i in s.images],
+                        "padding": [int(i.padding) for i in s.images],
+                        "exact-index": [i.exact_index if chosen is None or i.exact_index < 0
+                                        else int(chosen[i.exact_index])
+                                        for i in s.images],
+                        "exact": s.exact, "successes": s.successes})
+        if s.best_psnr is not None:
+            metrics["best-psnr"] = s.best_psnr
     if scored.label_accuracy is not None:
         metrics["label-accuracy"] = scored.label_accuracy
     out = RecordDict({SCORE_METRICS: MetricRecord(metrics)})

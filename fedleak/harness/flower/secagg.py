@@ -250,7 +250,8 @@ class AggregateAudit(Auditor, LegacyStrategy):
             entry = self._audit_update(
                 server_round, view, f"round-{server_round:03d}-aggregate", received, params,
                 buffers, warnings,
-                lambda images, labels: self._pooled_score(server_round, counts, images, labels,
+                lambda images, labels, padding: self._pooled_score(server_round, counts, images,
+                                                                    labels, padding,
                                                           details))
             if entry is not None:
                 entry.server_view, entry.aggregate = view, details
@@ -368,7 +369,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
                 "quantization_error_bound": self.secagg.error_bound(examples)}
 
     def _pooled_score(self, server_round: int, counts: dict[int, int],
-                      images: torch.Tensor | None, labels: list[int],
+                      images: torch.Tensor | None, labels: list[int], padding: list[int],
                       details: dict[str, Any]) -> ScoreAnswer:
         """Every survivor scores the reconstruction of all N images against its own batch
         (finding its n_k images among them); their per-image scores pooled into one answer.
@@ -382,7 +383,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
         refused, accuracy = [], []
         for node, entry in zip(counts, details["nodes"], strict=True):
             score, truth, unscored = self._node_score(server_round, node, images, labels,
-                                                      aggregate=True)
+                                                      aggregate=True, padding=padding)
             if score is None or not score.images:
                 entry["unscored"] = unscored or "the node returned no image scores"
                 refused.append(node)
@@ -391,7 +392,16 @@ class AggregateAudit(Auditor, LegacyStrategy):
             offset = len(pooled.images)
             for s in score.images:
                 pooled.images.add(index=offset + s.index, matched_index=s.matched_index,
-                                  psnr=s.psnr, ssim=s.ssim, mse=s.mse)
+                                  psnr=s.psnr, ssim=s.ssim, mse=s.mse, padding=s.padding,
+                                  exact=s.exact, exact_index=s.exact_index)
+            pooled.exact += score.exact  # each node's own matching: an upper bound if two
+            pooled.exact_psnr = score.exact_psnr  # nodes claimed one image (see above)
+            pooled.successes += score.successes  # the same
+            pooled.success_psnr = score.success_psnr
+            if score.best_scored:
+                pooled.best_psnr = max(pooled.best_psnr, score.best_psnr) \
+                    if pooled.best_scored else score.best_psnr
+                pooled.best_scored = True
             if score.labels_scored:
                 accuracy.append((score.label_accuracy, len(score.images)))
             truths.append(truth if truth is not None else torch.empty(0))

@@ -5,6 +5,14 @@ batch comes back in an arbitrary order, so it is first matched to the ground tru
 (Hungarian assignment on pairwise MSE), then every truth image is scored against its match.
 Batch figures are means of the per-image values (the mean PSNR is not the PSNR of the batch
 MSE). Labels are scored as a multiset, since label order carries no information.
+
+*Counts* are not read off that assignment: the least-total-MSE matching may pair an exact copy
+with the wrong image when that lowers the sum (a reconstruction padded with mean images moves
+copies onto the images the padding scores worst against). The number of exact recoveries is
+the largest one-to-one matching among the pairs at PSNR ≥ 40 dB (a maximum bipartite matching,
+:func:`exact_matching`), over the submitted images that are not padding; the best image is the
+best such pair. Padding slots (an attack's placeholders, e.g. the mean image) still take part
+in the assignment behind the mean PSNR, and are flagged there.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -20,28 +29,47 @@ SSIM_WINDOW = 11
 SSIM_SIGMA = 1.5
 SSIM_K = (0.01, 0.03)
 MSE_FLOOR = 1e-10  # relative to data_range**2: PSNR is capped at 100 dB
+#: an image counts as recovered *exactly* at this PSNR on [0, 1] or above (an error of 1 % of
+#: the range per pixel): what imprint, trap weights and spear promise, beside the mean PSNR
+EXACT_PSNR = 40.0
+#: An image counts as reconstructed (a *success*, reconstruction robustness; docs/bounds.md) at
+#: this PSNR or above.
+SUCCESS_PSNR = 20.0
 
 
 @dataclass
 class ImageScore:
-    """Scores of truth image ``index`` against reconstruction ``matched_index``."""
+    """Scores of truth image ``index`` against reconstruction ``matched_index``; ``padding``:
+    that reconstruction is one of the attack's placeholders; ``exact_index``: the reconstruction
+    the exact matching pairs with this image (-1: not recovered exactly)."""
 
     index: int
     matched_index: int
     psnr: float
     ssim: float
     mse: float
+    padding: bool = False
+    exact_index: int = -1
 
 
 @dataclass
 class BatchScore:
-    """Per-image scores and their means; ``label_accuracy`` is None when labels were not given."""
+    """Per-image scores and their means; ``label_accuracy`` is None when labels were not given.
+
+    ``exact``: the largest one-to-one matching of truth images to non-padding reconstructions
+    at PSNR ≥ :data:`EXACT_PSNR`; ``best_psnr``: the best PSNR of any truth image against any
+    non-padding reconstruction (None when every slot is padding); ``successes``: the same
+    largest matching at :data:`SUCCESS_PSNR` (never fewer than the matched images at that PSNR).
+    """
 
     images: list[ImageScore]
     mean_psnr: float
     mean_ssim: float
     mean_mse: float
     label_accuracy: float | None
+    exact: int = 0
+    best_psnr: float | None = None
+    successes: int = 0
 
 
 def mse_per_image(x: Tensor, y: Tensor) -> Tensor:
@@ -113,6 +141,46 @@ def match_among(reconstruction: Tensor, truth: Tensor) -> Tensor:
     return torch.as_tensor(columns, dtype=torch.int64)
 
 
+def pairwise_psnr(reconstruction: Tensor, truth: Tensor, data_range: float = 1.0) -> Tensor:
+    """``[len(truth), len(reconstruction)]`` PSNR of every pair, floored like
+    :func:`psnr_per_image`."""
+    floor = MSE_FLOOR * data_range**2
+    return 10.0 * torch.log10(data_range**2 / _pairwise_mse(truth, reconstruction)
+                              .clamp_min(floor))
+
+
+def exact_matching(
+    reconstruction: Tensor,
+    truth: Tensor,
+    threshold: float = EXACT_PSNR,
+    padding: Sequence[int] = (),
+) -> list[tuple[int, int]]:
+    """The largest one-to-one matching of truth images to reconstructions among the pairs at
+    PSNR ≥ ``threshold``, padding slots left out: ``(truth index, reconstruction index)``.
+
+    A maximum bipartite matching (``scipy.sparse.csgraph.maximum_bipartite_matching``,
+    Hopcroft–Karp): no other one-to-one pairing has more pairs at the threshold, so a count
+    read from it never rounds toward "private".
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    if reconstruction.shape[0] == 0 or truth.shape[0] == 0:
+        return []
+    if reconstruction.shape[1:] != truth.shape[1:]:
+        raise ValueError(f"reconstruction images are {tuple(reconstruction.shape[1:])} but "
+                         f"truth images are {tuple(truth.shape[1:])}")
+    good = pairwise_psnr(reconstruction, truth) >= threshold
+    skipped = [j for j in padding if 0 <= j < reconstruction.shape[0]]
+    if skipped:
+        good[:, skipped] = False
+    if not bool(good.any()):
+        return []
+    matched = maximum_bipartite_matching(csr_matrix(good.cpu().numpy().astype(np.int8)),
+                                         perm_type="column")
+    return [(i, int(j)) for i, j in enumerate(matched) if j >= 0]
+
+
 def label_accuracy(predicted: Sequence[int] | Tensor, true: Sequence[int] | Tensor) -> float:
     """Multiset overlap: ``sum_k min(#pred == k, #true == k) / len(true)``.
 
@@ -131,14 +199,17 @@ def score_reconstruction(
     predicted_labels: Sequence[int] | Tensor | None = None,
     true_labels: Sequence[int] | Tensor | None = None,
     match: bool = True,
+    padding: Sequence[int] = (),
 ) -> BatchScore:
     """Score a reconstructed batch against the truth, image by image.
 
     With ``match`` the reconstruction is first reordered by :func:`match_one_to_one`; without
     it, ``reconstruction[i]`` is compared with ``truth[i]``. Label accuracy is computed when
-    both label lists are given.
+    both label lists are given. ``padding`` lists the reconstruction's placeholder slots: they
+    are flagged, and never counted as exact nor as the best image (module docstring).
     """
     _check_pair(reconstruction, truth)
+    padded = set(_check_padding(padding, reconstruction.shape[0]))
     if match:
         perm = match_one_to_one(reconstruction, truth)
     else:
@@ -146,14 +217,31 @@ def score_reconstruction(
     matched = reconstruction[perm]
     psnr, ssim = psnr_per_image(matched, truth), ssim_per_image(matched, truth)
     mse = mse_per_image(matched, truth)
+    pairs = exact_matching(reconstruction, truth, padding=sorted(padded))
+    exact_of = dict(pairs)
     images = [
-        ImageScore(i, int(perm[i]), float(psnr[i]), float(ssim[i]), float(mse[i]))
+        ImageScore(i, int(perm[i]), float(psnr[i]), float(ssim[i]), float(mse[i]),
+                   padding=int(perm[i]) in padded, exact_index=exact_of.get(i, -1))
         for i in range(truth.shape[0])
     ]
     labels = None
     if predicted_labels is not None and true_labels is not None:
         labels = label_accuracy(predicted_labels, true_labels)
-    return BatchScore(images, float(psnr.mean()), float(ssim.mean()), float(mse.mean()), labels)
+    kept = [j for j in range(reconstruction.shape[0]) if j not in padded]
+    best = float(pairwise_psnr(reconstruction[kept], truth).max()) if kept else None
+    successes = len(exact_matching(reconstruction, truth, threshold=SUCCESS_PSNR,
+                                   padding=sorted(padded)))
+    return BatchScore(images, float(psnr.mean()), float(ssim.mean()), float(mse.mean()), labels,
+                      exact=len(pairs), best_psnr=best, successes=successes)
+
+
+def _check_padding(padding: Sequence[int], count: int) -> list[int]:
+    """``padding`` as distinct indices of the ``count`` submitted images."""
+    out = sorted({int(j) for j in padding})
+    bad = [j for j in out if not 0 <= j < count]
+    if bad:
+        raise ValueError(f"padding indices {bad[:8]} lie outside the {count} submitted images")
+    return out
 
 
 def _check_pair(reconstruction: Tensor, truth: Tensor) -> None:

@@ -24,9 +24,8 @@ import torch
 from fedleak.auditing.prior_baseline import PriorBaseline, prior_baseline
 from fedleak.auditing.reconstruction_bounds import reconstruction_bound
 from fedleak.harness.shared.datasets import load_dataset
+from fedleak.harness.shared.metrics import SUCCESS_PSNR
 
-#: An image counts as reconstructed at this PSNR (dB, on [0, 1]) or above.
-SUCCESS_PSNR = 20.0
 #: The prior is subsampled (seeded) to this many images for κ (N² pairwise distances).
 MAX_PRIOR = 2000
 
@@ -108,12 +107,19 @@ class SuccessPlacement:
 
 
 def place(psnrs: list[float], baseline: PriorBaseline | None, mechanism: Mechanism | None,
-          threshold: float = SUCCESS_PSNR, samples: int = 100_000) -> SuccessPlacement:
-    """Success at ``threshold`` over ``psnrs`` and, with a prior and a mechanism, the bound."""
-    successes = sum(1 for p in psnrs if p >= threshold)
+          threshold: float = SUCCESS_PSNR, samples: int = 100_000,
+          successes: int | None = None) -> SuccessPlacement:
+    """Success at ``threshold`` over ``psnrs`` and, with a prior and a mechanism, the bound.
+
+    ``successes``: the victim's count (the largest one-to-one matching at ``threshold``); without
+    it the matched images at ``threshold`` are counted, which may be fewer."""
+    if successes is None:
+        successes = sum(1 for p in psnrs if p >= threshold)
+        notes = ["counted on the victim's least-MSE matching (may undercount a batch)"]
+    else:
+        notes = ["counted by the victim: the largest one-to-one matching at the threshold"]
     out = SuccessPlacement(threshold, len(psnrs), successes,
                            successes / len(psnrs) if psnrs else 0.0)
-    notes = ["counted on the victim's one-to-one matching"]
     if baseline is not None:
         out.kappa, out.kappa_upper = baseline.kappa, baseline.upper
         out.prior_images = baseline.prior_size

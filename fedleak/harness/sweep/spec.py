@@ -70,6 +70,7 @@ from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
+from fedleak.attacks.base import UpdateSetting
 from fedleak.harness.shared.models import ModelError
 from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
 from fedleak.harness.sweep.architecture import (
@@ -149,7 +150,9 @@ class SweepSpec:
             options, architecture = split_architecture(options)
             if architecture is not None:  # the user runs the server's architecture around it
                 model = server_architecture(architecture, model)
-            if self.portfolio and not applicable(attack, protocol):
+            if self.portfolio and not applicable(attack, protocol, UpdateSetting(
+                    protocol.update_kind(), protocol.local_steps(self.batch_size),
+                    self.batch_size * d.users, tuple(c.split(":", 1)[0] for c in d.chain))):
                 continue
             point = Point(attack=attack, attack_options=options, model=model,
                           dataset=self.dataset, protocol=protocol, defenses=d.chain,
@@ -283,15 +286,19 @@ def parse_spec(text: str, source: str = "spec", max_points: int | None = None) -
     )
 
 
-def applicable(attack: str, protocol: Protocol) -> bool:
+def applicable(attack: str, protocol: Protocol, setting: UpdateSetting | None = None) -> bool:
     """Whether ``attack`` can attack a victim speaking ``protocol``: an attack on updates
     whose accepted update kinds (``update_kinds`` of its class, default any) include the
-    protocol's (``fedavg`` inverts FedAvg deltas only)."""
+    protocol's (``fedavg`` inverts FedAvg deltas only), and — given the point's ``setting`` —
+    that does not know itself unsuited to it (``Attack.unsuited``: spear on a noisy update or a
+    64-image sum)."""
     from fedleak.attacks import attack_class
 
     cls = attack_class(attack)
     kinds = getattr(cls, "update_kinds", None)
-    return cls.threat_model == "update" and (kinds is None or protocol.update_kind() in kinds)
+    if cls.threat_model != "update" or not (kinds is None or protocol.update_kind() in kinds):
+        return False
+    return setting is None or cls.unsuited(setting) is None
 
 
 def _portfolio(sweep: dict[str, Any]) -> bool:

@@ -114,6 +114,9 @@ def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.Score
     """
     if not request.HasField("images"):
         raise InvalidArgument("no candidates: submit them as images [M, C, H, W] on [0, 1]")
+    if request.padding:
+        raise InvalidArgument("padding applies to a round's reconstruction, not to KKT "
+                              "candidates: leave it empty for a release")
     shape = tuple(releaser.data.info.shape)
     try:
         check_declared(request.images, "candidates", (None, *shape),

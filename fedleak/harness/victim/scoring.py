@@ -1,7 +1,9 @@
 """Scoring a round's reconstruction inside the victim: validate, spend the budget, then score.
 
 One ``Score`` call is one :class:`Submission` for one round: images on [0, 1] (matched
-one-to-one to the private batch, Hungarian on MSE, then PSNR/SSIM/MSE per image), recovered
+one-to-one to the private batch, Hungarian on MSE, then PSNR/SSIM/MSE per image; exact
+recoveries counted as the largest one-to-one matching at PSNR ≥ 40 dB, the attack's padding
+slots left out), recovered
 labels (multiset overlap), recovered inputs of a linear layer (matched on cosine to the true
 inputs, recomputed at the round's parameters), or several of these at once. Everything is
 checked first — an invalid submission spends nothing — then the round's budget is spent
@@ -46,6 +48,8 @@ class Submission:
     user_ids: list[int] = field(default_factory=list)
     features: torch.Tensor | None = None
     feature_layer: str = ""
+    #: indices of submitted images that are the attack's placeholders, not reconstructions
+    padding: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +104,10 @@ class RoundScorer:
                                   "or recovered labels alone)")
         if images is not None:
             self._check_images(images, tuple(truth.shape))
+            self._check_padding(submission.padding, images.shape[0])
+        elif submission.padding:
+            raise InvalidArgument("padding indices were sent without images: mark padding "
+                                  "slots of a submitted reconstruction")
         labels = submission.labels
         if labels:
             self._check_labels(labels, len(true_labels))
@@ -118,7 +126,8 @@ class RoundScorer:
         if images is not None:
             scored = score_reconstruction(images.float().clamp(0, 1), truth,
                                           predicted_labels=labels or None,
-                                          true_labels=true_labels)
+                                          true_labels=true_labels,
+                                          padding=submission.padding)
             answer.images = _reported_images(scored)
             answer.label_accuracy = scored.label_accuracy
             if not round_.user_indices:  # one user's round: its own mechanism
@@ -154,6 +163,14 @@ class RoundScorer:
         if not torch.isfinite(images).all():
             raise InvalidArgument("reconstruction contains NaN or infinite values")
 
+    def _check_padding(self, padding: list[int], count: int) -> None:
+        bad = sorted({j for j in padding if not 0 <= j < count})
+        if bad:
+            raise InvalidArgument(f"padding indices {bad[:8]} lie outside the {count} submitted "
+                                  f"images (0 to {count - 1})")
+        if len(set(padding)) != len(padding):
+            raise InvalidArgument("padding lists an index twice: list each placeholder slot once")
+
     def _check_labels(self, labels: list[int], count: int) -> None:
         if len(labels) != count:
             raise InvalidArgument(f"{len(labels)} labels submitted for {count} images")
@@ -182,9 +199,11 @@ class RoundScorer:
 def _reported_images(score: BatchScore) -> BatchScore:
     return BatchScore(
         [ImageScore(s.index, s.matched_index, precision.psnr(s.psnr), precision.unit(s.ssim),
-                    precision.significant(s.mse)) for s in score.images],
+                    precision.significant(s.mse), s.padding, s.exact_index)
+         for s in score.images],
         precision.psnr(score.mean_psnr), precision.unit(score.mean_ssim),
-        precision.significant(score.mean_mse), score.label_accuracy,
+        precision.significant(score.mean_mse), score.label_accuracy, score.exact,
+        None if score.best_psnr is None else precision.psnr(score.best_psnr), score.successes,
     )
 
 

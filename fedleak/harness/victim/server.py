@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import torch
 
+from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.shared.protocol import ProtocolChanges
 from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
 from fedleak.harness.victim.audit_claim import TrialClaim
@@ -305,7 +306,8 @@ class VictimServicer(pb_grpc.VictimServicer):
             return score_release(self.victim.releaser, request)
         scorer = self.victim.scorer
         user_ids = list(request.user_ids)
-        submission = Submission(labels=list(request.labels), user_ids=user_ids)
+        submission = Submission(labels=list(request.labels), user_ids=user_ids,
+                                padding=list(request.padding))
         if request.HasField("images"):  # the round and the declared shape first, then decode
             shape = scorer.expected_shape(request.round_id, user_ids)
             check_declared(request.images, "reconstruction", shape,
@@ -321,11 +323,16 @@ class VictimServicer(pb_grpc.VictimServicer):
         if score.images is not None:
             reply.images.extend(
                 pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
-                              ssim=s.ssim, mse=s.mse)
+                              ssim=s.ssim, mse=s.mse, padding=s.padding,
+                              exact=s.exact_index >= 0, exact_index=max(s.exact_index, 0))
                 for s in score.images.images
             )
             reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
             reply.mean_mse = score.images.mean_mse
+            reply.exact, reply.exact_psnr = score.images.exact, EXACT_PSNR
+            reply.successes, reply.success_psnr = score.images.successes, SUCCESS_PSNR
+            reply.best_scored = score.images.best_psnr is not None
+            reply.best_psnr = score.images.best_psnr or 0.0
         if score.fisher is not None:
             reply.fisher_note = score.fisher.note
             if score.fisher.ceilings is not None:
