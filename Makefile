@@ -38,7 +38,7 @@ demo: install
 	$(VENV)/bin/fedleak demo
 
 test: lint docs
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check fedleak tests bench examples

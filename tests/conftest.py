@@ -40,12 +40,26 @@ def one_torch_thread() -> Iterator[None]:
 
 
 # Files whose tests start or attach to a Ray cluster (Flower's simulation backend attaches to a
-# running one): under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) they share one
-# worker, so no two of them ever run at once.
-_ONE_RAY_CLUSTER = {"test_flower.py", "test_sweep_ray.py"}
+# running one, and the Ray sweep tests find and kill Ray's worker processes by name): under
+# pytest-xdist (`make test` runs `-n 2`) they must share one worker, so no two of them ever run
+# at once. xdist's own `--dist loadgroup` cannot do it with pytest 9 (it renames `item._nodeid`,
+# which pytest 9 no longer reads), so this scheduler does: every other test is a scope of its
+# own (load balancing, as `--dist load`), and these files are one scope, sent to one worker.
+_ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_sweep_ray.py"})
+RAY_CLUSTER_SCOPE = "ray-cluster"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.name in _ONE_RAY_CLUSTER or item.get_closest_marker("ray"):
-            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+def ray_cluster_scope(nodeid: str) -> str:
+    """The scheduling scope of a test: one shared scope for the Ray files, else the test itself."""
+    file = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return RAY_CLUSTER_SCOPE if file in _ONE_RAY_CLUSTER else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneRayCluster(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ray_cluster_scope(nodeid)
+
+    return OneRayCluster(config, log)
