@@ -4,4 +4,4 @@ Layers (imports only point downwards): ``harness`` (processes, CLI, gRPC, data, 
 protocol, metrics) may import ``attacks`` and ``defenses``; those two import torch only.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
