@@ -55,8 +55,13 @@ def cluster() -> Iterator[str]:
 
 
 def _spec(tmp_path: Path, iterations: int, defenses: str = NOISE) -> Path:
+    """The tiny spec with the blind attack (cosine, plain replay): every point runs the same
+    attack, so points that differ only in their defenses pack whole (the default, ``auto``,
+    adds a defense-aware half to defended points, which has nothing to pack with here)."""
     spec = tmp_path / "spec.toml"
-    spec.write_text(tiny_spec(defenses, iterations=iterations, utility_rounds=3))
+    text = tiny_spec(defenses, iterations=iterations, utility_rounds=3)
+    blind = f'iterations = {iterations}\nobjective = "cosine"\nreplay = "plain"'
+    spec.write_text(text.replace(f"iterations = {iterations}", blind, 1))
     return spec
 
 
