@@ -16,14 +16,16 @@ def rooms_on_disk() -> set[str]:
     """What the picture must show: each package or module directly under fedleak/ (harness/
     split into its own children), read from the file system, not from the scanner."""
     package = ROOT / "fedleak"
+    harness = package / "harness"
     rooms = {"fedleak"}
-    for parent, prefix in ((package, "fedleak"), (package / "harness", "fedleak.harness")):
-        for child in parent.iterdir():
-            if child.name in ("__init__.py", "__pycache__") or child == package / "harness":
+    for parent, prefix in ((package, "fedleak"), (harness, "fedleak.harness")):
+        for child in sorted(parent.iterdir()) if parent.is_dir() else []:
+            if child.name in ("__init__.py", "__pycache__") or child == harness:
                 continue
-            if child.suffix == ".py" or (child / "__init__.py").exists():
+            if child.suffix == ".py" or (child.is_dir() and any(child.rglob("*.py"))):
                 rooms.add(f"{prefix}.{child.name.removesuffix('.py')}")
-    rooms.add("fedleak.harness")
+    if (harness / "__init__.py").exists():
+        rooms.add("fedleak.harness")
     return rooms
 
 
