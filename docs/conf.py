@@ -41,6 +41,7 @@ extensions = [
     "proto_reference",
     "sweep_schema",
     "bibliography_check",
+    "architecture_picture",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
