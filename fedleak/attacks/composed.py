@@ -76,12 +76,8 @@ from fedleak.attacks.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PRIORS, BoundPrior, PriorPart
 from fedleak.attacks.registry import AttackConfigError
-from fedleak.attacks.restarts import (
-    RestartsCosineObjective,
-    RestartsUpdateFn,
-    alone,
-    side_by_side,
-)
+from fedleak.attacks.replay_contract import RestartsUpdateFn
+from fedleak.attacks.restarts import RestartsCosineObjective, alone, side_by_side
 
 __all__ = ["ComposedConfig", "ComposedInversion", "alone", "check_numbers", "check_source",
            "gaussian_init", "packed_objective", "uniform_init"]

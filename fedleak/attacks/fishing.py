@@ -43,7 +43,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 
@@ -53,12 +52,12 @@ from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGra
 from fedleak.attacks.malicious import (
     AttackRefused,
     MaliciousAttack,
-    Relocatable,
     ServerKnowledge,
     layer_inputs,
 )
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.replay_contract import Relocatable
 
 #: how far from an integer a count reading may be and still count
 COUNT_SLACK = 0.05
@@ -263,13 +262,12 @@ class Fishing(MaliciousAttack):
         forced = FORCE * spread
         theta = dict(zip(names, first.parameters, strict=True))
         simulate = first.simulate
-        if not hasattr(simulate, "at"):
+        if not isinstance(simulate, Relocatable):
             raise AttackRefused("the observation's replay cannot be moved to other parameters")
-        relocatable = cast(Relocatable, simulate)
         target = dataclasses.replace(
             first, update=difference, update_kind=first.update_kind, num_images=1, probes=[],
             labels=torch.tensor([cfg.target_class], device=device),
-            simulate=GateDifference(relocatable, gate, theta, forced))
+            simulate=GateDifference(simulate, gate, theta, forced))
         inversion = InvertingGradients(InvertingGradientsConfig(
             iterations=cfg.iterations, restarts=cfg.restarts, tv=cfg.tv, lr=cfg.lr,
             vectorised=False))
@@ -288,9 +286,8 @@ class Fishing(MaliciousAttack):
 
 class GateDifference:
     """Replay of the observed difference for a candidate input: the update with the gate
-    forced open minus the update with it forced closed (smooth in the input)."""
-
-    vectorisable = False
+    forced open minus the update with it forced closed (smooth in the input). A plain
+    replay: it offers no restarts, packing or relocation."""
 
     def __init__(self, simulate: Relocatable, gate: Gate, theta: dict[str, torch.Tensor],
                  forced: float) -> None:

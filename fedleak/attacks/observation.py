@@ -2,22 +2,20 @@
 
 An attack sees only an :class:`Observation`: the global parameters it sent, the update it
 received, the public protocol settings and data description, and a callable that replays the
-user's local update (the same code the user ran). Never the private images or labels.
+user's local update (the same code the user ran; what else an attack may ask of it is the
+:class:`~fedleak.attacks.replay_contract.Replay` protocol). Never the private images or labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from fedleak.attacks.published import PublishedDefense
-
-#: ``simulate(images, labels) -> update``: the user's local update at the global parameters,
-#: differentiable with respect to ``images`` (normalised space, [n, C, H, W]).
-UpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+from fedleak.attacks.replay_contract import Replay, UpdateFn
 
 
 @dataclass
@@ -42,7 +40,9 @@ class Observation:
     num_classes: int
     mean: Sequence[float]
     std: Sequence[float]
-    simulate: UpdateFn
+    #: the user's local update replayed on candidate images: the harness's :class:`Replay`,
+    #: or any plain ``simulate(images, labels) -> update`` (:data:`UpdateFn`)
+    simulate: Replay | UpdateFn
     local_steps: int = 1
     learning_rate: float | None = None
     labels: torch.Tensor | None = None
