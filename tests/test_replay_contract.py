@@ -8,8 +8,10 @@ protocol, never ``getattr``/``hasattr``, so the type checker sees every use.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 
 from fedleak.attacks.replay_contract import Relocatable, Replay
@@ -73,3 +75,20 @@ def test_observe_hands_attacks_the_harness_replay() -> None:
                        std=(0.5,) * 3, class_names=("a", "b", "c"))
     observation = observe(model, torch.rand(2, 3, 2, 2), torch.tensor([0, 1]), info)
     assert isinstance(observation.simulate, Replay)
+
+
+def test_observations_look_tensors_up_by_name() -> None:
+    from fedleak.harness.shared.datasets import DatasetInfo
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    info = DatasetInfo(name="toy", shape=(3, 2, 2), num_classes=3, mean=(0.5,) * 3,
+                       std=(0.5,) * 3, class_names=("a", "b", "c"))
+    observation = observe(model, torch.rand(2, 3, 2, 2), torch.tensor([0, 1]), info)
+    assert observation.index_of("1.bias") == 1
+    assert observation.parameter("1.weight") is observation.parameters[0]
+    assert torch.equal(observation.gradient("1.bias"), observation.gradient_direction()[1])
+    assert list(observation.named_parameters()) == ["1.weight", "1.bias"]
+    delta = dataclasses.replace(observation, update_kind="delta")
+    assert torch.equal(delta.gradient("1.weight"), delta.gradient_direction()[0])
+    with pytest.raises(KeyError, match="no parameter 'fc.weight'"):
+        observation.parameter("fc.weight")

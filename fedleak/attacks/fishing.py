@@ -109,7 +109,7 @@ class Gate:
 
     def threshold(self, observation: Observation) -> float:
         """The threshold t of the θ an observation was received at."""
-        bias = observation.parameters[observation.parameter_names.index(self.bias)]
+        bias = observation.parameter(self.bias)
         return float(-bias[self.c].detach()) / self.alpha
 
 
@@ -204,8 +204,7 @@ class Fishing(MaliciousAttack):
         """Per probe: threshold, count of inputs above it (None: not near an integer), and the
         raw reading, all relative to the first probe (t = +∞)."""
         def bias_gradient(observation: Observation) -> float:
-            grads = observation.gradient_direction()
-            return float(grads[observation.parameter_names.index(gate.bias)][gate.c])
+            return float(observation.gradient(gate.bias)[gate.c])
 
         base = bias_gradient(probes[0])
         out = []
@@ -228,13 +227,11 @@ class Fishing(MaliciousAttack):
         Inverting Gradients on it with the gate forced open and closed."""
         cfg = self.config
         rounds = [*observation.probes, observation]
-        weight, bias = classifier_names(dict(zip(observation.parameter_names,
-                                                 observation.parameters, strict=True)),
+        weight, bias = classifier_names(observation.named_parameters(),
                                         observation.num_classes)
         if bias is None:
             raise AttackRefused(f"the classifier {weight!r} has no bias")
-        names = observation.parameter_names
-        row = observation.parameters[names.index(weight)][cfg.target_class].detach().double()
+        row = observation.parameter(weight)[cfg.target_class].detach().double()
         alpha = float(row.norm())
         gate = Gate(weight, bias, cfg.target_class, row / alpha, alpha, 0.0, 1.0)
         per_user = int(observation.metadata.get("images_per_user", "0")) or \
@@ -260,7 +257,7 @@ class Fishing(MaliciousAttack):
         difference = [a - b for a, b in zip(first.update, second.update, strict=True)]
         spread = abs(gate.threshold(first)) + abs(gate.threshold(second)) + 1.0
         forced = FORCE * spread
-        theta = dict(zip(names, first.parameters, strict=True))
+        theta = first.named_parameters()
         simulate = first.simulate
         if not isinstance(simulate, Relocatable):
             raise AttackRefused("the observation's replay cannot be moved to other parameters")

@@ -163,12 +163,10 @@ class Imprint(MaliciousAttack):
         missing = [n for n in (WEIGHT0, BIAS0) if n not in names]
         if missing:
             raise AttackRefused(f"the observed update has no imprint block ({missing})")
-        grads = observation.gradient_direction()
-        params = observation.parameters
-        g_w = grads[names.index(WEIGHT0)].detach().double()
-        g_b = grads[names.index(BIAS0)].detach().double()
-        weight0 = params[names.index(WEIGHT0)].detach().double()
-        bias0 = params[names.index(BIAS0)].detach().double()
+        g_w = observation.gradient(WEIGHT0).detach().double()
+        g_b = observation.gradient(BIAS0).detach().double()
+        weight0 = observation.parameter(WEIGHT0).detach().double()
+        bias0 = observation.parameter(BIAS0).detach().double()
         scale = weight0[0].norm()
         measurement = weight0[0] / scale
         cuts = -bias0 / scale

@@ -65,6 +65,29 @@ class Observation:
             return [-u for u in self.update]
         return list(self.update)
 
+    def index_of(self, name: str) -> int:
+        """Where the parameter ``name`` sits in ``parameter_names``, ``parameters`` and
+        ``update``; KeyError when the model has no parameter of that name."""
+        try:
+            return self.parameter_names.index(name)
+        except ValueError:
+            raise KeyError(f"no parameter {name!r} in the observation (it has "
+                           f"{', '.join(self.parameter_names) or 'no names'})") from None
+
+    def parameter(self, name: str) -> torch.Tensor:
+        """The global parameter named ``name`` (θ as the server sent it)."""
+        return self.parameters[self.index_of(name)]
+
+    def gradient(self, name: str) -> torch.Tensor:
+        """The update of the parameter named ``name``, oriented like a loss gradient (entry
+        ``index_of(name)`` of :meth:`gradient_direction`)."""
+        update = self.update[self.index_of(name)]
+        return -update if self.update_kind == "delta" else update
+
+    def named_parameters(self) -> dict[str, torch.Tensor]:
+        """The global parameters by name, in model order."""
+        return dict(zip(self.parameter_names, self.parameters, strict=True))
+
 
 @dataclass
 class Reconstruction:

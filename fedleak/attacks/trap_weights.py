@@ -170,7 +170,7 @@ class TrapWeights(MaliciousAttack):
                      None)
         if index is None or names[index][:-len("weight")] + "bias" not in names:
             raise AttackRefused("the observed update has no biased linear layer over the input")
-        bias_index = names.index(names[index][:-len("weight")] + "bias")
+        bias_index = observation.index_of(names[index][:-len("weight")] + "bias")
         grads = observation.gradient_direction()
         g_w, g_b = grads[index].detach().double(), grads[bias_index].detach().double()
         weight = observation.parameters[index].detach().double()
