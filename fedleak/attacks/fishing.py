@@ -189,7 +189,8 @@ class Fishing(MaliciousAttack):
         high = min(below) if below else top
         if low is None:
             total = max(knowledge.images_in_aggregate, rank + 1)
-            z = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(1 - (want + 0.5) / total))
+            normal = torch.distributions.Normal(0.0, 1.0)
+            z = normal.icdf(torch.tensor(1 - (want + 0.5) / total))  # type: ignore[no-untyped-call]
             guess = gate.mean + gate.spread * float(z)
             tried = [t for t, _, _ in readings[1:]]  # the +∞ round aside
             threshold = min(tried) - gate.spread if tried else min(guess, high - gate.spread)

@@ -147,7 +147,8 @@ class Imprint(MaliciousAttack):
         if self.config.measurement == "brightness":
             return torch.full((pixels,), 1 / math.sqrt(pixels), dtype=torch.float64)
         m = torch.randn(pixels, generator=generator, dtype=torch.float64)
-        return m / m.norm()
+        unit: torch.Tensor = m / m.norm()
+        return unit
 
     def recover(
         self,

@@ -97,7 +97,8 @@ def trappable_layer(model: nn.Module, pixels: int) -> str:
     if not with_parameters:
         raise AttackRefused("the model has no parameters to trap")
     index = with_parameters[0]
-    name, first = leaves[index]
+    name: str = leaves[index][0]
+    first = leaves[index][1]
     kind = type(first).__name__
     if not isinstance(first, nn.Linear) or first.bias is None or first.in_features != pixels:
         raise AttackRefused(
