@@ -57,7 +57,7 @@ from fedleak.attacks.capture import capturable
 from fedleak.attacks.epochs import epoch_copies, merge_epochs, with_epoch_copies
 from fedleak.attacks.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.inversion.captured import optimise_captured
-from fedleak.attacks.inversion.config import (
+from fedleak.attacks.inversion.composed_config import (
     ComposedConfig,
     check_numbers,
     check_source,
