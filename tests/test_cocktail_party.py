@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from fedleak.attacks import attack_names, create_attack
-from fedleak.attacks.cocktail_party import CocktailParty, minmax_images, transformed
+from fedleak.attacks.cocktail_party import CocktailParty
 from fedleak.attacks.fc_layer import ModelDoesNotFit
+from fedleak.attacks.ica_unmixing import minmax_images, transformed
 from fedleak.attacks.observation import Observation
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction

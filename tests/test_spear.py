@@ -17,6 +17,8 @@ from fedleak.attacks import relu_sparsity as rs
 from fedleak.attacks.base import UpdateSetting
 from fedleak.attacks.fc_layer import ModelDoesNotFit
 from fedleak.attacks.published import PublishedDefense
+from fedleak.attacks.relu_direction_search import DirectionSet, last_direction
+from fedleak.attacks.relu_solve import activation_agreement, solve_inputs
 from fedleak.attacks.spear import Spear
 from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
@@ -50,16 +52,16 @@ def test_factorisation_and_solve_are_exact_on_a_synthetic_layer() -> None:
     d_t = active.T * outgoing                                            # [m, n]
     grad = rs.factorise(d_t @ x, d_t.sum(1), n)
     q_true = np.linalg.pinv(grad.left) @ d_t
-    found = rs.DirectionSet(n)
+    found = DirectionSet(n)
     for j in range(n):
         assert found.add(rs.certify(grad, q_true[:, j], rs.default_margin(n), (weight, bias)))
     mixture = q_true[:, 0] / np.linalg.norm(q_true[:, 0]) + q_true[:, 1] / np.linalg.norm(
         q_true[:, 1])
     assert rs.certify(grad, mixture, rs.default_margin(n), (weight, bias)) is None
-    solved = rs.solve_inputs(grad, found.columns())
+    solved = solve_inputs(grad, found.columns())
     order = np.argmin(((solved[:, None] - x[None]) ** 2).sum(-1), axis=1)
     assert np.allclose(solved, x[order], atol=1e-8)
-    assert np.all(rs.activation_agreement(solved, weight, bias, grad, found.columns()) == 1)
+    assert np.all(activation_agreement(solved, weight, bias, grad, found.columns()) == 1)
 
 
 def test_the_last_input_comes_from_a_line_search() -> None:
@@ -71,7 +73,7 @@ def test_the_last_input_comes_from_a_line_search() -> None:
     grad = rs.factorise(d_t @ x, d_t.sum(1), n)
     q_true = np.linalg.pinv(grad.left) @ d_t
     known = q_true[:, :-1] / np.linalg.norm(q_true[:, :-1], axis=0)
-    last = rs.last_direction(grad, known, (weight, bias), rs.default_margin(n))
+    last = last_direction(grad, known, (weight, bias), rs.default_margin(n))
     assert last is not None
     assert abs(last.q @ q_true[:, -1]) / np.linalg.norm(q_true[:, -1]) > 1 - 1e-9
 

@@ -113,8 +113,9 @@ def biased_linear_layers(observation: Observation) -> list[LinearLayer]:
             continue
         module = name[: -len(".weight")]
         bias_name = module + ".bias"
-        if bias_name in names and shapes[names.index(bias_name)] == (shapes[index][0],):
-            layers.append(LinearLayer(module, index, names.index(bias_name)))
+        if bias_name in names and \
+                shapes[observation.index_of(bias_name)] == (shapes[index][0],):
+            layers.append(LinearLayer(module, index, observation.index_of(bias_name)))
     return layers
 
 

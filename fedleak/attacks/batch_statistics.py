@@ -42,8 +42,9 @@ says nothing of the image's mean colour and contrast, which PSNR weighs heavily;
 layer's statistics say exactly that.
 
 The candidate statistics come from one forward of the server's model at θ
-(``observation.simulate``'s model, parameters and buffers, read by duck typing: attacks never
-import the harness) with hooks on its BatchNorm layers.
+(the model, parameters and buffers of the observation's
+:class:`~fedleak.attacks.replay_contract.Replay`: attacks never import the harness) with hooks
+on its BatchNorm layers.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from torch.func import functional_call
 
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.parts import PartError
+from fedleak.attacks.replay_contract import Replay
 
 SOURCES = ("auto", "returned", "global")
 FORMS = ("standardised", "yin")
@@ -84,15 +86,11 @@ def replay_model(observation: Observation) -> tuple[nn.Module, dict[str, torch.T
                                                     dict[str, torch.Tensor]]:
     """The server's model with θ and the global buffers from the observation's replay."""
     simulate = observation.simulate
-    model = getattr(simulate, "model", None)
-    parameters = getattr(simulate, "parameters", None)
-    buffers = getattr(simulate, "buffers", None)
-    if not isinstance(model, nn.Module) or not isinstance(parameters, Mapping) \
-            or not isinstance(buffers, Mapping):
+    if not isinstance(simulate, Replay):
         raise PartError("the BatchNorm prior needs the model behind the observation's replay "
                         "(build the observation with the harness: observe or "
                         "observation_from_update)")
-    return model, dict(parameters), dict(buffers)
+    return simulate.model, dict(simulate.parameters), dict(simulate.buffers)
 
 
 def layer_sizes(model: nn.Module, parameters: Mapping[str, torch.Tensor],

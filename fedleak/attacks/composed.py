@@ -57,7 +57,7 @@ from fedleak.attacks.capture import capturable
 from fedleak.attacks.epochs import epoch_copies, merge_epochs, with_epoch_copies
 from fedleak.attacks.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.inversion.captured import optimise_captured
-from fedleak.attacks.inversion.config import (
+from fedleak.attacks.inversion.composed_config import (
     ComposedConfig,
     check_numbers,
     check_source,
@@ -76,12 +76,8 @@ from fedleak.attacks.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PRIORS, BoundPrior, PriorPart
 from fedleak.attacks.registry import AttackConfigError
-from fedleak.attacks.restarts import (
-    RestartsCosineObjective,
-    RestartsUpdateFn,
-    alone,
-    side_by_side,
-)
+from fedleak.attacks.replay_contract import RestartsUpdateFn
+from fedleak.attacks.restarts import RestartsCosineObjective, alone, side_by_side
 
 __all__ = ["ComposedConfig", "ComposedInversion", "alone", "check_numbers", "check_source",
            "gaussian_init", "packed_objective", "uniform_init"]

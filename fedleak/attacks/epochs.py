@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 import torch
 
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.replay_contract import Replay
 
 
-def epoch_copies(observation: Any) -> int:
+def epoch_copies(observation: Observation) -> int:
     """How many copies of the n images the observation's replay takes (1 unless the user's
-    unseen order matters over several epochs; ``simulate.epoch_copies()`` by duck typing)."""
-    copies = getattr(observation.simulate, "epoch_copies", None)
-    return int(copies()) if callable(copies) else 1
+    unseen order matters over several epochs: :meth:`Replay.epoch_copies
+    <fedleak.attacks.replay_contract.Replay.epoch_copies>`; 1 for a plain replay)."""
+    simulate = observation.simulate
+    return int(simulate.epoch_copies()) if isinstance(simulate, Replay) else 1
 
 
 def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: int

@@ -57,8 +57,8 @@ from fedleak.attacks.observation import Observation
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.published_noise import additive_variance, noise_variances
+from fedleak.attacks.replay_contract import RestartsUpdateFn
 from fedleak.attacks.replays import create_replay
-from fedleak.attacks.restarts import RestartsUpdateFn
 
 
 @dataclass(frozen=True)

@@ -121,12 +121,12 @@ def labels_for_inputs(observation: Observation, inputs: torch.Tensor,
     classifier's gradient (module docstring). Falls back to :func:`recover_labels` when the
     model has no classifier layer with a bias."""
     n, k = inputs.shape[0], observation.num_classes
-    names = observation.parameter_names
     try:
-        weight, bias = classifier_names(dict(zip(names, observation.parameters, strict=True)), k)
+        weight, bias = classifier_names(observation.named_parameters(), k)
     except ValueError:
         return recover_labels(observation)
-    keep = [names.index(weight)] + ([names.index(bias)] if bias is not None else [])
+    keep = [observation.index_of(weight)] + \
+        ([observation.index_of(bias)] if bias is not None else [])
     observed = torch.cat([observation.gradient_direction()[i].detach().double().flatten()
                           for i in keep]).cpu()
     device = observation.parameters[0].device

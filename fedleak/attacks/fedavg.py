@@ -42,6 +42,7 @@ from fedleak.attacks.base import Progress
 from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGradientsConfig
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.replay_contract import Replay
 
 LABEL_SOURCES = ("recover", "known")
 
@@ -141,9 +142,8 @@ def check_fedavg_observation(observation: Observation) -> None:
         raise FedAvgObservationError(
             f"the user reported {observation.local_steps} local steps; need at least 1"
         )
-    replay_steps = getattr(observation.simulate, "local_steps", None)
-    if callable(replay_steps):
-        steps = int(replay_steps(observation.num_images))
+    if isinstance(observation.simulate, Replay):
+        steps = int(observation.simulate.local_steps(observation.num_images))
         if steps != observation.local_steps:
             raise FedAvgObservationError(
                 f"the replay takes {steps} local steps over {observation.num_images} images but "

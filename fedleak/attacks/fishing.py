@@ -43,7 +43,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 
@@ -53,12 +52,12 @@ from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGra
 from fedleak.attacks.malicious import (
     AttackRefused,
     MaliciousAttack,
-    Relocatable,
     ServerKnowledge,
     layer_inputs,
 )
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.replay_contract import Relocatable
 
 #: how far from an integer a count reading may be and still count
 COUNT_SLACK = 0.05
@@ -110,7 +109,7 @@ class Gate:
 
     def threshold(self, observation: Observation) -> float:
         """The threshold t of the θ an observation was received at."""
-        bias = observation.parameters[observation.parameter_names.index(self.bias)]
+        bias = observation.parameter(self.bias)
         return float(-bias[self.c].detach()) / self.alpha
 
 
@@ -190,7 +189,8 @@ class Fishing(MaliciousAttack):
         high = min(below) if below else top
         if low is None:
             total = max(knowledge.images_in_aggregate, rank + 1)
-            z = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(1 - (want + 0.5) / total))
+            normal = torch.distributions.Normal(0.0, 1.0)
+            z = normal.icdf(torch.tensor(1 - (want + 0.5) / total))  # type: ignore[no-untyped-call]
             guess = gate.mean + gate.spread * float(z)
             tried = [t for t, _, _ in readings[1:]]  # the +∞ round aside
             threshold = min(tried) - gate.spread if tried else min(guess, high - gate.spread)
@@ -205,8 +205,7 @@ class Fishing(MaliciousAttack):
         """Per probe: threshold, count of inputs above it (None: not near an integer), and the
         raw reading, all relative to the first probe (t = +∞)."""
         def bias_gradient(observation: Observation) -> float:
-            grads = observation.gradient_direction()
-            return float(grads[observation.parameter_names.index(gate.bias)][gate.c])
+            return float(observation.gradient(gate.bias)[gate.c])
 
         base = bias_gradient(probes[0])
         out = []
@@ -229,13 +228,11 @@ class Fishing(MaliciousAttack):
         Inverting Gradients on it with the gate forced open and closed."""
         cfg = self.config
         rounds = [*observation.probes, observation]
-        weight, bias = classifier_names(dict(zip(observation.parameter_names,
-                                                 observation.parameters, strict=True)),
+        weight, bias = classifier_names(observation.named_parameters(),
                                         observation.num_classes)
         if bias is None:
             raise AttackRefused(f"the classifier {weight!r} has no bias")
-        names = observation.parameter_names
-        row = observation.parameters[names.index(weight)][cfg.target_class].detach().double()
+        row = observation.parameter(weight)[cfg.target_class].detach().double()
         alpha = float(row.norm())
         gate = Gate(weight, bias, cfg.target_class, row / alpha, alpha, 0.0, 1.0)
         per_user = int(observation.metadata.get("images_per_user", "0")) or \
@@ -261,15 +258,14 @@ class Fishing(MaliciousAttack):
         difference = [a - b for a, b in zip(first.update, second.update, strict=True)]
         spread = abs(gate.threshold(first)) + abs(gate.threshold(second)) + 1.0
         forced = FORCE * spread
-        theta = dict(zip(names, first.parameters, strict=True))
+        theta = first.named_parameters()
         simulate = first.simulate
-        if not hasattr(simulate, "at"):
+        if not isinstance(simulate, Relocatable):
             raise AttackRefused("the observation's replay cannot be moved to other parameters")
-        relocatable = cast(Relocatable, simulate)
         target = dataclasses.replace(
             first, update=difference, update_kind=first.update_kind, num_images=1, probes=[],
             labels=torch.tensor([cfg.target_class], device=device),
-            simulate=GateDifference(relocatable, gate, theta, forced))
+            simulate=GateDifference(simulate, gate, theta, forced))
         inversion = InvertingGradients(InvertingGradientsConfig(
             iterations=cfg.iterations, restarts=cfg.restarts, tv=cfg.tv, lr=cfg.lr,
             vectorised=False))
@@ -288,9 +284,8 @@ class Fishing(MaliciousAttack):
 
 class GateDifference:
     """Replay of the observed difference for a candidate input: the update with the gate
-    forced open minus the update with it forced closed (smooth in the input)."""
-
-    vectorisable = False
+    forced open minus the update with it forced closed (smooth in the input). A plain
+    replay: it offers no restarts, packing or relocation."""
 
     def __init__(self, simulate: Relocatable, gate: Gate, theta: dict[str, torch.Tensor],
                  forced: float) -> None:

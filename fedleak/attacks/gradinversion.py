@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedleak.attacks.composed import ComposedInversion
-from fedleak.attacks.inversion.config import ComposedConfig, check_numbers, check_source
+from fedleak.attacks.inversion.composed_config import ComposedConfig, check_numbers, check_source
 from fedleak.attacks.registry import register_attack
 
 

@@ -147,7 +147,8 @@ class Imprint(MaliciousAttack):
         if self.config.measurement == "brightness":
             return torch.full((pixels,), 1 / math.sqrt(pixels), dtype=torch.float64)
         m = torch.randn(pixels, generator=generator, dtype=torch.float64)
-        return m / m.norm()
+        unit: torch.Tensor = m / m.norm()
+        return unit
 
     def recover(
         self,
@@ -163,12 +164,10 @@ class Imprint(MaliciousAttack):
         missing = [n for n in (WEIGHT0, BIAS0) if n not in names]
         if missing:
             raise AttackRefused(f"the observed update has no imprint block ({missing})")
-        grads = observation.gradient_direction()
-        params = observation.parameters
-        g_w = grads[names.index(WEIGHT0)].detach().double()
-        g_b = grads[names.index(BIAS0)].detach().double()
-        weight0 = params[names.index(WEIGHT0)].detach().double()
-        bias0 = params[names.index(BIAS0)].detach().double()
+        g_w = observation.gradient(WEIGHT0).detach().double()
+        g_b = observation.gradient(BIAS0).detach().double()
+        weight0 = observation.parameter(WEIGHT0).detach().double()
+        bias0 = observation.parameter(BIAS0).detach().double()
         scale = weight0[0].norm()
         measurement = weight0[0] / scale
         cuts = -bias0 / scale

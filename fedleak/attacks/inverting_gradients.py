@@ -48,7 +48,7 @@ from typing import Any
 
 from fedleak.attacks.composed import ComposedInversion
 from fedleak.attacks.gradient_matching import CosineObjective
-from fedleak.attacks.inversion.config import ComposedConfig, check_numbers, check_source
+from fedleak.attacks.inversion.composed_config import ComposedConfig, check_numbers, check_source
 from fedleak.attacks.inversion.initial import gaussian_init
 from fedleak.attacks.inversion.packed import packed_objective
 from fedleak.attacks.optimisers import (

@@ -66,25 +66,25 @@ def last_layer_gradients(
     is a K-vector.
     """
     grads = observation.gradient_direction()
-    names = observation.parameter_names
     k = observation.num_classes
     for index in range(len(grads) - 1, -1, -1):
         grad = grads[index]
         if grad.dim() == 2 and grad.shape[0] == k:
-            return grad, _bias_of(names, grads, index, k)
+            return grad, _bias_of(observation, grads, index, k)
     raise LabelRecoveryError(
         f"no 2-D parameter with {k} rows (one per class) in the update; cannot read labels"
     )
 
 
 def _bias_of(
-    names: list[str], grads: list[torch.Tensor], index: int, k: int
+    observation: Observation, grads: list[torch.Tensor], index: int, k: int
 ) -> torch.Tensor | None:
+    names = observation.parameter_names
     name = names[index] if index < len(names) else ""
     if name.endswith("weight"):
         bias_name = name[: -len("weight")] + "bias"
         if bias_name in names:
-            bias = grads[names.index(bias_name)]
+            bias = grads[observation.index_of(bias_name)]
             return bias if bias.shape == (k,) else None
         if names:
             return None

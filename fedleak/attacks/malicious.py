@@ -24,7 +24,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -66,14 +66,6 @@ class ServerKnowledge:
     def images_in_aggregate(self) -> int:
         """How many private images one observed update mixes."""
         return self.images_per_user * self.users
-
-
-class Relocatable(Protocol):
-    """A replay that can be moved to other global parameters (the harness's UpdateSimulator)."""
-
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]: ...
-
-    def at(self, parameters: Mapping[str, torch.Tensor]) -> Relocatable: ...
 
 
 class MaliciousAttack(Attack[Observation]):

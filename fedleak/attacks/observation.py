@@ -2,22 +2,20 @@
 
 An attack sees only an :class:`Observation`: the global parameters it sent, the update it
 received, the public protocol settings and data description, and a callable that replays the
-user's local update (the same code the user ran). Never the private images or labels.
+user's local update (the same code the user ran; what else an attack may ask of it is the
+:class:`~fedleak.attacks.replay_contract.Replay` protocol). Never the private images or labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from fedleak.attacks.published import PublishedDefense
-
-#: ``simulate(images, labels) -> update``: the user's local update at the global parameters,
-#: differentiable with respect to ``images`` (normalised space, [n, C, H, W]).
-UpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+from fedleak.attacks.replay_contract import Replay, UpdateFn
 
 
 @dataclass
@@ -42,7 +40,9 @@ class Observation:
     num_classes: int
     mean: Sequence[float]
     std: Sequence[float]
-    simulate: UpdateFn
+    #: the user's local update replayed on candidate images: the harness's :class:`Replay`,
+    #: or any plain ``simulate(images, labels) -> update`` (:data:`UpdateFn`)
+    simulate: Replay | UpdateFn
     local_steps: int = 1
     learning_rate: float | None = None
     labels: torch.Tensor | None = None
@@ -64,6 +64,29 @@ class Observation:
         if self.update_kind == "delta":
             return [-u for u in self.update]
         return list(self.update)
+
+    def index_of(self, name: str) -> int:
+        """Where the parameter ``name`` sits in ``parameter_names``, ``parameters`` and
+        ``update``; KeyError when the model has no parameter of that name."""
+        try:
+            return self.parameter_names.index(name)
+        except ValueError:
+            raise KeyError(f"no parameter {name!r} in the observation (it has "
+                           f"{', '.join(self.parameter_names) or 'no names'})") from None
+
+    def parameter(self, name: str) -> torch.Tensor:
+        """The global parameter named ``name`` (θ as the server sent it)."""
+        return self.parameters[self.index_of(name)]
+
+    def gradient(self, name: str) -> torch.Tensor:
+        """The update of the parameter named ``name``, oriented like a loss gradient (entry
+        ``index_of(name)`` of :meth:`gradient_direction`)."""
+        update = self.update[self.index_of(name)]
+        return -update if self.update_kind == "delta" else update
+
+    def named_parameters(self) -> dict[str, torch.Tensor]:
+        """The global parameters by name, in model order."""
+        return dict(zip(self.parameter_names, self.parameters, strict=True))
 
 
 @dataclass

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedleak.attacks.composed import ComposedInversion
-from fedleak.attacks.inversion.config import ComposedConfig, check_numbers
+from fedleak.attacks.inversion.composed_config import ComposedConfig, check_numbers
 from fedleak.attacks.inversion.initial import uniform_init
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.priors import (

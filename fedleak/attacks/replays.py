@@ -33,7 +33,7 @@ import torch
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.parts import AttackPart, NoOptions, PartError
 from fedleak.attacks.published import find, published_names
-from fedleak.attacks.restarts import RestartsUpdateFn
+from fedleak.attacks.replay_contract import RestartsUpdateFn
 from fedleak.registry import Registry
 
 #: Opacus's clip factor: min(1, C / (‖g‖ + 1e-6)).

@@ -18,8 +18,9 @@ restart is everything that is *not* a sum over restarts:
 
 Element-wise optimiser steps (signed Adam, the box projection, a step size shared by all
 restarts at the same iteration) are per restart by construction. The attack receives the
-batched replay as ``observation.simulate.restarts`` when the harness offers one
-(``simulate.vectorisable``); attacks never import the harness.
+batched replay as ``observation.simulate.restarts`` when the observation's replay is a
+vectorisable :class:`~fedleak.attacks.replay_contract.Replay`; attacks never import the
+harness.
 
 Three forms of the replay of R restarts, chosen per run by :func:`side_by_side`: *vectorised*
 (that batched replay, one ``torch.func.vmap`` computation), *lockstep* (each restart replayed
@@ -35,21 +36,15 @@ from collections.abc import Callable, Sequence
 import torch
 
 from fedleak.attacks.observation import Observation
-
-#: ``restarts(images [R, n, C, H, W], labels [n]) -> [R, *θ_l.shape] per parameter``.
-RestartsUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
-#: ``packed(images [P, R, n, C, H, W], labels [P, n]) -> [P, R, *θ_l.shape] per parameter``:
-#: observation p's user replayed on its own θ_p for each of its R candidate batches.
-PackedUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+from fedleak.attacks.replay_contract import PackedUpdateFn, Replay, RestartsUpdateFn
 
 
 def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
     """The observation's replay over a leading restart dimension, or None if it has none."""
     simulate = observation.simulate
-    if not getattr(simulate, "vectorisable", False):
+    if not isinstance(simulate, Replay) or not simulate.vectorisable:
         return None
-    restarts = getattr(simulate, "restarts", None)
-    return restarts if callable(restarts) else None
+    return simulate.restarts
 
 
 def alone(observation: Observation) -> RestartsUpdateFn:
@@ -158,18 +153,16 @@ class RestartsCosineObjective:
 
 def packed_replay(observations: Sequence[Observation]) -> PackedUpdateFn | None:
     """One replay for several observations' candidates at once, or None when they cannot be
-    packed (the harness offers ``simulate.pack(others)`` for vectorisable models of one
-    architecture and protocol; attacks never import the harness)."""
-    first = observations[0].simulate
-    pack = getattr(first, "pack", None)
-    if not callable(pack) or not all(getattr(o.simulate, "vectorisable", False)
-                                     for o in observations):
+    packed (a vectorisable :class:`~fedleak.attacks.replay_contract.Replay` offers
+    ``pack(others)`` for models of one architecture and protocol)."""
+    replays = [o.simulate for o in observations]
+    vectorisable = [r for r in replays if isinstance(r, Replay) and r.vectorisable]
+    if len(vectorisable) < len(replays):
         return None
     try:
-        packed: PackedUpdateFn = pack([o.simulate for o in observations[1:]])
+        return vectorisable[0].pack(vectorisable[1:])
     except ValueError:
         return None
-    return packed
 
 
 def stacked_inits(

@@ -21,10 +21,12 @@ row space could have (a linear program: the paper's ReLU-consistency check, whic
 the mixtures a two-class model makes look as sparse as inputs). **Solving** (Sec. 4.3): with n
 columns found, the bias gradient ``∂L/∂b = (∂L/∂Z)ᵀ 1`` fixes their scales, ``Q 1 = L⁺ ∂L/∂b``,
 and ``X = Q⁻¹ R`` exactly — sign and scale included. With n − 1 found, the last input lies on a
-line, searched directly (:func:`~fedleak.attacks.relu_sparsity.last_direction`), and sampled for
-like the others when that search finds nothing. The maths is
-:mod:`~fedleak.attacks.relu_sparsity`; labels come from the classifier's gradient at the
-recovered inputs (:func:`~fedleak.attacks.fc_layer.labels_for_inputs`).
+line, searched directly (:func:`~fedleak.attacks.relu_direction_search.last_direction`), and
+sampled for like the others when that search finds nothing. The maths is
+:mod:`~fedleak.attacks.relu_sparsity` (directions found by
+:mod:`~fedleak.attacks.relu_direction_search`, solved by :mod:`~fedleak.attacks.relu_solve`);
+labels come from the classifier's gradient at the recovered inputs
+(:func:`~fedleak.attacks.fc_layer.labels_for_inputs`).
 
 **What fits.** A biased fully-connected first layer over the flattened image, followed by ReLU
 (probed: a one-image replay leaves exactly-zero gradient rows), with at least n units and n
@@ -60,6 +62,8 @@ from fedleak.attacks.fc_layer import (
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.registry import register_attack
+from fedleak.attacks.relu_direction_search import DirectionSet, last_direction, sample_directions
+from fedleak.attacks.relu_solve import solve_checked
 
 
 @dataclass
@@ -183,7 +187,7 @@ class Spear(Attack[Observation]):
                             f"the units inactive; the budget is {cfg.samples} "
                             f"(-o samples=..., -o time-limit=...)")
         margin = cfg.margin or rs.default_margin(n)
-        found = rs.DirectionSet(n)
+        found = DirectionSet(n)
         rng = np.random.default_rng(seed)
         forward = (weight.numpy(), bias.numpy())
         report = None if progress is None else \
@@ -194,20 +198,20 @@ class Spear(Attack[Observation]):
             left = cfg.time_limit - (time.perf_counter() - started)
             if left <= 0 or tried >= cfg.samples:
                 break
-            tried += rs.sample_directions(grad, found, samples=cfg.samples - tried,
+            tried += sample_directions(grad, found, samples=cfg.samples - tried,
                                           seconds=left, margin=margin, rng=rng, layer=forward,
                                           batch=cfg.batch, progress=report)
             if len(found.found) == n - 1:
-                found.add(rs.last_direction(grad, found.columns(), forward, margin))
+                found.add(last_direction(grad, found.columns(), forward, margin))
             left = cfg.time_limit - (time.perf_counter() - started)
             if len(found.found) == n - 1 and left > 0 and tried < cfg.samples:
-                tried += rs.sample_directions(grad, found, samples=cfg.samples - tried,
+                tried += sample_directions(grad, found, samples=cfg.samples - tried,
                                               seconds=left, margin=margin, rng=rng,
                                               layer=forward, batch=cfg.batch, stop_at=n,
                                               progress=report)
             if len(found.found) < n:
                 break
-            solved = rs.solve_checked(grad, found, forward)
+            solved = solve_checked(grad, found, forward)
             if solved is not None:
                 break
             warnings.append("a direction that passed the tests was a mixture (its input's ReLU "

@@ -97,7 +97,8 @@ def trappable_layer(model: nn.Module, pixels: int) -> str:
     if not with_parameters:
         raise AttackRefused("the model has no parameters to trap")
     index = with_parameters[0]
-    name, first = leaves[index]
+    name: str = leaves[index][0]
+    first = leaves[index][1]
     kind = type(first).__name__
     if not isinstance(first, nn.Linear) or first.bias is None or first.in_features != pixels:
         raise AttackRefused(
@@ -170,7 +171,7 @@ class TrapWeights(MaliciousAttack):
                      None)
         if index is None or names[index][:-len("weight")] + "bias" not in names:
             raise AttackRefused("the observed update has no biased linear layer over the input")
-        bias_index = names.index(names[index][:-len("weight")] + "bias")
+        bias_index = observation.index_of(names[index][:-len("weight")] + "bias")
         grads = observation.gradient_direction()
         g_w, g_b = grads[index].detach().double(), grads[bias_index].detach().double()
         weight = observation.parameters[index].detach().double()

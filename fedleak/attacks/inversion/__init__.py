@@ -15,7 +15,7 @@ module                    runs eq. (1)
 ``packed``                P observations × R restarts as rows of one problem
 ``weighing``              the default's aware and blind parts, the better explainer kept
 ``initial``               the inits x₀, from a seed
-``config``                the options every optimisation attack has
+``composed_config``       the options every optimisation attack has
 ========================  ================================================================
 
 How the R restarts of one observation are replayed — vectorised, in lockstep, one by one — is

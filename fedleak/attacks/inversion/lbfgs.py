@@ -54,7 +54,7 @@ def check_closure(priors: Sequence[PriorPart]) -> None:
         if prior.scheduled() or prior.coupled:
             raise PartError(f"prior {prior.name!r} changes with the iteration or couples "
                             "restarts, which L-BFGS (one fixed objective per restart) cannot "
-                            "take; use a first-order optimizer (adam, sgd, signed-adam)"
+                            "take; use a first-order optimiser (optimizer=adam, sgd or signed-adam)"
                             + (" or decay=1" if prior.scheduled() else ""))
 
 

@@ -37,12 +37,8 @@ from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.optimisers import OptimiserPart
 from fedleak.attacks.priors import PriorPart
-from fedleak.attacks.restarts import (
-    PackedUpdateFn,
-    RestartsCosineObjective,
-    RestartsUpdateFn,
-    packed_replay,
-)
+from fedleak.attacks.replay_contract import PackedUpdateFn, RestartsUpdateFn
+from fedleak.attacks.restarts import RestartsCosineObjective, packed_replay
 
 
 def pack_replay(targets: Sequence[Observation], parts: Sequence[Parts],

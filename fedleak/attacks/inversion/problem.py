@@ -36,7 +36,7 @@ from fedleak.attacks.base import Progress
 from fedleak.attacks.gradient_matching import GradientObjective
 from fedleak.attacks.optimisers import OptimiserPart
 from fedleak.attacks.priors import BoundPrior
-from fedleak.attacks.restarts import RestartsUpdateFn
+from fedleak.attacks.replay_contract import RestartsUpdateFn
 
 #: a prior's weight λ at one iteration: a number, or (captured loop) a device tensor
 Weight = float | torch.Tensor

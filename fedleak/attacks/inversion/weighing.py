@@ -26,7 +26,7 @@ import torch
 
 from fedleak.attacks.base import Progress
 from fedleak.attacks.explained import better, explain, mechanism_replay
-from fedleak.attacks.inversion.config import ComposedConfig
+from fedleak.attacks.inversion.composed_config import ComposedConfig
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.restarts import alone
 

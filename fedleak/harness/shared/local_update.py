@@ -47,6 +47,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
+from fedleak.attacks.replay_contract import Replay
 from fedleak.harness.shared.batch_norm import decomposed_batch_norm
 from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.shared.second_order import lean_second_order
@@ -210,8 +211,9 @@ def _functional_gradient(
     return [grads[k] for k in params]
 
 
-class UpdateSimulator:
-    """The server's differentiable replay of the user's local update at fixed global parameters.
+class UpdateSimulator(Replay):
+    """The server's differentiable replay of the user's local update at fixed global parameters:
+    the :class:`~fedleak.attacks.replay_contract.Replay` attacks receive.
 
     ``simulator(images, labels)`` returns what the user would have sent for that data, with a
     graph back to ``images``. Buffers are copied so the replay never moves the server's state.
@@ -308,10 +310,14 @@ class UpdateSimulator:
         with decomposed_batch_norm():
             return list(vmap(one, in_dims=(0, 0))(images, buffers))
 
-    def pack(self, others: Sequence[UpdateSimulator]) -> PackedReplay:
+    def pack(self, others: Sequence[Replay]) -> PackedReplay:
         """One replay for this user and ``others`` (same architecture and protocol), each at
-        its own global parameters: packed attacks on several rounds or images."""
-        return PackedReplay([self, *others])
+        its own global parameters: packed attacks on several rounds or images. ValueError
+        when one of ``others`` is not an :class:`UpdateSimulator`."""
+        simulators = [o for o in others if isinstance(o, UpdateSimulator)]
+        if len(simulators) < len(others):
+            raise ValueError("only the harness's replays can be packed together")
+        return PackedReplay([self, *simulators])
 
 
 class PackedReplay:

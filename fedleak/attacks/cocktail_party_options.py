@@ -1,0 +1,75 @@
+"""The Cocktail Party Attack's options (:mod:`~fedleak.attacks.cocktail_party`) and their
+checks: which layer, how to unmix, how to resolve sign and scale, the ReLU refinement and the
+feature inversion."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+DOMAINS = ("gradients", "pixels")
+CONTRASTS = ("logcosh", "exp", "cube")
+SCALES = ("bias", "minmax")
+RELU_CHOICES = ("auto", "off")
+
+
+@dataclass
+class CocktailPartyConfig:
+    """Which layer, how to unmix, how to resolve sign and scale, and the feature inversion."""
+
+    layer: str = field(default="auto", metadata={
+        "help": "auto (the first fully-connected layer over the image, else the last linear "
+                "layer after the feature extractor), first, last, or a module name"})
+    domain: str = field(default="gradients", metadata={
+        "help": "what FastICA unmixes: gradients (finite differences of image mixtures) or "
+                "pixels (the paper's)"})
+    contrast: str = field(default="exp", metadata={
+        "help": "FastICA's negentropy contrast: logcosh, exp or cube"})
+    ica_iterations: int = field(default=2000, metadata={"help": "FastICA's max_iter"})
+    tolerance: float = field(default=1e-6, metadata={"help": "FastICA's tol"})
+    iterations: int = field(default=0, metadata={
+        "help": "Adam steps refining the unmixing with the paper's loss after FastICA "
+                "(negentropy + decorrelation + TV)"})
+    lr: float = field(default=1e-3, metadata={"help": "step size of that refinement"})
+    decorrelation: float = field(default=1.0, metadata={
+        "help": "weight of the paper's decorrelation (mutual independence) penalty"})
+    temperature: float = field(default=5.0, metadata={
+        "help": "T in the decorrelation penalty exp(T |cos|) - 1"})
+    tv: float = field(default=0.0, metadata={
+        "help": "weight of the TV prior on source images in the refinement"})
+    scale: str = field(default="bias", metadata={
+        "help": "bias (exact sign and scale from the bias gradient) or minmax (the paper's "
+                "[0, 1] rescaling, sign by the data set's mean pixel)"})
+    relu: str = field(default="auto", metadata={
+        "help": "auto: certify and deflate inputs through the ReLU's exact zeros when one "
+                "follows the layer (exact recovery); off: the paper's unmixing alone"})
+    rounds: int = field(default=12, metadata={"help": "rounds of certify-and-deflate"})
+    time_limit: float = field(default=300.0, metadata={
+        "help": "seconds the certify-and-deflate rounds may take at most"})
+    fi_iterations: int = field(default=1000, metadata={
+        "help": "feature inversion steps (convolutional models)"})
+    fi_lr: float = field(default=0.1, metadata={"help": "feature inversion step size"})
+    fi_tv: float = field(default=0.01, metadata={"help": "feature inversion TV weight"})
+    fi_gm: float = field(default=0.0, metadata={
+        "help": "feature inversion gradient-matching weight (cosine, whole batch)"})
+
+    def __post_init__(self) -> None:
+        for name, value, choices in (("domain", self.domain, DOMAINS),
+                                     ("contrast", self.contrast, CONTRASTS),
+                                     ("scale", self.scale, SCALES),
+                                     ("relu", self.relu, RELU_CHOICES)):
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        if min(self.ica_iterations, self.rounds) < 1 or min(self.iterations,
+                                                              self.fi_iterations) < 0:
+            raise ValueError("ica-iterations and rounds must be at least 1; iterations and "
+                             "fi-iterations at least 0")
+        for key, number in (("tolerance", self.tolerance), ("lr", self.lr),
+                            ("time-limit", self.time_limit),
+                            ("fi-lr", self.fi_lr), ("temperature", self.temperature)):
+            if not (number > 0 and math.isfinite(number)):
+                raise ValueError(f"{key} must be a positive number, got {number}")
+        for key, number in (("decorrelation", self.decorrelation), ("tv", self.tv),
+                            ("fi-tv", self.fi_tv), ("fi-gm", self.fi_gm)):
+            if not (number >= 0 and math.isfinite(number)):
+                raise ValueError(f"{key} must be a non-negative number, got {number}")
