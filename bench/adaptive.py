@@ -50,6 +50,9 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.defenses import build_chain
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.training import train_classifier
 from fedleak.harness.shared.datasets import (
     PHOTO_NAMES,
     ImageDataset,
@@ -59,10 +62,7 @@ from fedleak.harness.shared.datasets import (
 )
 from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import parse_indices
-from fedleak.harness.shared.training import train_classifier
 
 SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
     "none": [],  # the ceiling at this budget: both variants run the plain cosine

@@ -24,10 +24,10 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
+from fedleak.harness.federated.observe import observe
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
 from fedleak.harness.victim.feature_scoring import layer_inputs, score_features
 
 CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4), ("digits", "mlp", 8),

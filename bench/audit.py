@@ -32,7 +32,7 @@ import click
 from fedleak.auditing import format_epsilon
 from fedleak.harness.attacker.audit import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings

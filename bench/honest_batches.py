@@ -32,10 +32,10 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
+from fedleak.harness.federated.observe import observe
 from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
 
 MODEL = "mlp:width=512,depth=1"
 SPLITS = {"photos": "all"}

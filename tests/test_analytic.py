@@ -172,7 +172,7 @@ def test_cli_analytic_against_a_cnn_victim_scores_features(tmp_path: Path) -> No
 
 
 def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.protocol import Protocol
 
     shape = (1, 6, 6)
     image = _images(1, shape, 5)

@@ -25,10 +25,10 @@ from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import load_dataset, normalize
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation, portable_figures
 

@@ -151,7 +151,7 @@ def test_a_victim_without_allow_audit_refuses_in_process() -> None:
 
 
 def test_the_chain_claims_what_its_mechanisms_say() -> None:
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.protocol import Protocol
 
     def claim(*specs: str, canary: str = "gradient", users: int = 1) -> float:
         chain = defense_chain(VictimSettings(defenses=specs))

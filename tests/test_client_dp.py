@@ -12,10 +12,10 @@ from opacus.accountants import PRVAccountant, RDPAccountant
 from fedleak.defenses import DefenseConfigError, build_chain, create_defense
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.secure_aggregation import run_secure_aggregation
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 
 

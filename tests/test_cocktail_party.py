@@ -17,11 +17,11 @@ from fedleak.attacks import attack_names, create_attack
 from fedleak.attacks.cocktail_party import CocktailParty, minmax_images, transformed
 from fedleak.attacks.fc_layer import ModelDoesNotFit
 from fedleak.attacks.observation import Observation
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.feature_scoring import layer_inputs
 from fedleak.harness.victim.process import VictimProcess
 

@@ -21,6 +21,7 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.federated.observe import observe
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import (
     EXACT_PSNR,
@@ -30,7 +31,6 @@ from fedleak.harness.shared.metrics import (
     score_reconstruction,
 )
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
 from fedleak.harness.victim.process import VictimProcess
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

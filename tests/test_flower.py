@@ -33,6 +33,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedleak.defenses.chain import build_chain, parse_defense_spec  # noqa: E402
 from fedleak.harness.cli.main import main  # noqa: E402
+from fedleak.harness.federated.observe import observe  # noqa: E402
 from fedleak.harness.flower.arrays import record_of, tensors  # noqa: E402
 from fedleak.harness.flower.audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.federation import (  # noqa: E402
@@ -51,7 +52,6 @@ from fedleak.harness.flower.scoring import (  # noqa: E402
 from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
 from fedleak.harness.shared.datasets import load_dataset  # noqa: E402
 from fedleak.harness.shared.models import build_model  # noqa: E402
-from fedleak.harness.shared.observation import observe  # noqa: E402
 
 MLP = "mlp:width=16,depth=1"
 FAST = ("iterations=3", "restarts=1")

@@ -17,11 +17,11 @@ from fedleak.attacks.fishing import Gate, GateDifference
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.sweep.architecture import server_architecture, user_model
 from fedleak.harness.sweep.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess

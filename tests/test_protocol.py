@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedleak.harness.shared.protocol import (
+from fedleak.harness.federated.protocol import (
     Protocol,
     ProtocolChanges,
     ProtocolError,

@@ -18,11 +18,11 @@ from fedleak.attacks.base import UpdateSetting
 from fedleak.attacks.fc_layer import ModelDoesNotFit
 from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.spear import Spear
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from fedleak.harness.cli.main import main
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.release import ReleaseSettings
 from fedleak.harness.victim.settings import SetupError, VictimSettings
 

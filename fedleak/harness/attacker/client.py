@@ -14,7 +14,7 @@ import grpc
 import torch
 
 from fedleak.attacks.published import PublishedDefense
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.wire.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SCORE_TOKEN_METADATA_KEY,

@@ -14,9 +14,9 @@ from torch import nn
 from fedleak.attacks.published import PublishedDefense, published
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.settings import AttackSettings
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import DatasetInfo
 from fedleak.harness.shared.models import ModelSpec, build_model, load_checkpoint
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.wire.protocol import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
 

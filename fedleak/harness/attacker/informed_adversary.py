@@ -36,10 +36,10 @@ from fedleak.harness.attacker.described import (
     victim_protocol,
 )
 from fedleak.harness.attacker.records import METRICS_NAME, to_json, write_json
+from fedleak.harness.federated.defended_update import defended_update
+from fedleak.harness.federated.protocol import FEDAVG
 from fedleak.harness.shared.bound_pictures import plot_game
 from fedleak.harness.shared.datasets import normalize
-from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.protocol import FEDAVG
 from fedleak.harness.shared.success_bounds import round_mechanism
 from fedleak.harness.wire.codec import decode_tensor
 from fedleak.harness.wire.protocol import protocol_from_pb

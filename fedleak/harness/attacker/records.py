@@ -167,7 +167,7 @@ class RoundRecord:
     server_view: str | None = field(default=None, metadata=OMIT)
     aggregate: dict[str, Any] | None = field(default=None, metadata=OMIT)
     #: exact: the replay is the user's update (as stated); inexact: fedleak knows it is not,
-    #: for the reasons in ``inexact_reasons`` (:mod:`~fedleak.harness.shared.replay_fidelity`),
+    #: for the reasons in ``inexact_reasons`` (:mod:`~fedleak.harness.federated.replay_fidelity`),
     #: and the round's figures are a lower bound, summarised apart
     replay: str = "exact"
     inexact_reasons: list[str] | None = field(default=None, metadata=OMIT)

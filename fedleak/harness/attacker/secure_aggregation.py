@@ -29,7 +29,7 @@ from fedleak.defenses.secagg import (
 )
 from fedleak.defenses.secagg.messages import M, decode_as
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.wire.protocol import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
 

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.harness.shared.protocol import ProtocolChanges
+from fedleak.harness.federated.protocol import ProtocolChanges
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,11 @@ from fedleak.harness.attacker.secure_aggregation import (
 )
 from fedleak.harness.attacker.server_knowledge import server_knowledge
 from fedleak.harness.attacker.settings import AttackSettings, jsonable
+from fedleak.harness.federated.observe import observation_from_update
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.replay_fidelity import INEXACT, inexact_reasons
 from fedleak.harness.shared.datasets import DatasetInfo, denormalize
-from fedleak.harness.shared.observation import observation_from_update
 from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.shared.replay_fidelity import INEXACT, inexact_reasons
 from fedleak.harness.shared.success_bounds import (
     SuccessPlacement,
     place,

@@ -166,7 +166,7 @@ def attack_recorded(recording: Path, settings: Any, out: Path) -> None:
 def attack_settings(kw: dict[str, Any]) -> Any:
     """The attack the command-line options describe."""
     from fedleak.harness.attacker.settings import AttackSettings, ReleaseRequest
-    from fedleak.harness.shared.protocol import ProtocolError, changes_from_options
+    from fedleak.harness.federated.protocol import ProtocolError, changes_from_options
 
     options: dict[str, Any] = option_pairs(kw["option"], "--option")
     for key in ("iterations", "restarts"):

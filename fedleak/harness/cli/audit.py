@@ -155,7 +155,7 @@ def _threshold(text: str) -> tuple[str, float]:
 def _against_started_victim(kw: dict[str, Any], settings: Any, out: Path) -> Any:
     from fedleak.harness.attacker.audit import run_audit
     from fedleak.harness.attacker.client import VictimClient
-    from fedleak.harness.shared.protocol import Protocol, ProtocolError
+    from fedleak.harness.federated.protocol import Protocol, ProtocolError
     from fedleak.harness.victim.process import VictimProcess, VictimProcessError
     from fedleak.harness.victim.settings import VictimSettings
 

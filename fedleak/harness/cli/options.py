@@ -4,8 +4,8 @@ The protocol options (``--protocol``, ``--local-epochs``, ``--local-batch-size``
 ``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``)
 carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]`` table;
 :func:`protocol_options` declares them for the victim (with the user's defaults) and for the
-attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns them into
-the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
+attacker (unset: the victim decides), and ``fedleak.harness.federated.protocol`` turns them into
+the typed :class:`~fedleak.harness.federated.protocol.Protocol`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from fedleak.harness.shared.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
+from fedleak.harness.federated.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
 
 TOKEN_ENV = "FEDLEAK_TOKEN"
 SCORE_TOKEN_ENV = "FEDLEAK_SCORE_TOKEN"

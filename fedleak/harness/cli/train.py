@@ -35,9 +35,9 @@ def train_model(**kw: Any) -> None:
     import torch
     from tqdm import tqdm
 
+    from fedleak.harness.federated.training import train_classifier
     from fedleak.harness.shared.datasets import load_dataset
     from fedleak.harness.shared.models import ModelSpec, build_model
-    from fedleak.harness.shared.training import train_classifier
 
     check_device(kw["device"])
     try:

@@ -292,7 +292,7 @@ def start_warnings(v: Any) -> list[str]:
 
 def victim_settings(kw: dict[str, Any]) -> Any:
     """The victim the command-line options describe."""
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.protocol import Protocol
     from fedleak.harness.victim.limits import VictimLimits
     from fedleak.harness.victim.release import ReleaseSettings
     from fedleak.harness.victim.settings import VictimSettings

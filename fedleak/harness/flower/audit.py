@@ -38,6 +38,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.federated.protocol import ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state, tensors
 from fedleak.harness.flower.auditor import (
     PRIVACY_METRICS,
@@ -53,7 +54,6 @@ from fedleak.harness.flower.procedure import (
 from fedleak.harness.flower.published import published_chain
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.shared.datasets import DatasetInfo
-from fedleak.harness.shared.protocol import ProtocolError
 
 
 class LeakageAudit(Auditor, Strategy):

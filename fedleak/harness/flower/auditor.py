@@ -36,6 +36,7 @@ from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.settings import jsonable
 from fedleak.harness.attacker.update_attack import observation_for, round_line, round_record
+from fedleak.harness.federated.replay_fidelity import INEXACT
 from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.scoring import (
@@ -49,7 +50,6 @@ from fedleak.harness.shared.datasets import DatasetInfo, dataset_info, denormali
 from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.replay_fidelity import INEXACT
 from fedleak.v1 import victim_pb2 as pb
 
 #: reply metrics (from fedleak's train helper) that become the round's public metadata
@@ -223,7 +223,7 @@ class Auditor:
                       inexact: Sequence[str] = ()) -> RoundRecord | None:
         """Record ``received`` (``record_only``: None) or attack, score and write it;
         ``inexact``: why the wrapper knows the replay is not the update (beside what the
-        protocol itself says, :mod:`~fedleak.harness.shared.replay_fidelity`)."""
+        protocol itself says, :mod:`~fedleak.harness.federated.replay_fidelity`)."""
         if self.record_only:
             write_round(self.out, folder, received, params, buffers, warnings,
                         self.model_spec, self.info.name, inexact=list(inexact))

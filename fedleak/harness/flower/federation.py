@@ -36,6 +36,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.audit import LeakageAudit
 from fedleak.harness.flower.auditor import DEFAULT_BUDGET, Auditor
 from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
@@ -46,7 +47,6 @@ from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
 from fedleak.harness.flower.train import train
 from fedleak.harness.shared.datasets import ImageDataset, load_dataset
 from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
 
 #: run-config keys that are lists, written as one space-separated string
 LIST_KEYS = ("defenses", "options")

@@ -3,7 +3,7 @@
 A mod wraps the ClientApp's train handler: it remembers the θ the server sent, lets the
 ClientApp train, reads the update the reply carries (:mod:`~fedleak.harness.flower.update`:
 Δ = θ′ − θ, or g for one-step FedSGD), applies the defenses in order, Δ ← D_k(Δ), exactly as
-fedleak's victim does (:func:`~fedleak.harness.shared.defended_update.defended_update`),
+fedleak's victim does (:func:`~fedleak.harness.federated.defended_update.defended_update`),
 replies with the state that carries the defended update, and publishes its chain in the reply
 (:mod:`~fedleak.harness.flower.published`), as a victim's ``Describe`` does:
 

@@ -27,11 +27,11 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from torch import nn
 
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.arrays import record_of, tensors
 from fedleak.harness.flower.train import TRUTH_RECORD, TRUTH_ROUND
 from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset
 from fedleak.harness.shared.metrics import match_among
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer, Submission

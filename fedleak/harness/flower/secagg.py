@@ -58,6 +58,7 @@ from flwr.serverapp import Grid
 from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.federated.protocol import FEDSGD, ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state
 from fedleak.harness.flower.auditor import (
     PRIVACY_METRICS,
@@ -70,7 +71,6 @@ from fedleak.harness.flower.legacy import named_state
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.shared.datasets import DatasetInfo
-from fedleak.harness.shared.protocol import FEDSGD, ProtocolError
 from fedleak.v1 import victim_pb2 as pb
 
 #: what the server sees under SecAgg+ (metrics.json ``server_view``)

@@ -1,8 +1,9 @@
 """The node's local update for a ClientApp: fedleak's own, so the audit's replay is exact.
 
 :func:`train` is what a ClientApp's train handler calls for exact-replay experiments: it
-reads θ from the train message, runs :func:`~fedleak.harness.shared.defended_update.defended_update`
-(the code fedleak's victim runs: :func:`~fedleak.harness.shared.local_update.local_update`,
+reads θ from the train message, runs
+:func:`~fedleak.harness.federated.defended_update.defended_update`
+(the code fedleak's victim runs: :func:`~fedleak.harness.federated.local_update.local_update`,
 or DP-SGD through Opacus when ``defenses`` names ``dpsgd``) on the node's batch with the
 procedure of the round's config, and returns the state that carries the update
 (:mod:`~fedleak.harness.flower.update`) with the reply's metrics: ``num-examples``,
@@ -28,6 +29,7 @@ from torch import nn
 
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.defenses.dpsgd import epsilon, make_accountant
+from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
@@ -37,7 +39,6 @@ from fedleak.harness.flower.procedure import (
 from fedleak.harness.flower.published import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.defended_update import defended_update
 
 #: the node's state records: its latest training batch, and its DP accounting history
 TRUTH_RECORD = "fedleak.truth"

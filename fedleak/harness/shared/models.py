@@ -383,7 +383,7 @@ class KKTMLP(nn.Module):
     initialization" the paper names and its authors' code uses. The output is
     the single logit Φ(θ; x), shape ``[n, 1]``; its sign is the label y ∈ {±1}. Inputs are
     flattened, so any ``(C, H, W)`` or ``(d,)`` shape works; the KKT attack expects them scaled
-    to [-1, 1] (see :mod:`fedleak.harness.shared.release_training`).
+    to [-1, 1] (see :mod:`fedleak.harness.federated.release_training`).
     """
 
     def __init__(

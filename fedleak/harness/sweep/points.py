@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.settings import VictimSettings
 
 SCHEDULES = ("cosine", "constant")

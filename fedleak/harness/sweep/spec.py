@@ -71,8 +71,8 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.attacks.base import UpdateSetting
+from fedleak.harness.federated.protocol import OPTION_FIELDS, Protocol, ProtocolError
 from fedleak.harness.shared.models import ModelError
-from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
 from fedleak.harness.sweep.architecture import (
     ARCHITECTURE_KEY,
     server_architecture,
@@ -452,7 +452,7 @@ def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
 def _protocols(value: Any, batch_size: int | None = None) -> list[Protocol]:
     """The ``[[sweep.protocol]]`` tables; a shuffled FedAvg whose order matters for the
     sweep's ``batch_size`` is refused: no replay matches it exactly, and a sweep's figures are
-    headline figures (:mod:`~fedleak.harness.shared.replay_fidelity`)."""
+    headline figures (:mod:`~fedleak.harness.federated.replay_fidelity`)."""
     out = []
     for i, table in enumerate(_tables(value, "sweep.protocol")):
         where = f"sweep.protocol[{i}]"

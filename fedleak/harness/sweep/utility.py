@@ -35,8 +35,8 @@ from fedleak.harness.attacker.secure_aggregation import (
     as_received_update,
     run_secure_aggregation,
 )
+from fedleak.harness.federated.training import accuracy
 from fedleak.harness.shared.datasets import load_dataset
-from fedleak.harness.shared.training import accuracy
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
 from fedleak.harness.sweep.points import Point, UtilitySettings
 from fedleak.harness.victim.process import VictimProcess

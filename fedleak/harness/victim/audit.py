@@ -53,10 +53,10 @@ from fedleak.auditing.canaries import (
 )
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
+from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.private_update import TrialCanary, per_example_gradients
-from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
 from fedleak.harness.victim.limits import DEFAULT_AUDIT_BUDGET, DEFAULT_MAX_AUDIT_TRIALS
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound

@@ -31,7 +31,7 @@ from fedleak.auditing import epsilon_from_mu
 from fedleak.auditing.canaries import CLIENT, INPUT
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD, epsilon, make_accountant
-from fedleak.harness.shared.protocol import FEDSGD, Protocol
+from fedleak.harness.federated.protocol import FEDSGD, Protocol
 
 #: δ of an audit when neither the request nor the chain says.
 DEFAULT_DELTA = 1e-5

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedleak.harness.shared.protocol import FEDAVG, Protocol
+from fedleak.harness.federated.protocol import FEDAVG, Protocol
 from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
 from fedleak.harness.wire.errors import InvalidArgument
 

@@ -37,15 +37,15 @@ from torch import Tensor, nn
 
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD
-from fedleak.harness.shared.binary_tasks import TASKS, balanced_subset, binary_task
-from fedleak.harness.shared.datasets import ImageDataset
-from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
-from fedleak.harness.shared.release_training import (
+from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     ReleaseTrainingResult,
     to_model_input,
     train_release,
 )
+from fedleak.harness.shared.binary_tasks import TASKS, balanced_subset, binary_task
+from fedleak.harness.shared.datasets import ImageDataset
+from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from fedleak.harness.shared.release_training import VALUE_RANGE
+from fedleak.harness.federated.release_training import VALUE_RANGE
 from fedleak.harness.victim import precision
 from fedleak.harness.victim.release import (
     MAX_CANDIDATES,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.secure_aggregation import SecAggSession
 from fedleak.harness.wire.errors import NotFound, ResourceExhausted, quoted
 

@@ -26,9 +26,9 @@ from fedleak.defenses import (
     defense_tables,
     parse_defense_spec,
 )
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
-from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import private_pool
 from fedleak.harness.victim.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.limits import VictimLimits

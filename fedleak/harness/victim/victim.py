@@ -1,7 +1,7 @@
 """The federated user: private images, a model architecture, and the local update it sends.
 
 :class:`Victim` is the user's logic without any RPC: it validates what a server sends, runs the
-shared local update (:mod:`fedleak.harness.shared.protocol`), remembers which private images each
+shared local update (:mod:`fedleak.harness.federated.protocol`), remembers which private images each
 round used, and scores reconstructions against them without letting them out. The gRPC layer
 (:mod:`fedleak.harness.victim.server`) only translates messages and errors.
 
@@ -26,12 +26,12 @@ from torch import nn
 
 from fedleak import __version__
 from fedleak.defenses import DefenseChain
+from fedleak.harness.federated.defended_update import defended_update
+from fedleak.harness.federated.local_update import CancelCheck, ComputationCancelled
+from fedleak.harness.federated.private_update import TrialCanary
+from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
 from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
-from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.shared.models import ModelSpec
-from fedleak.harness.shared.private_update import TrialCanary
-from fedleak.harness.shared.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
 from fedleak.harness.victim.audit import (
     AuditBook,
     AuditOutcome,

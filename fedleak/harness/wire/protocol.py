@@ -1,4 +1,4 @@
-"""The protocol on the wire: :class:`~fedleak.harness.shared.protocol.Protocol` ↔
+"""The protocol on the wire: :class:`~fedleak.harness.federated.protocol.Protocol` ↔
 ``fedleak.v1.ProtocolSpec``.
 
 A ``ProtocolSpec`` in a round-starting request is the server's choice for that round: zero (or
@@ -10,7 +10,7 @@ travels only in answers.
 
 from __future__ import annotations
 
-from fedleak.harness.shared.protocol import Protocol, ProtocolChanges
+from fedleak.harness.federated.protocol import Protocol, ProtocolChanges
 from fedleak.v1 import victim_pb2 as pb
 
 

@@ -1,14 +1,14 @@
 """Whether the server's replay of a round is the user's update, and why not.
 
 An optimisation attack's figure means "this much leaks" only when its replay of the user's
-local update (:mod:`fedleak.harness.shared.local_update`) is the update the user computed. A
+local update (:mod:`fedleak.harness.federated.local_update`) is the update the user computed. A
 replay fedleak *knows* to differ makes the round **inexact**: its figures are a lower bound on
 what leaked (the attack inverted a neighbouring function), kept apart from the exact rounds in
 every summary and never the headline. Momentum, weight decay and Nesterov are replayed exactly.
 What no replay can know:
 
 - the order of a shuffled FedAvg user with several mini-batches per epoch
-  (:meth:`~fedleak.harness.shared.protocol.Protocol.order_matters`): the attack then either
+  (:meth:`~fedleak.harness.federated.protocol.Protocol.order_matters`): the attack then either
   replays the images in a fixed order (wrong for every other order), or, as the composed
   attacks do, one copy of the images per epoch (Dimitrov et al. 2022,
   :mod:`fedleak.attacks.epochs`), which still fixes which labels shared a mini-batch and in
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 
 EXACT = "exact"
 INEXACT = "inexact"

@@ -47,9 +47,9 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
-from fedleak.harness.shared.batch_norm import decomposed_batch_norm
-from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
-from fedleak.harness.shared.second_order import lean_second_order
+from fedleak.harness.federated.batch_norm import decomposed_batch_norm
+from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
+from fedleak.harness.federated.second_order import lean_second_order
 
 #: ``cancelled()`` is asked before every local step; True stops the computation.
 CancelCheck = Callable[[], bool]
@@ -216,8 +216,8 @@ class UpdateSimulator:
     ``simulator(images, labels)`` returns what the user would have sent for that data, with a
     graph back to ``images``. Buffers are copied so the replay never moves the server's state.
     The replay is :func:`local_update` itself; its convolutions and batch norms carry lean
-    second derivatives (:mod:`fedleak.harness.shared.second_order`: same values, less work when an
-    attack differentiates the update with respect to the images; no third derivatives).
+    second derivatives (:mod:`fedleak.harness.federated.second_order`: same values, less work
+    when an attack differentiates the update with respect to the images; no third derivatives).
     """
 
     def __init__(
@@ -239,7 +239,7 @@ class UpdateSimulator:
         self.protocol = protocol
         #: Whether :meth:`restarts` and :meth:`pack` are available: for every model, since
         #: training-mode batch norm is replayed in elementary operations under ``vmap``
-        #: (:mod:`fedleak.harness.shared.batch_norm`: torch.func's own rule for its double
+        #: (:mod:`fedleak.harness.federated.batch_norm`: torch.func's own rule for its double
         #: backward gives a wrong derivative). Kept as a flag for replays that cannot.
         self.vectorisable = True
 
@@ -290,7 +290,7 @@ class UpdateSimulator:
         ``torch.func.vmap`` over r, so each candidate batch is its own user and every candidate
         gets its own copy of the buffers. PyTorch's own second derivatives are used here (the
         lean ones do not support ``torch.func``), with training-mode batch norm written out in
-        elementary operations (:func:`~fedleak.harness.shared.batch_norm.decomposed_batch_norm`),
+        elementary operations (:func:`~fedleak.harness.federated.batch_norm.decomposed_batch_norm`),
         whose derivatives under ``vmap`` agree with finite differences.
         """
         if not self.vectorisable:

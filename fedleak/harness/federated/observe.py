@@ -5,14 +5,14 @@ Two doors lead here:
 - :func:`observe` is the in-process (notebook) path, like Opacus's ``make_private``: give a
   model, private images on [0, 1], their labels, the data description and a protocol (and,
   optionally, a defense chain); the user's update is computed with the very code a victim runs
-  (:func:`~fedleak.harness.shared.defended_update.defended_update`) and the server's view of
+  (:func:`~fedleak.harness.federated.defended_update.defended_update`) and the server's view of
   that round comes back, ready for ``attack.reconstruct``. Tests and bench scripts use it.
 - :func:`observation_from_update` is the server's path: the attacker process calls it with
   the θ it sent and the update a victim returned over the wire.
 
 Both return the same thing: the parameters sent, the update received, the public facts
 (update kind, n, data shape, classes, normalisation, local steps, τ) and ``simulate``, an
-:class:`~fedleak.harness.shared.local_update.UpdateSimulator` that replays the user's local
+:class:`~fedleak.harness.federated.local_update.UpdateSimulator` that replays the user's local
 update on candidate images with a graph. Never the private images.
 """
 
@@ -27,10 +27,10 @@ from torch import nn
 from fedleak.attacks import Observation
 from fedleak.attacks.published import PublishedDefense, published
 from fedleak.defenses import DefenseChain
+from fedleak.harness.federated.defended_update import defended_update
+from fedleak.harness.federated.local_update import UpdateSimulator
+from fedleak.harness.federated.protocol import FEDAVG, Protocol
 from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.local_update import UpdateSimulator
-from fedleak.harness.shared.protocol import FEDAVG, Protocol
 
 
 def observe(

@@ -1,9 +1,9 @@
 """The user's update through its defense chain: the one defended path, victim and notebook alike.
 
 Local training runs the protocol (its batches in the secret order drawn from ``generator``
-when the protocol shuffles them, (:func:`~fedleak.harness.shared.local_update.local_update`),
+when the protocol shuffles them, (:func:`~fedleak.harness.federated.local_update.local_update`),
 or, when the chain has a per-example defense (DP-SGD), the privatised local training of
-:func:`~fedleak.harness.shared.private_update.private_local_update`, whose privacy accounting
+:func:`~fedleak.harness.federated.private_update.private_local_update`, whose privacy accounting
 (ε spent) goes into the metadata; then every update defense of the chain applies in order,
 Δ ← D_k(Δ), drawing its randomness from ``generator`` (client-level DP accounts its round
 into the metadata too). Transport defenses (secure aggregation)
@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.local_update import CancelCheck, draw_order, local_update
-from fedleak.harness.shared.private_update import TrialCanary, private_local_update
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import CancelCheck, draw_order, local_update
+from fedleak.harness.federated.private_update import TrialCanary, private_local_update
+from fedleak.harness.federated.protocol import Protocol
 
 
 def defended_update(
@@ -49,7 +49,7 @@ def defended_update(
 
     ``images`` are in the model's normalised space. Raises ``ValueError`` when local training
     is impossible (e.g. training-mode BatchNorm on a single value), and
-    :class:`~fedleak.harness.shared.local_update.ComputationCancelled` when ``cancelled()``
+    :class:`~fedleak.harness.federated.local_update.ComputationCancelled` when ``cancelled()``
     turns true before a local step.
     """
     metadata: dict[str, str] = {}

@@ -5,7 +5,7 @@ to the maths: the CLI (``--protocol``, ``--local-epochs``, ``--local-batch-size`
 ``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``), a sweep
 spec's ``[[sweep.protocol]]`` table (the same names), the attacker's per-round request (a
 :class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol``) and the user's local
-update (:mod:`fedleak.harness.shared.local_update`). The user-facing names are converted to the
+update (:mod:`fedleak.harness.federated.local_update`). The user-facing names are converted to the
 fields in one place, :data:`OPTION_FIELDS`.
 
 - ``kind``: ``fedsgd`` sends one gradient over the n private images; ``fedavg`` sends the

@@ -1,5 +1,5 @@
 """The user's local update under a per-example defense (DP-SGD): the same protocol as
-:func:`fedleak.harness.shared.local_update.local_update`, each step's gradient privatised.
+:func:`fedleak.harness.federated.local_update.local_update`, each step's gradient privatised.
 
 Per-example gradients ∇_θ CE(f_θ(x_i), y_i) come from ``torch.func.vmap`` over single-image
 losses; the defense (``PerExampleDefense.privatise``, Opacus's DP optimiser for ``dpsgd``) clips
@@ -13,7 +13,7 @@ gradient is computed like any image's) — in the last batch of every epoch, or,
 sampling, in each step's batch with probability q. Its row joins the per-example gradients
 before the defense, so DP-SGD clips it and noises the sum as it does real data; the expected
 batch size stays that of the real data. FedAvg's
-steps are :func:`~fedleak.harness.shared.local_update.sgd_step`'s (momentum, weight decay,
+steps are :func:`~fedleak.harness.federated.local_update.sgd_step`'s (momentum, weight decay,
 Nesterov as the protocol says), the in-order batches visited in ``order`` when it shuffles.
 """
 
@@ -27,14 +27,14 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedleak.defenses.base import PerExampleDefense
-from fedleak.harness.shared.local_update import (
+from fedleak.harness.federated.local_update import (
     CancelCheck,
     check_cancelled,
     set_training_mode,
     sgd_step,
     user_loss,
 )
-from fedleak.harness.shared.protocol import FEDAVG, FEDSGD, Protocol, local_batches
+from fedleak.harness.federated.protocol import FEDAVG, FEDSGD, Protocol, local_batches
 
 
 @dataclass(frozen=True)

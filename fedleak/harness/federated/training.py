@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedleak.harness.federated.local_update import user_loss
 from fedleak.harness.shared.datasets import ImageDataset, normalize
-from fedleak.harness.shared.local_update import user_loss
 
 
 @dataclass

@@ -95,7 +95,7 @@ def _refuse_third_order() -> None:
     if torch.is_grad_enabled():  # create_graph=True through a second derivative
         raise RuntimeError(
             "third derivatives through the replayed update are not supported: the second "
-            "derivatives of conv2d/batch_norm in fedleak.harness.shared.second_order are "
+            "derivatives of conv2d/batch_norm in fedleak.harness.federated.second_order are "
             "hand-written"
         )
 
