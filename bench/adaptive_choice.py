@@ -148,9 +148,9 @@ def photos(indices: list[int], iterations: int, settings: list[str]) -> int:
     from fedleak.defenses import build_chain
     from fedleak.harness.federated.observe import observe
     from fedleak.harness.federated.protocol import Protocol
-    from fedleak.harness.shared.datasets import denormalize, load_dataset
     from fedleak.harness.shared.metrics import psnr_per_image
-    from fedleak.harness.shared.models import build_model
+    from fedleak.harness.zoo.datasets import denormalize, load_dataset
+    from fedleak.harness.zoo.models import build_model
 
     torch.set_num_threads(1)
     data = load_dataset("photos", "all")

@@ -38,9 +38,9 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import denormalize, load_dataset
 from fedleak.harness.shared.metrics import label_accuracy, score_reconstruction
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.datasets import denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 
 def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,

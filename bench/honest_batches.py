@@ -33,9 +33,9 @@ import torch
 
 from fedleak.attacks import Observation, create_attack
 from fedleak.harness.federated.observe import observe
-from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.models import build_model
 
 MODEL = "mlp:width=512,depth=1"
 SPLITS = {"photos": "all"}

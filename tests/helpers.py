@@ -19,8 +19,8 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import DatasetInfo, load_dataset, normalize
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.datasets import DatasetInfo, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 
 def make_observation(

@@ -27,9 +27,9 @@ from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, portable_figures
 
 DIGITS = load_dataset("digits", "all")
@@ -386,7 +386,7 @@ def test_the_true_images_explain_the_update_better_than_others(defense):
     |log ρ| (ρ ≈ 1 for the truth)."""
     from fedleak.attacks.composed import alone
     from fedleak.attacks.explained import better, explain, mechanism_replay
-    from fedleak.harness.shared.datasets import normalize
+    from fedleak.harness.zoo.datasets import normalize
 
     observation = digits_observation(2, defenses=[defense])
     judge = mechanism_replay(alone(observation), observation)

@@ -14,9 +14,9 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.secure_aggregation import run_secure_aggregation
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -17,8 +17,8 @@ from fedleak.defenses import (
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import private_local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.settings import load_defense_file
+from fedleak.harness.zoo.models import build_model
 
 
 def gen(seed: int = 0) -> torch.Generator:

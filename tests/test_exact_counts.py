@@ -22,7 +22,6 @@ from fedleak.attacks import create_attack
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.federated.observe import observe
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import (
     EXACT_PSNR,
     SUCCESS_PSNR,
@@ -30,8 +29,9 @@ from fedleak.harness.shared.metrics import (
     pairwise_psnr,
     score_reconstruction,
 )
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

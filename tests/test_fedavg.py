@@ -20,10 +20,10 @@ from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol, ProtocolChanges
-from fedleak.harness.shared.datasets import normalize
 from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import normalize
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 from tests.test_inverting_gradients import smooth_image
 

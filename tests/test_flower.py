@@ -50,8 +50,8 @@ from fedleak.harness.flower.scoring import (  # noqa: E402
     submission_content,
 )
 from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
-from fedleak.harness.shared.datasets import load_dataset  # noqa: E402
-from fedleak.harness.shared.models import build_model  # noqa: E402
+from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
+from fedleak.harness.zoo.models import build_model  # noqa: E402
 
 MLP = "mlp:width=16,depth=1"
 FAST = ("iterations=3", "restarts=1")
@@ -196,8 +196,8 @@ def test_the_psnr_through_flower_is_the_psnr_against_the_victims_update(tmp_path
     """Same θ, batch, protocol and attack seed: the audit's score (on the node) equals the
     score of the same attack on the update fedleak's victim computes, to report precision."""
     from fedleak.attacks import create_attack
-    from fedleak.harness.shared.datasets import denormalize
     from fedleak.harness.shared.metrics import score_reconstruction
+    from fedleak.harness.zoo.datasets import denormalize
 
     s = settings(tmp_path, nodes=1, protocol="fedavg", lr=0.1, images=2,
                  options=("iterations=8", "restarts=1"), seed=3)

@@ -18,7 +18,7 @@ from fedleak.attacks.inverting_gradients import (
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 
 SHAPE = (3, 8, 8)

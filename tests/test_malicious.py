@@ -19,12 +19,12 @@ from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.sweep.architecture import server_architecture, user_model
 from fedleak.harness.sweep.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 torch.set_num_threads(1)
 DIGITS = load_dataset("digits", "train")

@@ -288,8 +288,8 @@ def test_packed_observations_with_their_own_objectives_match_runs_alone(options:
     it gets alone, up to float rounding."""
     from fedleak.defenses import build_chain
     from fedleak.harness.federated.observe import observe
-    from fedleak.harness.shared.datasets import DatasetInfo
-    from fedleak.harness.shared.models import build_model
+    from fedleak.harness.zoo.datasets import DatasetInfo
+    from fedleak.harness.zoo.models import build_model
 
     info = DatasetInfo("test", SHAPE, 10, (0.5,) * 3, (0.5,) * 3, ())
     observations = []

@@ -14,7 +14,7 @@ from fedleak.attacks.restarts import (
 )
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation
 from tests.test_inverting_gradients import smooth_image
 

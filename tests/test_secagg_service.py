@@ -16,11 +16,11 @@ from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.secure_aggregation import as_received_update, run_secure_aggregation
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings, create_victim
 from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.integration
 TOKEN = "secagg-token"

@@ -39,10 +39,10 @@ from fedleak.harness.attacker.records import METRICS_NAME, to_json, write_json
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.protocol import FEDAVG
 from fedleak.harness.shared.bound_pictures import plot_game
-from fedleak.harness.shared.datasets import normalize
 from fedleak.harness.shared.success_bounds import round_mechanism
 from fedleak.harness.wire.codec import decode_tensor
 from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.zoo.datasets import normalize
 from fedleak.v1 import victim_pb2 as pb
 
 PICTURE_NAME = "informed-adversary.png"

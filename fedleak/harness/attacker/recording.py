@@ -33,9 +33,9 @@ from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
 from fedleak.harness.attacker.settings import jsonable
 from fedleak.harness.attacker.update_attack import observation_for, round_record
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.datasets import dataset_info, denormalize
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.zoo.datasets import dataset_info, denormalize
+from fedleak.harness.zoo.models import build_model
 
 INDEX_NAME = "recording.json"
 ARRAYS_NAME = "arrays.npz"

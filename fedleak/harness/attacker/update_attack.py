@@ -58,7 +58,6 @@ from fedleak.harness.attacker.settings import AttackSettings, jsonable
 from fedleak.harness.federated.observe import observation_from_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.replay_fidelity import INEXACT, inexact_reasons
-from fedleak.harness.shared.datasets import DatasetInfo, denormalize
 from fedleak.harness.shared.pictures import save_grid
 from fedleak.harness.shared.success_bounds import (
     SuccessPlacement,
@@ -66,6 +65,7 @@ from fedleak.harness.shared.success_bounds import (
     prior_kappa,
     round_mechanism,
 )
+from fedleak.harness.zoo.datasets import DatasetInfo, denormalize
 from fedleak.v1 import victim_pb2 as pb
 
 #: Status codes that mean the victim is gone (not that it refused the request).

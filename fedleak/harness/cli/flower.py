@@ -132,8 +132,8 @@ def check_settings(settings: Any) -> None:
     from fedleak.attacks import AttackConfigError, create_attack
     from fedleak.defenses import DefenseConfigError
     from fedleak.harness.flower.mods import DefenseModError, update_chain
-    from fedleak.harness.shared.datasets import DatasetError, dataset_info
-    from fedleak.harness.shared.models import ModelError, build_model
+    from fedleak.harness.zoo.datasets import DatasetError, dataset_info
+    from fedleak.harness.zoo.models import ModelError, build_model
 
     try:
         if settings.defenses:

@@ -40,8 +40,8 @@ def main() -> None:
 def list_names() -> None:
     """List data sets, models with their options, attacks and defenses with their parameters."""
     from fedleak.attacks import attack_class, attack_names
-    from fedleak.harness.shared.datasets import DATASET_NAMES
-    from fedleak.harness.shared.models import model_names, model_options
+    from fedleak.harness.zoo.datasets import DATASET_NAMES
+    from fedleak.harness.zoo.models import model_names, model_options
 
     click.echo("data sets: " + ", ".join(DATASET_NAMES))
     click.echo("models (--model NAME[:key=value,...]):")

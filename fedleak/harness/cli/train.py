@@ -36,8 +36,8 @@ def train_model(**kw: Any) -> None:
     from tqdm import tqdm
 
     from fedleak.harness.federated.training import train_classifier
-    from fedleak.harness.shared.datasets import load_dataset
-    from fedleak.harness.shared.models import ModelSpec, build_model
+    from fedleak.harness.zoo.datasets import load_dataset
+    from fedleak.harness.zoo.models import ModelSpec, build_model
 
     check_device(kw["device"])
     try:

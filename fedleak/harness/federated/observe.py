@@ -30,7 +30,7 @@ from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.local_update import UpdateSimulator
 from fedleak.harness.federated.protocol import FEDAVG, Protocol
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 
 def observe(

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedleak.attacks.release import ReleasedModel
-from fedleak.harness.shared.models import ModelSpec, build_model
+from fedleak.harness.zoo.models import ModelSpec, build_model
 
 #: The box inputs are scaled to (paper Sec. 5.2).
 VALUE_RANGE = (-1.0, 1.0)
@@ -133,7 +133,7 @@ def _check_training_set(inputs: Tensor, labels: Tensor) -> None:
     if inputs.shape[0] != labels.shape[0] or labels.dim() != 1:
         raise ValueError(f"{inputs.shape[0]} inputs but labels of shape {tuple(labels.shape)}")
     if not bool(((labels == 1) | (labels == -1)).all()):
-        raise ValueError("labels must be +1 or -1 (see fedleak.harness.shared.binary_tasks)")
+        raise ValueError("labels must be +1 or -1 (see fedleak.harness.zoo.binary_tasks)")
     if not bool(torch.isfinite(inputs).all()):
         raise ValueError("inputs must be finite")
 

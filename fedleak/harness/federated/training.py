@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fedleak.harness.federated.local_update import user_loss
-from fedleak.harness.shared.datasets import ImageDataset, normalize
+from fedleak.harness.zoo.datasets import ImageDataset, normalize
 
 
 @dataclass

@@ -53,7 +53,7 @@ from fedleak.harness.flower.procedure import (
 )
 from fedleak.harness.flower.published import published_chain
 from fedleak.harness.flower.update import update_of
-from fedleak.harness.shared.datasets import DatasetInfo
+from fedleak.harness.zoo.datasets import DatasetInfo
 
 
 class LeakageAudit(Auditor, Strategy):

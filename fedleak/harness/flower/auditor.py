@@ -46,10 +46,10 @@ from fedleak.harness.flower.scoring import (
     SCORE_METRICS,
     submission_content,
 )
-from fedleak.harness.shared.datasets import DatasetInfo, dataset_info, denormalize
 from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
+from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb
 
 #: reply metrics (from fedleak's train helper) that become the round's public metadata

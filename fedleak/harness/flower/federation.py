@@ -45,8 +45,8 @@ from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
 from fedleak.harness.flower.train import train
-from fedleak.harness.shared.datasets import ImageDataset, load_dataset
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 #: run-config keys that are lists, written as one space-separated string
 LIST_KEYS = ("defenses", "options")

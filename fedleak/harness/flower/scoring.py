@@ -30,12 +30,12 @@ from torch import nn
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.arrays import record_of, tensors
 from fedleak.harness.flower.train import TRUTH_RECORD, TRUTH_ROUND
-from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset
 from fedleak.harness.shared.metrics import match_among
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer, Submission
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
 
 SCORE_ACTION = "fedleak_score"
 SCORE_MESSAGE_TYPE = f"query.{SCORE_ACTION}"

@@ -70,7 +70,7 @@ from fedleak.harness.flower.auditor import (
 from fedleak.harness.flower.legacy import named_state
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.update import update_of
-from fedleak.harness.shared.datasets import DatasetInfo
+from fedleak.harness.zoo.datasets import DatasetInfo
 from fedleak.v1 import victim_pb2 as pb
 
 #: what the server sees under SecAgg+ (metrics.json ``server_view``)

@@ -38,7 +38,7 @@ from fedleak.harness.flower.procedure import (
 )
 from fedleak.harness.flower.published import publish
 from fedleak.harness.flower.update import state_carrying
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: the node's state records: its latest training batch, and its DP accounting history
 TRUTH_RECORD = "fedleak.truth"

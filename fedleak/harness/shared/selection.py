@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from fedleak.harness.shared.datasets import ImageDataset
+from fedleak.harness.zoo.datasets import ImageDataset
 
 
 class SelectionError(ValueError):

@@ -23,8 +23,8 @@ import torch
 
 from fedleak.auditing.prior_baseline import PriorBaseline, prior_baseline
 from fedleak.auditing.reconstruction_bounds import reconstruction_bound
-from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.metrics import SUCCESS_PSNR
+from fedleak.harness.zoo.datasets import load_dataset
 
 #: The prior is subsampled (seeded) to this many images for κ (N² pairwise distances).
 MAX_PRIOR = 2000

@@ -72,7 +72,6 @@ from typing import Any
 
 from fedleak.attacks.base import UpdateSetting
 from fedleak.harness.federated.protocol import OPTION_FIELDS, Protocol, ProtocolError
-from fedleak.harness.shared.models import ModelError
 from fedleak.harness.sweep.architecture import (
     ARCHITECTURE_KEY,
     server_architecture,
@@ -85,6 +84,7 @@ from fedleak.harness.sweep.points import (
     SpecError,
     UtilitySettings,
 )
+from fedleak.harness.zoo.models import ModelError
 
 PRESETS_PACKAGE = "fedleak.harness.sweep"
 PRESETS_FOLDER = "presets"
@@ -358,7 +358,7 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def _dataset(name: Any) -> str:
-    from fedleak.harness.shared.datasets import DATASET_NAMES
+    from fedleak.harness.zoo.datasets import DATASET_NAMES
 
     if name not in DATASET_NAMES:
         raise SpecError(f"sweep.dataset: unknown data set {name!r}; choose one of "
@@ -367,7 +367,7 @@ def _dataset(name: Any) -> str:
 
 
 def _models(sweep: dict[str, Any]) -> list[str]:
-    from fedleak.harness.shared.models import ModelSpec, model_names
+    from fedleak.harness.zoo.models import ModelSpec, model_names
 
     if "model" in sweep and "models" in sweep:
         raise SpecError("sweep: give model or models, not both")

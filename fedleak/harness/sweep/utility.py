@@ -36,11 +36,11 @@ from fedleak.harness.attacker.secure_aggregation import (
     run_secure_aggregation,
 )
 from fedleak.harness.federated.training import accuracy
-from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
 from fedleak.harness.sweep.points import Point, UtilitySettings
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.zoo.datasets import load_dataset
 
 RoundCallback = Callable[[int, str], None]
 

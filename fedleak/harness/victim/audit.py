@@ -56,10 +56,10 @@ from fedleak.defenses.dpsgd import DPSGD
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
 from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
 from fedleak.harness.victim.limits import DEFAULT_AUDIT_BUDGET, DEFAULT_MAX_AUDIT_TRIALS
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: Unanswered audits kept; opening another forgets the oldest.
 MAX_OPEN_AUDITS = 8

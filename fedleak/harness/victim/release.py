@@ -5,7 +5,7 @@ convergence on a private training set and publishes θ. The server (attacker) ma
 training hyperparameters within the victim's budget; the victim owns everything else.
 
 - **Training set**: n samples of the private pool, balanced over the data set's binary task
-  (:mod:`fedleak.harness.shared.binary_tasks`, labels y ∈ {±1}), drawn once with the victim's seed,
+  (:mod:`fedleak.harness.zoo.binary_tasks`, labels y ∈ {±1}), drawn once with the victim's seed,
   so every release trains on the same set; n = ``ReleaseSettings.size`` (0: the whole pool).
 - **Training**: a copy of the victim's seeded model (``kkt-mlp``: one logit) trained by
   :func:`fedleak.harness.release_training.train_release` (full-batch GD on the mean logistic
@@ -43,8 +43,6 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.shared.binary_tasks import TASKS, balanced_subset, binary_task
-from fedleak.harness.shared.datasets import ImageDataset
 from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
@@ -55,6 +53,8 @@ from fedleak.harness.wire.errors import (
     ResourceExhausted,
     quoted,
 )
+from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset, binary_task
+from fedleak.harness.zoo.datasets import ImageDataset
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8

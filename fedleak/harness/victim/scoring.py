@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.datasets import ImageDataset, normalize
 from fedleak.harness.shared.metrics import BatchScore, ImageScore, score_reconstruction
 from fedleak.harness.shared.metrics import label_accuracy as multiset_accuracy
 from fedleak.harness.victim import precision
@@ -37,6 +36,7 @@ from fedleak.harness.victim.fisher_scoring import FisherAnswer, fisher_ceilings
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
+from fedleak.harness.zoo.datasets import ImageDataset, normalize
 
 
 @dataclass

@@ -30,8 +30,6 @@ from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
-from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
-from fedleak.harness.shared.models import ModelSpec
 from fedleak.harness.victim.audit import (
     AuditBook,
     AuditOutcome,
@@ -56,6 +54,8 @@ from fedleak.harness.wire.errors import (
     ResourceExhausted,
 )
 from fedleak.harness.wire.quoting import name_mismatch
+from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset, normalize
+from fedleak.harness.zoo.models import ModelSpec
 
 
 @dataclass(frozen=True)

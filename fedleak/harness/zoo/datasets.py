@@ -9,10 +9,7 @@ Bundled sets ship inside installed packages and load without a network:
   are non-faces cut from the background of the same photographs, so label 0 = ``"face"``,
   label 1 = ``"non-face"``.
 - ``photos``: 20 RGB crops of 3×32×32 cut from ten photographs bundled with scikit-image
-  (:data:`PHOTO_NAMES`). From each photograph, in this order: the centred square of side
-  ``min(H, W)`` and the centred square of half that side, each resized to 32×32 with
-  ``skimage.transform.resize(..., anti_aliasing=True)``; an alpha channel is dropped. The label
-  is the index of the source photograph, the class names are the photographs' names.
+  (:mod:`fedleak.harness.zoo.bundled_images` says how).
 
 Bundled splits are fixed: image ``i`` (in the order above) belongs to ``"test"`` when
 ``i % 5 == 4`` and to ``"train"`` otherwise; ``"all"`` is every image in order.
@@ -36,35 +33,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedleak.harness.shared.torchvision_compat import import_torchvision
+from fedleak.harness.zoo.bundled_images import BUNDLED_READERS, PHOTO_NAMES, PHOTO_SIZE
+from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "faces", "photos", "cifar10", "cifar100", "imagefolder")
 SPLITS: tuple[str, ...] = ("train", "test", "all")
 TEST_EVERY = 5  # bundled / un-split folders: image i is a test image iff i % 5 == 4
 IMAGEFOLDER_SIZE = 32
-
-PHOTO_NAMES: tuple[str, ...] = (
-    "astronaut",
-    "chelsea",
-    "coffee",
-    "colorwheel",
-    "hubble_deep_field",
-    "immunohistochemistry",
-    "logo",
-    "motorcycle",
-    "retina",
-    "rocket",
-)
-PHOTO_CROP_FRACTIONS: tuple[float, ...] = (1.0, 0.5)  # side of the centred square / min(H, W)
-PHOTO_SIZE = 32
-
 
 class DatasetError(ValueError):
     """A data set that cannot be loaded as asked; the message says what to change."""
@@ -243,69 +224,8 @@ def _subset(images: Tensor, labels: Tensor, split: str, info: DatasetInfo) -> Im
 
 
 def _load_bundled(name: str, split: str, root: Path | None, download: bool) -> ImageDataset:
-    images, labels = _BUNDLED_READERS[name]()
+    images, labels = BUNDLED_READERS[name]()
     return _subset(images, labels, split, _BUNDLED_INFO[name])
-
-
-@lru_cache(maxsize=1)
-def _read_digits() -> tuple[Tensor, Tensor]:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = torch.as_tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
-    return images, torch.as_tensor(digits.target, dtype=torch.int64)
-
-
-@lru_cache(maxsize=1)
-def _read_faces() -> tuple[Tensor, Tensor]:
-    import skimage.data
-
-    faces = skimage.data.lfw_subset()  # first 100 faces, last 100 non-faces (skimage docs)
-    images = torch.as_tensor(faces, dtype=torch.float32).unsqueeze(1)
-    half = images.shape[0] // 2
-    labels = torch.cat([torch.zeros(half), torch.ones(images.shape[0] - half)]).long()
-    return images, labels
-
-
-@lru_cache(maxsize=1)
-def _read_photos() -> tuple[Tensor, Tensor]:
-    crops, labels = [], []
-    for label, name in enumerate(PHOTO_NAMES):
-        photo = _read_photo(name)
-        for fraction in PHOTO_CROP_FRACTIONS:
-            crops.append(_centred_square(photo, fraction))
-            labels.append(label)
-    images = torch.as_tensor(np.stack(crops), dtype=torch.float32).permute(0, 3, 1, 2)
-    return images.contiguous(), torch.tensor(labels, dtype=torch.int64)
-
-
-def _read_photo(name: str) -> np.ndarray:
-    """A bundled scikit-image photograph as uint8 ``[H, W, 3]`` (alpha dropped)."""
-    import skimage.data
-
-    if name == "motorcycle":
-        photo = skimage.data.stereo_motorcycle()[0]  # the left view of the stereo pair
-    else:
-        photo = getattr(skimage.data, name)()
-    return photo[..., :3]
-
-
-def _centred_square(photo: np.ndarray, fraction: float) -> np.ndarray:
-    """The centred square of side ``fraction * min(H, W)`` resized to ``PHOTO_SIZE``, on [0, 1]."""
-    from skimage.transform import resize
-
-    height, width = photo.shape[:2]
-    side = round(fraction * min(height, width))
-    top, left = (height - side) // 2, (width - side) // 2
-    square = photo[top : top + side, left : left + side]
-    return resize(square, (PHOTO_SIZE, PHOTO_SIZE), anti_aliasing=True)  # uint8 -> [0, 1]
-
-
-_BUNDLED_READERS: dict[str, Callable[[], tuple[Tensor, Tensor]]] = {
-    "digits": _read_digits,
-    "faces": _read_faces,
-    "photos": _read_photos,
-}
 
 
 # --------------------------------------------------------------------------- CIFAR

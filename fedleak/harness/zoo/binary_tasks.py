@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from fedleak.harness.shared.datasets import CIFAR10_CLASSES, PHOTO_NAMES
+from fedleak.harness.zoo.datasets import CIFAR10_CLASSES, PHOTO_NAMES
 
 BinaryLabels = Callable[[Tensor], Tensor]
 

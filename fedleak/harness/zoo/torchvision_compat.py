@@ -13,7 +13,7 @@ This module is the one place that knows how, reached two ways:
 - an import hook (:func:`install_import_hook`) that does the same for *everyone's* code — a
   ClientApp's ``from torchvision.transforms import ToTensor`` — without calling anything: the
   environment ``make`` builds carries ``fedleak-torchvision.pth`` in its site-packages
-  (written by ``python -m fedleak.harness.shared.torchvision_compat --install``), whose one
+  (written by ``python -m fedleak.harness.zoo.torchvision_compat --install``), whose one
   line installs the hook at interpreter start-up. The hook is a meta-path finder that only
   acts on the top-level ``torchvision`` module: it lets the real import run and, only when it
   fails with the missing-operator error, defines the schemas and runs the module again. It
@@ -40,7 +40,7 @@ _SCHEMAS = (
 #: the file the environment carries in its site-packages, and its one line (an ``import`` line
 #: of a ``.pth`` file runs at start-up; any failure, e.g. an older fedleak, is silent)
 PTH_NAME = "fedleak-torchvision.pth"
-PTH_LINE = ('import sys; exec("try:\\n from fedleak.harness.shared.torchvision_compat import '
+PTH_LINE = ('import sys; exec("try:\\n from fedleak.harness.zoo.torchvision_compat import '
             'install_import_hook\\n install_import_hook()\\nexcept Exception:\\n pass")\n')
 
 # Kept referenced for the life of the process: dropping a Library object deregisters its ops.
@@ -137,10 +137,10 @@ def install_pth(site_packages: Path | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fedleak.harness.shared.torchvision_compat --install``: write the ``.pth``."""
+    """``python -m fedleak.harness.zoo.torchvision_compat --install``: write the ``.pth``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args != ["--install"]:
-        print("usage: python -m fedleak.harness.shared.torchvision_compat --install",
+        print("usage: python -m fedleak.harness.zoo.torchvision_compat --install",
               file=sys.stderr)
         return 2
     print(f"wrote {install_pth()}")
