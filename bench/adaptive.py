@@ -53,8 +53,8 @@ from fedleak.defenses import build_chain
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.training import train_classifier
-from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
-from fedleak.harness.shared.selection import parse_indices
+from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
+from fedleak.harness.victim.selection import parse_indices
 from fedleak.harness.zoo.bundled_images import PHOTO_NAMES, read_photo
 from fedleak.harness.zoo.datasets import ImageDataset, denormalize, load_dataset
 from fedleak.harness.zoo.models import build_model

@@ -38,7 +38,7 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import label_accuracy, score_reconstruction
+from fedleak.harness.metrics.image_metrics import label_accuracy, score_reconstruction
 from fedleak.harness.zoo.datasets import denormalize, load_dataset
 from fedleak.harness.zoo.models import build_model
 

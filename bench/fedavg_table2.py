@@ -45,7 +45,7 @@ import torch
 from fedleak.attacks import Observation, create_attack
 from fedleak.harness.federated.observe import observe as observe_round
 from fedleak.harness.federated.protocol import FEDAVG, Protocol
-from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.zoo.datasets import DatasetInfo, denormalize, load_dataset
 from fedleak.harness.zoo.models import build_model
 

@@ -73,7 +73,7 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
     from fedleak.attacks import create_attack
     from fedleak.harness.federated.observe import observe
     from fedleak.harness.federated.protocol import Protocol
-    from fedleak.harness.shared.metrics import score_reconstruction
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
     from fedleak.harness.zoo.datasets import denormalize, load_dataset
 
     sys.path.insert(0, str(EXAMPLE))

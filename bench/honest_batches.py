@@ -33,7 +33,7 @@ import torch
 
 from fedleak.attacks import Observation, create_attack
 from fedleak.harness.federated.observe import observe
-from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.harness.zoo.models import build_model
 

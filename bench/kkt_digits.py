@@ -46,6 +46,8 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.kkt_postprocess import scale_to_unit
+from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     build_release_model,
@@ -53,10 +55,8 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
-from fedleak.harness.shared.kkt_plots import plot_ssim_vs_margin
-from fedleak.harness.shared.metrics import ssim_per_image
-from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.metrics.image_metrics import ssim_per_image
+from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
 from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset
 from fedleak.harness.zoo.datasets import load_dataset
 

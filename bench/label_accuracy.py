@@ -24,7 +24,7 @@ import torch
 
 from fedleak.attacks.labels import recover_labels
 from fedleak.harness.federated.observe import observe
-from fedleak.harness.shared.metrics import label_accuracy
+from fedleak.harness.metrics.image_metrics import label_accuracy
 from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.harness.zoo.models import build_model, load_checkpoint
 

@@ -40,7 +40,7 @@ from fedleak.defenses import DefenseChain, build_chain, create_defense, parse_de
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.training import train_classifier
-from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.zoo.models import build_model

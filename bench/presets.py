@@ -28,8 +28,8 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.selection import parse_indices
+from fedleak.harness.metrics.image_metrics import psnr_per_image
+from fedleak.harness.victim.selection import parse_indices
 from fedleak.harness.zoo.datasets import denormalize, load_dataset
 from fedleak.harness.zoo.models import build_model
 

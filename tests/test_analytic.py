@@ -15,7 +15,7 @@ import torch
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.analytic import AnalyticInversionError, invert_linear_layer
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
+from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.scoring import Submission

@@ -19,14 +19,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedleak"
 
 _BASE = {"fedleak", "fedleak.registry"}
 _ALGORITHMS = _BASE | {"fedleak.attacks", "fedleak.defenses", "fedleak.auditing"}
-_SHARED = _ALGORITHMS | {"fedleak.harness.shared"}
-_WIRE = _SHARED | {"fedleak.harness.wire", "fedleak.v1"}
+_ZOO = _ALGORITHMS | {"fedleak.harness.zoo"}
+#: process-free code both sides use: FL semantics, the zoo, metrics
+_PROCESS_FREE = _ZOO | {"fedleak.harness.federated", "fedleak.harness.metrics"}
+_WIRE = _PROCESS_FREE | {"fedleak.harness.wire", "fedleak.v1"}
 _PROCESSES = {"fedleak.harness.victim", "fedleak.harness.attacker",
               "fedleak.harness.remote_defense"}
 
 #: room → the rooms its modules may import (a room may always import itself).
 MAY_IMPORT: dict[str, set[str]] = {
-    "fedleak": set(),
+    # the package's short entry points (``fedleak.observe``), imported lazily
+    "fedleak": {"fedleak.harness.federated"},
     "fedleak.__main__": {"fedleak.harness.cli"},
     "fedleak.registry": set(),
     "fedleak.v1": set(),
@@ -34,8 +37,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fedleak.defenses": _BASE,
     "fedleak.auditing": _BASE,
     "fedleak.harness": set(),
-    "fedleak.harness.shared": _ALGORITHMS,
-    "fedleak.harness.wire": _SHARED | {"fedleak.v1"},
+    # the model and data zoo; federated learning's semantics; metrics (peers over the zoo)
+    "fedleak.harness.zoo": _ALGORITHMS,
+    "fedleak.harness.federated": _ZOO,
+    "fedleak.harness.metrics": _ZOO,
+    "fedleak.harness.wire": _PROCESS_FREE | {"fedleak.v1"},
     # the processes: none may import another
     "fedleak.harness.victim": _WIRE,
     "fedleak.harness.attacker": _WIRE,
@@ -157,3 +163,21 @@ def test_only_the_flower_room_imports_flwr() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n.split(".")[0] == "flwr" for n in names), \
                 f"{path} imports flwr: only fedleak/harness/flower may"
+
+
+def test_short_entry_points_are_the_harness_functions_imported_on_first_use() -> None:
+    """``fedleak.observe`` is the federated room's ``observe``; importing ``fedleak`` alone does
+    not import the federated room."""
+    import subprocess
+    import sys
+
+    import fedleak
+    from fedleak.harness.federated.observe import observe
+
+    assert fedleak.observe is observe
+    code = "import sys, fedleak; print('fedleak.harness.federated' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=PACKAGE.parent)
+    assert done.stdout.strip() == "False"
+    with pytest.raises(AttributeError):
+        fedleak.no_such_entry_point  # noqa: B018

@@ -22,7 +22,7 @@ from fedleak.attacks import create_attack
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.federated.observe import observe
-from fedleak.harness.shared.metrics import (
+from fedleak.harness.metrics.image_metrics import (
     EXACT_PSNR,
     SUCCESS_PSNR,
     exact_matching,

@@ -20,7 +20,7 @@ from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol, ProtocolChanges
-from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import normalize
 from fedleak.harness.zoo.models import build_model

@@ -196,7 +196,7 @@ def test_the_psnr_through_flower_is_the_psnr_against_the_victims_update(tmp_path
     """Same θ, batch, protocol and attack seed: the audit's score (on the node) equals the
     score of the same attack on the update fedleak's victim computes, to report precision."""
     from fedleak.attacks import create_attack
-    from fedleak.harness.shared.metrics import score_reconstruction
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
     from fedleak.harness.zoo.datasets import denormalize
 
     s = settings(tmp_path, nodes=1, protocol="fedavg", lr=0.1, images=2,

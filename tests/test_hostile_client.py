@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from fedleak.harness.victim.process import VictimProcess, VictimProcessError
 from fedleak.harness.wire.codec import encode_tensor
 from fedleak.harness.wire.protocol import protocol_to_pb

@@ -17,7 +17,7 @@ from fedleak.attacks.inverting_gradients import (
 )
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 

@@ -29,7 +29,7 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.shared.kkt_metrics import match_to_training
+from fedleak.harness.metrics.kkt_metrics import match_to_training
 from fedleak.harness.zoo.binary_tasks import balanced_subset, binary_task
 from fedleak.harness.zoo.models import build_model
 

@@ -19,7 +19,7 @@ from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.sweep.architecture import server_architecture, user_model
 from fedleak.harness.sweep.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess

@@ -20,7 +20,7 @@ from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.spear import Spear
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.shared.metrics import score_reconstruction
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import denormalize, load_dataset
 from fedleak.harness.zoo.models import build_model

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from fedleak import __version__
-from fedleak.harness.shared.metrics import EXACT_PSNR
-from fedleak.harness.shared.success_bounds import SuccessPlacement
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR
+from fedleak.harness.metrics.success_bounds import SuccessPlacement
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
@@ -245,7 +245,7 @@ class UpdateRun:
     #: error ended the run; the warnings say which)
     status: str = "running"
     #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
-    #: (:mod:`fedleak.harness.shared.success_bounds`), once the run ended
+    #: (:mod:`fedleak.harness.metrics.success_bounds`), once the run ended
     placement: SuccessPlacement | None = None
 
     @property

@@ -38,6 +38,7 @@ from fedleak.harness.attacker.described import (
     server_model,
     victim_protocol,
 )
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.progress import (
     reconstruct_many_with_progress,
     reconstruct_with_progress,
@@ -58,8 +59,7 @@ from fedleak.harness.attacker.settings import AttackSettings, jsonable
 from fedleak.harness.federated.observe import observation_from_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.replay_fidelity import INEXACT, inexact_reasons
-from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.success_bounds import (
+from fedleak.harness.metrics.success_bounds import (
     SuccessPlacement,
     place,
     prior_kappa,

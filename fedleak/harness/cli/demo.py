@@ -42,8 +42,8 @@ def demo(**kw: Any) -> None:
     from fedleak.harness.attacker.client import VictimClient, VictimError
     from fedleak.harness.attacker.run import run_attack
     from fedleak.harness.attacker.settings import AttackSettings
-    from fedleak.harness.shared.selection import SelectionError, parse_indices
     from fedleak.harness.victim.process import VictimProcess
+    from fedleak.harness.victim.selection import SelectionError, parse_indices
     from fedleak.harness.victim.settings import VictimSettings
 
     check_device(kw["device"])

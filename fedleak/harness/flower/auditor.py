@@ -31,6 +31,7 @@ from torch import nn
 from fedleak.attacks import Attack, Observation, create_attack
 from fedleak.attacks.epochs import epoch_copies
 from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.progress import reconstruct_with_progress
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
@@ -46,8 +47,7 @@ from fedleak.harness.flower.scoring import (
     SCORE_METRICS,
     submission_content,
 )
-from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
-from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
 from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb

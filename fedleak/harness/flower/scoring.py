@@ -14,7 +14,7 @@ in its node config, for the comparison picture.
 Under SecAgg+ the audit reconstructs the aggregate of several nodes as one batch of all their
 images, and sends every surviving node the whole reconstruction (``aggregate`` in the query):
 the node first finds its own images in it — each of its images matched to a distinct
-reconstructed image, Hungarian on MSE (:func:`~fedleak.harness.shared.metrics.match_among`) —
+reconstructed image, Hungarian on MSE (:func:`~fedleak.harness.metrics.image_metrics.match_among`) —
 and scores those as above; ``matched`` indexes the whole reconstruction.
 """
 
@@ -30,7 +30,7 @@ from torch import nn
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.arrays import record_of, tensors
 from fedleak.harness.flower.train import TRUTH_RECORD, TRUTH_ROUND
-from fedleak.harness.shared.metrics import match_among
+from fedleak.harness.metrics.image_metrics import match_among
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer, Submission

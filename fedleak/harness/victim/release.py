@@ -43,7 +43,7 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
+from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.errors import (

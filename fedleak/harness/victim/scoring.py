@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.metrics import BatchScore, ImageScore, score_reconstruction
-from fedleak.harness.shared.metrics import label_accuracy as multiset_accuracy
+from fedleak.harness.metrics.image_metrics import BatchScore, ImageScore, score_reconstruction
+from fedleak.harness.metrics.image_metrics import label_accuracy as multiset_accuracy
 from fedleak.harness.victim import precision
 from fedleak.harness.victim.feature_scoring import (
     FeatureBatchScore,

@@ -18,7 +18,7 @@ import grpc
 import torch
 
 from fedleak.harness.federated.protocol import ProtocolChanges
-from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL

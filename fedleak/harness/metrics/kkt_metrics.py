@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from fedleak.attacks.kkt_postprocess import normalized_cross_correlation
-from fedleak.harness.shared.metrics import mse_per_image, psnr_per_image, ssim_per_image
+from fedleak.harness.metrics.image_metrics import mse_per_image, psnr_per_image, ssim_per_image
 
 #: SSIM above which a training sample counts as reconstructed (paper Sec. 5.3).
 RECOVERED_SSIM = 0.4

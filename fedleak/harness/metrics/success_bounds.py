@@ -23,7 +23,7 @@ import torch
 
 from fedleak.auditing.prior_baseline import PriorBaseline, prior_baseline
 from fedleak.auditing.reconstruction_bounds import reconstruction_bound
-from fedleak.harness.shared.metrics import SUCCESS_PSNR
+from fedleak.harness.metrics.image_metrics import SUCCESS_PSNR
 from fedleak.harness.zoo.datasets import load_dataset
 
 #: The prior is subsampled (seeded) to this many images for κ (N² pairwise distances).
