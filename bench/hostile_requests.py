@@ -57,7 +57,7 @@ from fedleak.harness.federated.protocol import Protocol  # noqa: E402
 from fedleak.harness.metrics.image_metrics import psnr_per_image  # noqa: E402
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess  # noqa: E402
 from fedleak.harness.wire.codec import encode_tensor  # noqa: E402
-from fedleak.harness.wire.protocol import protocol_to_pb  # noqa: E402
+from fedleak.harness.wire.protocol_spec import protocol_to_pb  # noqa: E402
 from fedleak.v1 import defense_pb2 as dpb  # noqa: E402
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc  # noqa: E402
 from fedleak.v1 import victim_pb2 as pb  # noqa: E402

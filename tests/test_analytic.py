@@ -197,8 +197,8 @@ def features(vectors: torch.Tensor) -> Submission:
 
 def test_victim_scores_features_of_recent_rounds_only() -> None:
     from fedleak.harness.victim.rounds import FEATURE_ROUNDS
-    from fedleak.harness.victim.settings import VictimSettings, create_victim
-    from fedleak.harness.wire.errors import FailedPrecondition
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
@@ -214,8 +214,8 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget() -> None:
-    from fedleak.harness.victim.settings import VictimSettings, create_victim
-    from fedleak.harness.wire.errors import FailedPrecondition
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()

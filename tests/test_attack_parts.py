@@ -369,7 +369,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
 def test_attack_help_lists_parts_and_their_options():
     from click.testing import CliRunner
 
-    from fedleak.harness.cli.attack import attack
+    from fedleak.harness.cli.attack_command import attack
 
     shown = CliRunner().invoke(attack, ["--help"], terminal_width=200).output
     for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",

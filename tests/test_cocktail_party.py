@@ -156,7 +156,7 @@ def test_one_local_step_of_fedavg_is_a_gradient() -> None:
 
 
 @pytest.mark.integration
-def test_cocktail_party_on_a_secure_aggregation_sum_across_processes(tmp_path: Path) -> None:
+def test_cocktail_party_on_a_secagg_sum_across_processes(tmp_path: Path) -> None:
     args = ["--dataset", "faces", "--split", "train", "--images", "0-15", "--model",
             "mlp:width=512,depth=1", "--batch-size", "8", "--users", "2", "--defense",
             "secagg"]

@@ -13,10 +13,10 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.fedavg import FedAvgObservationError
+from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model
 from fedleak.harness.attacker.run import run_attack
-from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.protocol import Protocol, ProtocolChanges

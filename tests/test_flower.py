@@ -35,20 +35,20 @@ from fedleak.defenses.chain import build_chain, parse_defense_spec  # noqa: E402
 from fedleak.harness.cli.main import main  # noqa: E402
 from fedleak.harness.federated.observe import observe  # noqa: E402
 from fedleak.harness.flower.arrays import record_of, tensors  # noqa: E402
-from fedleak.harness.flower.audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.federation import (  # noqa: E402
     FederationSettings,
     make_client_app,
     node_batch,
     run_server,
 )
+from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
-from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
-from fedleak.harness.flower.scoring import (  # noqa: E402
+from fedleak.harness.flower.node_scoring import (  # noqa: E402
     SCORE_MESSAGE_TYPE,
     score_reply,
     submission_content,
 )
+from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
 from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
 from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
 from fedleak.harness.zoo.models import build_model  # noqa: E402
@@ -427,7 +427,11 @@ def test_every_client_defense_publishes_itself_in_the_reply() -> None:
     an unrecognised mod without a chain is refused."""
     from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
 
-    from fedleak.harness.flower.published import local_dp_sigma, published_chain, publishing
+    from fedleak.harness.flower.published_defenses import (
+        local_dp_sigma,
+        published_chain,
+        publishing,
+    )
 
     data = load_dataset("digits", "train")
     model = build_model(MLP, data.info.shape, data.info.num_classes)
@@ -699,7 +703,7 @@ def test_the_cli_secagg_defaults_are_the_federations() -> None:
     FederationSettings' own (whose clipping and quantisation are SecAggPlus's)."""
     import dataclasses
 
-    from fedleak.harness.cli.flower import SECAGG_DEFAULTS
+    from fedleak.harness.cli.flower_command import SECAGG_DEFAULTS
     from fedleak.harness.flower.federation import FederationSettings
 
     defaults = {f.name: f.default for f in dataclasses.fields(FederationSettings)}

@@ -26,7 +26,7 @@ from fedleak.harness.federated.local_update import UpdateSimulator, draw_order, 
 from fedleak.harness.federated.protocol import Protocol, ProtocolError
 from fedleak.harness.federated.replay_fidelity import inexact_reasons
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.wire.protocol import changes_from_pb, protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_from_pb, protocol_to_pb
 from fedleak.v1 import victim_pb2 as pb
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -10,7 +10,7 @@ from fedleak.harness.federated.protocol import (
     ProtocolError,
     changes_from_options,
 )
-from fedleak.harness.wire.protocol import changes_from_pb, protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_from_pb, protocol_to_pb
 from fedleak.v1 import victim_pb2 as pb
 
 

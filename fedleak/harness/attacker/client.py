@@ -22,7 +22,7 @@ from fedleak.harness.wire.channel import (
     message_options,
 )
 from fedleak.harness.wire.codec import decode_tensor, encode_tensor
-from fedleak.harness.wire.protocol import protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb, protocol_to_pb
 from fedleak.harness.wire.reachability import diagnose, split_address
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc

@@ -41,7 +41,7 @@ from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.protocol import FEDAVG
 from fedleak.harness.metrics.success_bounds import round_mechanism
 from fedleak.harness.wire.codec import decode_tensor
-from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb
 from fedleak.harness.zoo.datasets import normalize
 from fedleak.v1 import victim_pb2 as pb
 

@@ -27,11 +27,11 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.published import published
+from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
+from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.pictures import save_grid
-from fedleak.harness.attacker.progress import reconstruct_with_progress
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
-from fedleak.harness.attacker.settings import jsonable
 from fedleak.harness.attacker.update_attack import observation_for, round_record
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.zoo.datasets import dataset_info, denormalize

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from fedleak.defenses.base import PerExampleDefense
+from fedleak.defenses.stages import PerExampleDefense
 from fedleak.harness.federated.local_update import (
     CancelCheck,
     check_cancelled,

@@ -4,7 +4,7 @@ One typed object, :class:`Protocol`, carries it from every place a person or a s
 to the maths: the CLI (``--protocol``, ``--local-epochs``, ``--local-batch-size``, ``--lr``,
 ``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``), a sweep
 spec's ``[[sweep.protocol]]`` table (the same names), the attacker's per-round request (a
-:class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol``) and the user's local
+:class:`ProtocolChanges`), the wire (``fedleak.harness.wire.protocol_spec``) and the user's local
 update (:mod:`fedleak.harness.federated.local_update`). The user-facing names are converted to the
 fields in one place, :data:`OPTION_FIELDS`.
 

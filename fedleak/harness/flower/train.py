@@ -12,7 +12,7 @@ fedleak's) and, under DP-SGD, the accountant's ``epsilon-round``, ``epsilon-tota
 round this node served, kept in the node's Flower state) and ``delta``.
 
 With ``context`` the batch is remembered in the node's state, where the node-side scorer
-(:mod:`~fedleak.harness.flower.scoring`) finds it; it never leaves the node. A ClientApp with
+(:mod:`~fedleak.harness.flower.node_scoring`) finds it; it never leaves the node. A ClientApp with
 its own training loop still works with the audit, which then warns that it cannot check the
 procedure.
 """
@@ -36,7 +36,7 @@ from fedleak.harness.flower.procedure import (
     REPLAYABLE_METRIC,
     procedure_from_config,
 )
-from fedleak.harness.flower.published import publish
+from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
@@ -49,7 +49,8 @@ DP_HISTORY = "fedleak.dp-history"
 class Trained(tuple[ArrayRecord, MetricRecord]):
     """What :func:`train` returns: ``(arrays, metrics)`` — θ′ and the reply's metrics, as a
     pair, so ``arrays, metrics = train(...)`` works — and :meth:`content`, the reply content
-    with the defenses training applied published (:mod:`~fedleak.harness.flower.published`)."""
+    with the defenses training applied published
+    (:mod:`~fedleak.harness.flower.published_defenses`)."""
 
     defenses: list[tuple[str, dict[str, str], str]]
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.victim.victim_settings import VictimSettings
 
 SCHEDULES = ("cosine", "constant")
 # Point fields that label a point for the report but do not change what is measured.

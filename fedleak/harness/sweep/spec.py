@@ -422,7 +422,7 @@ AUDIT_KEYS = {"trials": "trials", "canary": "canary", "direction": "direction", 
 def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     """``[sweep.audit]`` as ``AuditSettings`` fields, checked as the victim will check them."""
     from fedleak.harness.victim.audit import AuditRequest
-    from fedleak.harness.wire.errors import InvalidArgument
+    from fedleak.harness.wire.request_errors import InvalidArgument
 
     table = _keys(value, "sweep.audit")
     _no_unknown(table, set(AUDIT_KEYS), "sweep.audit")

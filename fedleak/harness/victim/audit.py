@@ -58,7 +58,7 @@ from fedleak.harness.federated.private_update import TrialCanary, per_example_gr
 from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
 from fedleak.harness.victim.limits import DEFAULT_AUDIT_BUDGET, DEFAULT_MAX_AUDIT_TRIALS
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: Unanswered audits kept; opening another forgets the oldest.

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
+from fedleak.harness.wire.request_errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    quoted,
+)
 from fedleak.harness.zoo.datasets import ImageDataset
 
 #: The trials a victim remembers (a guess for an older one is refused).

@@ -35,7 +35,7 @@ from fedleak.harness.victim.feature_scoring import (
 from fedleak.harness.victim.fisher_scoring import FisherAnswer, fisher_ceilings
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import ImageDataset, normalize
 
 

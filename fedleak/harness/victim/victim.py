@@ -42,18 +42,18 @@ from fedleak.harness.victim.audit import (
 )
 from fedleak.harness.victim.informed_game import InformedGame, TrialDraw
 from fedleak.harness.victim.limits import VictimLimits
-from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
+from fedleak.harness.victim.model_release import ModelReleaser, ReleaseSettings
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer
-from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import (
+from fedleak.harness.victim.secagg_session import SecAggSession
+from fedleak.harness.wire.quoting import name_mismatch
+from fedleak.harness.wire.request_errors import (
     Cancelled,
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
 )
-from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset, normalize
 from fedleak.harness.zoo.models import ModelSpec
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedleak.defenses.base import TransportDefense
-from fedleak.defenses.registry import register_defense
+from fedleak.defenses.defense_registry import register_defense
 from fedleak.defenses.secagg import SecAggConfig
+from fedleak.defenses.stages import TransportDefense
 
 
 @dataclass
@@ -33,7 +33,7 @@ class SecAggDefenseConfig:
 
 
 @register_defense("secagg")
-class SecureAggregation(TransportDefense):
+class SecAgg(TransportDefense):
     """Secure aggregation of K users' updates; only the (clipped, quantised) sum is revealed."""
 
     stage = "transport"

@@ -34,9 +34,9 @@ from fedleak.auditing import AuditBound, format_epsilon
 from fedleak.defenses.secagg import SecAggAbort
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import defense_specs
-from fedleak.harness.attacker.secure_aggregation import run_secure_aggregation
+from fedleak.harness.attacker.secagg_rounds import run_secagg
 from fedleak.harness.wire.codec import decode_tensor
-from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
 
 AUDIT_JSON = "audit.json"
@@ -170,7 +170,7 @@ def run_audit(client: VictimClient, settings: AuditSettings, out: Path | None = 
             protocol = protocol_from_pb(begin.protocol)
             for _ in range(begin.trials):
                 try:
-                    aggregation = run_secure_aggregation(client, params, buffers, protocol,
+                    aggregation = run_secagg(client, params, buffers, protocol,
                                                          begin.audit_id)
                     scores.append(sign * float(aggregation.result.total @ direction))
                 except SecAggAbort:

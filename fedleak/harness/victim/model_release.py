@@ -46,7 +46,7 @@ from fedleak.harness.federated.release_training import (
 from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.wire.errors import (
+from fedleak.harness.wire.request_errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,

@@ -4,7 +4,7 @@ With a ``[sweep.audit]`` table every point also plays the audit game (docs/audit
 victim process of its own — the point's model, data, protocol and defense chain, its first
 K·n images, the defenses' randomness (and so the coins) fixed by the point's seed, the
 global model (or checkpoint) as θ — through the attacker's own
-:func:`~fedleak.harness.attacker.audit.run_audit`. Against a victim the user runs
+:func:`~fedleak.harness.attacker.audit_trials.run_audit`. Against a victim the user runs
 (``point.victim``) the audit talks to that address, which must have been started with
 ``--allow-audit``. What the store keeps is an
 :class:`~fedleak.harness.sweep.measurements.AuditMeasurement`; ``audit.json`` and
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fedleak.harness.attacker.audit import AuditRecord, AuditSettings, run_audit
+from fedleak.harness.attacker.audit_trials import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.sweep.leakage import attack_victim_settings
 from fedleak.harness.sweep.measurements import AuditMeasurement

@@ -37,7 +37,6 @@ from typing import TypeVar
 import numpy as np
 
 from fedleak.defenses.secagg import keys, prg
-from fedleak.defenses.secagg.config import SecAggConfig
 from fedleak.defenses.secagg.errors import SecAggAbort, SecAggViolation
 from fedleak.defenses.secagg.messages import (
     AdvertiseKeys,
@@ -48,6 +47,7 @@ from fedleak.defenses.secagg.messages import (
     UnmaskingRequest,
     UnmaskingShares,
 )
+from fedleak.defenses.secagg.round_config import SecAggConfig
 from fedleak.defenses.secagg.shamir import ShamirError, Share, combine
 from fedleak.defenses.secagg.transcript import SecAggResult, SecAggTranscript
 

@@ -1,9 +1,9 @@
 r"""The whole of SecAgg in one process: users and server exchanging real messages.
 
 :func:`run_secagg_in_memory` plays the rounds of Bonawitz et al. (2017) between
-:class:`~.user.SecAggUser` objects and a :class:`~.server.SecAggServer`, passing every message
-through its byte encoding exactly as a transport would, and simulating dropouts at the three
-points where the paper's analysis distinguishes them:
+:class:`~.user.SecAggUser` objects and a :class:`~.secagg_server.SecAggServer`, passing every
+message through its byte encoding exactly as a transport would, and simulating dropouts at the
+three points where the paper's analysis distinguishes them:
 
 ==========================  =====================  =======================================
 argument                    the user leaves...     effect
@@ -26,9 +26,9 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from fedleak.defenses.secagg.config import SecAggConfig
 from fedleak.defenses.secagg.messages import M, decode_as
-from fedleak.defenses.secagg.server import SecAggServer
+from fedleak.defenses.secagg.round_config import SecAggConfig
+from fedleak.defenses.secagg.secagg_server import SecAggServer
 from fedleak.defenses.secagg.transcript import SecAggTranscript
 from fedleak.defenses.secagg.user import SecAggUser
 

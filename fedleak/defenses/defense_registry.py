@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from fedleak.defenses.base import Defense
+from fedleak.defenses.stages import Defense
 from fedleak.registry import ConfigError, Registry
 
 ENTRY_POINT_GROUP = "fedleak.defenses"

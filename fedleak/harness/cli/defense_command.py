@@ -54,7 +54,7 @@ def defense_serve(spec: str, host: str, port: int, tls_cert: str | None,
     """Serve one update defense until SIGTERM or SIGINT; victims use it with
     --defense remote:address=HOST:PORT."""
     from fedleak.defenses import parse_defense_spec
-    from fedleak.harness.remote_defense.server import served_defense, start_defense_server
+    from fedleak.harness.remote_defense.defense_server import served_defense, start_defense_server
     from fedleak.harness.wire.serving import (
         StopSignals,
         die_with_parent_if_asked,

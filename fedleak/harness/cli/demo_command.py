@@ -39,12 +39,12 @@ def demo(**kw: Any) -> None:
     The victim scores the reconstruction against the private image it holds: higher PSNR
     (dB) and SSIM mean more of the image leaked (above about 20 dB it is recognisable).
     """
+    from fedleak.harness.attacker.attack_settings import AttackSettings
     from fedleak.harness.attacker.client import VictimClient, VictimError
     from fedleak.harness.attacker.run import run_attack
-    from fedleak.harness.attacker.settings import AttackSettings
     from fedleak.harness.victim.process import VictimProcess
     from fedleak.harness.victim.selection import SelectionError, parse_indices
-    from fedleak.harness.victim.settings import VictimSettings
+    from fedleak.harness.victim.victim_settings import VictimSettings
 
     check_device(kw["device"])
     try:

@@ -29,8 +29,8 @@ from fedleak.defenses import (
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.limits import VictimLimits
-from fedleak.harness.victim.release import ReleaseSettings
-from fedleak.harness.victim.secure_aggregation import parse_drops
+from fedleak.harness.victim.model_release import ReleaseSettings
+from fedleak.harness.victim.secagg_session import parse_drops
 from fedleak.harness.victim.selection import private_pool
 from fedleak.harness.victim.victim import Victim, VictimConfig
 from fedleak.harness.zoo.datasets import load_dataset

@@ -4,7 +4,7 @@
     fedleak victim serve --defense remote:address=127.0.0.1:50061
 
 ``Info`` names the defense, its public parameters and, when it claims to be a Gaussian
-mechanism (:meth:`~fedleak.defenses.base.UpdateDefense.gaussian_claim`), that claim.
+mechanism (:meth:`~fedleak.defenses.stages.UpdateDefense.gaussian_claim`), that claim.
 ``Defend`` assembles the streamed update Δ, applies the defense with a generator seeded by the
 seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form, each tensor
 in the dtype it came in. Bad input (a malformed stream, tensors that are not floating point,

@@ -19,7 +19,7 @@ fields of the victim's ``DefenseSpec``, public parameters only (never a seed or 
   applies, ``publishing(mod, "clip:max-norm=1")``; an unrecognised mod without one is refused,
   since an unnamed defense would make the audit blind without saying so.
 
-The audit (:class:`~fedleak.harness.flower.audit.LeakageAudit`) reads the chain with
+The audit (:class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`) reads the chain with
 :func:`published_chain`, records it in ``metrics.json`` and hands it to the attack exactly as
 ``Describe``'s is handed against ``fedleak victim serve``, so ``objective=auto`` picks the
 defense-aware parts.

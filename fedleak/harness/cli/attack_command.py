@@ -2,7 +2,7 @@
 
     fedleak attack --victim 127.0.0.1:50051 --attack inverting-gradients --out runs/x
 
-The options become one :class:`~fedleak.harness.attacker.settings.AttackSettings` here; the
+The options become one :class:`~fedleak.harness.attacker.attack_settings.AttackSettings` here; the
 run (either threat model) and its summary are the attacker room's.
 """
 
@@ -165,7 +165,7 @@ def attack_recorded(recording: Path, settings: Any, out: Path) -> None:
 
 def attack_settings(kw: dict[str, Any]) -> Any:
     """The attack the command-line options describe."""
-    from fedleak.harness.attacker.settings import AttackSettings, ReleaseRequest
+    from fedleak.harness.attacker.attack_settings import AttackSettings, ReleaseRequest
     from fedleak.harness.federated.protocol import ProtocolError, changes_from_options
 
     options: dict[str, Any] = option_pairs(kw["option"], "--option")

@@ -30,7 +30,7 @@ from fedleak.defenses.secagg import (
 from fedleak.defenses.secagg.messages import M, decode_as
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb
 from fedleak.v1 import victim_pb2 as pb
 
 PHASE_NAMES: dict[int, str] = {
@@ -49,7 +49,7 @@ class AggregationRound:
     offline: dict[int, str] = field(default_factory=dict)  # user → phase it stopped answering
 
 
-def run_secure_aggregation(
+def run_secagg(
     client: VictimClient,
     parameters: Mapping[str, torch.Tensor],
     buffers: Mapping[str, torch.Tensor],

@@ -34,7 +34,7 @@ from fedleak.harness.metrics.image_metrics import match_among
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer, Submission
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
 from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
 
 SCORE_ACTION = "fedleak_score"

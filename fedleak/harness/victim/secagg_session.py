@@ -23,7 +23,7 @@ from fedleak.defenses.secagg import (
     decode_message,
 )
 from fedleak.defenses.secagg.messages import M
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, Unavailable
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, Unavailable
 
 PHASES = ("advertise-keys", "share-keys", "masked-input", "unmasking")
 #: Longest refusal of the protocol code quoted in an answer: it lists user ids from the server's

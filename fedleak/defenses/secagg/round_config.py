@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedleak.defenses.secagg.quantize import FixedPointQuantizer
+from fedleak.defenses.secagg.fixed_point import FixedPointQuantizer
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,6 @@ class SecAggConfig:
 
     @property
     def quantizer(self) -> FixedPointQuantizer:
-        """The fixed-point map of :mod:`~fedleak.defenses.secagg.quantize` for ``n`` users."""
+        """The fixed-point map of :mod:`~fedleak.defenses.secagg.fixed_point` for ``n`` users."""
         return FixedPointQuantizer(clip=self.clip, max_users=self.num_users)
 

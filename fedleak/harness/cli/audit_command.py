@@ -112,7 +112,7 @@ the claimed ε).
 @click.option("--seed", default=0, show_default=True, help="Started victim: model seed.")
 @protocol_options(victim=True)
 def audit(**kw: Any) -> None:
-    from fedleak.harness.attacker.audit import AuditSettings, run_audit
+    from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
     from fedleak.harness.attacker.client import VictimClient, VictimError
 
     rule, value = _threshold(kw["threshold"])
@@ -153,11 +153,11 @@ def _threshold(text: str) -> tuple[str, float]:
 
 
 def _against_started_victim(kw: dict[str, Any], settings: Any, out: Path) -> Any:
-    from fedleak.harness.attacker.audit import run_audit
+    from fedleak.harness.attacker.audit_trials import run_audit
     from fedleak.harness.attacker.client import VictimClient
     from fedleak.harness.federated.protocol import Protocol, ProtocolError
     from fedleak.harness.victim.process import VictimProcess, VictimProcessError
-    from fedleak.harness.victim.settings import VictimSettings
+    from fedleak.harness.victim.victim_settings import VictimSettings
 
     try:
         protocol = Protocol.from_options(protocol_values(kw))
