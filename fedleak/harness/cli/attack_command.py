@@ -17,11 +17,11 @@ import click
 
 from fedleak.harness.cli.options import (
     LazyEpilog,
+    ProtocolOptions,
+    TokenOptions,
     check_device,
     option_pairs,
     protocol_options,
-    protocol_values,
-    read_tokens,
     token_options,
 )
 
@@ -104,7 +104,13 @@ def default_out(attack: str) -> Path:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default runs/ATTACK-TIMESTAMP).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def attack(**kw: Any) -> None:
+def attack(address: str | None, from_recording: str | None, attack: str,
+           option: tuple[str, ...], iterations: int | None, restarts: int | None, rounds: int,
+           pack: int, seed: int, device: str, checkpoint: str | None, model_seed: int | None,
+           flip_labels: str | None, secagg_target: str, protocol: ProtocolOptions,
+           release_lr: float | None, release_epochs: int | None,
+           release_target_loss: float | None, recovered_ssim: float | None,
+           tokens: TokenOptions, tls_ca: str | None, out: str | None, quiet: bool) -> None:
     """Attack a victim as the server and write the run to --out.
 
     Honest attacks send the real global model and invert what comes back. Malicious ones
@@ -116,36 +122,43 @@ def attack(**kw: Any) -> None:
     from fedleak.harness.attacker.client import VictimClient, VictimError
     from fedleak.harness.attacker.run import run_attack
 
-    check_device(kw["device"])
-    settings = attack_settings(kw)
+    check_device(device)
+    settings = attack_settings(
+        attack=attack, option=option, iterations=iterations, restarts=restarts, rounds=rounds,
+        pack=pack, seed=seed, device=device, checkpoint=checkpoint, model_seed=model_seed,
+        flip_labels=flip_labels, secagg_target=secagg_target, protocol=protocol,
+        release=release_request(release_lr, release_epochs, release_target_loss),
+        recovered_ssim=recovered_ssim, quiet=quiet)
     try:
         create_attack(settings.attack, settings.options)
     except AttackConfigError as err:
         raise click.UsageError(str(err)) from None
-    out = Path(kw["out"]) if kw["out"] else default_out(settings.attack)
-    if (kw["address"] is None) == (kw["from_recording"] is None):
+    run_dir = Path(out) if out else default_out(settings.attack)
+    if (address is None) == (from_recording is None):
         raise click.UsageError("give either --victim HOST:PORT or --from-recording DIR")
-    if kw["from_recording"]:
-        attack_recorded(Path(kw["from_recording"]), settings, out)
+    if from_recording:
+        attack_recorded(Path(from_recording), settings, run_dir)
         return
-    ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
-    token, score_token = read_tokens(kw)
+    assert address is not None  # exactly one of --victim and --from-recording
+    ca = Path(tls_ca).read_bytes() if tls_ca else None
+    token, score_token = tokens.read()
     try:
-        client = VictimClient(kw["address"], token=token, tls_ca=ca, score_token=score_token)
+        client = VictimClient(address, token=token, tls_ca=ca, score_token=score_token)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--victim") from None
     with client:
         try:
             client.wait_ready(timeout=15)
-            record = run_attack(client, settings, out, log=click.echo)
+            record = run_attack(client, settings, run_dir, log=click.echo)
         except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: what finished is in {out / 'metrics.json'}", err=True)
+            click.echo(f"\ninterrupted: what finished is in {run_dir / 'metrics.json'}",
+                       err=True)
             sys.exit(130)
         except VictimError as err:
-            raise click.ClickException(f"victim at {kw['address']}: {err}") from None
+            raise click.ClickException(f"victim at {address}: {err}") from None
         except ValueError as err:
             raise click.ClickException(str(err)) from None
-    for line in record.summary_lines(out):
+    for line in record.summary_lines(run_dir):
         click.echo(line)
 
 
@@ -163,35 +176,44 @@ def attack_recorded(recording: Path, settings: Any, out: Path) -> None:
         click.echo(line)
 
 
-def attack_settings(kw: dict[str, Any]) -> Any:
+def release_request(lr: float | None, epochs: int | None, target_loss: float | None) -> Any:
+    """What a release attack asks the victim to train with (0: the victim's own setting)."""
+    from fedleak.harness.attacker.attack_settings import ReleaseRequest
+
+    return ReleaseRequest(learning_rate=lr or 0.0, max_epochs=epochs or 0,
+                          target_loss=target_loss or 0.0)
+
+
+def attack_settings(*, attack: str, option: tuple[str, ...], iterations: int | None,
+                    restarts: int | None, rounds: int, pack: int, seed: int, device: str,
+                    checkpoint: str | None, model_seed: int | None, flip_labels: str | None,
+                    secagg_target: str | None, protocol: ProtocolOptions, release: Any,
+                    recovered_ssim: float | None, quiet: bool) -> Any:
     """The attack the command-line options describe."""
-    from fedleak.harness.attacker.attack_settings import AttackSettings, ReleaseRequest
+    from fedleak.harness.attacker.attack_settings import AttackSettings
     from fedleak.harness.federated.protocol import ProtocolError, changes_from_options
 
-    options: dict[str, Any] = option_pairs(kw["option"], "--option")
-    for key in ("iterations", "restarts"):
-        if kw.get(key) is not None:
-            options[key] = kw[key]
+    options: dict[str, Any] = option_pairs(option, "--option")
+    for key, value in (("iterations", iterations), ("restarts", restarts)):
+        if value is not None:
+            options[key] = value
     flip = None
-    if kw.get("flip_labels"):
+    if flip_labels:
         try:
-            a, b = (int(v) for v in kw["flip_labels"].split(","))
+            a, b = (int(v) for v in flip_labels.split(","))
         except ValueError:
             raise click.BadParameter("give two class indices, e.g. 3,5",
                                      param_hint="--flip-labels") from None
         flip = (a, b)
-    release = ReleaseRequest(learning_rate=kw.get("release_lr") or 0.0,
-                             max_epochs=kw.get("release_epochs") or 0,
-                             target_loss=kw.get("release_target_loss") or 0.0)
     try:
         return AttackSettings(
-            attack=kw["attack"], options=options, device=kw["device"], seed=kw["seed"],
-            rounds=kw["rounds"], pack=kw["pack"], checkpoint=kw["checkpoint"],
-            model_seed=kw["model_seed"],
-            protocol=changes_from_options(protocol_values(kw)), flip_labels=flip,
-            secagg_target=kw.get("secagg_target") or "sum",
-            show_progress=not kw.get("quiet", False), release=release,
-            recovered_ssim=kw.get("recovered_ssim") or 0.0,
+            attack=attack, options=options, device=device, seed=seed,
+            rounds=rounds, pack=pack, checkpoint=checkpoint,
+            model_seed=model_seed,
+            protocol=changes_from_options(protocol.values()), flip_labels=flip,
+            secagg_target=secagg_target or "sum",
+            show_progress=not quiet, release=release,
+            recovered_ssim=recovered_ssim or 0.0,
         )
     except ProtocolError as err:
         raise click.UsageError(str(err)) from None

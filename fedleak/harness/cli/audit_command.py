@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from fedleak.harness.cli.options import (
+    ProtocolOptions,
+    TokenOptions,
     protocol_options,
-    protocol_values,
-    read_tokens,
     token_options,
 )
 
@@ -111,34 +111,44 @@ the claimed ε).
               help="Started victim: fix the defenses' randomness (and the coins).")
 @click.option("--seed", default=0, show_default=True, help="Started victim: model seed.")
 @protocol_options(victim=True)
-def audit(**kw: Any) -> None:
+def audit(address: str | None, canary: str, direction: str | None, canary_seed: int,
+          canary_norm: float, coordinate: int | None, trials: int, delta: float,
+          confidence: float, threshold: str, calibration: float, batch: int, out: str | None,
+          fail_on_violation: bool, quiet: bool, tokens: TokenOptions, dataset: str, model: str,
+          images: str, batch_size: int, users: int, defenses: tuple[str, ...],
+          defense_file: str | None, defense_seed: int | None, seed: int,
+          protocol: ProtocolOptions) -> None:
     from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
     from fedleak.harness.attacker.client import VictimClient, VictimError
 
-    rule, value = _threshold(kw["threshold"])
+    rule, value = _threshold(threshold)
     settings = AuditSettings(
-        canary=kw["canary"], direction=kw["direction"] or "", seed=kw["canary_seed"],
-        norm=kw["canary_norm"], coordinate=kw["coordinate"], trials=kw["trials"],
-        delta=kw["delta"], confidence=kw["confidence"], threshold_rule=rule, threshold=value,
-        calibration_fraction=kw["calibration"], batch=kw["batch"],
-        show_progress=not kw["quiet"])
-    out = Path(kw["out"]) if kw["out"] else \
+        canary=canary, direction=direction or "", seed=canary_seed,
+        norm=canary_norm, coordinate=coordinate, trials=trials,
+        delta=delta, confidence=confidence, threshold_rule=rule, threshold=value,
+        calibration_fraction=calibration, batch=batch,
+        show_progress=not quiet)
+    run_dir = Path(out) if out else \
         Path("runs") / f"audit-{datetime.now():%Y%m%d-%H%M%S}"
-    token, score_token = read_tokens(kw)
+    token, score_token = tokens.read()
     try:
-        if kw["address"]:
-            with VictimClient(kw["address"], token=token, score_token=score_token) as client:
+        if address:
+            with VictimClient(address, token=token, score_token=score_token) as client:
                 client.wait_ready(timeout=15)
-                record = run_audit(client, settings, out, log=click.echo)
+                record = run_audit(client, settings, run_dir, log=click.echo)
         else:
-            record = _against_started_victim(kw, settings, out)
+            victim = _started_victim(
+                dataset=dataset, model=model, images=images, batch_size=batch_size,
+                users=users, defenses=defenses, defense_file=defense_file,
+                defense_seed=defense_seed, seed=seed, protocol=protocol)
+            record = _against_started_victim(victim, settings, run_dir)
     except VictimError as err:
         raise click.ClickException(str(err)) from None
     for line in record.summary_lines():
         click.echo(line)
-    click.echo(f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    click.echo(f"wrote {run_dir / 'audit.json'} and {run_dir / 'audit.png'}")
     sys.stdout.flush()
-    if record.violation and kw["fail_on_violation"]:
+    if record.violation and fail_on_violation:
         sys.exit(3)
 
 
@@ -152,22 +162,29 @@ def _threshold(text: str) -> tuple[str, float]:
                                  param_hint="--threshold") from None
 
 
-def _against_started_victim(kw: dict[str, Any], settings: Any, out: Path) -> Any:
-    from fedleak.harness.attacker.audit_trials import run_audit
-    from fedleak.harness.attacker.client import VictimClient
+def _started_victim(*, dataset: str, model: str, images: str, batch_size: int, users: int,
+                    defenses: tuple[str, ...], defense_file: str | None,
+                    defense_seed: int | None, seed: int, protocol: ProtocolOptions) -> Any:
+    """The victim the "Started victim" options describe, playing the audit game."""
     from fedleak.harness.federated.protocol import Protocol, ProtocolError
-    from fedleak.harness.victim.process import VictimProcess, VictimProcessError
     from fedleak.harness.victim.victim_settings import VictimSettings
 
     try:
-        protocol = Protocol.from_options(protocol_values(kw))
+        chosen = Protocol.from_options(protocol.values())
     except ProtocolError as err:
         raise click.UsageError(str(err)) from None
-    victim = VictimSettings(dataset=kw["dataset"], model=kw["model"], split="all",
-                            images=kw["images"], batch_size=kw["batch_size"], seed=kw["seed"],
-                            protocol=protocol, defenses=tuple(kw["defenses"]),
-                            defense_file=kw["defense_file"], defense_seed=kw["defense_seed"],
-                            users=kw["users"], audit=True)
+    return VictimSettings(dataset=dataset, model=model, split="all",
+                          images=images, batch_size=batch_size, seed=seed,
+                          protocol=chosen, defenses=tuple(defenses),
+                          defense_file=defense_file, defense_seed=defense_seed,
+                          users=users, audit=True)
+
+
+def _against_started_victim(victim: Any, settings: Any, out: Path) -> Any:
+    from fedleak.harness.attacker.audit_trials import run_audit
+    from fedleak.harness.attacker.client import VictimClient
+    from fedleak.harness.victim.process import VictimProcess, VictimProcessError
+
     score_token = secrets.token_hex(16)
     try:
         process = VictimProcess(victim, token=secrets.token_hex(16),

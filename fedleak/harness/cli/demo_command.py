@@ -6,7 +6,6 @@ import secrets
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -32,7 +31,8 @@ from fedleak.harness.cli.options import check_device
               help="Where the attack runs: cpu or cuda.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder for metrics.json and the pictures (default runs/demo-TIMESTAMP).")
-def demo(**kw: Any) -> None:
+def demo(dataset: str, model: str, attack_name: str, images: str, iterations: int, seed: int,
+         device: str, out: str | None) -> None:
     """Start a victim on a free loopback port, attack it, print the scores, stop it.
 
     The victim runs as its own process; the attacker (this process) only talks to it over gRPC.
@@ -46,26 +46,26 @@ def demo(**kw: Any) -> None:
     from fedleak.harness.victim.selection import SelectionError, parse_indices
     from fedleak.harness.victim.victim_settings import VictimSettings
 
-    check_device(kw["device"])
+    check_device(device)
     try:
-        rounds = len(parse_indices(kw["images"], 10**9))
+        rounds = len(parse_indices(images, 10**9))
     except SelectionError as err:
         raise click.BadParameter(str(err), param_hint="--images") from None
-    out = Path(kw["out"]) if kw["out"] else Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(out) if out else Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}"
     token = secrets.token_hex(16)
-    victim = VictimSettings(dataset=kw["dataset"], split="all", images=kw["images"],
-                            model=kw["model"], seed=kw["seed"], reveal=True)
+    victim = VictimSettings(dataset=dataset, split="all", images=images,
+                            model=model, seed=seed, reveal=True)
     started = time.perf_counter()
     with VictimProcess(victim, token=token) as proc:
         click.echo(f"victim started at {proc.address} (pid {proc.pid})")
-        settings = AttackSettings(attack=kw["attack_name"],
-                                  options={"iterations": kw["iterations"]},
-                                  device=kw["device"], seed=kw["seed"], rounds=rounds)
+        settings = AttackSettings(attack=attack_name,
+                                  options={"iterations": iterations},
+                                  device=device, seed=seed, rounds=rounds)
         with VictimClient(proc.address, token=token) as client:
             try:
-                record = run_attack(client, settings, out, log=click.echo)
+                record = run_attack(client, settings, run_dir, log=click.echo)
             except VictimError as err:
                 raise click.ClickException(str(err)) from None
-    for line in record.summary_lines(out):
+    for line in record.summary_lines(run_dir):
         click.echo(line)
     click.echo(f"demo finished in {time.perf_counter() - started:.0f} s")

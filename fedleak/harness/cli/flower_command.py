@@ -10,11 +10,12 @@ settings as a Flower run config for ``flwr run`` against a real SuperLink (docs/
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from fedleak.harness.cli.options import option_pairs, protocol_options
+from fedleak.harness.cli.options import ProtocolOptions, option_pairs, packed, protocol_options
 
 #: the SecAgg+ options and their defaults (they only apply with --secagg-plus); the same as
 #: FederationSettings' (a test keeps them so), written here so that --help imports no Flower
@@ -22,8 +23,41 @@ SECAGG_DEFAULTS = {"secagg_shares": 0, "secagg_threshold": 0, "secagg_max_weight
                    "secagg_clipping_range": 8.0, "secagg_quantization_range": 4194304}
 
 
+@dataclass(frozen=True)
+class FederationOptions:
+    """The options both subcommands share, as given (:func:`settings_of` makes them one
+    :class:`~fedleak.harness.flower.federation.FederationSettings`)."""
+
+    nodes: int
+    rounds: int
+    dataset: str
+    model: str
+    images: int
+    protocol: ProtocolOptions
+    defenses: tuple[str, ...]
+    dp: str
+    attack: str
+    options: tuple[str, ...]
+    seed: int
+    model_seed: int
+    out: str
+    record_only: bool
+    no_score: bool
+    overwrite: bool
+    budget: float
+    no_audit: bool
+    threads: int
+    secagg_plus: bool
+    secagg_shares: int
+    secagg_threshold: int
+    secagg_max_weight: float
+    secagg_clipping_range: float
+    secagg_quantization_range: int
+
+
 def federation_options(function: Any) -> Any:
-    """The options both subcommands share (one :class:`FederationSettings`)."""
+    """The options both subcommands share, handed to the command as ``federation``, a
+    :class:`FederationOptions`."""
     decorators = [
         click.option("--nodes", default=2, show_default=True, type=click.IntRange(1),
                      help="SuperNodes (simulated clients)."),
@@ -93,36 +127,36 @@ def federation_options(function: Any) -> Any:
                      type=click.IntRange(2),
                      help="SecAgg+: quantisation levels over the clipping range."),
     ]
-    for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+    return packed(FederationOptions, "federation", decorators)(function)
 
 
-def settings_of(kw: dict[str, Any]) -> Any:
+def settings_of(given: FederationOptions, allow_reveal: bool = False) -> Any:
     """The :class:`FederationSettings` the options describe (usage errors on bad values)."""
     from fedleak.harness.flower.federation import FederationSettings
 
-    options = option_pairs(kw["options"], "--option")
+    options = option_pairs(given.options, "--option")
+    protocol = given.protocol.given()
     settings = FederationSettings(
-        nodes=kw["nodes"], rounds=kw["rounds"], dataset=kw["dataset"], model=kw["model"],
-        images=kw["images"], protocol=kw["kind"], local_epochs=kw["local_epochs"],
-        local_batch_size=kw["local_batch_size"], lr=kw["lr"], batchnorm=kw["batchnorm"],
-        defenses=tuple(kw["defenses"]), dp=kw["dp"], attack=kw["attack"],
-        options=tuple(f"{k}={v}" for k, v in options.items()), seed=kw["seed"],
-        model_seed=kw["model_seed"], out=kw["out"], audit=not kw["no_audit"],
-        record_only=kw["record_only"], score=not kw["no_score"], threads=kw["threads"],
-        secagg_plus=kw["secagg_plus"], secagg_shares=kw["secagg_shares"],
-        secagg_threshold=kw["secagg_threshold"], secagg_max_weight=kw["secagg_max_weight"],
-        secagg_clipping_range=kw["secagg_clipping_range"],
-        secagg_quantization_range=kw["secagg_quantization_range"],
-        momentum=kw["momentum"], weight_decay=kw["weight_decay"], nesterov=kw["nesterov"],
-        shuffle=kw["shuffle_batches"], budget=kw["budget"], overwrite=kw["overwrite"],
-        allow_reveal=kw.get("allow_reveal", False))
+        nodes=given.nodes, rounds=given.rounds, dataset=given.dataset, model=given.model,
+        images=given.images, protocol=protocol.kind, local_epochs=protocol.local_epochs,
+        local_batch_size=protocol.local_batch_size, lr=protocol.lr,
+        batchnorm=protocol.batchnorm, defenses=tuple(given.defenses), dp=given.dp,
+        attack=given.attack, options=tuple(f"{k}={v}" for k, v in options.items()),
+        seed=given.seed, model_seed=given.model_seed, out=given.out,
+        audit=not given.no_audit, record_only=given.record_only, score=not given.no_score,
+        threads=given.threads, secagg_plus=given.secagg_plus,
+        secagg_shares=given.secagg_shares, secagg_threshold=given.secagg_threshold,
+        secagg_max_weight=given.secagg_max_weight,
+        secagg_clipping_range=given.secagg_clipping_range,
+        secagg_quantization_range=given.secagg_quantization_range,
+        momentum=protocol.momentum, weight_decay=protocol.weight_decay,
+        nesterov=protocol.nesterov, shuffle=protocol.shuffle_batches, budget=given.budget,
+        overwrite=given.overwrite, allow_reveal=allow_reveal)
     if not settings.secagg_plus:
-        given = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
-                 if kw[key] != default]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} only apply with --secagg-plus")
+        given_flags = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
+                       if getattr(given, key) != default]
+        if given_flags:
+            raise click.UsageError(f"{', '.join(given_flags)} only apply with --secagg-plus")
     check_settings(settings)
     return settings
 
@@ -178,7 +212,7 @@ def flower() -> None:
               help="The simulated nodes reveal their batches for the comparison pictures "
                    "(comparison.png in each round folder); you are their operator here.")
 @click.option("--verbose", is_flag=True, help="Flower's verbose logging.")
-def simulate(**kw: Any) -> None:
+def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -> None:
     """Run an audited federation in Flower's simulation engine; write the run to --out.
 
     \b
@@ -199,13 +233,13 @@ def simulate(**kw: Any) -> None:
     from fedleak.harness.flower.auditor import FolderInUse, claim_folder
     from fedleak.harness.flower.federation import simulate as run
 
-    settings = settings_of(kw)
+    settings = settings_of(federation, allow_reveal=allow_reveal)
     if settings.audit:
         try:  # before Flower starts: a refusal inside the ServerApp is a Ray traceback
             claim_folder(Path(settings.out), settings.overwrite)
         except FolderInUse as err:
             raise click.UsageError(str(err)) from None
-    metrics = run(settings, verbose=kw["verbose"])
+    metrics = run(settings, verbose=verbose)
     if not settings.audit:
         click.echo("federation finished (unaudited)")
         return
@@ -252,10 +286,10 @@ def simulate(**kw: Any) -> None:
 
 @flower.command("run-config")
 @federation_options
-def run_config(**kw: Any) -> None:
+def run_config(federation: FederationOptions) -> None:
     """Print the settings as a Flower run config ([tool.flwr.app.config] of a Flower app)."""
     _flower()
-    settings = settings_of(kw)
+    settings = settings_of(federation)
     click.echo("[tool.flwr.app.config]")
     for key, value in settings.run_config().items():
         text = str(value).lower() if isinstance(value, bool) else repr(value) \

@@ -14,11 +14,10 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
-from fedleak.harness.cli.options import read_tokens, token_options
+from fedleak.harness.cli.options import TokenOptions, token_options
 
 
 @click.command("informed-adversary")
@@ -36,7 +35,9 @@ from fedleak.harness.cli.options import read_tokens, token_options
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder (default runs/informed-adversary-TIMESTAMP).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def informed_adversary(**kw: Any) -> None:
+def informed_adversary(address: str, trials: int, bound_samples: int, seed: int,
+                       tokens: TokenOptions, tls_ca: str | None, out: str | None,
+                       quiet: bool) -> None:
     """Measure the prior-aware attack's success against the DP bound that caps it.
 
     Threat model (Balle et al. 2022): the server knows the N public candidates, every other
@@ -46,26 +47,26 @@ def informed_adversary(**kw: Any) -> None:
     from fedleak.harness.attacker.client import VictimClient, VictimError
     from fedleak.harness.attacker.informed_adversary import play
 
-    out = Path(kw["out"]) if kw["out"] else \
+    run_dir = Path(out) if out else \
         Path("runs") / f"informed-adversary-{datetime.now():%Y%m%d-%H%M%S}"
-    ca = Path(kw["tls_ca"]).read_bytes() if kw["tls_ca"] else None
-    token, score_token = read_tokens(kw)
+    ca = Path(tls_ca).read_bytes() if tls_ca else None
+    token, score_token = tokens.read()
     try:
-        client = VictimClient(kw["address"], token=token, tls_ca=ca, score_token=score_token)
+        client = VictimClient(address, token=token, tls_ca=ca, score_token=score_token)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--victim") from None
     with client:
         try:
             client.wait_ready(timeout=15)
-            run = play(client, kw["trials"], out, show_progress=not kw["quiet"],
-                       bound_samples=kw["bound_samples"], seed=kw["seed"])
+            run = play(client, trials, run_dir, show_progress=not quiet,
+                       bound_samples=bound_samples, seed=seed)
         except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: the trials played are in {out / 'metrics.json'}",
+            click.echo(f"\ninterrupted: the trials played are in {run_dir / 'metrics.json'}",
                        err=True)
             sys.exit(130)
         except VictimError as err:
-            raise click.ClickException(f"victim at {kw['address']}: {err}") from None
+            raise click.ClickException(f"victim at {address}: {err}") from None
         except ValueError as err:
             raise click.ClickException(str(err)) from None
-    for line in run.summary_lines(out):
+    for line in run.summary_lines(run_dir):
         click.echo(line)

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from fedleak.harness.cli.options import read_tokens, token_options
+from fedleak.harness.cli.options import TokenOptions, token_options
 
 
 @click.command()
@@ -62,7 +62,10 @@ from fedleak.harness.cli.options import read_tokens, token_options
 @click.option("--ray-retries", default=2, show_default=True, type=click.IntRange(0),
               help="With --ray: re-runs of a point whose worker process or node died, before "
                    "it is recorded as failed.")
-def sweep(**kw: Any) -> None:
+def sweep(spec_file: str | None, preset: str | None, out: str | None, jobs: int,
+          threads: int | None, pack_points: int, device: str, victims: tuple[str, ...],
+          tokens: TokenOptions, report: bool, list_only: bool, print_spec: bool, quiet: bool,
+          ray_address: str | None, max_points: int | None, ray_retries: int) -> None:
     """Measure a grid of defense settings: attack leakage, utility and ε per point.
 
     Every finished measurement is committed to RUN/results.sqlite as it completes; killing
@@ -73,44 +76,44 @@ def sweep(**kw: Any) -> None:
     from fedleak.harness.sweep.spec import SpecError, load_preset, load_spec, preset_names
 
     try:
-        if bool(kw["spec_file"]) == bool(kw["preset"]):
+        if bool(spec_file) == bool(preset):
             raise click.UsageError("give SPEC.toml or --preset NAME (presets: "
                                    f"{', '.join(preset_names())})")
-        spec = (load_preset(kw["preset"], kw["max_points"]) if kw["preset"]
-                else load_spec(kw["spec_file"], kw["max_points"]))
+        spec = (load_preset(preset, max_points) if preset
+                else load_spec(str(spec_file), max_points))
     except SpecError as err:
         raise click.UsageError(str(err)) from None
-    if kw["print_spec"]:
+    if print_spec:
         click.echo(spec.source, nl=False)
         return
-    run_dir = Path(kw["out"]) if kw["out"] else default_run_dir(spec)
-    points = spec.points(kw["victims"])
-    if kw["list_only"]:
+    run_dir = Path(out) if out else default_run_dir(spec)
+    points = spec.points(victims)
+    if list_only:
         _list_points(points, run_dir)
         return
-    if kw["device"] == "cuda" and kw["ray_address"] is None:
+    if device == "cuda" and ray_address is None:
         import torch
 
         if not torch.cuda.is_available():
             raise click.UsageError("--device cuda: CUDA is not available on this machine; use "
                                    "--device cpu, or --ray with num_gpus in [sweep.resources]")
-    where = (f"Ray at {kw['ray_address'] or 'a local cluster'}"
-             if kw["ray_address"] is not None else f"{kw['jobs']} job(s)")
+    where = (f"Ray at {ray_address or 'a local cluster'}"
+             if ray_address is not None else f"{jobs} job(s)")
     click.echo(f"sweep {spec.name}: {len(points)} point(s) into {run_dir} ({where})")
-    token, score_token = read_tokens(kw)
+    token, score_token = tokens.read()
     ray = None
-    if kw["ray_address"] is not None:
+    if ray_address is not None:
         from fedleak.harness.sweep.ray_backend import RayOptions, import_ray
 
         try:
             import_ray()
         except RuntimeError as err:
             raise click.UsageError(str(err)) from None
-        ray = RayOptions(address=kw["ray_address"] or None, retries=kw["ray_retries"])
-    options = SweepOptions(jobs=kw["jobs"], threads=kw["threads"], victims=kw["victims"],
+        ray = RayOptions(address=ray_address or None, retries=ray_retries)
+    options = SweepOptions(jobs=jobs, threads=threads, victims=victims,
                            token=token, score_token=score_token,
-                           show_progress=not kw["quiet"], ray=ray,
-                           pack_points=kw["pack_points"], device=kw["device"])
+                           show_progress=not quiet, ray=ray,
+                           pack_points=pack_points, device=device)
     try:
         outcome = run_sweep(spec, run_dir, options, echo=click.echo)
     except RuntimeError as err:  # RayUnavailable: no cluster at the address
@@ -125,7 +128,7 @@ def sweep(**kw: Any) -> None:
                f"{len(outcome.failed)} failed, in {outcome.wall_time_s:.0f} s")
     for point_id, label, error in outcome.failed:
         click.echo(f"failed {label} [{point_id}]: {error}", err=True)
-    if kw["report"]:
+    if report:
         from fedleak.harness.sweep.report import write_report
 
         click.echo(f"report: {write_report(run_dir)}")

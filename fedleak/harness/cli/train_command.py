@@ -4,7 +4,6 @@ attacks on trained parameters)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -28,7 +27,8 @@ from fedleak.harness.cli.options import check_device
 @click.option("--out", type=click.Path(dir_okay=False), required=True,
               help="Where to write the checkpoint (a plain state dict); a .json beside it "
                    "records how it was made.")
-def train_model(**kw: Any) -> None:
+def train_model(dataset: str, data_root: str | None, model: str, epochs: int, batch_size: int,
+                lr: float, seed: int, device: str, out: str) -> None:
     """Train a checkpoint on a labelled data set, for attacks on trained parameters."""
     import json
 
@@ -39,32 +39,32 @@ def train_model(**kw: Any) -> None:
     from fedleak.harness.zoo.datasets import load_dataset
     from fedleak.harness.zoo.models import ModelSpec, build_model
 
-    check_device(kw["device"])
+    check_device(device)
     try:
-        train = load_dataset(kw["dataset"], "train", kw["data_root"])
-        test = load_dataset(kw["dataset"], "test", kw["data_root"])
-        spec = ModelSpec.parse(kw["model"])
-        torch.manual_seed(kw["seed"])
-        model = build_model(spec, train.info.shape, train.info.num_classes)
+        train = load_dataset(dataset, "train", data_root)
+        test = load_dataset(dataset, "test", data_root)
+        spec = ModelSpec.parse(model)
+        torch.manual_seed(seed)
+        network = build_model(spec, train.info.shape, train.info.num_classes)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
-    bar = tqdm(total=kw["epochs"], desc=f"training {spec} on {kw['dataset']}", unit="epoch")
+    bar = tqdm(total=epochs, desc=f"training {spec} on {dataset}", unit="epoch")
 
     def on_epoch(epoch: int, loss: float, test_accuracy: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", test_acc=f"{test_accuracy:.1%}")
 
-    result = train_classifier(model, train, test, epochs=kw["epochs"],
-                              batch_size=kw["batch_size"], lr=kw["lr"], seed=kw["seed"],
-                              device=kw["device"], on_epoch=on_epoch)
+    result = train_classifier(network, train, test, epochs=epochs,
+                              batch_size=batch_size, lr=lr, seed=seed,
+                              device=device, on_epoch=on_epoch)
     bar.close()
-    out = Path(kw["out"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, out)
-    record = {"dataset": kw["dataset"], "model": str(spec), "seed": kw["seed"],
-              "epochs": kw["epochs"], "batch_size": kw["batch_size"], "lr": kw["lr"],
+    checkpoint = Path(out)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.cpu() for k, v in network.state_dict().items()}, checkpoint)
+    record = {"dataset": dataset, "model": str(spec), "seed": seed,
+              "epochs": epochs, "batch_size": batch_size, "lr": lr,
               "train_loss": result.final_train_loss, "train_accuracy": result.train_accuracy,
               "test_accuracy": result.test_accuracy}
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2))
+    checkpoint.with_suffix(".json").write_text(json.dumps(record, indent=2))
     click.echo(f"test accuracy {result.test_accuracy:.1%} (train {result.train_accuracy:.1%}); "
-               f"checkpoint written to {out}")
+               f"checkpoint written to {checkpoint}")

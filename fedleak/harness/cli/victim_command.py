@@ -22,9 +22,9 @@ from fedleak.harness.cli.options import (
     DEFAULT_PORT,
     SCORE_TOKEN_ENV,
     TOKEN_ENV,
+    ProtocolOptions,
+    TokenOptions,
     protocol_options,
-    protocol_values,
-    read_tokens,
     token_options,
 )
 
@@ -181,7 +181,21 @@ def victim() -> None:
               type=click.FloatRange(0, min_open=True),
               help="The largest learning rate a server may ask for (FedAvg τ, release).")
 @click.pass_context
-def victim_serve(ctx: click.Context, **kw: Any) -> None:
+def victim_serve(
+    ctx: click.Context, settings_file: str | None, dataset: str, split: str,
+    images: str | None, shuffle: bool, data_root: str | None, download: bool, model: str,
+    checkpoint: str | None, batch_size: int, seed: int, protocol: ProtocolOptions, host: str,
+    port: int, tokens: TokenOptions, return_buffers: str, allow_reveal: bool,
+    allow_audit: bool, audit_budget: int, max_audit_trials: int, max_message_mb: int | None,
+    request_memory_mb: int | None, max_calls_per_peer: int, max_connections_per_peer: int,
+    receive_timeout: float, open_score: bool, tls_cert: str | None, tls_key: str | None,
+    defense_specs: tuple[str, ...], defense_file: str | None, defense_seed: int | None,
+    users: int, secagg_drop: tuple[str, ...], informed_candidates: int, informed_known: int,
+    device: str, release_size: int, release_lr: float, release_epochs: int,
+    release_target_loss: float, score_budget: int, image_score_budget: int,
+    secagg_memory_mb: int, feature_memory_mb: int, release_memory_mb: int,
+    max_local_epochs: int, max_local_steps: int, max_lr: float,
+) -> None:
     """Serve a federated user over gRPC until SIGTERM or SIGINT."""
     from fedleak.harness.wire.serving import StopSignals, die_with_parent_if_asked
 
@@ -192,15 +206,27 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
-        settings = (_settings_file(ctx, kw["settings_file"]) if kw["settings_file"]
-                    else victim_settings(kw))
+        settings = _settings_file(ctx, settings_file) if settings_file else victim_settings(
+            dataset=dataset, model=model, split=split, images=images, shuffle=shuffle,
+            data_root=data_root, download=download, checkpoint=checkpoint,
+            batch_size=batch_size, seed=seed, protocol=protocol, allow_reveal=allow_reveal,
+            device=device, defense_specs=defense_specs, return_buffers=return_buffers,
+            allow_audit=allow_audit, defense_file=defense_file, defense_seed=defense_seed,
+            users=users, secagg_drop=secagg_drop, informed_candidates=informed_candidates,
+            informed_known=informed_known, release_size=release_size, release_lr=release_lr,
+            release_epochs=release_epochs, release_target_loss=release_target_loss,
+            score_budget=score_budget, image_score_budget=image_score_budget,
+            max_local_epochs=max_local_epochs, max_local_steps=max_local_steps, max_lr=max_lr,
+            secagg_memory_mb=secagg_memory_mb, feature_memory_mb=feature_memory_mb,
+            release_memory_mb=release_memory_mb, audit_budget=audit_budget,
+            max_audit_trials=max_audit_trials)
     except (ValueError, SetupError) as err:  # ProtocolError, ReleaseSettings, SetupError
         raise click.UsageError(str(err)) from None
-    token, score_token = read_tokens(kw)
+    token, score_token = tokens.read()
     if settings.reveal and not token:
         token = secrets.token_hex(16)
         click.echo(f"reveal token (pass as --token or ${TOKEN_ENV}): {token}", err=True)
-    score_token, made_up = required_score_token(kw["host"], score_token, kw["open_score"])
+    score_token, made_up = required_score_token(host, score_token, open_score)
     if made_up:
         click.echo(f"score token (give it to the evaluator as --score-token or "
                    f"${SCORE_TOKEN_ENV}; --open-score to go without): {score_token}", err=True)
@@ -208,23 +234,26 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
         v = create_victim(settings)
     except ValueError as err:  # DatasetError, ModelError, DefenseConfigError, SetupError
         raise click.UsageError(str(err)) from None
-    if bool(kw["tls_cert"]) != bool(kw["tls_key"]):
+    if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("TLS needs both --tls-cert and --tls-key")
-    cert = Path(kw["tls_cert"]).read_bytes() if kw["tls_cert"] else None
-    key = Path(kw["tls_key"]).read_bytes() if kw["tls_key"] else None
-    limits = serving_limits(kw, v)
+    cert = Path(tls_cert).read_bytes() if tls_cert else None
+    key = Path(tls_key).read_bytes() if tls_key else None
+    limits = serving_limits(v, max_message_mb=max_message_mb,
+                            request_memory_mb=request_memory_mb,
+                            max_calls_per_peer=max_calls_per_peer,
+                            max_connections_per_peer=max_connections_per_peer,
+                            receive_timeout=receive_timeout)
     stopping = threading.Event()
     try:
-        server, port = start_server(v, kw["host"], kw["port"], token, tls_cert=cert,
-                                    tls_key=key, score_token=score_token, stopping=stopping,
-                                    limits=limits)
+        server, bound = start_server(v, host, port, token, tls_cert=cert, tls_key=key,
+                                     score_token=score_token, stopping=stopping, limits=limits)
     except (OSError, RuntimeError, ValueError) as err:
-        raise click.ClickException(f"cannot listen on {host_port(kw['host'], kw['port'])}: "
+        raise click.ClickException(f"cannot listen on {host_port(host, port)}: "
                                    f"{err}") from None
     for warning in [*start_warnings(v), *server.warnings]:
         click.echo(warning, err=True)
     chain = v.config.defenses
-    click.echo(f"fedleak victim listening on {host_port(kw['host'], port)} "
+    click.echo(f"fedleak victim listening on {host_port(host, bound)} "
                f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
                f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
                f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
@@ -248,20 +277,21 @@ def required_score_token(host: str, given: str | None, open_score: bool) \
     return secrets.token_hex(16), True
 
 
-def serving_limits(kw: dict[str, Any], v: Any) -> Any:
+def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int | None,
+                   max_calls_per_peer: int, max_connections_per_peer: int,
+                   receive_timeout: float) -> Any:
     """What clients may hold of this victim, from the options (a bad combination is a usage
     error naming the options)."""
     from fedleak.harness.victim.server import default_message_bytes
     from fedleak.harness.wire.admission import ServingLimits
 
-    message = (kw["max_message_mb"] << 20 if kw["max_message_mb"]
-               else default_message_bytes(v))
-    memory = kw["request_memory_mb"] << 20 if kw["request_memory_mb"] else None
+    message = max_message_mb << 20 if max_message_mb else default_message_bytes(v)
+    memory = request_memory_mb << 20 if request_memory_mb else None
     try:
         return ServingLimits(max_message_bytes=message, request_memory_bytes=memory,
-                             max_calls_per_peer=kw["max_calls_per_peer"],
-                             max_connections_per_peer=kw["max_connections_per_peer"],
-                             receive_timeout=kw["receive_timeout"])
+                             max_calls_per_peer=max_calls_per_peer,
+                             max_connections_per_peer=max_connections_per_peer,
+                             receive_timeout=receive_timeout)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
 
@@ -290,7 +320,18 @@ def start_warnings(v: Any) -> list[str]:
     return warnings
 
 
-def victim_settings(kw: dict[str, Any]) -> Any:
+def victim_settings(
+    *, dataset: str, model: str, split: str, images: str | None, shuffle: bool,
+    data_root: str | None, download: bool, checkpoint: str | None, batch_size: int, seed: int,
+    protocol: ProtocolOptions, allow_reveal: bool, device: str, defense_specs: tuple[str, ...],
+    return_buffers: str | None, allow_audit: bool, defense_file: str | None,
+    defense_seed: int | None, users: int, secagg_drop: tuple[str, ...],
+    informed_candidates: int, informed_known: int, release_size: int, release_lr: float,
+    release_epochs: int, release_target_loss: float, score_budget: int,
+    image_score_budget: int, max_local_epochs: int, max_local_steps: int, max_lr: float,
+    secagg_memory_mb: int, feature_memory_mb: int, release_memory_mb: int,
+    audit_budget: int = DEFAULT_AUDIT_BUDGET, max_audit_trials: int = DEFAULT_MAX_AUDIT_TRIALS,
+) -> Any:
     """The victim the command-line options describe."""
     from fedleak.harness.federated.protocol import Protocol
     from fedleak.harness.victim.limits import VictimLimits
@@ -298,29 +339,28 @@ def victim_settings(kw: dict[str, Any]) -> Any:
     from fedleak.harness.victim.victim_settings import VictimSettings
 
     return VictimSettings(
-        dataset=kw["dataset"], model=kw["model"], split=kw["split"], images=kw["images"],
-        shuffle=kw["shuffle"], data_root=kw["data_root"], download=kw["download"],
-        checkpoint=kw["checkpoint"], batch_size=kw["batch_size"], seed=kw["seed"],
-        protocol=Protocol.from_options(protocol_values(kw)), reveal=kw["allow_reveal"],
-        device=kw["device"], defenses=tuple(kw["defense_specs"]),
-        buffers=kw.get("return_buffers") or "fedavg", audit=kw.get("allow_audit", False),
-        defense_file=kw["defense_file"], defense_seed=kw["defense_seed"], users=kw["users"],
-        secagg_drops=tuple(kw["secagg_drop"]),
-        informed_candidates=kw["informed_candidates"], informed_known=kw["informed_known"],
-        release=ReleaseSettings(size=kw["release_size"], lr=kw["release_lr"],
-                                max_epochs=kw["release_epochs"],
-                                target_loss=kw["release_target_loss"]),
-        limits=VictimLimits(score_budget=kw["score_budget"],
-                            image_score_budget=kw["image_score_budget"],
-                            max_local_epochs=kw["max_local_epochs"],
-                            max_local_steps=kw["max_local_steps"],
-                            max_learning_rate=kw["max_lr"],
-                            secagg_memory_mb=kw["secagg_memory_mb"],
-                            feature_memory_mb=kw["feature_memory_mb"],
-                            release_memory_mb=kw["release_memory_mb"],
-                            audit_budget=kw.get("audit_budget", DEFAULT_AUDIT_BUDGET),
-                            max_audit_trials=kw.get("max_audit_trials",
-                                                    DEFAULT_MAX_AUDIT_TRIALS)),
+        dataset=dataset, model=model, split=split, images=images,
+        shuffle=shuffle, data_root=data_root, download=download,
+        checkpoint=checkpoint, batch_size=batch_size, seed=seed,
+        protocol=Protocol.from_options(protocol.values()), reveal=allow_reveal,
+        device=device, defenses=tuple(defense_specs),
+        buffers=return_buffers or "fedavg", audit=allow_audit,
+        defense_file=defense_file, defense_seed=defense_seed, users=users,
+        secagg_drops=tuple(secagg_drop),
+        informed_candidates=informed_candidates, informed_known=informed_known,
+        release=ReleaseSettings(size=release_size, lr=release_lr,
+                                max_epochs=release_epochs,
+                                target_loss=release_target_loss),
+        limits=VictimLimits(score_budget=score_budget,
+                            image_score_budget=image_score_budget,
+                            max_local_epochs=max_local_epochs,
+                            max_local_steps=max_local_steps,
+                            max_learning_rate=max_lr,
+                            secagg_memory_mb=secagg_memory_mb,
+                            feature_memory_mb=feature_memory_mb,
+                            release_memory_mb=release_memory_mb,
+                            audit_budget=audit_budget,
+                            max_audit_trials=max_audit_trials),
     )
 
 
