@@ -3,7 +3,7 @@
 The rule is written once, as data (:data:`MAY_IMPORT`): each room lists the rooms its modules
 may import. Every import counts, at module level or inside a function. Also checked: every
 module imports; no module imports a private (``_name``) from another module; no import cycle
-between modules. docs/architecture.md draws the same picture.
+between modules. docs/architecture.md draws the same picture, and names every module.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,37 @@ def test_short_entry_points_are_the_harness_functions_imported_on_first_use() ->
     assert done.stdout.strip() == "False"
     with pytest.raises(AttributeError):
         fedleak.no_such_entry_point  # noqa: B018
+
+
+ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_files() -> dict[str, set[str]]:
+    """Room folder (``harness/zoo/``, ``fedleak/`` for the top) → the ``*.py`` files its rows of
+    the architecture page's table name."""
+    rooms: dict[str, set[str]] = {}
+    for line in ARCHITECTURE_PAGE.read_text().splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2:
+            continue
+        for folder in re.findall(r"`([\w/]+/)`", cells[0]):
+            rooms.setdefault(folder, set()).update(re.findall(r"`(\w+\.py)`", cells[1]))
+    return rooms
+
+
+def test_every_module_is_named_on_the_architecture_page() -> None:
+    """Each file under fedleak/ is in its room's row of docs/architecture.md: a new or renamed
+    module is described where a newcomer looks, or this fails."""
+    rooms = documented_files()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        folder = "/".join(relative.parts[:-1]) + "/" if len(relative.parts) > 1 else "fedleak/"
+        if path.name not in rooms.get(folder, set()):
+            missing.append(f"{relative} (row `{folder}`)")
+    assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)
+    stale = [f"{folder}{name}" for folder, names in rooms.items() for name in names
+             if not (PACKAGE / folder / name if folder != "fedleak/" else PACKAGE / name).exists()]
+    assert not stale, "docs/architecture.md names files that do not exist: " + ", ".join(stale)
