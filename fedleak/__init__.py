@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedleak.harness.federated.observe import observe
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["__version__", "observe"]
 
 
