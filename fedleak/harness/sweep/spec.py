@@ -439,7 +439,7 @@ def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     try:
         AuditRequest(**{k: v for k, v in out.items() if k != "calibration_fraction"},
                      calibration_fraction=out.get("calibration_fraction", 0.2)).checked(
-            max_trials=10**9, secure_aggregation=True)
+            max_trials=10**9, secagg=True)
     except (InvalidArgument, TypeError) as err:
         raise SpecError(f"sweep.audit: {err}") from None
     if out.get("canary") == "client" and any(d.users < 2 for d in defenses):

@@ -239,7 +239,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             delta=session.claim.delta, confidence=session.request.confidence,
             update_kind=session.protocol.update_kind(),
             protocol=protocol_to_pb(session.protocol, self.victim.config.num_images),
-            secure_aggregation=session.secure_aggregation, canary_user=session.canary_user,
+            secure_aggregation=session.secagg, canary_user=session.canary_user,
             score_sign=canary.score_sign, expected_shift=canary.expected_shift,
             threshold_rule=session.request.threshold_rule,
             threshold=session.threshold if session.threshold is not None else 0.0,

@@ -468,7 +468,7 @@ class Victim:
                      buffers: dict[str, torch.Tensor], protocol: Protocol) -> AuditSession:
         """The audit whose next trial this secure-aggregation round is, checked."""
         audit = self.audits.get(audit_id)
-        if not audit.secure_aggregation:
+        if not audit.secagg:
             raise FailedPrecondition("this audit's trials run with RunAuditTrials")
         same = all(torch.equal(params[k], audit.parameters[k]) for k in params) and all(
             torch.equal(buffers[k], audit.buffers[k]) for k in buffers)
@@ -533,7 +533,7 @@ class Victim:
         """Run up to ``count`` next trials of the audit: each the user's defended update on its
         next private batch, with the canary when the trial's secret coin says so."""
         audit = self.audits.get(audit_id)
-        if audit.secure_aggregation:
+        if audit.secagg:
             raise FailedPrecondition("this victim's users aggregate securely: run each trial "
                                      "as a BeginSecAgg round with the audit_id")
         if audit.left <= 0:
