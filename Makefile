@@ -28,7 +28,7 @@ endif
 	$(PIP) check
 	# PyPI's torchvision (a CUDA build) beside torch+cpu cannot `import torchvision` alone:
 	# a .pth installs fedleak's import hook in every Python of this venv (docs/flower.md)
-	$(PY) -m fedleak.harness.shared.torchvision_compat --install
+	$(PY) -m fedleak.harness.zoo.torchvision_compat --install
 	$(PY) -c "import torch, torchvision"
 	touch $@
 

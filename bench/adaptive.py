@@ -50,19 +50,14 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.defenses import build_chain
-from fedleak.harness.shared.datasets import (
-    PHOTO_NAMES,
-    ImageDataset,
-    _read_photo,
-    denormalize,
-    load_dataset,
-)
-from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.shared.selection import parse_indices
-from fedleak.harness.shared.training import train_classifier
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.training import train_classifier
+from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
+from fedleak.harness.victim.selection import parse_indices
+from fedleak.harness.zoo.bundled_images import PHOTO_NAMES, read_photo
+from fedleak.harness.zoo.datasets import ImageDataset, denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 SETTINGS: dict[str, list[tuple[str, dict[str, object]]]] = {
     "none": [],  # the ceiling at this budget: both variants run the plain cosine
@@ -138,7 +133,7 @@ def training_crops(count: int, seed: int) -> ImageDataset:
     from skimage.transform import resize
 
     info = load_dataset("photos", "all").info
-    photos = [_read_photo(name) for name in PHOTO_NAMES]
+    photos = [read_photo(name) for name in PHOTO_NAMES]
     rng = np.random.default_rng(seed)
     crops, labels = [], []
     for _ in range(count):

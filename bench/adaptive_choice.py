@@ -146,11 +146,11 @@ def photos(indices: list[int], iterations: int, settings: list[str]) -> int:
 
     from fedleak.attacks import create_attack
     from fedleak.defenses import build_chain
-    from fedleak.harness.shared.datasets import denormalize, load_dataset
-    from fedleak.harness.shared.metrics import psnr_per_image
-    from fedleak.harness.shared.models import build_model
-    from fedleak.harness.shared.observation import observe
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.observe import observe
+    from fedleak.harness.federated.protocol import Protocol
+    from fedleak.harness.metrics.image_metrics import psnr_per_image
+    from fedleak.harness.zoo.datasets import denormalize, load_dataset
+    from fedleak.harness.zoo.models import build_model
 
     torch.set_num_threads(1)
     data = load_dataset("photos", "all")
@@ -197,7 +197,7 @@ def main() -> int:
                         help="--photos settings, comma-separated")
     args = parser.parse_args()
     if args.photos:
-        from fedleak.harness.shared.selection import parse_indices
+        from fedleak.harness.victim.selection import parse_indices
 
         return photos(parse_indices(args.images, 20), args.iterations,
                       [s.strip() for s in args.settings.split(",")])

@@ -24,11 +24,11 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.feature_scoring import layer_inputs, score_features
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 CASES = [("digits", "mlp", 1), ("photos", "mlp", 1), ("digits", "mlp", 4), ("digits", "mlp", 8),
          ("photos", "lenet-zhu", 1), ("photos", "convnet:width=16", 2),

@@ -20,11 +20,11 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset
-from fedleak.harness.shared.metrics import psnr_per_image, ssim_per_image
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.selection import parse_indices
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.metrics.image_metrics import psnr_per_image, ssim_per_image
+from fedleak.harness.victim.selection import parse_indices
+from fedleak.harness.zoo.datasets import denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 
 def attack_photo(index: int, options: dict, model_seed: int = 0, attack_seed: int = 0) -> dict:

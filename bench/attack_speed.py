@@ -40,10 +40,10 @@ import torch
 
 from fedleak.attacks import Observation, create_attack
 from fedleak.attacks.inverting_gradients import decay_milestones, total_variation
-from fedleak.harness.shared.datasets import DatasetInfo
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
+from fedleak.harness.federated.local_update import UpdateSimulator, local_update
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.zoo.datasets import DatasetInfo
+from fedleak.harness.zoo.models import build_model
 
 DEFAULT_ITERATIONS = {"lenet-zhu": 300, "resnet20-4": 40}
 SHAPE = (3, 32, 32)

@@ -36,11 +36,11 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.datasets import denormalize, load_dataset
-from fedleak.harness.shared.metrics import label_accuracy, score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import label_accuracy, score_reconstruction
+from fedleak.harness.zoo.datasets import denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 
 def attack_batch(dataset: str, spec: str, batch: int, options: dict, seed: int,

@@ -43,11 +43,11 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import DatasetInfo, denormalize, load_dataset
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe as observe_round
-from fedleak.harness.shared.protocol import FEDAVG, Protocol
+from fedleak.harness.federated.observe import observe as observe_round
+from fedleak.harness.federated.protocol import FEDAVG, Protocol
+from fedleak.harness.metrics.image_metrics import score_reconstruction
+from fedleak.harness.zoo.datasets import DatasetInfo, denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 TABLE2 = [(1, 4, 2), (1, 8, 2), (1, 8, 8), (5, 1, 1), (5, 8, 8)]
 #: Geiping et al. Table 2 (ConvNet, CIFAR-10, 100 trials), mean ± std PSNR in dB.

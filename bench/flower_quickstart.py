@@ -71,10 +71,10 @@ def in_process(args: argparse.Namespace, out: Path) -> int:
     from flwr.supercore.task_identity import TaskIdentity
 
     from fedleak.attacks import create_attack
-    from fedleak.harness.shared.datasets import denormalize, load_dataset
-    from fedleak.harness.shared.metrics import score_reconstruction
-    from fedleak.harness.shared.observation import observe
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.observe import observe
+    from fedleak.harness.federated.protocol import Protocol
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
+    from fedleak.harness.zoo.datasets import denormalize, load_dataset
 
     sys.path.insert(0, str(EXAMPLE))
     from pytorchexample import client_app, server_app

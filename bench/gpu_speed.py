@@ -30,7 +30,7 @@ import torch
 from attack_speed import observation_for, time_straightforward, window_rates
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 
 MODELS = ("lenet-zhu", "convnet:width=64", "resnet20-4", "resnet32-10")
 

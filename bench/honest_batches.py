@@ -32,10 +32,10 @@ import click
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.harness.shared.datasets import load_dataset
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.metrics.image_metrics import score_reconstruction
+from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.models import build_model
 
 MODEL = "mlp:width=512,depth=1"
 SPLITS = {"photos": "all"}

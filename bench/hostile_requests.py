@@ -53,11 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedleak.harness.attacker.client import VictimClient, VictimError  # noqa: E402
-from fedleak.harness.shared.metrics import psnr_per_image  # noqa: E402
-from fedleak.harness.shared.protocol import Protocol  # noqa: E402
+from fedleak.harness.federated.protocol import Protocol  # noqa: E402
+from fedleak.harness.metrics.image_metrics import psnr_per_image  # noqa: E402
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess  # noqa: E402
 from fedleak.harness.wire.codec import encode_tensor  # noqa: E402
-from fedleak.harness.wire.protocol import protocol_to_pb  # noqa: E402
+from fedleak.harness.wire.protocol_spec import protocol_to_pb  # noqa: E402
 from fedleak.v1 import defense_pb2 as dpb  # noqa: E402
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc  # noqa: E402
 from fedleak.v1 import victim_pb2 as pb  # noqa: E402

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from fedleak.attacks import Progress, Reconstruction, create_attack
 from fedleak.attacks.kkt_postprocess import remove_duplicates
-from fedleak.harness.shared.release_training import (
+from fedleak.harness.federated.release_training import (
     EpochCallback,
     ReleaseTrainingConfig,
     ReleaseTrainingResult,

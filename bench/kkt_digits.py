@@ -46,19 +46,19 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.kkt_postprocess import scale_to_unit
-from fedleak.harness.shared.binary_tasks import TASKS, balanced_subset
-from fedleak.harness.shared.datasets import load_dataset
-from fedleak.harness.shared.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
-from fedleak.harness.shared.kkt_plots import plot_ssim_vs_margin
-from fedleak.harness.shared.metrics import ssim_per_image
-from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.release_training import (
+from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
+from fedleak.harness.attacker.pictures import save_grid
+from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     build_release_model,
     release,
     to_model_input,
     train_release,
 )
+from fedleak.harness.metrics.image_metrics import ssim_per_image
+from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
+from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset
+from fedleak.harness.zoo.datasets import load_dataset
 
 DATASETS = ("digits", "faces")
 #: Narrowed App. B.2 ranges that move the candidates within a short CPU budget (see --help).

@@ -23,7 +23,7 @@ import time
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.release_training import build_release_model, release
+from fedleak.harness.federated.release_training import build_release_model, release
 
 SHAPE = (1, 8, 8)
 

@@ -23,10 +23,10 @@ import click
 import torch
 
 from fedleak.attacks.labels import recover_labels
-from fedleak.harness.shared.datasets import load_dataset
-from fedleak.harness.shared.metrics import label_accuracy
-from fedleak.harness.shared.models import build_model, load_checkpoint
-from fedleak.harness.shared.observation import observe
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.metrics.image_metrics import label_accuracy
+from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.models import build_model, load_checkpoint
 
 
 def batch_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,

@@ -37,13 +37,13 @@ from fedleak.attacks import create_attack
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, MaliciousAttack, ServerKnowledge
 from fedleak.defenses import DefenseChain, build_chain, create_defense, parse_defense_spec
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.shared.training import train_classifier
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.training import train_classifier
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 torch.set_num_threads(1)
 DATA = {name: (load_dataset(name, "train"), load_dataset(name, "test"))

@@ -20,8 +20,8 @@ import torch
 
 from fedleak.defenses.clip import Clip, ClipConfig
 from fedleak.harness.remote_defense.link import RemoteDefense, RemoteDefenseConfig
-from fedleak.harness.shared.models import build_model
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.models import build_model
 
 
 @click.command()

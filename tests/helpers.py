@@ -1,5 +1,5 @@
 """Build an in-process :class:`Observation` through the harness's entry point
-(:func:`fedleak.harness.shared.observation.observe`), with a model from the zoo. Images are
+(:func:`fedleak.harness.federated.observe.observe`), with a model from the zoo. Images are
 given on [0, 1] and normalised with ``mean``/``std`` (the same value for every channel; 0.5/0.5
 maps [0, 1] to [−1, 1], 0/1 is the identity).
 """
@@ -16,11 +16,11 @@ import torch
 
 from fedleak.attacks.observation import Observation
 from fedleak.harness.attacker.client import VictimClient
-from fedleak.harness.shared.datasets import DatasetInfo, load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.zoo.datasets import DatasetInfo, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 
 def make_observation(

@@ -15,11 +15,11 @@ import torch
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.analytic import AnalyticInversionError, invert_linear_layer
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.metrics import psnr_per_image, score_reconstruction
-from fedleak.harness.shared.models import build_model
+from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.scoring import Submission
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 
 
@@ -172,7 +172,7 @@ def test_cli_analytic_against_a_cnn_victim_scores_features(tmp_path: Path) -> No
 
 
 def test_fedavg_delta_is_inverted_approximately_and_says_so() -> None:
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.protocol import Protocol
 
     shape = (1, 6, 6)
     image = _images(1, shape, 5)
@@ -197,8 +197,8 @@ def features(vectors: torch.Tensor) -> Submission:
 
 def test_victim_scores_features_of_recent_rounds_only() -> None:
     from fedleak.harness.victim.rounds import FEATURE_ROUNDS
-    from fedleak.harness.victim.settings import VictimSettings, create_victim
-    from fedleak.harness.wire.errors import FailedPrecondition
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()
@@ -214,8 +214,8 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget() -> None:
-    from fedleak.harness.victim.settings import VictimSettings, create_victim
-    from fedleak.harness.wire.errors import FailedPrecondition
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
     params, buffers = victim.global_model()

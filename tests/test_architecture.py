@@ -3,7 +3,7 @@
 The rule is written once, as data (:data:`MAY_IMPORT`): each room lists the rooms its modules
 may import. Every import counts, at module level or inside a function. Also checked: every
 module imports; no module imports a private (``_name``) from another module; no import cycle
-between modules. docs/architecture.md draws the same picture.
+between modules. docs/architecture.md draws the same picture, and names every module.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fedleak"
 
 _BASE = {"fedleak", "fedleak.registry"}
 _ALGORITHMS = _BASE | {"fedleak.attacks", "fedleak.defenses", "fedleak.auditing"}
-_SHARED = _ALGORITHMS | {"fedleak.harness.shared"}
-_WIRE = _SHARED | {"fedleak.harness.wire", "fedleak.v1"}
+_ZOO = _ALGORITHMS | {"fedleak.harness.zoo"}
+#: process-free code both sides use: FL semantics, the zoo, metrics
+_PROCESS_FREE = _ZOO | {"fedleak.harness.federated", "fedleak.harness.metrics"}
+_WIRE = _PROCESS_FREE | {"fedleak.harness.wire", "fedleak.v1"}
 _PROCESSES = {"fedleak.harness.victim", "fedleak.harness.attacker",
               "fedleak.harness.remote_defense"}
 
 #: room → the rooms its modules may import (a room may always import itself).
 MAY_IMPORT: dict[str, set[str]] = {
-    "fedleak": set(),
+    # the package's short entry points (``fedleak.observe``), imported lazily
+    "fedleak": {"fedleak.harness.federated"},
     "fedleak.__main__": {"fedleak.harness.cli"},
     "fedleak.registry": set(),
     "fedleak.v1": set(),
@@ -34,8 +38,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "fedleak.defenses": _BASE,
     "fedleak.auditing": _BASE,
     "fedleak.harness": set(),
-    "fedleak.harness.shared": _ALGORITHMS,
-    "fedleak.harness.wire": _SHARED | {"fedleak.v1"},
+    # the model and data zoo; federated learning's semantics; metrics (peers over the zoo)
+    "fedleak.harness.zoo": _ALGORITHMS,
+    "fedleak.harness.federated": _ZOO,
+    "fedleak.harness.metrics": _ZOO,
+    "fedleak.harness.wire": _PROCESS_FREE | {"fedleak.v1"},
     # the processes: none may import another
     "fedleak.harness.victim": _WIRE,
     "fedleak.harness.attacker": _WIRE,
@@ -157,3 +164,55 @@ def test_only_the_flower_room_imports_flwr() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n.split(".")[0] == "flwr" for n in names), \
                 f"{path} imports flwr: only fedleak/harness/flower may"
+
+
+def test_short_entry_points_are_the_harness_functions_imported_on_first_use() -> None:
+    """``fedleak.observe`` is the federated room's ``observe``; importing ``fedleak`` alone does
+    not import the federated room."""
+    import subprocess
+    import sys
+
+    import fedleak
+    from fedleak.harness.federated.observe import observe
+
+    assert fedleak.observe is observe
+    code = "import sys, fedleak; print('fedleak.harness.federated' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=PACKAGE.parent)
+    assert done.stdout.strip() == "False"
+    with pytest.raises(AttributeError):
+        fedleak.no_such_entry_point  # noqa: B018
+
+
+ARCHITECTURE_PAGE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_files() -> dict[str, set[str]]:
+    """Room folder (``harness/zoo/``, ``fedleak/`` for the top) → the ``*.py`` files its rows of
+    the architecture page's table name."""
+    rooms: dict[str, set[str]] = {}
+    for line in ARCHITECTURE_PAGE.read_text().splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 2:
+            continue
+        for folder in re.findall(r"`([\w/]+/)`", cells[0]):
+            rooms.setdefault(folder, set()).update(re.findall(r"`(\w+\.py)`", cells[1]))
+    return rooms
+
+
+def test_every_module_is_named_on_the_architecture_page() -> None:
+    """Each file under fedleak/ is in its room's row of docs/architecture.md: a new or renamed
+    module is described where a newcomer looks, or this fails."""
+    rooms = documented_files()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        folder = "/".join(relative.parts[:-1]) + "/" if len(relative.parts) > 1 else "fedleak/"
+        if path.name not in rooms.get(folder, set()):
+            missing.append(f"{relative} (row `{folder}`)")
+    assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)
+    stale = [f"{folder}{name}" for folder, names in rooms.items() for name in names
+             if not (PACKAGE / folder / name if folder != "fedleak/" else PACKAGE / name).exists()]
+    assert not stale, "docs/architecture.md names files that do not exist: " + ", ".join(stale)

@@ -25,11 +25,11 @@ from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, portable_figures
 
 DIGITS = load_dataset("digits", "all")
@@ -369,7 +369,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
 def test_attack_help_lists_parts_and_their_options():
     from click.testing import CliRunner
 
-    from fedleak.harness.cli.attack import attack
+    from fedleak.harness.cli.attack_command import attack
 
     shown = CliRunner().invoke(attack, ["--help"], terminal_width=200).output
     for line in ("objective masked-cosine", "objective gaussian", "replay dp-clipped",
@@ -386,7 +386,7 @@ def test_the_true_images_explain_the_update_better_than_others(defense):
     |log ρ| (ρ ≈ 1 for the truth)."""
     from fedleak.attacks.composed import alone
     from fedleak.attacks.explained import better, explain, mechanism_replay
-    from fedleak.harness.shared.datasets import normalize
+    from fedleak.harness.zoo.datasets import normalize
 
     observation = digits_observation(2, defenses=[defense])
     judge = mechanism_replay(alone(observation), observation)

@@ -15,13 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fedleak.harness.attacker.audit import AuditSettings, run_audit
+from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.victim.audit import AuditRequest
 from fedleak.harness.victim.audit_claim import trial_claim
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.settings import VictimSettings, create_victim, defense_chain
-from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.victim.victim_settings import VictimSettings, create_victim, defense_chain
+from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.v1 import victim_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -151,7 +151,7 @@ def test_a_victim_without_allow_audit_refuses_in_process() -> None:
 
 
 def test_the_chain_claims_what_its_mechanisms_say() -> None:
-    from fedleak.harness.shared.protocol import Protocol
+    from fedleak.harness.federated.protocol import Protocol
 
     def claim(*specs: str, canary: str = "gradient", users: int = 1) -> float:
         chain = defense_chain(VictimSettings(defenses=specs))
@@ -169,7 +169,7 @@ def test_the_chain_claims_what_its_mechanisms_say() -> None:
         pytest.approx(claim("noise:sigma=2"), rel=1e-9)  # four users' noise in the sum
 
 
-def test_a_canary_client_among_secure_aggregation_users(tmp_path: Path) -> None:
+def test_a_canary_client_among_secagg_users(tmp_path: Path) -> None:
     chain = ("client-dp:variant=distributed,clip-norm=1,noise-multiplier=0.5",
              "secagg:clip=8")
     with VictimProcess(_settings(*chain, users=3)) as process, \

@@ -17,13 +17,13 @@ from fedleak.attacks.parts import PartError
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model
 from fedleak.harness.attacker.update_attack import observation_for
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.victim.victim import VictimConfig
+from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 
 def victim_config(settings: VictimSettings) -> VictimConfig:

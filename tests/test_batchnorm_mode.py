@@ -13,11 +13,11 @@ import torch
 from torch.func import functional_call
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol, ProtocolError
+from fedleak.harness.federated.local_update import UpdateSimulator, local_update
+from fedleak.harness.federated.protocol import Protocol, ProtocolError
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb
 from tests.conftest import TOKEN
 

@@ -9,7 +9,7 @@ import pytest
 
 from fedleak.defenses import build_chain, parse_defense_spec
 from fedleak.defenses.dpsgd import make_accountant, record
-from fedleak.harness.shared.success_bounds import Mechanism, place, prior_kappa, round_mechanism
+from fedleak.harness.metrics.success_bounds import Mechanism, place, prior_kappa, round_mechanism
 from fedleak.harness.sweep.bounds_chart import bounds_rows, plot_bounds
 from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
 from fedleak.harness.sweep.points import SpecError

@@ -11,12 +11,12 @@ from opacus.accountants import PRVAccountant, RDPAccountant
 
 from fedleak.defenses import DefenseConfigError, build_chain, create_defense
 from fedleak.harness.attacker.client import VictimClient
-from fedleak.harness.attacker.secure_aggregation import run_secure_aggregation
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.attacker.secagg_rounds import run_secagg
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -35,7 +35,7 @@ def test_the_whole_update_is_clipped_to_s_then_noised_with_sigma_s() -> None:
     assert float(out[0].mean()) == pytest.approx(0.0, abs=0.02)
 
 
-def test_distributed_shares_sum_to_sigma_s_and_need_secure_aggregation() -> None:
+def test_distributed_shares_sum_to_sigma_s_and_need_secagg() -> None:
     with pytest.raises(DefenseConfigError, match="add --defense secagg"):
         build_chain([("client-dp", {"variant": "distributed"})])
     chain = build_chain([("client-dp", {"variant": "distributed", "noise_multiplier": 2.0,
@@ -81,7 +81,7 @@ MODEL = "mlp:width=16,depth=1"
 
 
 @pytest.mark.integration
-def test_secure_aggregation_sum_carries_sigma_s_noise_over_the_wire() -> None:
+def test_secagg_sum_carries_sigma_s_noise_over_the_wire() -> None:
     """Four users each add a quarter of the variance; the unmasked sum is Σ clip(Δ_u) plus
     noise of std σS, and the victim reports one round of ε per user."""
     s, sigma = 0.1, 0.5
@@ -92,7 +92,7 @@ def test_secure_aggregation_sum_carries_sigma_s_noise_over_the_wire() -> None:
     with VictimProcess(args, token="dp") as victim, VictimClient(victim.address,
                                                                  token="dp") as client:
         params, buffers = client.global_model()
-        aggregation = run_secure_aggregation(client, params, buffers)
+        aggregation = run_secagg(client, params, buffers)
         assert aggregation.begin.metadata["dp_rounds"] == "1"
         truth, labels = client.reveal(aggregation.begin.round_id)
     info = load_dataset("digits", "all").info

@@ -18,13 +18,13 @@ from fedleak.attacks.cocktail_party import CocktailParty
 from fedleak.attacks.fc_layer import ModelDoesNotFit
 from fedleak.attacks.ica_unmixing import minmax_images, transformed
 from fedleak.attacks.observation import Observation
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.feature_scoring import layer_inputs
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FACES = load_dataset("faces", "train")
@@ -157,7 +157,7 @@ def test_one_local_step_of_fedavg_is_a_gradient() -> None:
 
 
 @pytest.mark.integration
-def test_cocktail_party_on_a_secure_aggregation_sum_across_processes(tmp_path: Path) -> None:
+def test_cocktail_party_on_a_secagg_sum_across_processes(tmp_path: Path) -> None:
     args = ["--dataset", "faces", "--split", "train", "--images", "0-15", "--model",
             "mlp:width=512,depth=1", "--batch-size", "8", "--users", "2", "--defense",
             "secagg"]

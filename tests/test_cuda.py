@@ -17,8 +17,8 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.release import ReleasedModel
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.shared.release_training import build_release_model
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.release_training import build_release_model
 from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation
 from tests.test_inverting_gradients import smooth_image

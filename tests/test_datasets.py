@@ -11,8 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from fedleak.harness.shared import datasets
-from fedleak.harness.shared.datasets import (
+from fedleak.harness.zoo import datasets
+from fedleak.harness.zoo.datasets import (
     DATASET_NAMES,
     DatasetError,
     dataset_info,
@@ -20,7 +20,7 @@ from fedleak.harness.shared.datasets import (
     load_dataset,
     normalize,
 )
-from fedleak.harness.shared.torchvision_compat import import_torchvision
+from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 BUNDLED = {
     # name: (shape, classes, total images)

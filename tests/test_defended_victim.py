@@ -11,11 +11,11 @@ import torch
 
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import server_model
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.integration
 TOKEN = "defense-token"
@@ -95,7 +95,7 @@ def test_bad_defense_specs_are_refused_at_start(spec: str, words: list[str]) -> 
 def test_observe_runs_the_victims_defended_path() -> None:
     """The notebook entry point and a victim process give the same defended update."""
     from fedleak.defenses import build_chain, parse_defense_spec
-    from fedleak.harness.shared.observation import observe
+    from fedleak.harness.federated.observe import observe
 
     specs = ["clip:max-norm=0.5", "noise:sigma=0.01"]
     args = [*BASE, "--defense-seed", "7", *(a for s in specs for a in ("--defense", s))]

@@ -14,11 +14,11 @@ from fedleak.defenses import (
     create_defense,
     parse_defense_spec,
 )
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.private_update import private_local_update
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.victim.settings import load_defense_file
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.private_update import private_local_update
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.victim_settings import load_defense_file
+from fedleak.harness.zoo.models import build_model
 
 
 def gen(seed: int = 0) -> torch.Generator:

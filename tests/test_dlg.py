@@ -11,7 +11,7 @@ import torch
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.dlg import gradient_distance
 from fedleak.attacks.inverting_gradients import gaussian_init
-from fedleak.harness.shared.metrics import psnr_per_image
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from tests.helpers import make_observation, to_unit
 from tests.test_inverting_gradients import smooth_image
 

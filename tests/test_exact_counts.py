@@ -21,17 +21,17 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimClient
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.metrics import (
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.metrics.image_metrics import (
     EXACT_PSNR,
     SUCCESS_PSNR,
     exact_matching,
     pairwise_psnr,
     score_reconstruction,
 )
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

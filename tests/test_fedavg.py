@@ -13,17 +13,17 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.fedavg import FedAvgObservationError
+from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model
 from fedleak.harness.attacker.run import run_attack
-from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.update_attack import observation_for
-from fedleak.harness.shared.datasets import normalize
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
-from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol, ProtocolChanges
+from fedleak.harness.federated.local_update import UpdateSimulator, local_update
+from fedleak.harness.federated.protocol import Protocol, ProtocolChanges
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import normalize
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 from tests.test_inverting_gradients import smooth_image
 

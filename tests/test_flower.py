@@ -33,25 +33,25 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedleak.defenses.chain import build_chain, parse_defense_spec  # noqa: E402
 from fedleak.harness.cli.main import main  # noqa: E402
+from fedleak.harness.federated.observe import observe  # noqa: E402
 from fedleak.harness.flower.arrays import record_of, tensors  # noqa: E402
-from fedleak.harness.flower.audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.federation import (  # noqa: E402
     FederationSettings,
     make_client_app,
     node_batch,
     run_server,
 )
+from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
-from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
-from fedleak.harness.flower.scoring import (  # noqa: E402
+from fedleak.harness.flower.node_scoring import (  # noqa: E402
     SCORE_MESSAGE_TYPE,
     score_reply,
     submission_content,
 )
+from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
 from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
-from fedleak.harness.shared.datasets import load_dataset  # noqa: E402
-from fedleak.harness.shared.models import build_model  # noqa: E402
-from fedleak.harness.shared.observation import observe  # noqa: E402
+from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
+from fedleak.harness.zoo.models import build_model  # noqa: E402
 
 MLP = "mlp:width=16,depth=1"
 FAST = ("iterations=3", "restarts=1")
@@ -196,8 +196,8 @@ def test_the_psnr_through_flower_is_the_psnr_against_the_victims_update(tmp_path
     """Same θ, batch, protocol and attack seed: the audit's score (on the node) equals the
     score of the same attack on the update fedleak's victim computes, to report precision."""
     from fedleak.attacks import create_attack
-    from fedleak.harness.shared.datasets import denormalize
-    from fedleak.harness.shared.metrics import score_reconstruction
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
+    from fedleak.harness.zoo.datasets import denormalize
 
     s = settings(tmp_path, nodes=1, protocol="fedavg", lr=0.1, images=2,
                  options=("iterations=8", "restarts=1"), seed=3)
@@ -427,7 +427,11 @@ def test_every_client_defense_publishes_itself_in_the_reply() -> None:
     an unrecognised mod without a chain is refused."""
     from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
 
-    from fedleak.harness.flower.published import local_dp_sigma, published_chain, publishing
+    from fedleak.harness.flower.published_defenses import (
+        local_dp_sigma,
+        published_chain,
+        publishing,
+    )
 
     data = load_dataset("digits", "train")
     model = build_model(MLP, data.info.shape, data.info.num_classes)
@@ -699,7 +703,7 @@ def test_the_cli_secagg_defaults_are_the_federations() -> None:
     FederationSettings' own (whose clipping and quantisation are SecAggPlus's)."""
     import dataclasses
 
-    from fedleak.harness.cli.flower import SECAGG_DEFAULTS
+    from fedleak.harness.cli.flower_command import SECAGG_DEFAULTS
     from fedleak.harness.flower.federation import FederationSettings
 
     defaults = {f.name: f.default for f in dataclasses.fields(FederationSettings)}

@@ -29,10 +29,10 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedleak.attacks import create_attack  # noqa: E402
 from fedleak.harness.attacker.records import RunSummary, lower_bound_line  # noqa: E402
-from fedleak.harness.shared.datasets import denormalize, load_dataset  # noqa: E402
-from fedleak.harness.shared.metrics import score_reconstruction  # noqa: E402
-from fedleak.harness.shared.observation import observe  # noqa: E402
-from fedleak.harness.shared.protocol import Protocol  # noqa: E402
+from fedleak.harness.federated.observe import observe  # noqa: E402
+from fedleak.harness.federated.protocol import Protocol  # noqa: E402
+from fedleak.harness.metrics.image_metrics import score_reconstruction  # noqa: E402
+from fedleak.harness.zoo.datasets import denormalize, load_dataset  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "flower_quickstart"
 NODES = 2

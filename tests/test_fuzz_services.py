@@ -961,7 +961,7 @@ def _corrupt(honest: bytes, mode: str, detail: Any, transcript: Transcript, user
 @TIMEOUT
 @FUZZ
 @given(data=st.data())
-def test_secure_aggregation_answers_hostile_rounds(
+def test_secagg_answers_hostile_rounds(
     secagg_victim: Service, data: st.DataObject,
 ) -> None:
     service = secagg_victim
@@ -995,7 +995,7 @@ def test_secure_aggregation_answers_hostile_rounds(
 @TIMEOUT
 @FUZZ
 @given(data=st.data())
-def test_secure_aggregation_victim_answers_hostile_round_requests(
+def test_secagg_victim_answers_hostile_round_requests(
     secagg_victim: Service, data: st.DataObject,
 ) -> None:
     calls = st.one_of(
@@ -1251,7 +1251,7 @@ def test_stalled_streams_leave_the_defense_service_answering(
 @TIMEOUT
 @RAW_FUZZ
 @given(data=st.data())
-def test_secure_aggregation_round_floods_stay_within_the_memory_budget(
+def test_secagg_round_floods_stay_within_the_memory_budget(
     secagg_victim: Service, data: st.DataObject,
 ) -> None:
     """Rounds begun and never finished: each is answered, the oldest are forgotten (their

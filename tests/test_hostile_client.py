@@ -17,11 +17,11 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import psnr_per_image
 from fedleak.harness.victim.process import VictimProcess, VictimProcessError
 from fedleak.harness.wire.codec import encode_tensor
-from fedleak.harness.wire.protocol import protocol_to_pb
+from fedleak.harness.wire.protocol_spec import protocol_to_pb
 from fedleak.v1 import victim_pb2 as pb
 from tests.helpers import alive, child_pids, self_signed_certificate, tiny_spec
 
@@ -101,7 +101,7 @@ def fresh_round_finite_differences(client: VictimClient, shape: tuple[int, ...],
 def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None:
     """Each fresh round has its own target budget, but not its own private image: the image's
     lifetime budget (default 8) refuses the ninth score of the one image in the pool."""
-    from fedleak.harness.cli.victim import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
+    from fedleak.harness.cli.victim_command import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
     from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
 
     assert CLI_DEFAULT == DEFAULT_IMAGE_BUDGET == 8
@@ -348,7 +348,7 @@ def test_tls_failures_are_named_as_tls_failures(tmp_path: Path) -> None:
     assert "in use" not in mismatched.stderr and "Traceback" not in mismatched.stderr
 
 
-def test_secure_aggregation_refuses_a_minority_threshold_unless_allowed() -> None:
+def test_secagg_refuses_a_minority_threshold_unless_allowed() -> None:
     args = ["--dataset", "digits", "--split", "all", "--images", "0-15", "--model",
             "mlp:width=16,depth=1", "--users", "4"]
     with pytest.raises(VictimProcessError, match="not a majority"):

@@ -27,7 +27,7 @@ import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fedleak.harness.cli.victim import (
+from fedleak.harness.cli.victim_command import (
     DEFAULT_MAX_CALLS_PER_PEER,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
     DEFAULT_RECEIVE_TIMEOUT,
@@ -35,7 +35,7 @@ from fedleak.harness.cli.victim import (
 )
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
 from fedleak.harness.victim.server import MIN_MESSAGE_BYTES, start_server
-from fedleak.harness.victim.settings import VictimSettings, create_victim
+from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
 from fedleak.harness.wire import admission as admission_module
 from fedleak.harness.wire.admission import Admission, Refused, ServingLimits, peer_host
 from fedleak.harness.wire.codec import encode_tensor

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.wire.codec import decode_tensor
+from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.v1 import victim_pb2 as pb
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

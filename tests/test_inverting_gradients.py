@@ -15,10 +15,10 @@ from fedleak.attacks.inverting_gradients import (
     step_size,
     total_variation,
 )
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
-from fedleak.harness.shared.metrics import psnr_per_image
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import UpdateSimulator, local_update
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import psnr_per_image
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 
 SHAPE = (3, 8, 8)

@@ -22,16 +22,16 @@ from fedleak.attacks.kkt_postprocess import (
     scale_to_unit,
 )
 from fedleak.attacks.release import ReleasedModel
-from fedleak.harness.shared.binary_tasks import balanced_subset, binary_task
-from fedleak.harness.shared.kkt_metrics import match_to_training
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.release_training import (
+from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     build_release_model,
     release,
     to_model_input,
     train_release,
 )
+from fedleak.harness.metrics.kkt_metrics import match_to_training
+from fedleak.harness.zoo.binary_tasks import balanced_subset, binary_task
+from fedleak.harness.zoo.models import build_model
 
 # --- stationarity (eq. (6)) is zero at a KKT point built by hand ---------------------------
 

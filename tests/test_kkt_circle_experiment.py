@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.harness.shared.release_training import ReleaseTrainingConfig, release
+from fedleak.harness.federated.release_training import ReleaseTrainingConfig, release
 from tests.helpers import load_bench_script
 
 experiment = load_bench_script("kkt_2d")

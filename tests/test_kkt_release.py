@@ -17,12 +17,12 @@ from click.testing import CliRunner
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.cli.main import main
-from fedleak.harness.shared.binary_tasks import binary_task
-from fedleak.harness.shared.kkt_metrics import vote_reconstructions
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.release_training import to_model_input
+from fedleak.harness.federated.release_training import to_model_input
+from fedleak.harness.metrics.kkt_metrics import vote_reconstructions
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.wire.codec import encode_tensor
+from fedleak.harness.zoo.binary_tasks import binary_task
+from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb
 from tests.conftest import TOKEN
 

@@ -13,7 +13,7 @@ from fedleak.attacks.labels import (
     last_layer_gradients,
     recover_labels,
 )
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from tests.helpers import make_observation
 
 FEDSGD = Protocol()

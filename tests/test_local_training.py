@@ -1,6 +1,6 @@
 """The loops people write: SGD with momentum, weight decay, Nesterov, shuffled epochs.
 
-The user's local update (fedleak.harness.shared.local_update, written once) is checked
+The user's local update (fedleak.harness.federated.local_update, written once) is checked
 against ``torch.optim.SGD`` over a ``DataLoader``-style shuffled order; the protocol carries the
 new fields on the CLI, in a sweep spec and on the wire (fields 90–93, explicit presence); the
 server's replay of a shuffled multi-epoch update takes one copy of the images per epoch
@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from fedleak.attacks.epochs import assignment, epoch_consistency, merge_epochs
-from fedleak.harness.shared.local_update import UpdateSimulator, draw_order, local_update
-from fedleak.harness.shared.protocol import Protocol, ProtocolError
-from fedleak.harness.shared.replay_fidelity import inexact_reasons
+from fedleak.harness.federated.local_update import UpdateSimulator, draw_order, local_update
+from fedleak.harness.federated.protocol import Protocol, ProtocolError
+from fedleak.harness.federated.replay_fidelity import inexact_reasons
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.wire.protocol import changes_from_pb, protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_from_pb, protocol_to_pb
 from fedleak.v1 import victim_pb2 as pb
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

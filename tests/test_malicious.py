@@ -17,14 +17,14 @@ from fedleak.attacks.fishing import Gate, GateDifference
 from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
 from fedleak.attacks.malicious import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
-from fedleak.harness.shared.datasets import denormalize, load_dataset, normalize
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.sweep.architecture import server_architecture, user_model
 from fedleak.harness.sweep.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 torch.set_num_threads(1)
 DIGITS = load_dataset("digits", "train")
@@ -209,7 +209,7 @@ def test_sweep_wraps_models_in_the_server_architecture() -> None:
     assert all("architecture" not in p.attack_options for p in spec.points())
 
 
-def test_secure_aggregation_is_a_sweep_axis_with_users() -> None:
+def test_secagg_is_a_sweep_axis_with_users() -> None:
     from fedleak.harness.sweep.points import SpecError
     from fedleak.harness.sweep.spec import parse_spec
 
@@ -233,7 +233,7 @@ def fedleak(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration
-def test_imprint_through_secure_aggregation_across_processes(tmp_path: Path) -> None:
+def test_imprint_through_secagg_across_processes(tmp_path: Path) -> None:
     """Three users × 8 digits, one drops out before sending: the sum of two still gives up
     single images exactly, with real masks."""
     args = ["--dataset", "digits", "--split", "train", "--images", "0-23", "--model",
@@ -274,8 +274,8 @@ def test_vet_and_refusals_across_processes(tmp_path: Path) -> None:
 def test_vet_says_at_start_up_that_it_refuses_every_round_of_an_imprint_model() -> None:
     """The architecture test judges the user's own model: a victim running an imprint model
     with vet is told once, when it starts, instead of refusing round after round in silence."""
-    from fedleak.harness.cli.victim import start_warnings
-    from fedleak.harness.victim.settings import VictimSettings, create_victim
+    from fedleak.harness.cli.victim_command import start_warnings
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
 
     imprinted = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
                                              images="0-3", defenses=("vet",)))

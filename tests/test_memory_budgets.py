@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from fedleak.defenses.clip import Clip
-from fedleak.harness.remote_defense.server import start_defense_server
+from fedleak.harness.remote_defense.defense_server import start_defense_server
 from fedleak.harness.remote_defense.wire import update_chunks
 from fedleak.harness.victim.limits import VictimLimits
-from fedleak.harness.victim.settings import VictimSettings, create_victim
 from fedleak.harness.victim.victim import Victim
-from fedleak.harness.wire.errors import ResourceExhausted
+from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+from fedleak.harness.wire.request_errors import ResourceExhausted
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 
@@ -29,7 +29,7 @@ def _secagg_victim() -> Victim:
         batch_size=2, users=3, defenses=("secagg:threshold=2",)))
 
 
-def test_secure_aggregation_state_stays_within_its_byte_budget() -> None:
+def test_secagg_state_stays_within_its_byte_budget() -> None:
     victim = _secagg_victim()
     params, buffers = victim.global_model()
     first, _ = victim.begin_secagg(params, buffers)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fedleak.harness.shared.metrics import (
+from fedleak.harness.metrics.image_metrics import (
     BatchScore,
     label_accuracy,
     match_one_to_one,

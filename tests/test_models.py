@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedleak.harness.shared.models import ModelError, ModelSpec, build_model, model_names
+from fedleak.harness.zoo.models import ModelError, ModelSpec, build_model, model_names
 
 
 @pytest.mark.parametrize(

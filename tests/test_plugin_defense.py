@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fedleak.defenses import DefenseConfigError, UpdateDefense
-from fedleak.defenses.registry import ENTRY_POINT_GROUP
+from fedleak.defenses.defense_registry import ENTRY_POINT_GROUP
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.registry import Registry

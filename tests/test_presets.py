@@ -31,7 +31,7 @@ from fedleak.attacks.optimisers import create_optimiser
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import create_prior
 from fedleak.attacks.registry import attack_class
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from tests.helpers import make_observation, portable_figures
 from tests.test_inverting_gradients import smooth_image
@@ -287,9 +287,9 @@ def test_packed_observations_with_their_own_objectives_match_runs_alone(options:
     noise-weighted Gaussian, the euclidean distance) are packed as row blocks: each gets what
     it gets alone, up to float rounding."""
     from fedleak.defenses import build_chain
-    from fedleak.harness.shared.datasets import DatasetInfo
-    from fedleak.harness.shared.models import build_model
-    from fedleak.harness.shared.observation import observe
+    from fedleak.harness.federated.observe import observe
+    from fedleak.harness.zoo.datasets import DatasetInfo
+    from fedleak.harness.zoo.models import build_model
 
     info = DatasetInfo("test", SHAPE, 10, (0.5,) * 3, (0.5,) * 3, ())
     observations = []

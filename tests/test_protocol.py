@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fedleak.harness.shared.protocol import (
+from fedleak.harness.federated.protocol import (
     Protocol,
     ProtocolChanges,
     ProtocolError,
     changes_from_options,
 )
-from fedleak.harness.wire.protocol import changes_from_pb, protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_from_pb, protocol_to_pb
 from fedleak.v1 import victim_pb2 as pb
 
 

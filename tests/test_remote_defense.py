@@ -13,14 +13,14 @@ import torch
 from fedleak.defenses import DefenseConfigError, UpdateDefense, create_defense
 from fedleak.defenses.clip import Clip, ClipConfig
 from fedleak.defenses.noise import Noise, NoiseConfig
+from fedleak.harness.remote_defense.defense_server import served_defense, start_defense_server
 from fedleak.harness.remote_defense.link import RemoteDefense
-from fedleak.harness.remote_defense.server import served_defense, start_defense_server
 from fedleak.harness.remote_defense.wire import (
     UpdateStreamError,
     assemble_update,
     update_chunks,
 )
-from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 from fedleak.v1 import victim_pb2 as pb

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fedleak.attacks.replay_contract import Relocatable, Replay
-from fedleak.harness.shared.local_update import UpdateSimulator
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import UpdateSimulator
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
 
 ATTACKS = Path(__file__).resolve().parents[1] / "fedleak" / "attacks"
 #: what a getattr/hasattr in the attacks may read: an object's own fields or its config's
@@ -68,7 +68,7 @@ def test_a_plain_function_is_a_replay_of_nothing_more() -> None:
 
 
 def test_observe_hands_attacks_the_harness_replay() -> None:
-    from fedleak.harness.shared.datasets import DatasetInfo
+    from fedleak.harness.zoo.datasets import DatasetInfo
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     info = DatasetInfo(name="toy", shape=(3, 2, 2), num_classes=3, mean=(0.5,) * 3,
@@ -78,7 +78,7 @@ def test_observe_hands_attacks_the_harness_replay() -> None:
 
 
 def test_observations_look_tensors_up_by_name() -> None:
-    from fedleak.harness.shared.datasets import DatasetInfo
+    from fedleak.harness.zoo.datasets import DatasetInfo
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     info = DatasetInfo(name="toy", shape=(3, 2, 2), num_classes=3, mean=(0.5,) * 3,

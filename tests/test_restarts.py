@@ -12,9 +12,9 @@ from fedleak.attacks.restarts import (
     batched_replay,
     restart_total_variation,
 )
-from fedleak.harness.shared.local_update import UpdateSimulator, local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import UpdateSimulator, local_update
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation
 from tests.test_inverting_gradients import smooth_image
 

@@ -13,14 +13,14 @@ import torch
 
 from fedleak.defenses.secagg import SecAggAbort
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.attacker.secure_aggregation import as_received_update, run_secure_aggregation
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.attacker.secagg_rounds import as_received_update, run_secagg
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.settings import VictimSettings, create_victim
-from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+from fedleak.harness.wire.request_errors import FailedPrecondition
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.integration
 TOKEN = "secagg-token"
@@ -55,7 +55,7 @@ def test_survivors_sum_is_recovered_after_dropouts() -> None:
         with pytest.raises(VictimError) as err:
             client.compute_update(params, buffers)
         assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        aggregation = run_secure_aggregation(client, params, buffers)
+        aggregation = run_secagg(client, params, buffers)
         assert aggregation.offline == {3: "share-keys", 4: "masked-input"}
         assert aggregation.result.survivors == (0, 1, 2)
         assert aggregation.transcript.u2 == (0, 1, 2, 4)
@@ -79,7 +79,7 @@ def test_too_many_dropouts_abort() -> None:
                                                                   token=TOKEN) as client:
         params, buffers = client.global_model()
         with pytest.raises(SecAggAbort):
-            run_secure_aggregation(client, params, buffers)
+            run_secagg(client, params, buffers)
         assert client.describe().num_users == 5  # still serving
 
 

@@ -20,12 +20,12 @@ from fedleak.attacks.published import PublishedDefense
 from fedleak.attacks.relu_direction_search import DirectionSet, last_direction
 from fedleak.attacks.relu_solve import activation_agreement, solve_inputs
 from fedleak.attacks.spear import Spear
-from fedleak.harness.shared.datasets import denormalize, load_dataset
-from fedleak.harness.shared.metrics import score_reconstruction
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.observation import observe
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.observe import observe
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.metrics.image_metrics import score_reconstruction
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.datasets import denormalize, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DIGITS = load_dataset("digits", "train")

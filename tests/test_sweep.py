@@ -196,7 +196,7 @@ def test_a_grid_too_large_is_refused_before_a_point_is_built() -> None:
 def test_the_cli_names_the_flag_for_a_large_grid(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from fedleak.harness.cli.sweep import sweep
+    from fedleak.harness.cli.sweep_command import sweep
 
     spec = tmp_path / "big.toml"
     spec.write_text(SPEC)  # 1 attack x 1 model x 5 defense settings

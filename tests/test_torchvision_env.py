@@ -2,7 +2,7 @@
 
 PyPI's torchvision 0.28.0 beside torch 2.13.0+cpu fails alone (``operator torchvision::nms
 does not exist``); ``make`` writes ``fedleak-torchvision.pth`` into the venv, whose line
-installs fedleak's import hook at start-up (:mod:`fedleak.harness.shared.torchvision_compat`).
+installs fedleak's import hook at start-up (:mod:`fedleak.harness.zoo.torchvision_compat`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedleak.harness.shared.torchvision_compat import PTH_LINE, PTH_NAME, install_pth
+from fedleak.harness.zoo.torchvision_compat import PTH_LINE, PTH_NAME, install_pth
 
 ROOT = Path(__file__).resolve().parents[1]
 

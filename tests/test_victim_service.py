@@ -10,12 +10,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.shared.datasets import load_dataset, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.wire.codec import encode_tensor
+from fedleak.harness.zoo.datasets import load_dataset, normalize
+from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb
 from tests.conftest import TOKEN
 

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from fedleak.harness.cli.main import main
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.victim.release import ReleaseSettings
-from fedleak.harness.victim.settings import SetupError, VictimSettings
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.model_release import ReleaseSettings
+from fedleak.harness.victim.victim_settings import SetupError, VictimSettings
 
 
 def test_settings_round_trip_through_json() -> None:

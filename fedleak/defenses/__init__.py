@@ -10,10 +10,18 @@ from fedleak.defenses import (  # noqa: F401  (registers the built-in defenses)
     noise,
     prune,
     quantize,
-    secure_aggregation,
+    secagg_defense,
     vet,
 )
-from fedleak.defenses.base import (
+from fedleak.defenses.chain import DefenseChain, build_chain, defense_tables, parse_defense_spec
+from fedleak.defenses.defense_registry import (
+    DEFENSES,
+    DefenseConfigError,
+    create_defense,
+    defense_names,
+    register_defense,
+)
+from fedleak.defenses.stages import (
     STAGES,
     Defense,
     GaussianClaim,
@@ -21,14 +29,6 @@ from fedleak.defenses.base import (
     PerExampleDefense,
     TransportDefense,
     UpdateDefense,
-)
-from fedleak.defenses.chain import DefenseChain, build_chain, defense_tables, parse_defense_spec
-from fedleak.defenses.registry import (
-    DEFENSES,
-    DefenseConfigError,
-    create_defense,
-    defense_names,
-    register_defense,
 )
 
 __all__ = [

@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedleak.defenses.base import (
+from fedleak.defenses.defense_registry import DefenseConfigError, create_defense
+from fedleak.defenses.stages import (
     Defense,
     ParameterCheck,
     PerExampleDefense,
     TransportDefense,
     UpdateDefense,
 )
-from fedleak.defenses.registry import DefenseConfigError, create_defense
 
 
 @dataclass

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.base import GaussianClaim, UpdateDefense
+from fedleak.defenses.defense_registry import register_defense
 from fedleak.defenses.dpsgd import ACCOUNTANTS, epsilon, make_accountant
-from fedleak.defenses.registry import register_defense
+from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 
 VARIANTS = ("local", "distributed")
 

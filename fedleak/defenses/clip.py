@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.base import GaussianClaim, UpdateDefense
-from fedleak.defenses.registry import register_defense
+from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 
 
 @dataclass

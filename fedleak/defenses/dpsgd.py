@@ -22,8 +22,8 @@ from typing import Any
 import numpy
 import torch
 
-from fedleak.defenses.base import PerExampleDefense
-from fedleak.defenses.registry import register_defense
+from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.stages import PerExampleDefense
 
 ACCOUNTANTS = ("rdp", "prv")
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fedleak.defenses.base import ParameterCheck
-from fedleak.defenses.registry import register_defense
+from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.stages import ParameterCheck
 
 #: vectors (rows or columns) shorter than this are not compared: among many short random
 #: vectors some pair is nearly parallel by chance (resnet152's classifier has 2,048 columns of

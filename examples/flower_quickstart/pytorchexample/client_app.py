@@ -9,7 +9,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.train import remember_batch
 from pytorchexample.task import INFO, Net, load_data
 from pytorchexample.task import test as test_fn

@@ -13,7 +13,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from fedleak.harness.flower.audit import LeakageAudit
+from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.procedure import LocalProcedure
 from pytorchexample.task import INFO, Net, load_centralized_dataset, test
 

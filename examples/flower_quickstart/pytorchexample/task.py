@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import Compose, Normalize, ToTensor
 
-from fedleak.harness.shared.datasets import DatasetInfo, load_dataset
+from fedleak.harness.zoo.datasets import DatasetInfo, load_dataset
 
 
 class Net(nn.Module):

@@ -2,18 +2,19 @@
 Privacy-Preserving Machine Learning"): the semi-honest SecAgg protocol with double masking, as
 real messages between users and a server, so that a transport can carry them.
 
-One idea per module: :mod:`.quantize` (floats to :math:`\\mathbb{Z}_{2^{32}}`), :mod:`.prg`
+One idea per module: :mod:`.fixed_point` (floats to :math:`\\mathbb{Z}_{2^{32}}`), :mod:`.prg`
 (seed to mask), :mod:`.shamir` (t-of-n sharing), :mod:`.keys` (X25519, HKDF, AES-GCM),
-:mod:`.messages` and :mod:`.encoding` (the wire), :mod:`.user` and :mod:`.server` (the rounds),
-:mod:`.transcript` (the server's view), :mod:`.protocol` (everything in one process).
+:mod:`.messages` and :mod:`.encoding` (the wire), :mod:`.user` and :mod:`.secagg_server` (the
+rounds), :mod:`.transcript` (the server's view), :mod:`.in_memory` (everything in one process).
 
 Implemented: Rounds 0 AdvertiseKeys, 1 ShareKeys, 2 MaskedInputCollection, 4 Unmasking, with
 dropouts at any round down to the threshold. Left out: signatures on the advertised keys and
 Round 3 ConsistencyCheck (both only matter against an actively malicious server).
 """
 
-from fedleak.defenses.secagg.config import SecAggConfig
 from fedleak.defenses.secagg.errors import SecAggAbort, SecAggError, SecAggViolation
+from fedleak.defenses.secagg.fixed_point import MODULUS, FixedPointQuantizer
+from fedleak.defenses.secagg.in_memory import run_secagg_in_memory
 from fedleak.defenses.secagg.messages import (
     AdvertiseKeys,
     MaskedInput,
@@ -25,9 +26,8 @@ from fedleak.defenses.secagg.messages import (
     UnmaskingShares,
     decode_message,
 )
-from fedleak.defenses.secagg.protocol import run_secagg_in_memory
-from fedleak.defenses.secagg.quantize import MODULUS, FixedPointQuantizer
-from fedleak.defenses.secagg.server import SecAggServer
+from fedleak.defenses.secagg.round_config import SecAggConfig
+from fedleak.defenses.secagg.secagg_server import SecAggServer
 from fedleak.defenses.secagg.shamir import ShamirError, Share
 from fedleak.defenses.secagg.transcript import SecAggResult, SecAggTranscript
 from fedleak.defenses.secagg.user import SecAggUser

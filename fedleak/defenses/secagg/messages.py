@@ -17,7 +17,7 @@ round (paper name)         direction        message
 A transport carries ``message.to_bytes()`` and rebuilds it with ``Type.from_bytes(data)`` or
 :func:`decode_message` (which reads the type byte). Decoding checks structure only; whether the
 content fits the round is checked by :class:`~fedleak.defenses.secagg.user.SecAggUser` and
-:class:`~fedleak.defenses.secagg.server.SecAggServer`.
+:class:`~fedleak.defenses.secagg.secagg_server.SecAggServer`.
 """
 
 from __future__ import annotations

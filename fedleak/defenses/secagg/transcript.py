@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedleak.defenses.secagg.config import SecAggConfig
 from fedleak.defenses.secagg.messages import AdvertiseKeys, ShareKeys, UnmaskingShares
+from fedleak.defenses.secagg.round_config import SecAggConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,7 +41,7 @@ class SecAggResult:
 
 @dataclass(eq=False)
 class SecAggTranscript:
-    """The server's view, filled round by round by :class:`~.server.SecAggServer`."""
+    """The server's view, filled round by round by :class:`~.secagg_server.SecAggServer`."""
 
     config: SecAggConfig
     advertised: dict[int, AdvertiseKeys] = field(default_factory=dict)

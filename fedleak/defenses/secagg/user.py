@@ -41,7 +41,6 @@ from collections.abc import Callable
 import numpy as np
 
 from fedleak.defenses.secagg import keys, prg
-from fedleak.defenses.secagg.config import SecAggConfig
 from fedleak.defenses.secagg.encoding import Reader, Writer
 from fedleak.defenses.secagg.errors import SecAggAbort, SecAggViolation
 from fedleak.defenses.secagg.messages import (
@@ -53,6 +52,7 @@ from fedleak.defenses.secagg.messages import (
     UnmaskingRequest,
     UnmaskingShares,
 )
+from fedleak.defenses.secagg.round_config import SecAggConfig
 from fedleak.defenses.secagg.shamir import Share, split
 
 RandomBytes = Callable[[int], bytes]

@@ -14,7 +14,7 @@ import grpc
 import torch
 
 from fedleak.attacks.published import PublishedDefense
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.wire.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SCORE_TOKEN_METADATA_KEY,
@@ -22,7 +22,7 @@ from fedleak.harness.wire.channel import (
     message_options,
 )
 from fedleak.harness.wire.codec import decode_tensor, encode_tensor
-from fedleak.harness.wire.protocol import protocol_from_pb, protocol_to_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb, protocol_to_pb
 from fedleak.harness.wire.reachability import diagnose, split_address
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc

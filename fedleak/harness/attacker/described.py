@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from fedleak.attacks.published import PublishedDefense, published
+from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.attacker.settings import AttackSettings
-from fedleak.harness.shared.datasets import DatasetInfo
-from fedleak.harness.shared.models import ModelSpec, build_model, load_checkpoint
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.wire.protocol_spec import protocol_from_pb
+from fedleak.harness.zoo.datasets import DatasetInfo
+from fedleak.harness.zoo.models import ModelSpec, build_model, load_checkpoint
 from fedleak.v1 import victim_pb2 as pb
 
 

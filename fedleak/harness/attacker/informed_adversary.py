@@ -28,6 +28,7 @@ from fedleak.attacks.prior_aware import InformedObservation, PriorAwareAttack
 from fedleak.auditing.game_statistics import SuccessRate, success_rate
 from fedleak.auditing.reconstruction_bounds import ReconstructionBound, reconstruction_bound
 from fedleak.defenses import DefenseChain, build_chain
+from fedleak.harness.attacker.bound_pictures import plot_game
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
@@ -36,13 +37,12 @@ from fedleak.harness.attacker.described import (
     victim_protocol,
 )
 from fedleak.harness.attacker.records import METRICS_NAME, to_json, write_json
-from fedleak.harness.shared.bound_pictures import plot_game
-from fedleak.harness.shared.datasets import normalize
-from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.protocol import FEDAVG
-from fedleak.harness.shared.success_bounds import round_mechanism
+from fedleak.harness.federated.defended_update import defended_update
+from fedleak.harness.federated.protocol import FEDAVG
+from fedleak.harness.metrics.success_bounds import round_mechanism
 from fedleak.harness.wire.codec import decode_tensor
-from fedleak.harness.wire.protocol import protocol_from_pb
+from fedleak.harness.wire.protocol_spec import protocol_from_pb
+from fedleak.harness.zoo.datasets import normalize
 from fedleak.v1 import victim_pb2 as pb
 
 PICTURE_NAME = "informed-adversary.png"
@@ -182,7 +182,7 @@ def noise_free_replay(described: pb.DescribeResponse, model: torch.nn.Module,
 def mechanism(described: pb.DescribeResponse,
               trial: pb.InformedTrial) -> tuple[float | None, float | None, int | None]:
     """(σ, q, T) of the published DP-SGD as it touched the target
-    (:func:`~fedleak.harness.shared.success_bounds.round_mechanism`); Nones without dpsgd."""
+    (:func:`~fedleak.harness.metrics.success_bounds.round_mechanism`); Nones without dpsgd."""
     protocol = protocol_from_pb(trial.protocol)
     found = round_mechanism(dict(trial.metadata),
                             [(d.name, dict(d.params)) for d in described.defenses],

@@ -4,7 +4,7 @@ A heavy attack must not block a federation's round, so an audit may only *record
 round — the θ it sent (parameters and buffers), the update it read off the reply, and the
 public facts (protocol, n, update kind, local steps, the node's metadata) — and
 ``fedleak attack --from-recording DIR`` attacks them afterwards with the same code
-(:func:`~fedleak.harness.shared.observation.observation_from_update`, the victim's replay).
+(:func:`~fedleak.harness.federated.observe.observation_from_update`, the victim's replay).
 
 Layout: ``DIR/recording.json`` (model spec, data set, and one entry per recorded round) and,
 per round, ``DIR/<entry>/arrays.npz`` holding ``param/<name>``, ``buffer/<name>`` and
@@ -27,15 +27,15 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.published import published
+from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
+from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
-from fedleak.harness.attacker.progress import reconstruct_with_progress
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
-from fedleak.harness.attacker.settings import jsonable
 from fedleak.harness.attacker.update_attack import observation_for, round_record
-from fedleak.harness.shared.datasets import dataset_info, denormalize
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.zoo.datasets import dataset_info, denormalize
+from fedleak.harness.zoo.models import build_model
 
 INDEX_NAME = "recording.json"
 ARRAYS_NAME = "arrays.npz"

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from fedleak import __version__
-from fedleak.harness.shared.metrics import EXACT_PSNR
-from fedleak.harness.shared.success_bounds import SuccessPlacement
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR
+from fedleak.harness.metrics.success_bounds import SuccessPlacement
 
 OMIT = {"omit_if_none": True}
 METRICS_NAME = "metrics.json"
@@ -167,7 +167,7 @@ class RoundRecord:
     server_view: str | None = field(default=None, metadata=OMIT)
     aggregate: dict[str, Any] | None = field(default=None, metadata=OMIT)
     #: exact: the replay is the user's update (as stated); inexact: fedleak knows it is not,
-    #: for the reasons in ``inexact_reasons`` (:mod:`~fedleak.harness.shared.replay_fidelity`),
+    #: for the reasons in ``inexact_reasons`` (:mod:`~fedleak.harness.federated.replay_fidelity`),
     #: and the round's figures are a lower bound, summarised apart
     replay: str = "exact"
     inexact_reasons: list[str] | None = field(default=None, metadata=OMIT)
@@ -245,7 +245,7 @@ class UpdateRun:
     #: error ended the run; the warnings say which)
     status: str = "running"
     #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
-    #: (:mod:`fedleak.harness.shared.success_bounds`), once the run ended
+    #: (:mod:`fedleak.harness.metrics.success_bounds`), once the run ended
     placement: SuccessPlacement | None = None
 
     @property

@@ -34,9 +34,12 @@ import torch
 from fedleak.attacks import Reconstruction, create_attack
 from fedleak.attacks.kkt_postprocess import scale_to_unit
 from fedleak.attacks.release import ReleasedModel
+from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
+from fedleak.harness.attacker.attack_settings import AttackSettings, jsonable
 from fedleak.harness.attacker.client import ReceivedRelease, VictimClient, VictimError
 from fedleak.harness.attacker.described import dataset_info, model_spec, server_model
-from fedleak.harness.attacker.progress import reconstruct_with_progress
+from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import (
     CandidatesRecord,
     ReleaseRecord,
@@ -45,10 +48,7 @@ from fedleak.harness.attacker.records import (
     RunHeader,
     TrainingSampleRecord,
 )
-from fedleak.harness.attacker.settings import AttackSettings, jsonable
-from fedleak.harness.shared.kkt_metrics import vote_reconstructions
-from fedleak.harness.shared.kkt_plots import plot_ssim_vs_margin
-from fedleak.harness.shared.pictures import save_grid
+from fedleak.harness.metrics.kkt_metrics import vote_reconstructions
 from fedleak.v1 import victim_pb2 as pb
 
 #: How many of the best-scored training samples the picture shows.

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedleak.attacks import attack_class
+from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.records import RunRecord
 from fedleak.harness.attacker.release_attack import run_release_attack
-from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.tokens import check_tokens
 from fedleak.harness.attacker.update_attack import run_update_attack
 

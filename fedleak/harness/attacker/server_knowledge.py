@@ -16,7 +16,7 @@ from torch import nn
 
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimError
-from fedleak.harness.shared.datasets import DatasetError, DatasetInfo, load_dataset, normalize
+from fedleak.harness.zoo.datasets import DatasetError, DatasetInfo, load_dataset, normalize
 from fedleak.v1 import victim_pb2 as pb
 
 BUNDLED = ("digits", "faces", "photos")

@@ -28,6 +28,11 @@ from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
 from fedleak.attacks.dishonest import flip_labels
 from fedleak.attacks.malicious import MaliciousAttack, ServerKnowledge
 from fedleak.attacks.published import PublishedDefense
+from fedleak.harness.attacker.attack_progress import (
+    reconstruct_many_with_progress,
+    reconstruct_with_progress,
+)
+from fedleak.harness.attacker.attack_settings import AttackSettings, jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
 from fedleak.harness.attacker.described import (
     dataset_info,
@@ -38,10 +43,7 @@ from fedleak.harness.attacker.described import (
     server_model,
     victim_protocol,
 )
-from fedleak.harness.attacker.progress import (
-    reconstruct_many_with_progress,
-    reconstruct_with_progress,
-)
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import (
     FeatureRecord,
     ImageRecord,
@@ -49,23 +51,21 @@ from fedleak.harness.attacker.records import (
     RunHeader,
     UpdateRun,
 )
-from fedleak.harness.attacker.secure_aggregation import (
+from fedleak.harness.attacker.secagg_rounds import (
     as_received_update,
-    run_secure_aggregation,
+    run_secagg,
 )
 from fedleak.harness.attacker.server_knowledge import server_knowledge
-from fedleak.harness.attacker.settings import AttackSettings, jsonable
-from fedleak.harness.shared.datasets import DatasetInfo, denormalize
-from fedleak.harness.shared.observation import observation_from_update
-from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.shared.replay_fidelity import INEXACT, inexact_reasons
-from fedleak.harness.shared.success_bounds import (
+from fedleak.harness.federated.observe import observation_from_update
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.replay_fidelity import INEXACT, inexact_reasons
+from fedleak.harness.metrics.success_bounds import (
     SuccessPlacement,
     place,
     prior_kappa,
     round_mechanism,
 )
+from fedleak.harness.zoo.datasets import DatasetInfo, denormalize
 from fedleak.v1 import victim_pb2 as pb
 
 #: Status codes that mean the victim is gone (not that it refused the request).
@@ -252,7 +252,7 @@ class Server:
         """Send θ = ``params``, receive the update: ComputeUpdate, or a secure-aggregation
         round."""
         if self.secagg:
-            aggregation = run_secure_aggregation(self.client, params, self.buffers,
+            aggregation = run_secagg(self.client, params, self.buffers,
                                                  self.protocol)
             return as_received_update(aggregation, list(params),
                                       [tuple(t.shape) for t in params.values()],

@@ -15,15 +15,15 @@ import sys
 
 import click
 
-from fedleak.harness.cli.attack import attack
-from fedleak.harness.cli.audit import audit
-from fedleak.harness.cli.defense import defense
-from fedleak.harness.cli.demo import demo
-from fedleak.harness.cli.flower import flower
-from fedleak.harness.cli.informed import informed_adversary
-from fedleak.harness.cli.sweep import report, sweep
-from fedleak.harness.cli.train import train_model
-from fedleak.harness.cli.victim import victim
+from fedleak.harness.cli.attack_command import attack
+from fedleak.harness.cli.audit_command import audit
+from fedleak.harness.cli.defense_command import defense
+from fedleak.harness.cli.demo_command import demo
+from fedleak.harness.cli.flower_command import flower
+from fedleak.harness.cli.informed_command import informed_adversary
+from fedleak.harness.cli.sweep_command import report, sweep
+from fedleak.harness.cli.train_command import train_model
+from fedleak.harness.cli.victim_command import victim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -40,8 +40,8 @@ def main() -> None:
 def list_names() -> None:
     """List data sets, models with their options, attacks and defenses with their parameters."""
     from fedleak.attacks import attack_class, attack_names
-    from fedleak.harness.shared.datasets import DATASET_NAMES
-    from fedleak.harness.shared.models import model_names, model_options
+    from fedleak.harness.zoo.datasets import DATASET_NAMES
+    from fedleak.harness.zoo.models import model_names, model_options
 
     click.echo("data sets: " + ", ".join(DATASET_NAMES))
     click.echo("models (--model NAME[:key=value,...]):")

@@ -4,18 +4,21 @@ The protocol options (``--protocol``, ``--local-epochs``, ``--local-batch-size``
 ``--batchnorm``, ``--momentum``, ``--weight-decay``, ``--nesterov``, ``--shuffle-batches``)
 carry the same user-facing names as a sweep spec's ``[[sweep.protocol]]`` table;
 :func:`protocol_options` declares them for the victim (with the user's defaults) and for the
-attacker (unset: the victim decides), and ``fedleak.harness.shared.protocol`` turns them into
-the typed :class:`~fedleak.harness.shared.protocol.Protocol`.
+attacker (unset: the victim decides), and ``fedleak.harness.federated.protocol`` turns them into
+the typed :class:`~fedleak.harness.federated.protocol.Protocol`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
-from fedleak.harness.shared.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
+from fedleak.harness.federated.protocol import BATCHNORM_MODES, OPTION_FIELDS, PROTOCOLS, Protocol
 
 TOKEN_ENV = "FEDLEAK_TOKEN"
 SCORE_TOKEN_ENV = "FEDLEAK_SCORE_TOKEN"
@@ -24,8 +27,90 @@ DEFAULT_PORT = 50051
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def packed(into: type[Any], name: str, decorators: Sequence[Callable[[Any], Any]]) \
+        -> Callable[[F], F]:
+    """Declare ``decorators``' options on a command and hand their values to it as one typed
+    ``into`` object (a dataclass whose fields are the options' names), as parameter ``name``.
+
+    The options, their names and their help are unchanged; only the command's signature is
+    shorter and typed."""
+    fields = [f.name for f in dataclasses.fields(into)]
+
+    def apply(function: F) -> F:
+        @functools.wraps(function)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = into(**{field: kwargs.pop(field) for field in fields})
+            return function(*args, **kwargs)
+
+        wrapped: Any = command
+        for decorator in reversed(decorators):
+            wrapped = decorator(wrapped)
+        return wrapped
+
+    return apply
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    """The protocol options as given: the victim's (with its defaults) or the attacker's (None:
+    the victim decides)."""
+
+    kind: str | None
+    local_epochs: int | None
+    local_batch_size: int | None
+    lr: float | None
+    batchnorm: str | None
+    momentum: float | None
+    weight_decay: float | None
+    nesterov: bool | None
+    shuffle_batches: bool | None
+
+    def given(self) -> VictimProtocolOptions:
+        """The victim's options, each of which has a default (so none is None)."""
+        values = dataclasses.asdict(self)
+        missing = [name for name, value in values.items() if value is None]
+        assert not missing, f"victim protocol options without a default: {missing}"
+        return VictimProtocolOptions(**values)
+
+    def values(self) -> dict[str, Any]:
+        """By their user-facing names (``Protocol.from_options`` and ``changes_from_options``
+        take them)."""
+        return {name: getattr(self, name) for name in OPTION_FIELDS}
+
+
+@dataclass(frozen=True)
+class VictimProtocolOptions:
+    """The protocol options of a victim (``protocol_options(victim=True)``): all set."""
+
+    kind: str
+    local_epochs: int
+    local_batch_size: int
+    lr: float
+    batchnorm: str
+    momentum: float
+    weight_decay: float
+    nesterov: bool
+    shuffle_batches: bool
+
+
+@dataclass(frozen=True)
+class TokenOptions:
+    """``--token``/``--token-file`` and ``--score-token``/``--score-token-file`` as given."""
+
+    token: str | None
+    token_file: str | None
+    score_token: str | None
+    score_token_file: str | None
+
+    def read(self) -> tuple[str | None, str | None]:
+        """(token, score token), a file taking the place of the value."""
+        return (_token(self.token, self.token_file, "--token"),
+                _token(self.score_token, self.score_token_file, "--score-token"))
+
+
 def protocol_options(victim: bool) -> Callable[[F], F]:
-    """The protocol options; ``victim``: with the user's defaults, else unset (None)."""
+    """The protocol options, handed to the command as ``protocol``, a :class:`ProtocolOptions`;
+    ``victim``: with the user's defaults, else unset (None)."""
     d = Protocol()
 
     def default(value: Any) -> Any:
@@ -64,17 +149,7 @@ def protocol_options(victim: bool) -> Callable[[F], F]:
                           "epoch (docs/fedavg.md)."),
     ]
 
-    def apply(function: F) -> F:
-        for decorator in reversed(decorators):
-            function = decorator(function)
-        return function
-
-    return apply
-
-
-def protocol_values(kw: dict[str, Any]) -> dict[str, Any]:
-    """The protocol options of a command's keyword arguments, by their user-facing names."""
-    return {name: kw.get(name) for name in OPTION_FIELDS}
+    return packed(ProtocolOptions, "protocol", decorators)
 
 
 def option_pairs(pairs: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -99,8 +174,9 @@ def check_device(device: str) -> None:
 
 def token_options(function: F) -> F:
     """``--token``/``--token-file`` (the victim's secret for Reveal) and ``--score-token`` /
-    ``--score-token-file`` (the evaluator's, for Score when the victim requires it). Prefer the
-    environment variables or the files: a token on the command line shows in ``ps``."""
+    ``--score-token-file`` (the evaluator's, for Score when the victim requires it), handed to
+    the command as ``tokens``, a :class:`TokenOptions`. Prefer the environment variables or the
+    files: a token on the command line shows in ``ps``."""
     decorators = [
         click.option("--token", envvar=TOKEN_ENV, default=None,
                      help=f"The victim's token (guards Reveal); prefer ${TOKEN_ENV} or "
@@ -112,15 +188,7 @@ def token_options(function: F) -> F:
         click.option("--score-token-file", type=click.Path(dir_okay=False, exists=True),
                      default=None, help="Read --score-token from this file (its first line)."),
     ]
-    for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
-
-
-def read_tokens(kw: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(token, score token) from the options, a file taking the place of the value."""
-    return (_token(kw.get("token"), kw.get("token_file"), "--token"),
-            _token(kw.get("score_token"), kw.get("score_token_file"), "--score-token"))
+    return packed(TokenOptions, "tokens", decorators)(function)
 
 
 def _token(value: str | None, path: str | None, flag: str) -> str | None:

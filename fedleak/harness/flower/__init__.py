@@ -2,7 +2,7 @@
 
 The only room that imports ``flwr`` (install it with ``pip install 'fedleak[flower]'``):
 
-- :class:`~fedleak.harness.flower.audit.LeakageAudit` wraps any Message-API strategy on the
+- :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` wraps any Message-API strategy on the
   ServerApp, keeps θ per round and attacks (or records) every node's reply;
 - :class:`~fedleak.harness.flower.secagg.AggregateAudit` wraps a legacy strategy under
   Flower's SecAgg+ and attacks the only thing the server gets, the aggregate of the surviving
@@ -11,7 +11,7 @@ The only room that imports ``flwr`` (install it with ``pip install 'fedleak[flow
 - :class:`~fedleak.harness.flower.mods.DefenseMod` runs fedleak's update-stage defenses as a
   ClientApp mod; :func:`~fedleak.harness.flower.train.train` is the node's local update
   (fedleak's own, DP-SGD through Opacus included);
-- :func:`~fedleak.harness.flower.scoring.score_reply` scores a reconstruction on the node
+- :func:`~fedleak.harness.flower.node_scoring.score_reply` scores a reconstruction on the node
   against the batch it trained on, ground truth never leaving it;
 - :mod:`~fedleak.harness.flower.federation` assembles ServerApp and ClientApp for
   ``fedleak flower simulate`` and for ``flwr run``.

@@ -1,13 +1,13 @@
 """What both Flower audits share: the model, the attack, the run folder, and one update's audit.
 
-:class:`~fedleak.harness.flower.audit.LeakageAudit` (every node's reply, Message-API
+:class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` (every node's reply, Message-API
 strategies) and :class:`~fedleak.harness.flower.secagg.AggregateAudit` (the aggregate Flower's
 SecAgg+ hands a legacy strategy) differ in what they read off a round; from a
 :class:`~fedleak.harness.attacker.client.ReceivedUpdate` on, they are the same
 :class:`Auditor`: record it (``record_only``) or build the attack's observation with the
 victim's own replay (:func:`~fedleak.harness.attacker.update_attack.observation_for`), run the
 attack, have the reconstruction scored on the node(s) that hold the batch
-(:mod:`~fedleak.harness.flower.scoring`; the truth stays there) and write the run folder
+(:mod:`~fedleak.harness.flower.node_scoring`; the truth stays there) and write the run folder
 ``fedleak attack`` writes (``metrics.json``, ``reconstruction.png``, ``comparison.png`` where
 the nodes reveal).
 """
@@ -30,26 +30,26 @@ from torch import nn
 
 from fedleak.attacks import Attack, Observation, create_attack
 from fedleak.attacks.epochs import epoch_copies
+from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
+from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
-from fedleak.harness.attacker.progress import reconstruct_with_progress
+from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
-from fedleak.harness.attacker.settings import jsonable
 from fedleak.harness.attacker.update_attack import observation_for, round_line, round_record
+from fedleak.harness.federated.replay_fidelity import INEXACT
 from fedleak.harness.flower.arrays import tensors
-from fedleak.harness.flower.procedure import LocalProcedure
-from fedleak.harness.flower.scoring import (
+from fedleak.harness.flower.node_scoring import (
     REVEALED,
     SCORE_ACTION,
     SCORE_MESSAGE_TYPE,
     SCORE_METRICS,
     submission_content,
 )
-from fedleak.harness.shared.datasets import DatasetInfo, dataset_info, denormalize
-from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.pictures import save_grid
-from fedleak.harness.shared.replay_fidelity import INEXACT
+from fedleak.harness.flower.procedure import LocalProcedure
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
+from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
+from fedleak.harness.zoo.models import build_model
 from fedleak.v1 import victim_pb2 as pb
 
 #: reply metrics (from fedleak's train helper) that become the round's public metadata
@@ -223,7 +223,7 @@ class Auditor:
                       inexact: Sequence[str] = ()) -> RoundRecord | None:
         """Record ``received`` (``record_only``: None) or attack, score and write it;
         ``inexact``: why the wrapper knows the replay is not the update (beside what the
-        protocol itself says, :mod:`~fedleak.harness.shared.replay_fidelity`)."""
+        protocol itself says, :mod:`~fedleak.harness.federated.replay_fidelity`)."""
         if self.record_only:
             write_round(self.out, folder, received, params, buffers, warnings,
                         self.model_spec, self.info.name, inexact=list(inexact))
@@ -314,7 +314,7 @@ class Auditor:
                     labels: list[int], *, aggregate: bool = False,
                     padding: list[int] | None = None) -> ScoreAnswer:
         """Ask ``node`` to score the reconstruction (``aggregate``: its own images among the
-        reconstruction of several nodes' batches, :mod:`~fedleak.harness.flower.scoring`)."""
+        reconstruction of several nodes' batches, :mod:`~fedleak.harness.flower.node_scoring`)."""
         if self._grid is None:
             return None, None, "no grid to reach the node (no train round was configured)"
         query = Message(submission_content(server_round, images, labels, aggregate=aggregate,
@@ -370,7 +370,7 @@ def score_error(reason: str) -> str:
     if f"No query function registered with name '{SCORE_ACTION}'" in text:
         return (f"the node's ClientApp has no {SCORE_ACTION!r} query handler: add "
                 f"`@app.query(\"{SCORE_ACTION}\")` returning `score_reply(msg, context, info)` "
-                "(fedleak.harness.flower.scoring), and call `remember_batch` (or fedleak's "
+                "(fedleak.harness.flower.node_scoring), and call `remember_batch` (or fedleak's "
                 "`train(..., context=context)`) when training (docs/flower.md)")
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return "the node refused to score: " + (lines[-1] if lines else "no reason given")

@@ -36,17 +36,17 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
-from fedleak.harness.flower.audit import LeakageAudit
+from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.auditor import DEFAULT_BUDGET, Auditor
+from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
+from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.procedure import LocalProcedure
-from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
 from fedleak.harness.flower.train import train
-from fedleak.harness.shared.datasets import ImageDataset, load_dataset
-from fedleak.harness.shared.models import build_model
-from fedleak.harness.shared.protocol import Protocol
+from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
+from fedleak.harness.zoo.models import build_model
 
 #: run-config keys that are lists, written as one space-separated string
 LIST_KEYS = ("defenses", "options")

@@ -3,9 +3,9 @@
 A mod wraps the ClientApp's train handler: it remembers the θ the server sent, lets the
 ClientApp train, reads the update the reply carries (:mod:`~fedleak.harness.flower.update`:
 Δ = θ′ − θ, or g for one-step FedSGD), applies the defenses in order, Δ ← D_k(Δ), exactly as
-fedleak's victim does (:func:`~fedleak.harness.shared.defended_update.defended_update`),
+fedleak's victim does (:func:`~fedleak.harness.federated.defended_update.defended_update`),
 replies with the state that carries the defended update, and publishes its chain in the reply
-(:mod:`~fedleak.harness.flower.published`), as a victim's ``Describe`` does:
+(:mod:`~fedleak.harness.flower.published_defenses`), as a victim's ``Describe`` does:
 
     app = ClientApp(mods=[DefenseMod("clip:max-norm=1", "prune:p=0.9")])
 
@@ -30,7 +30,7 @@ from fedleak.defenses import DefenseChain
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.flower.arrays import mismatch, record_of, tensors
 from fedleak.harness.flower.procedure import procedure_from_config
-from fedleak.harness.flower.published import publish
+from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying, update_of
 
 #: Flower error code of a reply a mod refused to defend (the ClientApp's own codes are < 100)

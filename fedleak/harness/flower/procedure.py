@@ -1,6 +1,6 @@
 """The clients' local procedure, read from the round's train config, and how well it replays.
 
-fedleak's replay (:mod:`fedleak.harness.shared.local_update`) is the user's local update: E
+fedleak's replay (:mod:`fedleak.harness.federated.local_update`) is the user's local update: E
 epochs of mini-batches of B at learning rate τ with ``torch.optim.SGD``'s momentum, weight
 decay and Nesterov, batches in order or shuffled every epoch, BatchNorm as ``batchnorm`` says
 — the loop people write. A Flower ClientApp trains as its author wrote it, so the audit takes
@@ -10,7 +10,7 @@ procedure=LocalProcedure(...))``, for a ClientApp that reads its settings elsewh
 Flower's quickstart, whose epochs and batch size come from the run config). It says what it
 cannot replay: a key neither states (fedleak's default is then assumed: a warning), an
 optimiser other than SGD, and a shuffled order that matters (the round is *inexact*,
-:mod:`~fedleak.harness.shared.replay_fidelity`). Breaching #20 is the failure this prevents:
+:mod:`~fedleak.harness.federated.replay_fidelity`). Breaching #20 is the failure this prevents:
 an attack on many shuffled momentum steps that no replay modelled, reported as a result.
 
 Config keys (ConfigRecord of the train message, or ``[tool.flwr.app.config]``):
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedleak.harness.shared.protocol import Protocol, ProtocolError, changes_from_options
+from fedleak.harness.federated.protocol import Protocol, ProtocolError, changes_from_options
 
 #: config key → the user-facing protocol option (``OPTION_FIELDS`` of the protocol module)
 PROTOCOL_KEYS = {"fedleak-protocol": "kind", "local-epochs": "local_epochs",
@@ -70,7 +70,7 @@ class LocalProcedure:
     def inexact_reasons(self, num_images: int) -> list[str]:
         """Why fedleak's replay cannot be the clients' update over ``num_images`` images, from
         the procedure alone (empty: it replays it; the shuffled order is judged per round by
-        :func:`~fedleak.harness.shared.replay_fidelity.inexact_reasons`)."""
+        :func:`~fedleak.harness.federated.replay_fidelity.inexact_reasons`)."""
         if self.protocol.kind == "fedavg" and self.optimizer not in REPLAYED_OPTIMISERS:
             return [f"the clients train with optimizer {self.optimizer!r}; fedleak replays "
                     f"{'/'.join(REPLAYED_OPTIMISERS)} (momentum, weight decay, Nesterov) only"]

@@ -33,7 +33,7 @@ which is warned about). After several local steps the aggregate is a mean of K s
 trajectories, which is not one client's update on the pooled batch: such rounds are not
 attacked, and the reason is recorded. Each survivor then scores the reconstruction of all N
 images against its own batch (it finds its n_k images among them:
-:mod:`~fedleak.harness.flower.scoring`), and the audit pools the scores.
+:mod:`~fedleak.harness.flower.node_scoring`), and the audit pools the scores.
 
 ``metrics.json`` says what the server saw: ``server_view`` in the header and in every round
 (``secagg+ aggregate of K nodes``), with the survivors, their example counts, the weights and
@@ -58,6 +58,7 @@ from flwr.serverapp import Grid
 from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.federated.protocol import FEDSGD, ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state
 from fedleak.harness.flower.auditor import (
     PRIVACY_METRICS,
@@ -69,8 +70,7 @@ from fedleak.harness.flower.auditor import (
 from fedleak.harness.flower.legacy import named_state
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.update import update_of
-from fedleak.harness.shared.datasets import DatasetInfo
-from fedleak.harness.shared.protocol import FEDSGD, ProtocolError
+from fedleak.harness.zoo.datasets import DatasetInfo
 from fedleak.v1 import victim_pb2 as pb
 
 #: what the server sees under SecAgg+ (metrics.json ``server_view``)

@@ -1,8 +1,9 @@
 """The node's local update for a ClientApp: fedleak's own, so the audit's replay is exact.
 
 :func:`train` is what a ClientApp's train handler calls for exact-replay experiments: it
-reads θ from the train message, runs :func:`~fedleak.harness.shared.defended_update.defended_update`
-(the code fedleak's victim runs: :func:`~fedleak.harness.shared.local_update.local_update`,
+reads θ from the train message, runs
+:func:`~fedleak.harness.federated.defended_update.defended_update`
+(the code fedleak's victim runs: :func:`~fedleak.harness.federated.local_update.local_update`,
 or DP-SGD through Opacus when ``defenses`` names ``dpsgd``) on the node's batch with the
 procedure of the round's config, and returns the state that carries the update
 (:mod:`~fedleak.harness.flower.update`) with the reply's metrics: ``num-examples``,
@@ -11,7 +12,7 @@ fedleak's) and, under DP-SGD, the accountant's ``epsilon-round``, ``epsilon-tota
 round this node served, kept in the node's Flower state) and ``delta``.
 
 With ``context`` the batch is remembered in the node's state, where the node-side scorer
-(:mod:`~fedleak.harness.flower.scoring`) finds it; it never leaves the node. A ClientApp with
+(:mod:`~fedleak.harness.flower.node_scoring`) finds it; it never leaves the node. A ClientApp with
 its own training loop still works with the audit, which then warns that it cannot check the
 procedure.
 """
@@ -28,16 +29,16 @@ from torch import nn
 
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.defenses.dpsgd import epsilon, make_accountant
+from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
     REPLAYABLE_METRIC,
     procedure_from_config,
 )
-from fedleak.harness.flower.published import publish
+from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.defended_update import defended_update
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: the node's state records: its latest training batch, and its DP accounting history
 TRUTH_RECORD = "fedleak.truth"
@@ -48,7 +49,8 @@ DP_HISTORY = "fedleak.dp-history"
 class Trained(tuple[ArrayRecord, MetricRecord]):
     """What :func:`train` returns: ``(arrays, metrics)`` — θ′ and the reply's metrics, as a
     pair, so ``arrays, metrics = train(...)`` works — and :meth:`content`, the reply content
-    with the defenses training applied published (:mod:`~fedleak.harness.flower.published`)."""
+    with the defenses training applied published
+    (:mod:`~fedleak.harness.flower.published_defenses`)."""
 
     defenses: list[tuple[str, dict[str, str], str]]
 

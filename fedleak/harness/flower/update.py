@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import torch
 
-from fedleak.harness.shared.protocol import FEDSGD, Protocol
+from fedleak.harness.federated.protocol import FEDSGD, Protocol
 
 
 def update_of(sent: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor],

@@ -2,5 +2,5 @@
 ``fedleak.v1.DefenseService``), the service that serves any update defense, and their
 chunked wire format.
 
-It may import ``wire``, ``shared`` and ``defenses``.
+It may import ``wire``, ``federated``, ``metrics``, ``zoo`` and ``defenses``.
 """

@@ -28,16 +28,16 @@ from pathlib import Path
 import grpc
 import torch
 
-from fedleak.defenses.base import GaussianClaim, UpdateDefense
-from fedleak.defenses.registry import DefenseConfigError
+from fedleak.defenses.defense_registry import DefenseConfigError
+from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 from fedleak.harness.remote_defense.wire import (
     DEFAULT_CHUNK_BYTES,
     UpdateStreamError,
     assemble_update,
     update_chunks,
 )
-from fedleak.harness.wire.errors import FailedPrecondition
 from fedleak.harness.wire.reachability import diagnose, split_address
+from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedleak.harness.shared.models import ModelError, ModelSpec
+from fedleak.harness.zoo.models import ModelError, ModelSpec
 
 #: key of a ``[[sweep.attack]]`` table naming the architecture a malicious server distributed
 #: (``imprint:bins=256``): that attack's points run every model of the grid inside it.

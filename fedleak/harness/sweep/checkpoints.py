@@ -32,9 +32,9 @@ def ensure_checkpoint(point: Point, run_dir: Path, echo: Callable[[str], Any] = 
         return
     import torch
 
-    from fedleak.harness.shared.datasets import load_dataset
-    from fedleak.harness.shared.models import ModelSpec, build_model
-    from fedleak.harness.shared.training import train_classifier
+    from fedleak.harness.federated.training import train_classifier
+    from fedleak.harness.zoo.datasets import load_dataset
+    from fedleak.harness.zoo.models import ModelSpec, build_model
 
     echo(f"training {point.model} on {point.dataset} for {point.train_epochs} epochs "
          f"(checkpoint for trained points)")

@@ -26,11 +26,11 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from fedleak.attacks import attack_class
+from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import defense_specs
 from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.run import run_attack
-from fedleak.harness.attacker.settings import AttackSettings
 from fedleak.harness.attacker.update_attack import attack_packed, open_server
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
@@ -39,7 +39,7 @@ from fedleak.harness.sweep.measurements import (
 )
 from fedleak.harness.sweep.points import Point
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.victim.victim_settings import VictimSettings
 from fedleak.v1 import victim_pb2 as pb
 
 

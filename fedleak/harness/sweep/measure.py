@@ -5,7 +5,7 @@ another node: attack K private batches of the point's victim
 (:func:`~fedleak.harness.sweep.leakage.measure_attack`), then train federatedly through the
 defended path (:func:`~fedleak.harness.sweep.utility.measure_utility`), then, with a
 ``[sweep.audit]`` table, play the audit game
-(:func:`~fedleak.harness.sweep.audit.measure_audit`). Each finished measurement goes to
+(:func:`~fedleak.harness.sweep.point_audit.measure_audit`). Each finished measurement goes to
 ``on_measured`` the moment it finishes: the store itself on one machine, a list returned to
 the driver from a Ray task (the driver alone writes the store there).
 
@@ -22,15 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedleak.harness.sweep.audit import measure_audit
 from fedleak.harness.sweep.leakage import measure_attack, measure_attacks_packed
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
 )
+from fedleak.harness.sweep.point_audit import measure_audit
 from fedleak.harness.sweep.points import Point
-from fedleak.harness.sweep.progress import ProgressSink
+from fedleak.harness.sweep.sweep_progress import ProgressSink
 from fedleak.harness.sweep.utility import measure_utility
 
 #: ``on_measured(kind, measurement, started_at)``: kind is ``attack``, ``utility`` or ``audit``.

@@ -59,7 +59,7 @@ class AttackMeasurement:
     server_role: str = "honest"
     #: images recovered exactly (PSNR >= 40 dB) over the point's rounds
     exact: int | None = None
-    #: success at a PSNR threshold (:mod:`fedleak.harness.shared.success_bounds`): images at
+    #: success at a PSNR threshold (:mod:`fedleak.harness.metrics.success_bounds`): images at
     #: success_psnr dB or above, their share, κ of the public prior (and its upper end) and the
     #: DP bound β(κ) of the attacked rounds' mechanism (σ, q, T), with its method
     success_psnr: float | None = None

@@ -15,8 +15,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.victim_settings import VictimSettings
 
 SCHEDULES = ("cosine", "constant")
 # Point fields that label a point for the report but do not change what is measured.

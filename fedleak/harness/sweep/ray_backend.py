@@ -37,8 +37,8 @@ from fedleak.harness.sweep.measurements import (
     done_line,
 )
 from fedleak.harness.sweep.points import Point, PointResources
-from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, replay
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+from fedleak.harness.sweep.sweep_progress import ProgressSink, QueueProgress, replay
 
 #: How a point's outcome is summed up: (point id, label, status, error).
 Result = tuple[str, str, str, str]

@@ -7,7 +7,7 @@ Per point, in this order, each skipped when the store already has it:
    :func:`fedleak.harness.attacker.run.run_attack` for K rounds into
    ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
 2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim);
-3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.audit.measure_audit` (its
+3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.point_audit.measure_audit` (its
    own victim, started with ``--allow-audit``).
 
 Against victims the user already runs (``victims``), no process is started: the attack and the
@@ -41,10 +41,10 @@ from fedleak.harness.sweep.leakage import pack_key
 from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
 from fedleak.harness.sweep.measurements import done_line
 from fedleak.harness.sweep.points import Point
-from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
 from fedleak.harness.sweep.ray_backend import RayOptions, run_on_ray
 from fedleak.harness.sweep.spec import SweepSpec
 from fedleak.harness.sweep.store import STORE_NAME, DuplicateMeasurement, ResultStore
+from fedleak.harness.sweep.sweep_progress import ProgressSink, QueueProgress, TqdmProgress, replay
 
 SPEC_NAME = "spec.toml"
 

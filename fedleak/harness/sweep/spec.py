@@ -71,8 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.attacks.base import UpdateSetting
-from fedleak.harness.shared.models import ModelError
-from fedleak.harness.shared.protocol import OPTION_FIELDS, Protocol, ProtocolError
+from fedleak.harness.federated.protocol import OPTION_FIELDS, Protocol, ProtocolError
 from fedleak.harness.sweep.architecture import (
     ARCHITECTURE_KEY,
     server_architecture,
@@ -85,6 +84,7 @@ from fedleak.harness.sweep.points import (
     SpecError,
     UtilitySettings,
 )
+from fedleak.harness.zoo.models import ModelError
 
 PRESETS_PACKAGE = "fedleak.harness.sweep"
 PRESETS_FOLDER = "presets"
@@ -358,7 +358,7 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def _dataset(name: Any) -> str:
-    from fedleak.harness.shared.datasets import DATASET_NAMES
+    from fedleak.harness.zoo.datasets import DATASET_NAMES
 
     if name not in DATASET_NAMES:
         raise SpecError(f"sweep.dataset: unknown data set {name!r}; choose one of "
@@ -367,7 +367,7 @@ def _dataset(name: Any) -> str:
 
 
 def _models(sweep: dict[str, Any]) -> list[str]:
-    from fedleak.harness.shared.models import ModelSpec, model_names
+    from fedleak.harness.zoo.models import ModelSpec, model_names
 
     if "model" in sweep and "models" in sweep:
         raise SpecError("sweep: give model or models, not both")
@@ -422,7 +422,7 @@ AUDIT_KEYS = {"trials": "trials", "canary": "canary", "direction": "direction", 
 def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     """``[sweep.audit]`` as ``AuditSettings`` fields, checked as the victim will check them."""
     from fedleak.harness.victim.audit import AuditRequest
-    from fedleak.harness.wire.errors import InvalidArgument
+    from fedleak.harness.wire.request_errors import InvalidArgument
 
     table = _keys(value, "sweep.audit")
     _no_unknown(table, set(AUDIT_KEYS), "sweep.audit")
@@ -439,7 +439,7 @@ def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     try:
         AuditRequest(**{k: v for k, v in out.items() if k != "calibration_fraction"},
                      calibration_fraction=out.get("calibration_fraction", 0.2)).checked(
-            max_trials=10**9, secure_aggregation=True)
+            max_trials=10**9, secagg=True)
     except (InvalidArgument, TypeError) as err:
         raise SpecError(f"sweep.audit: {err}") from None
     if out.get("canary") == "client" and any(d.users < 2 for d in defenses):
@@ -452,7 +452,7 @@ def _audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
 def _protocols(value: Any, batch_size: int | None = None) -> list[Protocol]:
     """The ``[[sweep.protocol]]`` tables; a shuffled FedAvg whose order matters for the
     sweep's ``batch_size`` is refused: no replay matches it exactly, and a sweep's figures are
-    headline figures (:mod:`~fedleak.harness.shared.replay_fidelity`)."""
+    headline figures (:mod:`~fedleak.harness.federated.replay_fidelity`)."""
     out = []
     for i, table in enumerate(_tables(value, "sweep.protocol")):
         where = f"sweep.protocol[{i}]"

@@ -31,16 +31,16 @@ import torch
 
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient
 from fedleak.harness.attacker.described import defense_specs, server_model
-from fedleak.harness.attacker.secure_aggregation import (
+from fedleak.harness.attacker.secagg_rounds import (
     as_received_update,
-    run_secure_aggregation,
+    run_secagg,
 )
-from fedleak.harness.shared.datasets import load_dataset
-from fedleak.harness.shared.training import accuracy
+from fedleak.harness.federated.training import accuracy
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
 from fedleak.harness.sweep.points import Point, UtilitySettings
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.settings import VictimSettings
+from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.zoo.datasets import load_dataset
 
 RoundCallback = Callable[[int, str], None]
 
@@ -118,7 +118,7 @@ def aggregated_update(client: VictimClient, params: dict[str, torch.Tensor],
                       buffers: dict[str, torch.Tensor]) -> ReceivedUpdate:
     """One secure-aggregation round among the victim's users: the mean of the survivors'
     updates (their unmasked sum over their number)."""
-    aggregation = run_secure_aggregation(client, params, buffers)
+    aggregation = run_secagg(client, params, buffers)
     received = as_received_update(aggregation, list(params),
                                   [tuple(t.shape) for t in params.values()], "sum")
     survivors = max(len(received.user_ids), 1)

@@ -53,13 +53,13 @@ from fedleak.auditing.canaries import (
 )
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.local_update import local_update
-from fedleak.harness.shared.private_update import TrialCanary, per_example_gradients
-from fedleak.harness.shared.protocol import FEDSGD, Protocol, local_batches
+from fedleak.harness.federated.local_update import local_update
+from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
+from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
 from fedleak.harness.victim.limits import DEFAULT_AUDIT_BUDGET, DEFAULT_MAX_AUDIT_TRIALS
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: Unanswered audits kept; opening another forgets the oldest.
 MAX_OPEN_AUDITS = 8
@@ -88,13 +88,13 @@ class AuditRequest:
     threshold: float = 0.0
     calibration_fraction: float = 0.0
 
-    def checked(self, max_trials: int, secure_aggregation: bool) -> AuditRequest:
+    def checked(self, max_trials: int, secagg: bool) -> AuditRequest:
         """The request with defaults filled in; ``InvalidArgument`` names what to change."""
         canary = self.canary or GRADIENT
         if canary not in CANARY_KINDS:
             raise InvalidArgument(f"canary {canary!r} is unknown; use one of "
                                   f"{', '.join(CANARY_KINDS)}")
-        if canary == CLIENT and not secure_aggregation:
+        if canary == CLIENT and not secagg:
             raise InvalidArgument("a canary client is an extra user of a secure-aggregation "
                                   "round: this victim has one user; use canary gradient or "
                                   "input, or start it with --users K --defense secagg")
@@ -184,7 +184,7 @@ class AuditSession:
     protocol: Protocol
     claim: TrialClaim
     threat_model: str
-    secure_aggregation: bool
+    secagg: bool
     canary_user: int = -1
     threshold: float | None = None
     served: int = 0
@@ -417,11 +417,11 @@ def _quiet_coordinate(model: nn.Module, parameters: Mapping[str, torch.Tensor],
     return quiet_coordinate(gradient)
 
 
-def threat_model(secure_aggregation: bool, users: int, canary: str, protocol: Protocol) -> str:
+def threat_model(secagg: bool, users: int, canary: str, protocol: Protocol) -> str:
     """What the server sees per trial, in words."""
     update = "gradient (FedSGD)" if protocol.kind == FEDSGD else \
         f"parameter delta (FedAvg, {protocol.local_epochs} local epoch(s))"
-    if secure_aggregation:
+    if secagg:
         extra = " and a canary client" if canary == CLIENT else ""
         return (f"honest server that sees only the secure-aggregation sum of {users} users' "
                 f"defended updates{extra} per trial ({update})")
@@ -430,7 +430,7 @@ def threat_model(secure_aggregation: bool, users: int, canary: str, protocol: Pr
 
 def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
                 parameters: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                protocol: Protocol, info: DatasetInfo, describe: str, secure_aggregation: bool,
+                protocol: Protocol, info: DatasetInfo, describe: str, secagg: bool,
                 canary_user: int, rng: np.random.Generator) -> AuditSession:
     """A session with its secret coins (fair, independent) and calibration split drawn from
     ``rng`` (the victim's secret randomness)."""
@@ -449,7 +449,7 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
         threshold = canary.expected_shift / 2
     return AuditSession(uuid.uuid4().hex, request, canary, canary.trial_canary(info), coins,
                         calibration, parameters, buffers, protocol, claim, describe,
-                        secure_aggregation, canary_user, threshold)
+                        secagg, canary_user, threshold)
 
 
 def session_claim(request: AuditRequest, chain: DefenseChain, canary: AuditCanary,

@@ -10,7 +10,7 @@ the canary's presence in one round of the user:
 - **update defenses only** (and every canary client): the canary moves what enters the chain
   by at most r — ‖c‖ for a gradient canary or a canary client, unbounded for an input canary
   (one example can change an unclipped update arbitrarily). Each update defense's
-  :class:`~fedleak.defenses.base.GaussianClaim` then applies in order: clipping to S leaves
+  :class:`~fedleak.defenses.stages.GaussianClaim` then applies in order: clipping to S leaves
   the inputs at most min(r, 2S) apart (projection is 1-Lipschitz), the first Gaussian noise of
   std s makes the trial a Gaussian mechanism with μ = r / s_total, where s_total = s·√k when
   the server sees the sum of k users' noisy updates (secure aggregation), and everything after
@@ -31,7 +31,7 @@ from fedleak.auditing import epsilon_from_mu
 from fedleak.auditing.canaries import CLIENT, INPUT
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD, epsilon, make_accountant
-from fedleak.harness.shared.protocol import FEDSGD, Protocol
+from fedleak.harness.federated.protocol import FEDSGD, Protocol
 
 #: δ of an audit when neither the request nor the chain says.
 DEFAULT_DELTA = 1e-5

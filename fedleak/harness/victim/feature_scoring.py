@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedleak.harness.wire.errors import quoted
+from fedleak.harness.wire.request_errors import quoted
 
 
 class FeatureScoringError(ValueError):

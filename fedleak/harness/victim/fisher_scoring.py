@@ -26,11 +26,11 @@ from torch.func import functional_call, grad
 from fedleak.auditing.fisher_information import FisherCeiling, gaussian_step_information
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.dpsgd import DPSGD
-from fedleak.harness.shared.datasets import DatasetInfo, normalize
-from fedleak.harness.shared.local_update import set_training_mode, user_loss
-from fedleak.harness.shared.protocol import FEDSGD
+from fedleak.harness.federated.local_update import set_training_mode, user_loss
+from fedleak.harness.federated.protocol import FEDSGD
 from fedleak.harness.victim import precision
 from fedleak.harness.victim.rounds import Round
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
 #: Above this many input coordinates (a forward-mode derivative each) no ceiling is computed.
 MAX_DIMENSION = 4096

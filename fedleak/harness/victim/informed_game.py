@@ -21,8 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from fedleak.harness.shared.datasets import ImageDataset
-from fedleak.harness.wire.errors import FailedPrecondition, InvalidArgument, NotFound, quoted
+from fedleak.harness.wire.request_errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    quoted,
+)
+from fedleak.harness.zoo.datasets import ImageDataset
 
 #: The trials a victim remembers (a guess for an older one is refused).
 MAX_TRIALS = 4096

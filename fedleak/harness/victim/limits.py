@@ -26,9 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedleak.harness.shared.protocol import FEDAVG, Protocol
+from fedleak.harness.federated.protocol import FEDAVG, Protocol
 from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
-from fedleak.harness.wire.errors import InvalidArgument
+from fedleak.harness.wire.request_errors import InvalidArgument
 
 #: Default audits answered over a victim's life (``--audit-budget``).
 DEFAULT_AUDIT_BUDGET = 16

@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
-from fedleak.harness.shared.release_training import VALUE_RANGE
+from fedleak.harness.federated.release_training import VALUE_RANGE
 from fedleak.harness.victim import precision
-from fedleak.harness.victim.release import (
+from fedleak.harness.victim.model_release import (
     MAX_CANDIDATES,
     ModelReleaser,
     ReleaseCancelled,
@@ -34,7 +34,7 @@ from fedleak.harness.wire.codec import (
     decode_tensor,
     encode_tensor,
 )
-from fedleak.harness.wire.errors import InvalidArgument, RequestError
+from fedleak.harness.wire.request_errors import InvalidArgument, RequestError
 from fedleak.v1 import victim_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.harness.shared.protocol import Protocol
-from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import NotFound, ResourceExhausted, quoted
+from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.secagg_session import SecAggSession
+from fedleak.harness.wire.request_errors import NotFound, ResourceExhausted, quoted
 
 MAX_REMEMBERED_ROUNDS = 4096
 #: The round's parameters are kept (for scoring recovered features) for this many latest rounds.

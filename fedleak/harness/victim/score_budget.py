@@ -30,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
-from fedleak.harness.wire.errors import FailedPrecondition
+from fedleak.harness.wire.request_errors import FailedPrecondition
 
 #: Targets remembered (oldest forgotten first); a round forgotten by the victim cannot be scored.
 MAX_TARGETS = 16_384

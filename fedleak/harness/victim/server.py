@@ -17,12 +17,12 @@ from typing import Any
 import grpc
 import torch
 
-from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
-from fedleak.harness.shared.protocol import ProtocolChanges
+from fedleak.harness.federated.protocol import ProtocolChanges
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
-from fedleak.harness.victim.release import MAX_CANDIDATES
+from fedleak.harness.victim.model_release import MAX_CANDIDATES
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
 from fedleak.harness.victim.victim import Victim
@@ -35,16 +35,16 @@ from fedleak.harness.wire.codec import (
     dtype_to_pb,
     encode_tensor,
 )
-from fedleak.harness.wire.errors import (
+from fedleak.harness.wire.handlers import add_service
+from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_to_pb
+from fedleak.harness.wire.quoting import name_mismatch
+from fedleak.harness.wire.request_errors import (
     FailedPrecondition,
     InvalidArgument,
     Unauthenticated,
     answer_errors,
     quoted,
 )
-from fedleak.harness.wire.handlers import add_service
-from fedleak.harness.wire.protocol import changes_from_pb, protocol_to_pb
-from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
@@ -239,7 +239,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             delta=session.claim.delta, confidence=session.request.confidence,
             update_kind=session.protocol.update_kind(),
             protocol=protocol_to_pb(session.protocol, self.victim.config.num_images),
-            secure_aggregation=session.secure_aggregation, canary_user=session.canary_user,
+            secure_aggregation=session.secagg, canary_user=session.canary_user,
             score_sign=canary.score_sign, expected_shift=canary.expected_shift,
             threshold_rule=session.request.threshold_rule,
             threshold=session.threshold if session.threshold is not None else 0.0,

@@ -1,7 +1,7 @@
 """The federated user: private images, a model architecture, and the local update it sends.
 
 :class:`Victim` is the user's logic without any RPC: it validates what a server sends, runs the
-shared local update (:mod:`fedleak.harness.shared.protocol`), remembers which private images each
+shared local update (:mod:`fedleak.harness.federated.protocol`), remembers which private images each
 round used, and scores reconstructions against them without letting them out. The gRPC layer
 (:mod:`fedleak.harness.victim.server`) only translates messages and errors.
 
@@ -26,12 +26,10 @@ from torch import nn
 
 from fedleak import __version__
 from fedleak.defenses import DefenseChain
-from fedleak.harness.shared.datasets import DatasetInfo, ImageDataset, normalize
-from fedleak.harness.shared.defended_update import defended_update
-from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelled
-from fedleak.harness.shared.models import ModelSpec
-from fedleak.harness.shared.private_update import TrialCanary
-from fedleak.harness.shared.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
+from fedleak.harness.federated.defended_update import defended_update
+from fedleak.harness.federated.local_update import CancelCheck, ComputationCancelled
+from fedleak.harness.federated.private_update import TrialCanary
+from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
 from fedleak.harness.victim.audit import (
     AuditBook,
     AuditOutcome,
@@ -44,18 +42,20 @@ from fedleak.harness.victim.audit import (
 )
 from fedleak.harness.victim.informed_game import InformedGame, TrialDraw
 from fedleak.harness.victim.limits import VictimLimits
-from fedleak.harness.victim.release import ModelReleaser, ReleaseSettings
+from fedleak.harness.victim.model_release import ModelReleaser, ReleaseSettings
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.victim.scoring import RoundScorer
-from fedleak.harness.victim.secure_aggregation import SecAggSession
-from fedleak.harness.wire.errors import (
+from fedleak.harness.victim.secagg_session import SecAggSession
+from fedleak.harness.wire.quoting import name_mismatch
+from fedleak.harness.wire.request_errors import (
     Cancelled,
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
 )
-from fedleak.harness.wire.quoting import name_mismatch
+from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset, normalize
+from fedleak.harness.zoo.models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -468,7 +468,7 @@ class Victim:
                      buffers: dict[str, torch.Tensor], protocol: Protocol) -> AuditSession:
         """The audit whose next trial this secure-aggregation round is, checked."""
         audit = self.audits.get(audit_id)
-        if not audit.secure_aggregation:
+        if not audit.secagg:
             raise FailedPrecondition("this audit's trials run with RunAuditTrials")
         same = all(torch.equal(params[k], audit.parameters[k]) for k in params) and all(
             torch.equal(buffers[k], audit.buffers[k]) for k in buffers)
@@ -533,7 +533,7 @@ class Victim:
         """Run up to ``count`` next trials of the audit: each the user's defended update on its
         next private batch, with the canary when the trial's secret coin says so."""
         audit = self.audits.get(audit_id)
-        if audit.secure_aggregation:
+        if audit.secagg:
             raise FailedPrecondition("this victim's users aggregate securely: run each trial "
                                      "as a BeginSecAgg round with the audit_id")
         if audit.left <= 0:

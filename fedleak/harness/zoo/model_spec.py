@@ -1,0 +1,39 @@
+"""A model named as the CLI and the proto carry it (``name:key=value,...``), and the error a
+model that cannot be built raises."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class ModelError(ValueError):
+    """A model name, option or input shape that cannot be built; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model by name with its string-typed options, as the CLI and the proto carry it."""
+
+    name: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """Parse ``name`` or ``name:key=value,key=value``."""
+        name, _, rest = text.partition(":")
+        options: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in rest.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ModelError(f"model option {item!r} must look like key=value")
+            options[key.strip()] = value.strip()
+        return cls(name.strip(), options)
+
+    def __str__(self) -> str:
+        if not self.options:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+
+
+Shape = tuple[int, int, int]
