@@ -55,6 +55,7 @@ def ray_cluster_scope(nodeid: str) -> str:
     return RAY_CLUSTER_SCOPE if file in _ONE_RAY_CLUSTER else nodeid
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadScopeScheduling
 
