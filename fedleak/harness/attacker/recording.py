@@ -30,8 +30,9 @@ from fedleak.attacks.published import published
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.progress import reconstruct_with_progress
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
+from fedleak.harness.attacker.round_outcome import round_record
 from fedleak.harness.attacker.settings import jsonable
-from fedleak.harness.attacker.update_attack import observation_for, round_record
+from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.shared.datasets import dataset_info, denormalize
 from fedleak.harness.shared.models import build_model
 from fedleak.harness.shared.pictures import save_grid

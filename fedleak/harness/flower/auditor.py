@@ -34,8 +34,9 @@ from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.progress import reconstruct_with_progress
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
+from fedleak.harness.attacker.round_outcome import round_line, round_record
 from fedleak.harness.attacker.settings import jsonable
-from fedleak.harness.attacker.update_attack import observation_for, round_line, round_record
+from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.scoring import (
