@@ -37,12 +37,12 @@ from fedleak.attacks.release import ReleasedModel
 from fedleak.harness.attacker.client import ReceivedRelease, VictimClient, VictimError
 from fedleak.harness.attacker.described import dataset_info, model_spec, server_model
 from fedleak.harness.attacker.progress import reconstruct_with_progress
-from fedleak.harness.attacker.records import (
+from fedleak.harness.attacker.records import RunHeader
+from fedleak.harness.attacker.release_records import (
     CandidatesRecord,
     ReleaseRecord,
     ReleaseRun,
     ReleaseSummary,
-    RunHeader,
     TrainingSampleRecord,
 )
 from fedleak.harness.attacker.settings import AttackSettings, jsonable
