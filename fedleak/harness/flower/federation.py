@@ -42,7 +42,8 @@ from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
 from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.scoring import SCORE_ACTION, score_reply
-from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
+from fedleak.harness.flower.secagg import AggregateAudit
+from fedleak.harness.flower.secaggplus_settings import SecAggPlus
 from fedleak.harness.flower.train import train
 from fedleak.harness.shared.datasets import ImageDataset, load_dataset
 from fedleak.harness.shared.models import build_model
