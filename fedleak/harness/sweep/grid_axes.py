@@ -111,7 +111,7 @@ AUDIT_KEYS = {"trials": "trials", "canary": "canary", "direction": "direction", 
 
 def parse_audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     """``[sweep.audit]`` as ``AuditSettings`` fields, checked as the victim will check them."""
-    from fedleak.harness.victim.audit import AuditRequest
+    from fedleak.harness.victim.audit_request import AuditRequest
     from fedleak.harness.wire.errors import InvalidArgument
 
     table = table_keys(value, "sweep.audit")

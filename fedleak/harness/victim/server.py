@@ -19,8 +19,9 @@ import torch
 
 from fedleak.harness.shared.metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.shared.protocol import ProtocolChanges
-from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
 from fedleak.harness.victim.audit_claim import TrialClaim
+from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.victim.audit_sessions import AuditOutcome, AuditSession
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
 from fedleak.harness.victim.release import MAX_CANDIDATES
 from fedleak.harness.victim.release_rpc import release_stream, score_release

@@ -32,12 +32,12 @@ from fedleak.harness.shared.local_update import CancelCheck, ComputationCancelle
 from fedleak.harness.shared.models import ModelSpec
 from fedleak.harness.shared.private_update import TrialCanary
 from fedleak.harness.shared.protocol import FEDAVG, Protocol, ProtocolChanges, ProtocolError
-from fedleak.harness.victim.audit import (
+from fedleak.harness.victim.audit_canary import build_canary
+from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.victim.audit_sessions import (
     AuditBook,
     AuditOutcome,
-    AuditRequest,
     AuditSession,
-    build_canary,
     new_session,
     session_claim,
     threat_model,
