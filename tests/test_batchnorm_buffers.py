@@ -23,7 +23,7 @@ from fedleak.harness.shared.observation import observe
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
-from fedleak.harness.victim.victim import VictimConfig
+from fedleak.harness.victim.victim_config import VictimConfig
 
 
 def victim_config(settings: VictimSettings) -> VictimConfig:

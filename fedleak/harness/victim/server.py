@@ -22,11 +22,11 @@ from fedleak.harness.shared.protocol import ProtocolChanges
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.audit_sessions import AuditOutcome, AuditSession
+from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
 from fedleak.harness.victim.release import MAX_CANDIDATES
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
-from fedleak.harness.victim.victim import Victim
 from fedleak.harness.wire.admission import ServingLimits
 from fedleak.harness.wire.channel import SCORE_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
 from fedleak.harness.wire.codec import (

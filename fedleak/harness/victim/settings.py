@@ -30,11 +30,12 @@ from fedleak.harness.shared.datasets import load_dataset
 from fedleak.harness.shared.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.shared.protocol import Protocol
 from fedleak.harness.shared.selection import private_pool
+from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release import ReleaseSettings
 from fedleak.harness.victim.secure_aggregation import parse_drops
-from fedleak.harness.victim.victim import Victim, VictimConfig
+from fedleak.harness.victim.victim_config import VictimConfig
 
 
 class SetupError(ValueError):
