@@ -187,8 +187,8 @@ def victim_serve(ctx: click.Context, **kw: Any) -> None:
 
     signals = StopSignals()  # from the start: a SIGTERM while starting is not lost
     die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
-    from fedleak.harness.victim.server import start_server
     from fedleak.harness.victim.settings import SetupError, create_victim
+    from fedleak.harness.victim.victim_server import start_server
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
@@ -251,7 +251,7 @@ def required_score_token(host: str, given: str | None, open_score: bool) \
 def serving_limits(kw: dict[str, Any], v: Any) -> Any:
     """What clients may hold of this victim, from the options (a bad combination is a usage
     error naming the options)."""
-    from fedleak.harness.victim.server import default_message_bytes
+    from fedleak.harness.victim.victim_server import default_message_bytes
     from fedleak.harness.wire.admission import ServingLimits
 
     message = (kw["max_message_mb"] << 20 if kw["max_message_mb"]
