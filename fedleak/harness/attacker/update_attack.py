@@ -43,10 +43,7 @@ from fedleak.harness.attacker.progress import (
     reconstruct_many_with_progress,
     reconstruct_with_progress,
 )
-from fedleak.harness.attacker.records import (
-    RunHeader,
-    UpdateRun,
-)
+from fedleak.harness.attacker.records import RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import (
     placement,
     round_line,

@@ -9,12 +9,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from fedleak.harness.sweep.grid_axes import (
-    no_unknown_keys,
-    parse_protocols,
-    table_keys,
-    table_list,
-)
+from fedleak.harness.sweep.grid_axes import no_unknown_keys, parse_protocols, table_keys, table_list
 from fedleak.harness.sweep.points import DefenseSetting, SpecError, UtilitySettings
 
 DEFENSE_KEYS = {"reference", "name", "param", "values", "params", "chain", "label", "users",

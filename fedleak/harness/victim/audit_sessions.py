@@ -38,11 +38,7 @@ from fedleak.auditing import (
     format_epsilon,
     score_histogram,
 )
-from fedleak.auditing.canaries import (
-    CLIENT,
-    DIRAC,
-    INPUT,
-)
+from fedleak.auditing.canaries import CLIENT, DIRAC, INPUT
 from fedleak.defenses import DefenseChain
 from fedleak.harness.shared.datasets import DatasetInfo
 from fedleak.harness.shared.private_update import TrialCanary

@@ -25,10 +25,7 @@ from fedleak.harness.wire.codec import (
     dtype_to_pb,
     encode_tensor,
 )
-from fedleak.harness.wire.errors import (
-    InvalidArgument,
-    quoted,
-)
+from fedleak.harness.wire.errors import InvalidArgument, quoted
 from fedleak.harness.wire.protocol import protocol_to_pb
 from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.v1 import victim_pb2 as pb
