@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from fedleak.harness.attacker.client import VictimClient  # noqa: E402
 from fedleak.harness.attacker.informed_adversary import GameSummary, play  # noqa: E402
 from fedleak.harness.federated.protocol import Protocol  # noqa: E402
-from fedleak.harness.victim.server import start_server  # noqa: E402
+from fedleak.harness.victim.victim_server import start_server  # noqa: E402
 from fedleak.harness.victim.victim_settings import VictimSettings, create_victim  # noqa: E402
 
 MODEL = "mlp:width=16,depth=1"

@@ -216,3 +216,12 @@ def test_every_module_is_named_on_the_architecture_page() -> None:
     stale = [f"{folder}{name}" for folder, names in rooms.items() for name in names
              if not (PACKAGE / folder / name if folder != "fedleak/" else PACKAGE / name).exists()]
     assert not stale, "docs/architecture.md names files that do not exist: " + ", ".join(stale)
+
+
+def test_every_module_file_name_is_unique() -> None:
+    """A file name found in a traceback or a search is one file (``__init__.py`` aside)."""
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE.parent)))
+    assert not {name: where for name, where in seen.items() if len(where) > 1}

@@ -17,13 +17,13 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.adaptive import choose_parts
+from fedleak.attacks.attack_registry import AttackConfigError
 from fedleak.attacks.gradient_matching import WeightedObjective
 from fedleak.attacks.interval_hinges import IntervalHinge, pruning_bounds, quantisation_bounds
 from fedleak.attacks.inverting_gradients import CosineObjective
 from fedleak.attacks.objectives import create_objective, kept_mask
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
-from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

@@ -17,8 +17,8 @@ import pytest
 
 from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.victim.audit import AuditRequest
 from fedleak.harness.victim.audit_claim import trial_claim
+from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.victim_settings import VictimSettings, create_victim, defense_chain
 from fedleak.harness.wire.request_errors import FailedPrecondition

@@ -614,7 +614,8 @@ def test_the_aggregate_audit_on_constructed_results(tmp_path: Path) -> None:
     from flwr.common import Code, FitRes, Status
 
     from fedleak.harness.flower.legacy import parameters_of
-    from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
+    from fedleak.harness.flower.secagg import AggregateAudit
+    from fedleak.harness.flower.secaggplus_settings import SecAggPlus
 
     data = load_dataset("digits", "train")
     torch.manual_seed(0)

@@ -34,7 +34,7 @@ from fedleak.harness.cli.victim_command import (
     required_score_token,
 )
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
-from fedleak.harness.victim.server import MIN_MESSAGE_BYTES, start_server
+from fedleak.harness.victim.victim_server import MIN_MESSAGE_BYTES, start_server
 from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
 from fedleak.harness.wire import admission as admission_module
 from fedleak.harness.wire.admission import Admission, Refused, ServingLimits, peer_host

@@ -1,5 +1,6 @@
 """``.. fedleak-sweep-schema::``: every table and key a sweep spec may hold, as the parser in
-``fedleak/harness/sweep/spec.py`` accepts them, with defaults read from the code.
+``fedleak/harness/sweep/spec.py`` (with ``grid_axes.py`` and ``defense_axis.py``) accepts them,
+with defaults read from the code.
 
 The keys are not copied from the parser: for each table the extension feeds
 :func:`~fedleak.harness.sweep.spec.parse_spec` a spec with an unknown key and reads the list of
@@ -163,9 +164,10 @@ VALID = re.compile(r"unknown key\(s\) " + PROBE + r"; valid: (?P<keys>.+)$")
 def accepted_keys(table_name: str) -> set[str]:
     """The keys the parser accepts in ``table_name``, read from the error it gives a probe."""
     from fedleak.harness.sweep import spec
+    from fedleak.harness.sweep.architecture import ARCHITECTURE_KEY
 
     if table_name == "attack":  # the rest of an attack table is the attack's own options
-        return {"name", "options", spec.ARCHITECTURE_KEY}
+        return {"name", "options", ARCHITECTURE_KEY}
     try:
         spec.parse_spec(TABLES[table_name][1], "probe")
     except spec.SpecError as err:
@@ -191,20 +193,22 @@ def show(value: Any) -> str:
 
 def defaults() -> dict[str, dict[str, str]]:
     """Each table's defaults, from a minimal spec and the dataclasses the parser builds."""
+    from fedleak.harness.federated.protocol import OPTION_FIELDS, Protocol
     from fedleak.harness.sweep import spec
+    from fedleak.harness.sweep.points import PointResources, UtilitySettings
 
     parsed = spec.parse_spec(MINIMAL, "minimal.toml")
     top = {"dataset": parsed.dataset, "split": parsed.split, "models": parsed.models,
            "trained": parsed.trained, "train_epochs": parsed.train_epochs,
            "rounds": parsed.rounds, "batch_size": parsed.batch_size, "seed": parsed.seed,
            "portfolio": parsed.portfolio}
-    protocol = spec.Protocol()
-    utility, resources = spec.UtilitySettings(), spec.PointResources()
+    protocol = Protocol()
+    utility, resources = UtilitySettings(), PointResources()
     return {
         "sweep": {key: show(value) for key, value in top.items()},
         "attack": {},
         "protocol": {key: show(getattr(protocol, field))
-                     for key, field in spec.OPTION_FIELDS.items()},
+                     for key, field in OPTION_FIELDS.items()},
         "utility": {f.name: show(getattr(utility, f.name)) for f in dataclasses.fields(utility)},
         "resources": {f.name: show(getattr(resources, f.name))
                       for f in dataclasses.fields(resources)},
@@ -217,9 +221,10 @@ class SweepSchemaDirective(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from fedleak.harness.sweep import spec
+        from fedleak.harness.sweep import defense_axis, grid_axes, spec
 
-        self.env.note_dependency(spec.__file__)
+        for module in (spec, grid_axes, defense_axis):
+            self.env.note_dependency(module.__file__)
         known = defaults()
         out: list[nodes.Node] = []
         for name, (header, _, what) in TABLES.items():

@@ -17,9 +17,7 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     spear,
     trap_weights,
 )
-from fedleak.attacks.base import Attack, Progress
-from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import (
+from fedleak.attacks.attack_registry import (
     AttackConfigError,
     attack_class,
     attack_names,
@@ -27,6 +25,8 @@ from fedleak.attacks.registry import (
     describe_options,
     register_attack,
 )
+from fedleak.attacks.base import Attack, Progress
+from fedleak.attacks.observation import Observation, Reconstruction
 
 __all__ = [
     "Attack",

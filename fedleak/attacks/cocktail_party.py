@@ -83,6 +83,7 @@ import numpy as np
 import torch
 
 from fedleak.attacks.analytic import LinearLayer, biased_linear_layers, starts_with_linear
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress, UpdateSetting
 from fedleak.attacks.cocktail_party_options import CocktailPartyConfig
 from fedleak.attacks.fc_layer import (
@@ -98,7 +99,6 @@ from fedleak.attacks.feature_inversion import invert_features
 from fedleak.attacks.ica_unmixing import minmax_images, unmix
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.relu_deflation import relu_refinement
 
 #: singular values below this fraction of the largest are the update's rounding, not a source

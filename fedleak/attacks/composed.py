@@ -52,6 +52,7 @@ from typing import Any
 import torch
 
 from fedleak.attacks.adaptive import AWARE, BLIND, Parts, choose_parts, parse_part, selects
+from fedleak.attacks.attack_registry import AttackConfigError
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.capture import capturable
 from fedleak.attacks.epochs import epoch_copies, merge_epochs, with_epoch_copies
@@ -75,7 +76,6 @@ from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import PRIORS, BoundPrior, PriorPart
-from fedleak.attacks.registry import AttackConfigError
 from fedleak.attacks.replay_contract import RestartsUpdateFn
 from fedleak.attacks.restarts import RestartsCosineObjective, alone, side_by_side
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.dishonest import classifier_names
 from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGradientsConfig
@@ -56,7 +57,6 @@ from fedleak.attacks.malicious import (
     layer_inputs,
 )
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.replay_contract import Relocatable
 
 #: how far from an integer a count reading may be and still count

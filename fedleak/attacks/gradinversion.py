@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.composed import ComposedInversion
 from fedleak.attacks.inversion.composed_config import ComposedConfig, check_numbers, check_source
-from fedleak.attacks.registry import register_attack
 
 
 @dataclass

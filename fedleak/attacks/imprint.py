@@ -45,6 +45,7 @@ from typing import ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.imprint_block import BIAS0, BIAS1, WEIGHT0, WEIGHT1
 from fedleak.attacks.imprint_guarantee import expected_single_bins
@@ -57,7 +58,6 @@ from fedleak.attacks.malicious import (
     cut_offs,
 )
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 
 MEASUREMENTS = ("brightness", "random")
 

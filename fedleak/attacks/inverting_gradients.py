@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.composed import ComposedInversion
 from fedleak.attacks.gradient_matching import CosineObjective
 from fedleak.attacks.inversion.composed_config import ComposedConfig, check_numbers, check_source
@@ -59,7 +60,6 @@ from fedleak.attacks.optimisers import (
     step_size,
 )
 from fedleak.attacks.priors import total_variation
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.restarts import alone
 
 __all__ = ["DECAY_FACTOR", "DECAY_FRACTIONS", "CosineObjective", "InvertingGradients",

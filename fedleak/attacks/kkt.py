@@ -40,6 +40,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.capture import capturable
 from fedleak.attacks.kkt_captured import iterate_graph_safe
@@ -67,7 +68,6 @@ from fedleak.attacks.kkt_search import (
     sample_run_settings,
 )
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.release import ReleasedModel
 
 

@@ -48,6 +48,7 @@ import torch
 
 from fedleak.attacks import relu_sparsity as rs
 from fedleak.attacks.analytic import starts_with_linear
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress, UpdateSetting
 from fedleak.attacks.fc_layer import (
     ModelDoesNotFit,
@@ -61,7 +62,6 @@ from fedleak.attacks.fc_layer import (
 )
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.relu_direction_search import DirectionSet, last_direction, sample_directions
 from fedleak.attacks.relu_solve import solve_checked
 

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks.analytic import separate_inputs
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.imprint_block import ImprintBlock
 from fedleak.attacks.imprint_guarantee import expected_trapped
@@ -53,7 +54,6 @@ from fedleak.attacks.malicious import (
     cut_offs,
 )
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 
 
 @dataclass

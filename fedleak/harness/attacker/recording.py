@@ -32,7 +32,8 @@ from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
-from fedleak.harness.attacker.update_attack import observation_for, round_record
+from fedleak.harness.attacker.round_outcome import round_record
+from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.zoo.datasets import dataset_info, denormalize
 from fedleak.harness.zoo.models import build_model

@@ -1,8 +1,9 @@
 """Typed records of an attack run: what ``metrics.json`` holds, and the summary a person reads.
 
 An update-threat-model run (:class:`UpdateRun`) is one :class:`RoundRecord` per attacked round
-with the victim's per-image scores; a release run (:class:`ReleaseRun`) is one release, the KKT
-candidates and the victim's per-training-sample scores. Both share a :class:`RunHeader` (who
+with the victim's per-image scores; a release run (:class:`~fedleak.harness.attacker.
+release_records.ReleaseRun`, in its own module) is one release, the KKT candidates and the
+victim's per-training-sample scores. Both share a :class:`RunHeader` (who
 attacked whom with what, where) and know how to write themselves (``metrics.json``, rewritten
 atomically) and how to summarise themselves for the terminal (:meth:`summary_lines`).
 Optional fields marked ``omit_if_none`` are left out of the JSON when unset, so a reader tells
@@ -346,112 +347,3 @@ def lower_bound_line(bound: RunSummary) -> str:
     return (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
             f"mean PSNR {bound.mean_psnr:.2f} dB, mean SSIM {bound.mean_ssim:.3f} over "
             f"{bound.images} image(s)")
-
-
-# --------------------------------------------------------------------------- releases
-
-
-@dataclass
-class ReleaseRecord:
-    """The release as the server received it."""
-
-    release_id: str
-    num_train: int
-    binary_task: str
-    epochs: int
-    loss: float
-    train_accuracy: float
-    reached_target: bool
-    metadata: dict[str, str]
-    wall_time_s: float
-
-
-@dataclass
-class CandidatesRecord:
-    """What the KKT search produced and submitted."""
-
-    iterations: int
-    candidates: int
-    submitted: int
-    run_settings: Any
-    run_objectives: Any
-    run_diverged: Any
-    wall_time_s: float
-
-
-@dataclass
-class ReleaseSummary:
-    recovered: int
-    recovered_ssim: float
-    num_train: int
-    mean_ssim: float
-    mean_psnr: float
-    max_ssim: float
-
-
-@dataclass
-class TrainingSampleRecord:
-    """The victim's score of one training sample: its best candidate by App. B.3 voting."""
-
-    index: int
-    nearest_candidate: int
-    ssim: float
-    psnr: float
-    mse: float
-    margin: float
-    voters: int
-
-
-@dataclass
-class ReleaseRun:
-    """A run against a released model (Haim et al. 2022)."""
-
-    header: RunHeader
-    defenses: list[str]
-    release: ReleaseRecord
-    reconstruction: CandidatesRecord
-    summary: ReleaseSummary
-    training_samples: list[TrainingSampleRecord]
-    files: dict[str, str] = field(default_factory=dict)
-    local_voting_matches_victim: bool | None = None
-    reveal_error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        header = to_json(self.header)
-        out: dict[str, Any] = {"fedleak_version": header.pop("fedleak_version"),
-                               "threat_model": "release", "victim": header.pop("victim"),
-                               "victim_model": header.pop("victim_model"),
-                               "dataset": header.pop("dataset"), "defenses": self.defenses}
-        out.update(header)
-        for key in ("release", "reconstruction", "summary", "training_samples", "files",
-                    "warnings"):
-            out[key] = to_json(getattr(self, key))
-        for key in ("local_voting_matches_victim", "reveal_error"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
-
-    def write(self, out: Path) -> None:
-        write_json(out / METRICS_NAME, self.to_json())
-
-    def summary_lines(self, out: Path) -> list[str]:
-        """Counts, the ten best-recovered samples, the files."""
-        s, r = self.summary, self.release
-        lines = ["", f"{'sample':>6}  {'SSIM':>6}  {'PSNR dB':>7}  {'margin':>8}  {'voters':>6}"]
-        for t in sorted(self.training_samples, key=lambda t: -t.ssim)[:10]:
-            lines.append(f"{t.index:>6}  {t.ssim:>6.3f}  {t.psnr:>7.2f}  {t.margin:>8.3g}  "
-                         f"{t.voters:>6}")
-        eps = r.metadata.get("epsilon")
-        lines.append(f"recovered {s.recovered}/{s.num_train} training samples at SSIM >= "
-                     f"{s.recovered_ssim:g} (mean SSIM {s.mean_ssim:.3f})"
-                     + (f"; DP release, epsilon {eps}" if eps else ""))
-        lines.append(f"metrics: {out / METRICS_NAME}")
-        lines += [f"picture: {out / name}" for name in self.files.values()
-                  if name.endswith(".png")]
-        lines += [f"warning: {warning}" for warning in self.warnings]
-        return lines
-
-
-#: Either kind of run.
-RunRecord = UpdateRun | ReleaseRun

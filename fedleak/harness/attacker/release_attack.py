@@ -40,12 +40,12 @@ from fedleak.harness.attacker.client import ReceivedRelease, VictimClient, Victi
 from fedleak.harness.attacker.described import dataset_info, model_spec, server_model
 from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
 from fedleak.harness.attacker.pictures import save_grid
-from fedleak.harness.attacker.records import (
+from fedleak.harness.attacker.records import RunHeader
+from fedleak.harness.attacker.release_records import (
     CandidatesRecord,
     ReleaseRecord,
     ReleaseRun,
     ReleaseSummary,
-    RunHeader,
     TrainingSampleRecord,
 )
 from fedleak.harness.metrics.kkt_metrics import vote_reconstructions

@@ -15,11 +15,14 @@ from pathlib import Path
 from fedleak.attacks import attack_class
 from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
-from fedleak.harness.attacker.records import RunRecord
+from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.release_attack import run_release_attack
+from fedleak.harness.attacker.release_records import ReleaseRun
 from fedleak.harness.attacker.tokens import check_tokens
 from fedleak.harness.attacker.update_attack import run_update_attack
 
+#: Either kind of run.
+RunRecord = UpdateRun | ReleaseRun
 Runner = Callable[[VictimClient, AttackSettings, Path, Callable[[str], None]], RunRecord]
 
 #: threat model → the run that obtains its target from a victim and attacks it.

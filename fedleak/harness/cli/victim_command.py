@@ -201,7 +201,7 @@ def victim_serve(
 
     signals = StopSignals()  # from the start: a SIGTERM while starting is not lost
     die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
-    from fedleak.harness.victim.server import start_server
+    from fedleak.harness.victim.victim_server import start_server
     from fedleak.harness.victim.victim_settings import SetupError, create_victim
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
@@ -282,7 +282,7 @@ def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int
                    receive_timeout: float) -> Any:
     """What clients may hold of this victim, from the options (a bad combination is a usage
     error naming the options)."""
-    from fedleak.harness.victim.server import default_message_bytes
+    from fedleak.harness.victim.victim_server import default_message_bytes
     from fedleak.harness.wire.admission import ServingLimits
 
     message = max_message_mb << 20 if max_message_mb else default_message_bytes(v)

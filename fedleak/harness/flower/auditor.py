@@ -36,7 +36,8 @@ from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
-from fedleak.harness.attacker.update_attack import observation_for, round_line, round_record
+from fedleak.harness.attacker.round_outcome import round_line, round_record
+from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.replay_fidelity import INEXACT
 from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.node_scoring import (

@@ -43,7 +43,8 @@ from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
 from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.procedure import LocalProcedure
-from fedleak.harness.flower.secagg import AggregateAudit, SecAggPlus
+from fedleak.harness.flower.secagg import AggregateAudit
+from fedleak.harness.flower.secaggplus_settings import SecAggPlus
 from fedleak.harness.flower.train import train
 from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
 from fedleak.harness.zoo.models import build_model

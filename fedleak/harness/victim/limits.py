@@ -18,7 +18,7 @@ life, whatever the round, user set or release (:mod:`~fedleak.harness.victim.sco
 
 ``audit_budget`` is how many audits (``BeginAudit`` … ``SubmitAuditScores``) the victim answers
 over its life, and ``max_audit_trials`` the most trials one audit may run
-(:mod:`~fedleak.harness.victim.audit`).
+(:mod:`~fedleak.harness.victim.audit_sessions`).
 """
 
 from __future__ import annotations

@@ -27,12 +27,13 @@ from fedleak.defenses import (
     parse_defense_spec,
 )
 from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.model_release import ReleaseSettings
 from fedleak.harness.victim.secagg_session import parse_drops
 from fedleak.harness.victim.selection import private_pool
-from fedleak.harness.victim.victim import Victim, VictimConfig
+from fedleak.harness.victim.victim_config import VictimConfig
 from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.harness.zoo.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 

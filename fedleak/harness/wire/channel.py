@@ -2,7 +2,7 @@
 
 The attacker's client raises gRPC's message limits to 1 GiB by default (a ResNet-152 update,
 about 60M float32 values, is about 240 MB); a victim accepts what its own model and data need
-(``victim.server.default_message_bytes``, or ``--max-message-mb``), so it refuses anything
+(``victim.victim_server.default_message_bytes``, or ``--max-message-mb``), so it refuses anything
 larger from the length the message declares. Token-guarded calls carry the victim's secret in
 the ``x-fedleak-token`` metadata entry (``x-fedleak-score-token`` for the evaluator's token
 when ``Score`` needs one).

@@ -1,56 +1,49 @@
-"""The victim's gRPC service: translates ``fedleak.v1`` messages to :class:`Victim` calls.
+"""The victim's gRPC service: translates ``fedleak.v1`` messages to
+:class:`~fedleak.harness.victim.federated_victim.Victim` calls.
 
 Every RPC validates what it receives; a bad request is answered with a status code and a
-message a person can act on, and the server keeps serving. Health checking and reflection are
-enabled so generic gRPC tools (grpcurl, grpc_health_probe) work. ``Reveal`` requires the
-victim's token in the ``x-fedleak-token`` metadata entry, compared in constant time.
+message a person can act on, and the server keeps serving. ``Reveal`` requires the victim's
+token in the ``x-fedleak-token`` metadata entry, compared in constant time. The messages are
+built in :mod:`~fedleak.harness.victim.victim_messages`; the server that hosts this service is
+started by :func:`~fedleak.harness.victim.victim_server.start_server`.
 """
 
 from __future__ import annotations
 
-import hmac
-import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import torch
 
 from fedleak.harness.federated.protocol import ProtocolChanges
-from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
-from fedleak.harness.victim.audit import AuditOutcome, AuditRequest, AuditSession
-from fedleak.harness.victim.audit_claim import TrialClaim
-from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
-from fedleak.harness.victim.model_release import MAX_CANDIDATES
+from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.victim.federated_victim import Victim
+from fedleak.harness.victim.informed_game import THREAT_MODEL
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
-from fedleak.harness.victim.victim import Victim
+from fedleak.harness.victim.victim_messages import (
+    audit_report_pb,
+    begin_audit_response,
+    decode_named,
+    game_spec,
+    score_response,
+    tensor_info,
+    token_matches,
+)
 from fedleak.harness.wire.admission import ServingLimits
 from fedleak.harness.wire.channel import SCORE_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
-from fedleak.harness.wire.codec import (
-    check_declared,
-    decode_tensor,
-    dtype_name,
-    dtype_to_pb,
-    encode_tensor,
-)
-from fedleak.harness.wire.handlers import add_service
+from fedleak.harness.wire.codec import check_declared, decode_tensor, encode_tensor
 from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_to_pb
-from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.harness.wire.request_errors import (
     FailedPrecondition,
     InvalidArgument,
     Unauthenticated,
     answer_errors,
-    quoted,
 )
-from fedleak.harness.wire.serving import Server, server_credentials, start_grpc_server
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
-
-SERVICE = pb.DESCRIPTOR.services_by_name["Victim"]
-SERVICE_NAME = SERVICE.full_name
 
 
 class VictimServicer(pb_grpc.VictimServicer):
@@ -94,8 +87,8 @@ class VictimServicer(pb_grpc.VictimServicer):
             protocol=protocol_to_pb(v.config.protocol, v.config.num_images),
             defenses=[pb.DefenseSpec(name=name, params=params, stage=stage)
                       for name, params, stage in v.config.defenses.describe()],
-            parameters=[_info(*i) for i in v.parameter_infos()],
-            buffers=[_info(*i) for i in v.buffer_infos()],
+            parameters=[tensor_info(*i) for i in v.parameter_infos()],
+            buffers=[tensor_info(*i) for i in v.buffer_infos()],
             num_private_images=len(v.data.labels),
             reveal_enabled=v.config.reveal_enabled,
             max_message_bytes=self.serving.max_message_bytes,
@@ -110,9 +103,9 @@ class VictimServicer(pb_grpc.VictimServicer):
             audits_left=v.audits.left,
             max_audit_trials=v.audits.max_trials,
             score_token_required=bool(self.score_token),
-            token_accepted=_matches(context, TOKEN_METADATA_KEY, self.token),
-            score_token_accepted=_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
-            informed_game=_game_spec(v),
+            token_accepted=token_matches(context, TOKEN_METADATA_KEY, self.token),
+            score_token_accepted=token_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token),
+            informed_game=game_spec(v),
             limits=self._limits(),
             score_access=self._score_access(),
         )
@@ -177,8 +170,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.parameters:
             raise InvalidArgument("the request carries no parameters: send every parameter "
                                   "that Describe lists (the global model θ)")
-        params = _decode_named(request.parameters, "parameter", self.victim.parameter_infos())
-        buffers = _decode_named(request.buffers, "buffer", self.victim.buffer_infos())
+        params = decode_named(request.parameters, "parameter", self.victim.parameter_infos())
+        buffers = decode_named(request.buffers, "buffer", self.victim.buffer_infos())
         changes = ProtocolChanges()
         if request.HasField("protocol"):
             p = request.protocol
@@ -224,29 +217,9 @@ class VictimServicer(pb_grpc.VictimServicer):
             threshold_rule=request.threshold_rule, threshold=request.threshold,
             calibration_fraction=request.calibration_fraction)
         session = self.victim.begin_audit(params, buffers, changes, asked)
-        return self._audit_session_pb(session)
-
-    def _audit_session_pb(self, session: AuditSession) -> pb.BeginAuditResponse:
-        canary = session.canary
-        names = [name for name, *_ in self.victim.parameter_infos()]
-        reply = pb.BeginAuditResponse(
-            audit_id=session.audit_id, trials=session.request.trials, canary=canary.kind,
-            direction=canary.direction,
-            canary_direction=[encode_tensor(u.cpu(), n)
-                              for n, u in zip(names, canary.unit, strict=True)],
-            canary_label=canary.label, canary_norm=canary.norm, coordinate=canary.coordinate,
-            claim=_claim_pb(session.claim), threat_model=session.threat_model,
-            delta=session.claim.delta, confidence=session.request.confidence,
-            update_kind=session.protocol.update_kind(),
-            protocol=protocol_to_pb(session.protocol, self.victim.config.num_images),
-            secure_aggregation=session.secagg, canary_user=session.canary_user,
-            score_sign=canary.score_sign, expected_shift=canary.expected_shift,
-            threshold_rule=session.request.threshold_rule,
-            threshold=session.threshold if session.threshold is not None else 0.0,
-            max_trials_per_call=self._trials_per_call())
-        if canary.image is not None:
-            reply.canary_image.CopyFrom(encode_tensor(canary.image, "canary_image"))
-        return reply
+        return begin_audit_response(
+            session, [name for name, *_ in self.victim.parameter_infos()],
+            self.victim.config.num_images, self._trials_per_call())
 
     def _trials_per_call(self) -> int:
         """Trials one RunAuditTrials answer may carry: half the message limit, at most 4096."""
@@ -280,7 +253,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             self._require(context, SCORE_TOKEN_METADATA_KEY, self.score_token, "--score-token")
         if not request.audit_id:
             raise InvalidArgument("audit_id is empty: pass the audit_id BeginAudit returned")
-        return _report_pb(self.victim.submit_audit_scores(request.audit_id,
+        return audit_report_pb(self.victim.submit_audit_scores(request.audit_id,
                                                           list(request.scores)))
 
     @answer_errors
@@ -318,41 +291,7 @@ class VictimServicer(pb_grpc.VictimServicer):
             check_declared(request.features, "features", (None, width))
             submission.features = decode_tensor(request.features, "features")
             submission.feature_layer = request.feature_layer
-        score = scorer.score(request.round_id, submission)
-        reply = pb.ScoreResponse()
-        if score.images is not None:
-            reply.images.extend(
-                pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
-                              ssim=s.ssim, mse=s.mse, padding=s.padding,
-                              exact=s.exact_index >= 0, exact_index=max(s.exact_index, 0))
-                for s in score.images.images
-            )
-            reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
-            reply.mean_mse = score.images.mean_mse
-            reply.exact, reply.exact_psnr = score.images.exact, EXACT_PSNR
-            reply.successes, reply.success_psnr = score.images.successes, SUCCESS_PSNR
-            reply.best_scored = score.images.best_psnr is not None
-            reply.best_psnr = score.images.best_psnr or 0.0
-        if score.fisher is not None:
-            reply.fisher_note = score.fisher.note
-            if score.fisher.ceilings is not None:
-                reply.fisher_bounded = True
-                for image in reply.images:
-                    image.fisher_psnr_ceiling = score.fisher.ceilings[image.index]
-                values = list(score.fisher.ceilings.values())
-                reply.mean_fisher_psnr_ceiling = sum(values) / len(values)
-        reply.labels_scored = score.label_accuracy is not None
-        reply.label_accuracy = score.label_accuracy or 0.0
-        if score.features is not None:
-            reply.features_scored = True
-            reply.features.extend(
-                pb.FeatureScore(index=f.index, matched_index=f.matched_index, cosine=f.cosine,
-                                relative_error=f.relative_error)
-                for f in score.features.features
-            )
-            reply.mean_feature_cosine = score.features.mean_cosine
-            reply.mean_feature_relative_error = score.features.mean_relative_error
-        return reply
+        return score_response(scorer.score(request.round_id, submission))
 
     def Release(self, request: pb.ReleaseRequest, context: grpc.ServicerContext) -> Any:
         """Server-streaming model release; see :mod:`fedleak.harness.victim.release_rpc`."""
@@ -366,8 +305,8 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.parameters:
             raise InvalidArgument("the request carries no parameters: send every parameter "
                                   "that Describe lists (the global model θ)")
-        params = _decode_named(request.parameters, "parameter", self.victim.parameter_infos())
-        buffers = _decode_named(request.buffers, "buffer", self.victim.buffer_infos())
+        params = decode_named(request.parameters, "parameter", self.victim.parameter_infos())
+        buffers = decode_named(request.buffers, "buffer", self.victim.buffer_infos())
         draw, result = self.victim.begin_informed_trial(params, buffers,
                                                         self._cancelled(context))
         names = [name for name, *_ in self.victim.parameter_infos()]
@@ -414,146 +353,6 @@ class VictimServicer(pb_grpc.VictimServicer):
 
     @staticmethod
     def _require(context: grpc.ServicerContext, key: str, token: str, flag: str) -> None:
-        if not _matches(context, key, token):
+        if not token_matches(context, key, token):
             raise Unauthenticated(f"missing or wrong token: send the victim's token in the "
                                   f"{key!r} metadata entry ({flag})")
-
-
-def _game_spec(victim: Victim) -> pb.InformedGameSpec | None:
-    game = victim.game
-    if game is None:
-        return None
-    return pb.InformedGameSpec(candidates=game.settings.candidates,
-                               known_records=game.settings.known,
-                               prior_split=game.prior_split, threat_model=THREAT_MODEL,
-                               adjacency=ADJACENCY)
-
-
-def _claim_pb(claim: TrialClaim) -> pb.AuditClaim:
-    return pb.AuditClaim(epsilon=claim.epsilon, delta=claim.delta, mechanism=claim.mechanism,
-                         accountant=claim.accountant, mu=claim.mu or 0.0)
-
-
-def _report_pb(outcome: AuditOutcome) -> pb.AuditReport:
-    nan = float("nan")
-    return pb.AuditReport(
-        audit_id=outcome.audit_id,
-        bounds=[pb.AuditBound(
-            estimator=b.estimator, epsilon=b.epsilon, is_estimate=b.is_estimate,
-            confidence=b.confidence or 0.0, trials_in=b.trials_in, trials_out=b.trials_out,
-            delta=b.delta, canary=b.canary, threat_model=b.threat_model,
-            threshold_rule=b.threshold_rule,
-            threshold=b.threshold if b.threshold is not None else nan,
-            lower_threshold=b.lower_threshold if b.lower_threshold is not None else nan,
-            fpr_upper=b.fpr_upper if b.fpr_upper is not None else nan,
-            fnr_upper=b.fnr_upper if b.fnr_upper is not None else nan,
-            mu=b.mu if b.mu is not None else nan, reference=b.reference)
-            for b in outcome.bounds],
-        claim=_claim_pb(outcome.claim), violation=outcome.violation, verdict=outcome.verdict,
-        histogram=pb.AuditScoreHistogram(edges=outcome.histogram.edges,
-                                         canary_in=outcome.histogram.canary_in,
-                                         canary_out=outcome.histogram.canary_out),
-        trials=outcome.trials, canary=outcome.canary, threat_model=outcome.threat_model)
-
-
-def _info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:
-    return pb.TensorInfo(name=name, shape=list(shape), dtype=dtype_to_pb(dtype))
-
-
-def _decode_named(
-    messages: Iterable[pb.Tensor], what: str,
-    expected: list[tuple[str, tuple[int, ...], torch.dtype]],
-) -> dict[str, torch.Tensor]:
-    """Tensors by name, each checked against ``expected`` (name, shape, dtype) before its bytes
-    are decoded; a missing, unknown or repeated name is refused with the list to send."""
-    infos = {name: (shape, dtype) for name, shape, dtype in expected}
-    out: dict[str, torch.Tensor] = {}
-    unknown: list[str] = []
-    for message in messages:
-        if not message.name:
-            raise InvalidArgument(f"a {what} tensor has no name: name each tensor as Describe "
-                                  "lists it")
-        if message.name in out:
-            raise InvalidArgument(f"{what} {quoted(message.name)} is sent twice")
-        if message.name not in infos:
-            unknown.append(message.name)
-            continue
-        shape, dtype = infos[message.name]
-        check_declared(message, f"{what} {quoted(message.name)}", shape, floating=False,
-                       wanted=f"{list(shape)}, the model's")
-        if message.dtype != dtype_to_pb(dtype):
-            raise InvalidArgument(f"{what} {quoted(message.name)} has dtype "
-                                  f"{dtype_name(message.dtype)}, the model needs {dtype}")
-        out[message.name] = decode_tensor(message, what)
-    missing = [name for name in infos if name not in out]
-    problem = name_mismatch(what, missing, unknown, len(infos))
-    if problem:
-        raise InvalidArgument(problem)
-    return out
-
-
-def _matches(context: grpc.ServicerContext, key: str, token: str | None) -> bool:
-    """Whether the call's ``key`` metadata entry is ``token`` (constant-time comparison)."""
-    if not token:
-        return False
-    sent = dict(context.invocation_metadata()).get(key, "")
-    return hmac.compare_digest(str(sent).encode(), token.encode())
-
-
-def needed_message_bytes(victim: Victim) -> int:
-    """The largest request a legitimate client sends this victim: the model's parameters and
-    buffers (ComputeUpdate, BeginSecAgg), a reconstruction of every user's batch in float64
-    (Score), and, for a model that is released, the most KKT candidates Score takes."""
-    model = sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-                for _, shape, dtype in victim.parameter_infos() + victim.buffer_infos())
-    pixels = math.prod(victim.info.shape)
-    batch = victim.config.num_users * victim.config.num_images * pixels * 8
-    released = MAX_CANDIDATES * pixels * 4 if victim.releaser.output_width == 1 else 0
-    return max(model, batch, released)
-
-
-#: The least message limit a victim takes by default, and gRPC's most.
-MIN_MESSAGE_BYTES = 64 << 20
-MAX_MESSAGE_BYTES = (2 << 30) - (1 << 20)
-
-
-def default_message_bytes(victim: Victim) -> int:
-    """The victim's default message limit: twice what it needs (:func:`needed_message_bytes`)
-    and a MiB, at least :data:`MIN_MESSAGE_BYTES`: a larger request is refused by gRPC from its
-    declared length before any of it is buffered."""
-    return min(MAX_MESSAGE_BYTES, max(MIN_MESSAGE_BYTES, 2 * needed_message_bytes(victim)
-                                      + (1 << 20)))
-
-
-def start_server(
-    victim: Victim,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
-    max_message_bytes: int | None = None,
-    tls_cert: bytes | None = None,
-    tls_key: bytes | None = None,
-    workers: int = 8,
-    score_token: str | None = None,
-    stopping: threading.Event | None = None,
-    limits: ServingLimits | None = None,
-) -> tuple[Server, int]:
-    """Start serving ``victim``; returns the server and the bound port (``port=0``: a free one).
-
-    ``stopping``, once set, stops every running computation at its next local step (set it
-    before stopping the server). ``workers`` threads leave room for Describe and the health
-    check while the victim computes (at most 1 + ``max_queued_computations`` compute at once).
-    ``limits`` caps what clients may hold (default: :class:`ServingLimits` with
-    ``max_message_bytes``, itself by default :func:`default_message_bytes`).
-    """
-    if limits is None:
-        limits = ServingLimits(max_message_bytes=max_message_bytes
-                               or default_message_bytes(victim))
-    credentials = server_credentials(tls_cert, tls_key)
-    servicer = VictimServicer(victim, token, limits, score_token, stopping)
-    return start_grpc_server(
-        lambda server, pool, admission: add_service(server, servicer, SERVICE, pool, admission),
-        SERVICE_NAME, host, port,
-        options=[("grpc.max_send_message_length", limits.max_message_bytes)],
-        credentials=credentials, workers=workers, limits=limits,
-    )
