@@ -24,6 +24,7 @@ from fedleak.harness.cli.options import (
     TOKEN_ENV,
     ProtocolOptions,
     TokenOptions,
+    check_device,
     protocol_options,
     token_options,
 )
@@ -222,6 +223,7 @@ def victim_serve(
             max_audit_trials=max_audit_trials)
     except (ValueError, SetupError) as err:  # ProtocolError, ReleaseSettings, SetupError
         raise click.UsageError(str(err)) from None
+    check_device(settings.device)  # --device cuda on a torch without CUDA: a usage error
     token, score_token = tokens.read()
     if settings.reveal and not token:
         token = secrets.token_hex(16)
