@@ -756,6 +756,25 @@ def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -
         ["round-001-node-0", "round-001-node-1"]
 
 
+@pytest.mark.integration
+def test_a_simulation_starts_its_own_ray_beside_a_running_cluster(tmp_path: Path) -> None:
+    """Another job's Ray cluster on the machine is left alone: the simulation starts a Ray of
+    its own (before, Flower joined that cluster and Ray refused it at once, "When connecting to
+    an existing cluster, num_cpus and num_gpus must not be provided")."""
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([ray, "start", "--head", "--port", str(6450 + os.getpid() % 40),
+                    "--num-cpus", "1", "--include-dashboard", "false",
+                    "--disable-usage-stats"], check=True, env=env, capture_output=True,
+                   timeout=120)
+    try:
+        stdout, metrics = simulate_cli(tmp_path, "--nodes", "1")
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    assert "1 node update(s) attacked" in stdout
+    assert len(metrics["rounds"]) == 1
+
+
 def test_a_rerun_into_a_used_out_is_refused_before_flower_starts(tmp_path: Path) -> None:
     """--out that holds an audit run is refused with what to do; --overwrite removes that run
     (its metrics.json, recording.json and round-* folders, nothing else) and starts clean."""

@@ -8,13 +8,13 @@ run (either threat model) and its summary are the attacker room's.
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from fedleak.harness.cli.attacker_errors import attacker_errors
 from fedleak.harness.cli.options import (
     LazyEpilog,
     ProtocolOptions,
@@ -119,7 +119,7 @@ def attack(address: str | None, from_recording: str | None, attack: str,
     runs count exact recoveries (PSNR >= 40 dB) and record the threat model.
     """
     from fedleak.attacks import AttackConfigError, create_attack
-    from fedleak.harness.attacker.client import VictimClient, VictimError
+    from fedleak.harness.attacker.client import VictimClient
     from fedleak.harness.attacker.run import run_attack
 
     check_device(device)
@@ -147,17 +147,9 @@ def attack(address: str | None, from_recording: str | None, attack: str,
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--victim") from None
     with client:
-        try:
+        with attacker_errors(address, f"what finished is in {run_dir / 'metrics.json'}"):
             client.wait_ready(timeout=15)
             record = run_attack(client, settings, run_dir, log=click.echo)
-        except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: what finished is in {run_dir / 'metrics.json'}",
-                       err=True)
-            sys.exit(130)
-        except VictimError as err:
-            raise click.ClickException(f"victim at {address}: {err}") from None
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
     for line in record.summary_lines(run_dir):
         click.echo(line)
 

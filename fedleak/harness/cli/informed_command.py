@@ -11,12 +11,12 @@ success rate and its interval are written beside the DP bound of the same mechan
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import click
 
+from fedleak.harness.cli.attacker_errors import attacker_errors
 from fedleak.harness.cli.options import TokenOptions, token_options
 
 
@@ -44,7 +44,7 @@ def informed_adversary(address: str, trials: int, bound_samples: int, seed: int,
     record of the user's batch and the mechanism; only the victim knows which candidate is the
     target. The bound is reconstruction robustness (Hayes et al. 2023) at κ = 1/N.
     """
-    from fedleak.harness.attacker.client import VictimClient, VictimError
+    from fedleak.harness.attacker.client import VictimClient
     from fedleak.harness.attacker.informed_adversary import play
 
     run_dir = Path(out) if out else \
@@ -56,17 +56,9 @@ def informed_adversary(address: str, trials: int, bound_samples: int, seed: int,
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--victim") from None
     with client:
-        try:
+        with attacker_errors(address, f"the trials played are in {run_dir / 'metrics.json'}"):
             client.wait_ready(timeout=15)
             run = play(client, trials, run_dir, show_progress=not quiet,
                        bound_samples=bound_samples, seed=seed)
-        except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: the trials played are in {run_dir / 'metrics.json'}",
-                       err=True)
-            sys.exit(130)
-        except VictimError as err:
-            raise click.ClickException(f"victim at {address}: {err}") from None
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
     for line in run.summary_lines(run_dir):
         click.echo(line)

@@ -328,13 +328,17 @@ def make_server_app(settings: FederationSettings | None = None) -> ServerApp:
 
 def simulate(settings: FederationSettings, *, verbose: bool = False) -> dict[str, Any]:
     """Run the federation in Flower's simulation engine (Ray, one CPU per node); returns the
-    audit's ``metrics.json`` (empty when ``settings.audit`` is False)."""
+    audit's ``metrics.json`` (empty when ``settings.audit`` is False). It starts a Ray instance
+    of its own (``address="local"``): joining a cluster already running on the machine would
+    fail (Ray refuses ``num_cpus`` when it connects) or borrow another job's workers."""
     from flwr.simulation import run_simulation
 
     run_simulation(make_server_app(settings), make_client_app(settings),
                    num_supernodes=settings.nodes, verbose_logging=verbose,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": settings.nodes,
+                                   # a Ray of its own, never one already running here
+                                   "init_args": {"address": "local",
+                                                 "num_cpus": settings.nodes,
                                                  "include_dashboard": False}})
     metrics = Path(settings.out) / METRICS_NAME
     return json.loads(metrics.read_text()) if settings.audit and metrics.exists() else {}
