@@ -167,5 +167,6 @@ def report(run: str, open_page: bool) -> None:
         raise click.ClickException(str(err)) from None
     click.echo(f"report: {page}")
     click.echo(f"csv:    {page.parent / 'report' / 'results.csv'}")
-    if open_page:
-        webbrowser.open(page.resolve().as_uri())
+    if open_page and not webbrowser.open(page.resolve().as_uri()):
+        click.echo("no web browser could be started here (a headless machine?): open the "
+                   "page above yourself", err=True)
