@@ -14,6 +14,7 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     inverting_gradients,
     kkt,
     qian,
+    shuffled_fedavg,
     spear,
     trap_weights,
 )

@@ -40,7 +40,8 @@ every batch the same way — the mean prediction hardly depends on the input, an
 is much sharper than the equal-``s`` one; for a trained network neither is reliable (the model
 predicts the true classes confidently, so ``g_c ≈ 0`` for every class), and
 ``bench/label_accuracy.py`` measures by how much. For a FedAvg delta both gradients are divided
-by ``τ · steps`` first (a first-order approximation).
+by ``τ · steps`` first (``τ Σ_s w_s`` under momentum, :func:`update_scale`; a first-order
+approximation).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from dataclasses import replace
 import torch
 
 from fedleak.attacks.observation import Observation
+from fedleak.attacks.replay_contract import OrderedReplay
 
 
 class LabelRecoveryError(ValueError):
@@ -66,31 +68,36 @@ def last_layer_gradients(
     is a K-vector.
     """
     grads = observation.gradient_direction()
+    weight, bias = last_layer_indices(observation)
+    return grads[weight], None if bias is None else grads[bias]
+
+
+def last_layer_indices(observation: Observation) -> tuple[int, int | None]:
+    """Where the last linear layer's weight and bias (None: none) sit in the update (see
+    :func:`last_layer_gradients`)."""
+    update = observation.update
     k = observation.num_classes
-    for index in range(len(grads) - 1, -1, -1):
-        grad = grads[index]
-        if grad.dim() == 2 and grad.shape[0] == k:
-            return grad, _bias_of(observation, grads, index, k)
+    for index in range(len(update) - 1, -1, -1):
+        if update[index].dim() == 2 and update[index].shape[0] == k:
+            return index, _bias_of(observation, index, k)
     raise LabelRecoveryError(
         f"no 2-D parameter with {k} rows (one per class) in the update; cannot read labels"
     )
 
 
-def _bias_of(
-    observation: Observation, grads: list[torch.Tensor], index: int, k: int
-) -> torch.Tensor | None:
+def _bias_of(observation: Observation, index: int, k: int) -> int | None:
+    update = observation.update
     names = observation.parameter_names
     name = names[index] if index < len(names) else ""
     if name.endswith("weight"):
         bias_name = name[: -len("weight")] + "bias"
         if bias_name in names:
-            bias = grads[observation.index_of(bias_name)]
-            return bias if bias.shape == (k,) else None
+            bias = observation.index_of(bias_name)
+            return bias if update[bias].shape == (k,) else None
         if names:
             return None
-    following = grads[index + 1] if index + 1 < len(grads) else None
-    if following is not None and following.shape == (k,):
-        return following
+    if index + 1 < len(update) and update[index + 1].shape == (k,):
+        return index + 1
     return None
 
 
@@ -140,10 +147,16 @@ def count_labels(
 
 
 def update_scale(observation: Observation) -> float:
-    """``1`` for a gradient; ``τ · steps`` for a FedAvg delta (its first-order size)."""
+    """``1`` for a gradient; ``τ Σ_s w_s`` for a FedAvg delta (its first-order size: τ · steps
+    for plain SGD; momentum weighs early steps more, :meth:`OrderedReplay.step_weights
+    <fedleak.attacks.replay_contract.OrderedReplay.step_weights>`, when the replay says)."""
     if observation.update_kind != "delta":
         return 1.0
-    return float(observation.learning_rate or 1.0) * max(observation.local_steps, 1)
+    rate = float(observation.learning_rate or 1.0)
+    simulate = observation.simulate
+    if isinstance(simulate, OrderedReplay):
+        return rate * float(sum(simulate.step_weights(observation.num_images)))
+    return rate * max(observation.local_steps, 1)
 
 
 def dummy_probabilities(observation: Observation, seed: int = 0) -> torch.Tensor | None:

@@ -78,3 +78,37 @@ class Replay(Relocatable, Protocol):
         """How many copies of the n candidate images a faithful replay takes (E when the user's
         unseen shuffling matters over several epochs, else 1)."""
         ...
+
+
+@runtime_checkable
+class OrderedReplay(Replay, Protocol):
+    """A replay whose visiting order the attack sets: the model of a user that shuffles.
+
+    A FedAvg user with ``shuffle`` visits its n images in a secret order every epoch; the
+    attack that models it (:mod:`fedleak.attacks.batch_order`) chooses the order itself —
+    epoch e visiting candidate rows ``order[e]`` in mini-batches — and needs the protocol's
+    public facts: E, one epoch's mini-batches and each local step's first-order weight in the
+    delta (momentum weighs early steps more).
+    """
+
+    def visiting(self, order: torch.Tensor) -> OrderedReplay:
+        """This replay with epoch e visiting candidate rows ``order[e]`` ([E, n]), read at
+        every call (changing the tensor in place changes the replay)."""
+        ...
+
+    def epochs(self) -> int:
+        """E, the local epochs."""
+        ...
+
+    def order_matters(self, num_images: int) -> bool:
+        """Whether the user's unseen order changes its update (it shuffles, and an epoch
+        takes several mini-batches)."""
+        ...
+
+    def epoch_batches(self, num_images: int) -> list[slice]:
+        """One epoch's mini-batches over ``num_images`` visits."""
+        ...
+
+    def step_weights(self, num_images: int) -> list[float]:
+        """w_s with Δ ≈ −τ Σ_s w_s g_s (every g_s at the global parameters)."""
+        ...

@@ -9,7 +9,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.node_scoring import answer_score_queries
 from fedleak.harness.flower.train import remember_batch
 from pytorchexample.task import INFO, Net, load_data
 from pytorchexample.task import test as test_fn
@@ -96,7 +96,6 @@ def evaluate(msg: Message, context: Context):
     return Message(content=content, reply_to=msg)
 
 
-# fedleak: the audit's score query, answered on the node against the remembered batch
-@app.query(SCORE_ACTION)
-def score(msg: Message, context: Context):
-    return score_reply(msg, context, INFO)
+# fedleak: the audit's score query, answered on the node against the remembered batches,
+# outside the app's mods (a LocalDpMod or user mod never sees it)
+answer_score_queries(app, INFO)

@@ -42,7 +42,7 @@ def main(grid: Grid, context: Context) -> None:
         strategy, model=Net(), dataset=INFO, out=Path(context.run_config["out"]),
         options={"iterations": int(context.run_config["iterations"])},
         overwrite=bool(context.run_config.get("overwrite", False)),
-        budget=float(context.run_config.get("budget", 3.0)) or None,  # 0: unbounded
+        queue=int(context.run_config.get("queue", 8)),  # updates waiting in the audit's worker
         procedure=LocalProcedure.of(
             kind="fedavg", local_epochs=context.run_config["local-epochs"],
             local_batch_size=context.run_config["batch-size"], lr=lr, momentum=0.9,

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import Compose, Normalize, ToTensor
 
+from fedleak.harness.zoo.bundled_images import photo_crops
 from fedleak.harness.zoo.datasets import DatasetInfo, load_dataset
 
 
@@ -61,12 +62,18 @@ class BundledPhotos(Dataset):
 
 def load_data(partition_id: int, num_partitions: int, batch_size: int, images: int = 2):
     """Node ``partition_id``'s first ``images`` bundled photos (of the train split's
-    ``partition_id::num_partitions``) and the test split (stand-in for the CIFAR-10 loader)."""
+    ``partition_id::num_partitions``) and the test split (stand-in for the CIFAR-10 loader).
+    Where the 16 bundled photos do not suffice (e.g. 64 per node, as the quickstart's
+    CIFAR-10 partitions hold hundreds), each node gets its own random crops of the same ten
+    photographs (fedleak's ``photo_crops``, seeded by the partition)."""
     train = load_dataset("photos", "train")
     test = load_dataset("photos", "test")
-    chosen = torch.arange(partition_id, len(train), num_partitions)[:images]
-    trainloader = DataLoader(BundledPhotos(train.images[chosen], train.labels[chosen]),
-                             batch_size=batch_size, shuffle=True)
+    if images * num_partitions > len(train):
+        crops, labels = photo_crops(images, seed=1000 + partition_id)
+    else:
+        chosen = torch.arange(partition_id, len(train), num_partitions)[:images]
+        crops, labels = train.images[chosen], train.labels[chosen]
+    trainloader = DataLoader(BundledPhotos(crops, labels), batch_size=batch_size, shuffle=True)
     testloader = DataLoader(BundledPhotos(test.images, test.labels), batch_size=batch_size)
     return trainloader, testloader
 

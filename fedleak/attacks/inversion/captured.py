@@ -74,7 +74,10 @@ def optimise_captured(problem: InversionProblem, images: torch.Tensor, span: Pro
 
     first = span.offset // width
 
+    problem.revision(0, images)
+
     def on_step(done: int) -> bool:
+        problem.revision(done, images)  # between graph replays: the replay reads it in place
         if (first + done) % problem.log_every != 0 and done != 1:
             return False
         if not bool(alive.any()):

@@ -3,6 +3,8 @@
 Iteration i (0-based, of T) on the candidates X ``[R, n, C, H, W]`` of an
 :class:`~fedleak.attacks.inversion.problem.InversionProblem`:
 
+0. the problem's revision of its replay, when i is one it asks for (a modelled visiting
+   order, :meth:`~fedleak.attacks.inversion.problem.InversionProblem.revision`);
 1. F and ∇F at X with the priors weighted λ_k(i) (one replay, one vector–Jacobian product:
    :meth:`~fedleak.attacks.inversion.problem.InversionProblem.value_and_gradient`);
 2. a restart whose F is not finite stops: it is frozen where it was (its step is undone) and
@@ -42,6 +44,7 @@ def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: Progre
     stepper = problem.optimiser.eager(images)
     alive = torch.ones(width, dtype=torch.bool, device=images.device)
     for iteration in range(iterations):
+        problem.revision(iteration, images)
         grad, value = problem.value_and_gradient(
             images, terms, [b.weight(iteration, iterations) for b in terms])
         finite = torch.isfinite(value.detach()).reshape(-1).expand(width)

@@ -27,7 +27,7 @@ vector–Jacobian product back to X, multiplied by each restart's s, is the whol
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +64,16 @@ class InversionProblem:
     log_every: int
     #: J and the priors per restart ([R]); False: one restart, 0-dim values
     rows: bool
+    #: a revision of the replay between iterations: ``revise(images)`` runs (outside any
+    #: gradient) before each iteration in ``revise_at`` — the modelled visiting order of a
+    #: shuffling user (:mod:`fedleak.attacks.batch_order`); None: the replay is fixed
+    revise: Callable[[torch.Tensor], None] | None = None
+    revise_at: tuple[int, ...] = ()
+
+    def revision(self, iteration: int, images: torch.Tensor) -> None:
+        """Run :attr:`revise` on ``images`` when ``iteration`` is one of :attr:`revise_at`."""
+        if self.revise is not None and iteration in self.revise_at:
+            self.revise(images.detach())
 
     def terms(self, iterations: int | None = None) -> list[BoundPrior]:
         """The priors that are terms of F: not constraints, with λ(0) > 0 over ``iterations``

@@ -172,12 +172,17 @@ class RoundRecord:
     #: and the round's figures are a lower bound, summarised apart
     replay: str = "exact"
     inexact_reasons: list[str] | None = field(default=None, metadata=OMIT)
+    #: modelled: the user's order is unknown and the attack made it a variable of its replay
+    #: (the notes say how); the round is a measurement, in the headline with the exact ones
+    replay_model: list[str] | None = field(default=None, metadata=OMIT)
     #: the defense chain the update carried, as the user published it (``name:k=v,...``)
     defenses: list[str] | None = field(default=None, metadata=OMIT)
     #: a stable readable name of who sent the update (a Flower node), beside ``round_id``
     node: str | None = field(default=None, metadata=OMIT)
-    #: a Flower audit's time budget for this update: the round's wall time, the seconds this
-    #: update's attack was allowed, and the iterations configured and run
+    #: the partition-id the node states (its node config), when it says it: stable across runs
+    partition: int | None = field(default=None, metadata=OMIT)
+    #: a Flower audit's budget for this update, in work: the iterations asked and run, and how
+    #: many updates were queued ahead of it in the audit's worker
     budget: dict[str, float] | None = field(default=None, metadata=OMIT)
     #: why the victim gave no Fisher ceiling for this round's images (when it gave none)
     fisher_note: str | None = field(default=None, metadata=OMIT)
@@ -205,8 +210,16 @@ class RunSummary:
     #: the mean of the victim's Fisher PSNR ceilings over the images that have one
     mean_fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
 
+    #: attacked rounds the victim (or node) did not score: left out of ``rounds`` and the means
+    unscored: int | None = field(default=None, metadata=OMIT)
+
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
+        """Means over the scored ones of ``rounds`` (``rounds`` counts those; ``unscored`` the
+        others)."""
+        unscored = [r for r in rounds if not r.images and r.label_accuracy is None
+                    and r.mean_feature_cosine is None]
+        rounds = [r for r in rounds if r not in unscored]
         psnrs = [img.psnr for r in rounds for img in r.images]
         ssims = [img.ssim for r in rounds for img in r.images]
         accs = [r.label_accuracy for r in rounds if r.label_accuracy is not None]
@@ -232,6 +245,7 @@ class RunSummary:
             exact=sum(exacts) if exacts else None,
             best_psnr=max(bests) if bests else None,
             mean_fisher_psnr_ceiling=float(np.mean(ceilings)) if ceilings else None,
+            unscored=len(unscored) or None,
         )
 
 
@@ -251,7 +265,7 @@ class UpdateRun:
 
     @property
     def summary(self) -> RunSummary:
-        """Means over the exact rounds only (inexact ones: :attr:`lower_bound`)."""
+        """Means over the exact and modelled rounds (inexact ones: :attr:`lower_bound`)."""
         return RunSummary.of([r for r in self.rounds if r.replay != "inexact"])
 
     @property
@@ -283,7 +297,8 @@ class UpdateRun:
             lines.append(f"{'round':>5}  {'image':>13}  {'PSNR dB':>8}  {'SSIM':>6}  "
                          f"{'MSE':>8}  {'time s':>7}")
         for i, r in enumerate(self.rounds):
-            mark = "  (inexact replay: lower bound)" if r.replay == "inexact" else ""
+            mark = {"inexact": "  (inexact replay: lower bound)",
+                    "modelled": "  (order unknown, modelled)"}.get(r.replay, "")
             for img in r.images:
                 which = f"{img.index + 1} of {r.num_images}"
                 note = "  (padding)" if img.padding else ""

@@ -7,6 +7,7 @@ where its successes place against κ and the DP bound.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -15,7 +16,7 @@ from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, Victim
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import FeatureRecord, ImageRecord, RoundRecord, UpdateRun
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.federated.replay_fidelity import INEXACT, inexact_reasons
+from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED, replay_status
 from fedleak.harness.metrics.success_bounds import (
     SuccessPlacement,
     place,
@@ -45,24 +46,12 @@ def round_record(
         restart_objectives=reconstruction.restart_objectives,
         wall_time_s=wall,
         labels=[int(y) for y in reconstruction.labels.cpu().tolist()],
-        mean_psnr=score.mean_psnr if score is not None and score.images else None,
-        mean_ssim=score.mean_ssim if score is not None and score.images else None,
-        mean_mse=score.mean_mse if score is not None and score.images else None,
-        label_accuracy=score.label_accuracy if score is not None and score.labels_scored
-        else None,
-        images=[ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse, s.padding,
-                            s.exact, s.fisher_psnr_ceiling if score.fisher_bounded else None)
-                for s in score.images] if score is not None else [],
+        mean_psnr=None, mean_ssim=None, mean_mse=None, label_accuracy=None,
         fisher_note=score.fisher_note if score is not None and score.images
         and not score.fisher_bounded and score.fisher_note else None,
         warnings=list(reconstruction.warnings),
         privacy=privacy_spent(received.metadata),
         packed_with=reconstruction.extras.get("packed_with"),
-        exact=score.exact if score is not None and score.images else None,
-        successes=score.successes if score is not None and score.images
-        and score.success_psnr > 0 else None,
-        best_psnr=score.best_psnr if score is not None and score.images and score.best_scored
-        else None,
         padding=list(reconstruction.padding) or None,
         attack_extras={k: v for k, v in reconstruction.extras.items()
                        if isinstance(v, int | float | str | bool)} or None,
@@ -70,10 +59,14 @@ def round_record(
         parts={k: reconstruction.extras[k] for k in PART_KEYS
                if k in reconstruction.extras} or None,
     )
-    reasons = inexact_reasons(received.protocol, received.num_images,
-                              extras=reconstruction.extras)
-    if reasons:
+    for key, value in score_fields(score).items():
+        setattr(entry, key, value)
+    status, reasons = replay_status(received.protocol, received.num_images,
+                                    extras=reconstruction.extras)
+    if status == INEXACT:
         entry.replay, entry.inexact_reasons = INEXACT, reasons
+    elif status == MODELLED:
+        entry.replay, entry.replay_model = MODELLED, reasons
     if reconstruction.features is not None:
         entry.feature_layer = reconstruction.feature_layer
         if scored and score is not None and score.features_scored:
@@ -82,6 +75,25 @@ def round_record(
             entry.features = [FeatureRecord(f.index, f.matched_index, f.cosine,
                                             f.relative_error) for f in score.features]
     return entry
+
+
+def score_fields(score: pb.ScoreResponse | None) -> dict[str, Any]:
+    """The :class:`RoundRecord` fields a victim's (or node's) score fills."""
+    if score is None:
+        return {}
+    images = bool(score.images)
+    return {
+        "mean_psnr": score.mean_psnr if images else None,
+        "mean_ssim": score.mean_ssim if images else None,
+        "mean_mse": score.mean_mse if images else None,
+        "label_accuracy": score.label_accuracy if score.labels_scored else None,
+        "images": [ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse, s.padding,
+                               s.exact, s.fisher_psnr_ceiling if score.fisher_bounded else None)
+                   for s in score.images],
+        "exact": score.exact if images else None,
+        "successes": score.successes if images and score.success_psnr > 0 else None,
+        "best_psnr": score.best_psnr if images and score.best_scored else None,
+    }
 
 
 def placement(run: UpdateRun, described: pb.DescribeResponse,
@@ -107,6 +119,17 @@ def placement(run: UpdateRun, described: pb.DescribeResponse,
     return place(psnrs, baseline, mechanism, successes=successes)
 
 
+def iterations_used(attack: object, reconstruction: Reconstruction) -> tuple[int, int] | None:
+    """(iterations the attack ran, iterations asked: ``iterations`` × ``restarts`` of its
+    config) for the printed line; None for an attack without iterations."""
+    config = getattr(attack, "config", None)
+    asked = getattr(config, "iterations", None)
+    if not isinstance(asked, int) or isinstance(asked, bool):
+        return None
+    asked *= int(getattr(config, "restarts", 1) or 1)
+    return int(reconstruction.iterations), asked
+
+
 def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:
     """The victim's DP accounting of a round as numbers (``epsilon_total``, ``epsilon_round``,
     ``delta``), or None when it reports none."""
@@ -120,9 +143,12 @@ def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:
 
 
 def round_line(index: int, score: pb.ScoreResponse, wall: float,
-               privacy: dict[str, float] | None = None, inexact: bool = False) -> str:
-    """One line per finished round for the terminal (``inexact``: labelled a lower bound)."""
-    parts = ["LOWER BOUND (inexact replay)"] if inexact else []
+               privacy: dict[str, float] | None = None, inexact: bool = False, *,
+               modelled: bool = False, iterations: tuple[int, int] | None = None) -> str:
+    """One line per finished round for the terminal (``inexact``: labelled a lower bound;
+    ``modelled``: the user's order unknown, modelled; ``iterations``: (used, asked))."""
+    parts = ["LOWER BOUND (inexact replay)"] if inexact else \
+        ["order unknown, modelled"] if modelled else []
     if score.images:
         parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")
     if score.features_scored:
@@ -132,6 +158,8 @@ def round_line(index: int, score: pb.ScoreResponse, wall: float,
         parts.append(f"labels {score.label_accuracy:.0%}")
     if privacy and "epsilon_total" in privacy:
         parts.append(f"ε {privacy['epsilon_total']:.4g}")
+    if iterations is not None:
+        parts.append(f"{iterations[0]} of {iterations[1]} iterations")
     return f"round {index}: " + ", ".join([*parts, f"{wall:.1f} s"])
 
 

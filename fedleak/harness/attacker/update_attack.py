@@ -47,6 +47,7 @@ from fedleak.harness.attacker.described import (
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import (
+    iterations_used,
     placement,
     round_line,
     round_record,
@@ -59,7 +60,7 @@ from fedleak.harness.attacker.secagg_rounds import (
 from fedleak.harness.attacker.server_knowledge import server_knowledge
 from fedleak.harness.federated.observe import observation_from_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.federated.replay_fidelity import INEXACT
+from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
 from fedleak.harness.zoo.datasets import DatasetInfo, denormalize
 from fedleak.v1 import victim_pb2 as pb
 
@@ -304,7 +305,9 @@ class Server:
                             entry, out)
         run.rounds.append(entry)
         run.write(out)
-        self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT))
+        self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT,
+                            modelled=entry.replay == MODELLED,
+                            iterations=iterations_used(self.attack, reconstruction)))
 
 
 def observation_for(

@@ -44,7 +44,8 @@ class FederationOptions:
     record_only: bool
     no_score: bool
     overwrite: bool
-    budget: float
+    queue: int
+    inline: bool
     no_audit: bool
     threads: int
     secagg_plus: bool
@@ -93,10 +94,13 @@ def federation_options(function: Any) -> Any:
                      help="Replace an audit run already in --out (its metrics.json, "
                           "recording.json and round-RRR-... folders; nothing else); without it "
                           "such an --out is refused."),
-        click.option("--budget", default=3.0, show_default=True, type=click.FloatRange(0),
-                     help="Bound each round's attacks to this multiple of the round's wall "
-                          "time (at least 10 s a round, shared by its nodes), cutting "
-                          "iterations; 0: no bound."),
+        click.option("--queue", default=8, show_default=True, type=click.IntRange(1),
+                     help="At most this many node updates wait in the audit's worker (a niced "
+                          "process attacking off the round's critical path); more are skipped "
+                          "and recorded. Each update gets the attack's own iterations."),
+        click.option("--inline", is_flag=True,
+                     help="Attack and score each update in the round (blocks it) instead of "
+                          "in the worker after it."),
         click.option("--no-audit", is_flag=True, help="Run the federation unaudited."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
                      help="torch threads per node."),
@@ -150,7 +154,8 @@ def settings_of(given: FederationOptions, allow_reveal: bool = False) -> Any:
         secagg_clipping_range=given.secagg_clipping_range,
         secagg_quantization_range=given.secagg_quantization_range,
         momentum=protocol.momentum, weight_decay=protocol.weight_decay,
-        nesterov=protocol.nesterov, shuffle=protocol.shuffle_batches, budget=given.budget,
+        nesterov=protocol.nesterov, shuffle=protocol.shuffle_batches, queue=given.queue,
+        inline=given.inline,
         overwrite=given.overwrite, allow_reveal=allow_reveal)
     if not settings.secagg_plus:
         given_flags = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()

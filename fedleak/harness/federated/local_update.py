@@ -51,6 +51,11 @@ from fedleak.attacks.replay_contract import Replay
 from fedleak.harness.federated.batch_norm import decomposed_batch_norm
 from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.federated.second_order import lean_second_order
+from fedleak.harness.federated.visiting_order import (  # noqa: F401  (draw_order re-exported)
+    copies_order,
+    draw_order,
+    epoch_copies,
+)
 
 #: ``cancelled()`` is asked before every local step; True stops the computation.
 CancelCheck = Callable[[], bool]
@@ -150,33 +155,6 @@ def sgd_step(params: dict[str, torch.Tensor], grads: Sequence[torch.Tensor],
     return {k: params[k] - lr * d for k, d in zip(names, steps, strict=True)}, velocity
 
 
-def draw_order(protocol: Protocol, num_images: int, generator: torch.Generator,
-               device: torch.device | str = "cpu") -> torch.Tensor | None:
-    """The user's secret visiting order [E, n] for a shuffled FedAvg (one permutation per
-    epoch, as a ``DataLoader(shuffle=True)`` draws it), or None when it takes them in order."""
-    if protocol.kind == FEDSGD or not protocol.shuffle:
-        return None
-    return torch.stack([torch.randperm(num_images, generator=generator)
-                        for _ in range(protocol.local_epochs)]).to(device)
-
-
-def epoch_copies(protocol: Protocol, num_images: int) -> int:
-    """How many copies of the n candidate images the server's replay takes: E when the user's
-    unseen order matters (:meth:`Protocol.order_matters`) and it trains several epochs, else 1
-    (one epoch in any order is one assignment of the candidates to its slots)."""
-    return protocol.local_epochs if protocol.order_matters(num_images) else 1
-
-
-def copies_order(protocol: Protocol, num_images: int, device: torch.device | str
-                 ) -> torch.Tensor | None:
-    """The replay's visiting order over ``copies × n`` candidate images: epoch e visits its own
-    copy e in order (None when one copy is taken)."""
-    copies = epoch_copies(protocol, num_images)
-    if copies == 1:
-        return None
-    return torch.arange(copies * num_images, device=device).view(copies, num_images)
-
-
 def _gradient(
     model: nn.Module,
     params: dict[str, torch.Tensor],
@@ -244,6 +222,8 @@ class UpdateSimulator(Replay):
         #: (:mod:`fedleak.harness.federated.batch_norm`: torch.func's own rule for its double
         #: backward gives a wrong derivative). Kept as a flag for replays that cannot.
         self.vectorisable = True
+        #: the visiting order an attack set (:meth:`visiting`), else None
+        self.visit: torch.Tensor | None = None
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         """The user's update for ``images``; each call starts from the global buffers (a
@@ -266,8 +246,10 @@ class UpdateSimulator(Replay):
         return epoch_copies(self.protocol, self.num_images)
 
     def order(self, rows: int, device: torch.device) -> torch.Tensor | None:
-        """The visiting order for ``rows`` candidate images: per-epoch copies when ``rows`` is
-        ``epoch_copies() × n``, else in order."""
+        """The visiting order for ``rows`` candidate images: the one :meth:`visiting` set, else
+        per-epoch copies when ``rows`` is ``epoch_copies() × n``, else in order."""
+        if self.visit is not None:
+            return self.visit
         copies = self.epoch_copies()
         if copies > 1 and self.num_images is not None and rows == copies * self.num_images:
             return copies_order(self.protocol, self.num_images, device)
@@ -282,6 +264,36 @@ class UpdateSimulator(Replay):
     def local_steps(self, num_images: int) -> int:
         """How many local SGD steps the replay takes over ``num_images`` images."""
         return self.protocol.local_steps(num_images)
+
+    def visiting(self, order: torch.Tensor) -> UpdateSimulator:
+        """This replay visiting, in epoch e, the candidate rows ``order[e]`` [E, n] in
+        mini-batches of B (the order an attack models for a shuffling user); the tensor is
+        read at every call, so changing it in place changes the replay."""
+        if order.dim() != 2 or order.shape[0] != self.protocol.local_epochs:
+            raise ValueError(f"a visiting order is [epochs={self.protocol.local_epochs}, n], "
+                             f"got {list(order.shape)}")
+        out = UpdateSimulator(self.model, self.parameters, self.buffers, self.protocol,
+                              self.num_images)
+        out.visit = order
+        return out
+
+    def epochs(self) -> int:
+        """E, the local epochs the replay takes."""
+        return self.protocol.local_epochs
+
+    def order_matters(self, num_images: int) -> bool:
+        """Whether the user's secret order changes its update
+        (:meth:`~fedleak.harness.federated.protocol.Protocol.order_matters`)."""
+        return self.protocol.order_matters(num_images)
+
+    def epoch_batches(self, num_images: int) -> list[slice]:
+        """One epoch's mini-batches over ``num_images`` visits (slices of the order)."""
+        return local_batches(num_images, self.protocol.batch_size)
+
+    def step_weights(self, num_images: int) -> list[float]:
+        """The first-order weight of each local step's gradient in the delta
+        (:meth:`~fedleak.harness.federated.protocol.Protocol.step_weights`)."""
+        return self.protocol.step_weights(num_images)
 
     def restarts(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         """The user's update for R candidate batches at once: ``images`` [R, n, C, H, W].
@@ -312,8 +324,11 @@ class UpdateSimulator(Replay):
 
     def pack(self, others: Sequence[Replay]) -> PackedReplay:
         """One replay for this user and ``others`` (same architecture and protocol), each at
-        its own global parameters: packed attacks on several rounds or images. ValueError
-        when one of ``others`` is not an :class:`UpdateSimulator`."""
+        its own global parameters: packed attacks on several rounds or images
+        (:mod:`~fedleak.harness.federated.packed_replay`). ValueError when one of ``others``
+        is not an :class:`UpdateSimulator`."""
+        from fedleak.harness.federated.packed_replay import PackedReplay
+
         simulators = [o for o in others if isinstance(o, UpdateSimulator)]
         if len(simulators) < len(others):
             raise ValueError("only the harness's replays can be packed together")

@@ -138,6 +138,17 @@ class Protocol:
         return (self.kind == FEDAVG and self.shuffle
                 and self.batches_per_epoch(num_images) > 1)
 
+    def step_weights(self, num_images: int) -> list[float]:
+        """The first-order weight w_s of local step s's gradient in the delta: with every
+        gradient taken at θ_k, Δ ≈ −τ Σ_s w_s g_s. ``torch.optim.SGD``'s heavy ball sums
+        v_m = Σ_{s≤m} μ^{m−s} g_s over the L steps, so w_s = Σ_{m=s}^{L} μ^{m−s}; Nesterov's
+        step g_m + μ v_m gives w_s = 1 + μ Σ_{m=s}^{L} μ^{m−s}; plain SGD, w_s = 1 (weight
+        decay adds a term that does not depend on the data). FedSGD: [1]."""
+        steps = self.local_steps(num_images)
+        mu = self.momentum if self.kind == FEDAVG else 0.0
+        heavy = [sum(mu ** (m - s) for m in range(s, steps)) for s in range(steps)]
+        return [1 + mu * h for h in heavy] if self.nesterov and mu else heavy
+
     def optimiser(self) -> str:
         """The local optimiser in words (``SGD``, ``SGD momentum 0.9, weight decay 5e-4``)."""
         parts = []

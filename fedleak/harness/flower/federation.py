@@ -37,7 +37,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.flower.auditor import DEFAULT_BUDGET, Auditor
+from fedleak.harness.flower.audit_worker import DEFAULT_QUEUE
+from fedleak.harness.flower.auditor import Auditor
 from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.mods import DefenseMod
@@ -90,8 +91,10 @@ class FederationSettings:
     secagg_max_weight: float = 0.0
     secagg_clipping_range: float = SecAggPlus.clipping_range
     secagg_quantization_range: int = SecAggPlus.quantization_range
-    #: the audit's time budget (× the round's wall time; 0: unbounded), see AuditOptions
-    budget: float = DEFAULT_BUDGET
+    #: the audit's queue bound (updates waiting in its worker), see AuditOptions
+    queue: int = DEFAULT_QUEUE
+    #: attack in the round instead of in the niced worker after it (see AuditOptions)
+    inline: bool = False
     #: replace a run already in ``out`` (else it is refused)
     overwrite: bool = False
     #: simulation only: the simulated nodes' operator lets them reveal their batch for the
@@ -276,7 +279,8 @@ def run_server(grid: Grid, s: FederationSettings, context: Context | None = None
         return None
     audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
                          options=s.attack_options(), seed=s.seed, record_only=s.record_only,
-                         score=s.score, budget=s.budget or None, overwrite=s.overwrite)
+                         score=s.score, queue=s.queue, background=not s.inline,
+                         overwrite=s.overwrite)
     audit.start(grid, initial, num_rounds=s.rounds, train_config=ConfigRecord(config))
     return audit  # start() recorded how it ended
 
@@ -298,7 +302,7 @@ def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
         return None
     audit = AggregateAudit(inner, s.model, s.dataset, Path(s.out), secagg=secagg, grid=grid,
                            attack=s.attack, options=s.attack_options(), seed=s.seed,
-                           record_only=s.record_only, score=s.score, budget=s.budget or None,
+                           record_only=s.record_only, score=s.score,
                            overwrite=s.overwrite)
     return _finished(audit, lambda: workflow(grid, LegacyContext(
         context, ServerConfig(num_rounds=s.rounds), audit)))

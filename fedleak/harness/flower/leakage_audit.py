@@ -16,8 +16,10 @@ truth stays on the node) and writes the run folder ``fedleak attack`` writes
 (``metrics.json``, ``round-RRR-node-N/reconstruction.png``, ``comparison.png`` where the node
 reveals). The replies then go to the inner strategy unchanged: the audit only reads them.
 
-With ``record_only`` it writes a recording instead (:mod:`~fedleak.harness.attacker.recording`)
-for ``fedleak attack --from-recording``, so a heavy attack never blocks a round. A reply the
+By default the attacks run off the round's critical path, in a niced worker process, and the
+nodes score them after the federation (:mod:`~fedleak.harness.flower.auditor`); with
+``record_only`` it writes a recording instead (:mod:`~fedleak.harness.attacker.recording`) for
+``fedleak attack --from-recording``. A reply the
 audit cannot attack (a failed node, wrong shapes or dtypes, no ``num-examples``, a procedure
 it cannot read) is recorded in ``metrics.json``'s warnings with the reason, and the
 federation goes on. Under Flower's SecAgg+ the server only ever holds the aggregate, and so
@@ -26,7 +28,6 @@ does the audit: :class:`~fedleak.harness.flower.secagg.AggregateAudit` attacks t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Unpack
@@ -51,7 +52,7 @@ from fedleak.harness.flower.procedure import (
     REPLAYABLE_METRIC,
     procedure_from_config,
 )
-from fedleak.harness.flower.published_defenses import published_chain
+from fedleak.harness.flower.published_defenses import CLIPPING_NORM_KEY, published_chain
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.zoo.datasets import DatasetInfo
 
@@ -83,7 +84,6 @@ class LeakageAudit(Auditor, Strategy):
         super().__init__(model, dataset, out, **audit, settings={
             "inner_strategy": type(inner).__name__, "server_view": "every node's update"})
         self._sent: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
-        self._sent_at = time.perf_counter()
         #: (server round, node id) of every reply attacked or recorded
         self.audited: list[tuple[int, int]] = []
 
@@ -126,14 +126,13 @@ class LeakageAudit(Auditor, Strategy):
                 theta = copies[id(record)]
             sent_config = dict(next(iter(configs.values()))) if len(configs) == 1 else {}
             self._sent[message.metadata.dst_node_id] = (theta, sent_config)
-        self._sent_at = time.perf_counter()
+        self.collect()
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        self._round_seconds = time.perf_counter() - self._sent_at  # the round it watches
-        self._round_replies = max(1, sum(not r.has_error() for r in replies))
+        self.collect()  # what the worker finished meanwhile (never waits)
         for reply in sorted(replies, key=lambda r: r.metadata.src_node_id):
             self.audit_reply(server_round, reply)
         answered = {reply.metadata.src_node_id for reply in replies}
@@ -165,15 +164,14 @@ class LeakageAudit(Auditor, Strategy):
         try:
             received, params, buffers, warnings, inexact = self._received(server_round, reply,
                                                                           name)
-            entry = self._audit_update(
+            norm = self._sent[node][1].get(CLIPPING_NORM_KEY)
+            self._audit_update(
                 server_round, name, f"round-{server_round:03d}-{name}",
                 received, params, buffers, warnings,
                 lambda images, labels, padding: self._node_score(server_round, node, images,
                                                                   labels, padding=padding),
-                inexact)
-            if entry is not None:
-                entry.node = f"{name} (Flower node {node})"
-                self.run.write(self.out)
+                inexact, node=node,
+                clipping_norm=float(norm) if isinstance(norm, int | float) else None)
             self.audited.append((server_round, node))
         except NotAttackable as err:
             self._not_attacked(where, str(err))

@@ -23,13 +23,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 from torch import nn
 
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.arrays import record_of, tensors
-from fedleak.harness.flower.train import TRUTH_RECORD, TRUTH_ROUND
+from fedleak.harness.flower.published_defenses import CLIPPING_NORM_KEY
+from fedleak.harness.flower.train import KEEP_ROUNDS, held_batch, held_rounds
 from fedleak.harness.metrics.image_metrics import match_among
 from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
@@ -49,18 +52,22 @@ SCORE_ERROR = 121
 
 
 def submission_content(server_round: int, images: torch.Tensor | None, labels: list[int],
-                       *, aggregate: bool = False,
-                       padding: list[int] | None = None) -> RecordDict:
+                       *, aggregate: bool = False, padding: list[int] | None = None,
+                       clipping_norm: float | None = None) -> RecordDict:
     """What the audit sends to a node to have round ``server_round``'s reconstruction scored;
     ``aggregate``: the reconstruction of several nodes' pooled batches (SecAgg+), among which
-    the node finds its own images; ``padding``: the reconstruction's placeholder slots."""
-    content = RecordDict({SUBMISSION_CONFIG: ConfigRecord({"round": server_round,
-                                                           "labels": list(labels),
-                                                           "aggregate": aggregate,
-                                                           "padding": list(padding or [])})})
-    if images is not None:
-        content[SUBMISSION_IMAGES] = record_of({"images": images.float()})
-    return content
+    the node finds its own images; ``padding``: the reconstruction's placeholder slots.
+
+    Shaped to pass Flower's client mods (module docstring): exactly one ArrayRecord (the
+    images; empty without) and one ConfigRecord, which carries ``clipping_norm`` when the
+    round's train config did (``fixedclipping_mod`` / ``adaptiveclipping_mod`` read it)."""
+    config: dict[str, Any] = {"round": server_round, "labels": list(labels),
+                              "aggregate": aggregate, "padding": list(padding or [])}
+    if clipping_norm is not None:
+        config[CLIPPING_NORM_KEY] = float(clipping_norm)
+    return RecordDict({SUBMISSION_CONFIG: ConfigRecord(config),
+                       SUBMISSION_IMAGES: record_of({"images": images.float()})
+                       if images is not None else ArrayRecord()})
 
 
 def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
@@ -74,6 +81,20 @@ def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
         return Message(Error(SCORE_ERROR, str(err)), reply_to=msg)
 
 
+def answer_score_queries(app: ClientApp, info: DatasetInfo) -> None:
+    """Answer the audit's score queries on ``app`` outside its mod chain: the handler is
+    registered as ``@app.query("fedleak_score")`` would, then unwrapped from the app's mods,
+    so no client mod (a user's own, Flower's DP mods, ...) ever sees a score query. Call it
+    after building the ``ClientApp``, instead of writing the query handler."""
+    def score(msg: Message, context: Context) -> Message:
+        return score_reply(msg, context, info)
+
+    app.query(SCORE_ACTION)(score)
+    registered = getattr(app, "_registered_funcs", None)
+    if isinstance(registered, dict) and f"query.{SCORE_ACTION}" in registered:
+        registered[f"query.{SCORE_ACTION}"] = score  # outside the chain (flwr >= 1.41)
+
+
 def _score(msg: Message, context: Context, info: DatasetInfo,
            allow_reveal: bool | None = None) -> RecordDict:
     record = msg.content.config_records.get(SUBMISSION_CONFIG)
@@ -82,21 +103,20 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
         raise InvalidArgument(f"a score query carries a ConfigRecord {SUBMISSION_CONFIG!r} with "
                               "the round and the recovered labels")
     server_round = int(config["round"])
-    truth_record, held = context.state.get(TRUTH_RECORD), context.state.get(TRUTH_ROUND)
-    if not isinstance(truth_record, ArrayRecord) or not isinstance(held, ConfigRecord) \
-            or not isinstance(held.get("round"), int):
+    kept = held_rounds(context)
+    if not kept:
         raise FailedPrecondition("this node keeps no training batch: its ClientApp must train "
                                  "with fedleak.harness.flower.train.train(..., context=context), "
                                  "or, with its own loop, call fedleak.harness.flower.train."
                                  "remember_batch(context, server_round, images, labels) with "
                                  "the images (on [0, 1]) it trained on")
-    if held["round"] != server_round:
-        raise NotFound(f"this node's latest batch is from round {held['round']!r}, not round "
-                       f"{server_round}: score a round's reconstruction before the node trains "
-                       "again")
-    truth = tensors(truth_record)
+    truth = held_batch(context, server_round)
+    if truth is None:
+        raise NotFound(f"this node keeps the batches of rounds {kept[0]}-{kept[-1]}, not round "
+                       f"{server_round}: raise its node config fedleak-keep-rounds (default "
+                       f"{KEEP_ROUNDS}) to keep more rounds for the audit")
     images_record = msg.content.array_records.get(SUBMISSION_IMAGES)
-    images = tensors(images_record)["images"] if images_record is not None else None
+    images = tensors(images_record).get("images") if images_record is not None else None
     submitted_labels = config.get("labels", [])
     labels = [int(y) for y in submitted_labels] if isinstance(submitted_labels, list) else []
     submitted_padding = config.get("padding", [])
@@ -130,12 +150,35 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
             metrics["best-psnr"] = s.best_psnr
     if scored.label_accuracy is not None:
         metrics["label-accuracy"] = scored.label_accuracy
-    out = RecordDict({SCORE_METRICS: MetricRecord(metrics)})
+    partition = context.node_config.get("partition-id")
+    if isinstance(partition, int) and not isinstance(partition, bool):
+        metrics["partition-id"] = partition
+    # the submitted ArrayRecord echoed: Flower's DP mods find the one ArrayRecord they expect
+    # (with the keys they sent) and clip or noise the echo, which the audit ignores
+    out = RecordDict({SCORE_METRICS: MetricRecord(metrics),
+                      SUBMISSION_IMAGES: images_record if images_record is not None
+                      else ArrayRecord()})
     reveal = context.node_config.get("fedleak-allow-reveal") is True \
         if allow_reveal is None else allow_reveal
     if reveal:
-        out[REVEALED] = record_of({"images": truth["images"]})
+        shown = truth["images"].float().contiguous()
+        out[REVEALED] = ConfigRecord({"images": shown.numpy().tobytes(),
+                                      "shape": list(shown.shape)})
     return out
+
+
+def revealed_images(content: RecordDict) -> torch.Tensor | None:
+    """The truth a node revealed in its score answer (float32 [n, C, H, W]), or None."""
+    record = content.config_records.get(REVEALED)
+    if record is None:
+        return None
+    data, shape = record.get("images"), record.get("shape")
+    if not isinstance(data, bytes) or not isinstance(shape, list):
+        return None
+    values = np.frombuffer(data, dtype="<f4").copy()
+    if values.size != int(np.prod([int(x) for x in shape])):
+        return None
+    return torch.from_numpy(values).view(*[int(x) for x in shape])
 
 
 def _own_images(images: torch.Tensor, labels: list[int], truth: torch.Tensor) -> torch.Tensor:

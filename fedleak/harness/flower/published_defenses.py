@@ -17,7 +17,9 @@ fields of the victim's ``DefenseSpec``, public parameters only (never a seed or 
   ``adaptiveclipping_mod`` clip to the norm the server sends in the train config
   (``clipping_norm``), fedleak's ``clip``. Any other mod can be published with the chain it
   applies, ``publishing(mod, "clip:max-norm=1")``; an unrecognised mod without one is refused,
-  since an unnamed defense would make the audit blind without saying so.
+  since an unnamed defense would make the audit blind without saying so. A published mod
+  acts on train messages only: every other message (the audit's score query) passes it
+  untouched.
 
 The audit (:class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`) reads the chain with
 :func:`published_chain`, records it in ``metrics.json`` and hands it to the attack exactly as
@@ -133,8 +135,10 @@ def publishing(mod: Mod, *chain: str) -> Mod:
         describe = found  # type: ignore[assignment]
 
     def published_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if not msg.metadata.message_type.startswith("train"):  # the audit's score query, ...
+            return call_next(msg, context)  # a defense acts on train replies only
         reply = mod(msg, context, call_next)
-        if msg.metadata.message_type.startswith("train") and not reply.has_error():
+        if not reply.has_error():
             publish(reply.content, describe(msg))
         return reply
 

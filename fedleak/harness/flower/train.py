@@ -40,9 +40,13 @@ from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
-#: the node's state records: its latest training batch, and its DP accounting history
+#: the node's state records: its training batch of round r (``fedleak.truth.r``), the rounds
+#: it keeps, and its DP accounting history
 TRUTH_RECORD = "fedleak.truth"
-TRUTH_ROUND = "fedleak.truth-round"
+TRUTH_ROUND = "fedleak.truth-rounds"
+#: how many rounds' batches a node keeps for the audit's scoring (node config
+#: ``fedleak-keep-rounds``)
+KEEP_ROUNDS = 8
 DP_HISTORY = "fedleak.dp-history"
 
 
@@ -119,9 +123,41 @@ def train(
 
 def remember_batch(context: Context, server_round: int, images: torch.Tensor,
                    labels: torch.Tensor) -> None:
-    """Keep this round's batch (images on [0, 1], labels) in the node's state for scoring."""
-    context.state[TRUTH_RECORD] = record_of({"images": images.float(), "labels": labels})
-    context.state[TRUTH_ROUND] = ConfigRecord({"round": server_round})
+    """Keep this round's batch (images on [0, 1], labels) in the node's state for scoring,
+    beside the batches of the node's last ``fedleak-keep-rounds`` (node config, default
+    :data:`KEEP_ROUNDS`) rounds: the audit scores after the federation, not between rounds.
+    Images that are whole multiples of 1/255 (8-bit data) are kept as uint8, exactly."""
+    pixels = images.detach().float().cpu()
+    levels = pixels * 255
+    if bool((levels - levels.round()).abs().max() <= 1e-3) if pixels.numel() else False:
+        pixels = levels.round().clamp(0, 255).to(torch.uint8)  # type: ignore[assignment]
+    context.state[f"{TRUTH_RECORD}.{server_round}"] = record_of({"images": pixels,
+                                                                 "labels": labels})
+    kept = [r for r in held_rounds(context) if r != server_round] + [server_round]
+    limit = context.node_config.get("fedleak-keep-rounds", KEEP_ROUNDS)
+    limit = max(1, limit) if isinstance(limit, int) and not isinstance(limit, bool) \
+        else KEEP_ROUNDS
+    for old in kept[:-limit]:
+        del context.state[f"{TRUTH_RECORD}.{old}"]
+    context.state[TRUTH_ROUND] = ConfigRecord({"rounds": kept[-limit:]})
+
+
+def held_rounds(context: Context) -> list[int]:
+    """The rounds whose batch this node keeps, oldest first."""
+    record = context.state.get(TRUTH_ROUND)
+    rounds = record.get("rounds", []) if isinstance(record, ConfigRecord) else []
+    return [int(r) for r in rounds] if isinstance(rounds, list) else []
+
+
+def held_batch(context: Context, server_round: int) -> dict[str, torch.Tensor] | None:
+    """Round ``server_round``'s batch (images float on [0, 1], labels), or None."""
+    record = context.state.get(f"{TRUTH_RECORD}.{server_round}")
+    if not isinstance(record, ArrayRecord):
+        return None
+    truth = tensors(record)
+    if truth["images"].dtype == torch.uint8:
+        truth["images"] = truth["images"].float() / 255
+    return truth
 
 
 def _privacy_metrics(metadata: Mapping[str, str], defense: Any, context: Context | None

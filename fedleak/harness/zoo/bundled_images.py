@@ -94,6 +94,30 @@ def centred_square(photo: np.ndarray, fraction: float) -> np.ndarray:
     return resize(square, (PHOTO_SIZE, PHOTO_SIZE), anti_aliasing=True)  # uint8 -> [0, 1]
 
 
+def photo_crops(count: int, size: int = PHOTO_SIZE, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """``count`` squares cut at random from the :data:`PHOTO_NAMES` photographs (crop i from
+    photograph i mod 10, its label), each of side U(1/8, 1/2)·min(H, W) at a uniform position,
+    resized to ``size``×``size`` with anti-aliasing: float32 ``[count, 3, size, size]`` on
+    [0, 1]. A stand-in for a user's own photographs at their own resolution (as many as a
+    partition needs), the same for the same ``seed``."""
+    from skimage.transform import resize
+
+    rng = np.random.default_rng(seed)
+    photos = [read_photo(name) for name in PHOTO_NAMES]
+    crops, labels = [], []
+    for i in range(count):
+        label = i % len(photos)
+        photo = photos[label]
+        height, width = photo.shape[:2]
+        side = int(rng.uniform(0.125, 0.5) * min(height, width))
+        top, left = int(rng.integers(0, height - side + 1)), int(rng.integers(0, width - side + 1))
+        crops.append(resize(photo[top:top + side, left:left + side], (size, size),
+                            anti_aliasing=True))
+        labels.append(label)
+    images = torch.as_tensor(np.stack(crops), dtype=torch.float32).permute(0, 3, 1, 2)
+    return images.contiguous(), torch.tensor(labels, dtype=torch.int64)
+
+
 BUNDLED_READERS: dict[str, Callable[[], tuple[Tensor, Tensor]]] = {
     "digits": read_digits,
     "faces": read_faces,

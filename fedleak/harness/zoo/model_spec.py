@@ -20,7 +20,15 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, text: str) -> ModelSpec:
-        """Parse ``name`` or ``name:key=value,key=value``."""
+        """Parse ``name``, ``name:key=value,key=value``, or a user's factory
+        ``module:factory`` (:mod:`~fedleak.harness.zoo.user_models`: the spec
+        ``factory:path=module:factory``)."""
+        from fedleak.harness.zoo.user_models import FACTORY, is_factory
+
+        if is_factory(text):
+            return cls(FACTORY, {"path": text.strip()})
+        if text.startswith(f"{FACTORY}:path="):
+            return cls(FACTORY, {"path": text[len(f"{FACTORY}:path="):].strip()})
         name, _, rest = text.partition(":")
         options: dict[str, str] = {}
         for item in filter(None, (part.strip() for part in rest.split(","))):

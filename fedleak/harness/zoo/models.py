@@ -39,6 +39,7 @@ from torch import nn
 from fedleak.harness.zoo.architectures import KKTMLP, MLP, CifarResNet, ConvNet, LeNetZhu
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec, Shape
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
+from fedleak.harness.zoo.user_models import FACTORY, build_factory
 
 OPACUS_OPTION = "opacus"
 Builder = Callable[[Shape, int, dict[str, str]], nn.Module]
@@ -74,6 +75,15 @@ def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Mod
     """
     if isinstance(spec, str):
         spec = ModelSpec.parse(spec)
+    if spec.name == FACTORY:  # the user's own module:factory (user_models)
+        model = build_factory(spec.options.get("path", ""))
+        chw = (int(shape[0]), int(shape[1]), int(shape[2]))
+        logits = _check_forward(model, spec, chw)
+        if tuple(logits.shape) != (1, int(num_classes)):
+            raise ModelError(f"model {spec.options.get('path')} gives outputs of shape "
+                             f"{list(logits.shape)} for one input of {list(chw)}; the data has "
+                             f"{num_classes} classes: it must give [1, {num_classes}]")
+        return model
     if spec.name not in _BUILDERS:
         raise ModelError(f"unknown model {spec.name!r}; choose one of {', '.join(_BUILDERS)}")
     options = dict(spec.options)
@@ -106,12 +116,13 @@ def opacus_compatible(model: nn.Module) -> nn.Module:
     return fixed
 
 
-def _check_forward(model: nn.Module, spec: ModelSpec, shape: Shape) -> None:
+def _check_forward(model: nn.Module, spec: ModelSpec, shape: Shape) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            model(torch.zeros(1, *shape))
+            out: torch.Tensor = model(torch.zeros(1, *shape))
+            return out
     except (RuntimeError, ValueError) as err:
         raise ModelError(f"model {spec} cannot take inputs of shape {shape}: {err}") from err
     finally:

@@ -1,0 +1,193 @@
+"""The audit's worker: updates attacked off the round's critical path.
+
+A Flower round waits for nothing the audit does. The strategy wrapper reads each reply (a few
+tensor copies), hands the update to an :class:`AuditWorker` and passes the replies on; the
+worker attacks them in a process of its own, started once per federation with
+``multiprocessing``'s *spawn* (a fresh interpreter: nothing of the ServerApp's gRPC or thread
+state is inherited), at a lower CPU priority than the federation's processes
+(``os.nice(nice)``, default +10: on a machine the nodes share, the scheduler gives the nodes'
+training the cores first and the attack what is left) and with ``threads`` torch threads.
+
+- **Bounded queue.** At most ``queue`` updates wait or run at once; an update that finds it
+  full is *skipped* (the caller records it, with the reason), never queued without bound.
+- **Budget in work.** Each update gets its attack's own budget — ``iterations`` × ``restarts``
+  objective evaluations, as the user set them — whatever the round's wall time.
+- **Behind.** :meth:`AuditWorker.submit` says how many updates were ahead of this one, so the
+  record shows when the audit falls behind the federation.
+- **Results** come back as :class:`AuditResult` (the reconstruction on the CPU, or the error)
+  when the caller asks (:meth:`AuditWorker.results`), and all of them at the end
+  (:meth:`AuditWorker.drain`), after the federation's last round.
+
+Why not a Ray actor under Flower's simulation: an actor takes a Ray CPU slot, i.e. takes it
+from the SuperNodes' actors the simulation packs onto the cores; a niced process takes only
+what the nodes leave. The model travels to the worker once, pickled: a model whose class
+cannot be imported by name (defined inside a function) cannot, and the audit then attacks in
+this process (``AuditWorker`` refuses it with that reason; the caller falls back).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.zoo.datasets import DatasetInfo
+
+#: the worker's default niceness over the federation's processes, and queue bound
+DEFAULT_NICE = 10
+DEFAULT_QUEUE = 8
+
+
+@dataclass
+class AuditJob:
+    """One update to attack: who sent it, the update, and the attack to run on it."""
+
+    key: tuple[int, int]
+    received: ReceivedUpdate
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    attack: str
+    options: dict[str, Any]
+    seed: int
+
+
+@dataclass
+class AuditResult:
+    """The attack's outcome for :attr:`AuditJob.key`: the reconstruction (None with ``error``)
+    and its wall time in the worker."""
+
+    key: tuple[int, int]
+    reconstruction: Any = None
+    wall_s: float = 0.0
+    error: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkerUnavailable(RuntimeError):
+    """The worker process cannot serve this model (the message says why)."""
+
+
+def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob) -> AuditResult:
+    """Run one job: the victim's replay of the update (the attacker's ``observation_for``) and
+    the attack with its own budget. In the worker process, or inline."""
+    from fedleak.attacks import create_attack
+    from fedleak.harness.attacker.update_attack import observation_for
+
+    started = time.perf_counter()
+    try:
+        observation = observation_for(model, job.params, job.buffers, job.received, info,
+                                      device)
+        attack = create_attack(job.attack, job.options)
+        reconstruction = attack.reconstruct(observation, device=device, seed=job.seed)
+    except Exception as err:  # recorded by the caller; the worker goes on
+        return AuditResult(job.key, None, time.perf_counter() - started,
+                           f"{type(err).__name__}: {err}")
+    reconstruction.images = reconstruction.images.detach().cpu()
+    reconstruction.labels = reconstruction.labels.detach().cpu()
+    return AuditResult(job.key, reconstruction, time.perf_counter() - started)
+
+
+def _serve(model_bytes: bytes, info: DatasetInfo, device: str, nice: int, threads: int,
+           jobs: Any, results: Any) -> None:
+    """The worker process: lower its priority, then attack jobs until ``None`` arrives."""
+    if nice:
+        os.nice(nice)
+    torch.set_num_threads(max(1, threads))
+    model = pickle.loads(model_bytes)  # noqa: S301 - our own parent's pickle, not the wire
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        try:
+            results.put(attack_job(model, info, device, job))
+        except Exception:  # an unpicklable result: say so rather than hang the parent
+            results.put(AuditResult(job.key, None, 0.0, traceback.format_exc(limit=2)))
+
+
+class AuditWorker:
+    """A niced worker process attacking :class:`AuditJob` s from a bounded queue (module doc).
+
+    ``nice`` raises the worker's niceness over this process's (0: same priority); ``threads``
+    is its torch threads; ``queue`` bounds the updates waiting or running.
+    """
+
+    def __init__(self, model: nn.Module, info: DatasetInfo, device: str = "cpu", *,
+                 queue: int = DEFAULT_QUEUE, nice: int = DEFAULT_NICE, threads: int = 1
+                 ) -> None:
+        if queue < 1:
+            raise ValueError(f"the audit's queue must hold at least 1 update, got {queue}")
+        try:
+            model_bytes = pickle.dumps(model)
+        except (pickle.PicklingError, AttributeError, TypeError) as err:
+            raise WorkerUnavailable(f"the model cannot travel to the audit's worker process "
+                                    f"({type(err).__name__}: {err}); define its class at "
+                                    "module level so it can be imported by name") from None
+        context = multiprocessing.get_context("spawn")
+        self.jobs, self.done = context.Queue(), context.Queue()
+        self.process = context.Process(target=_serve, daemon=True, name="fedleak-audit",
+                                       args=(model_bytes, info, device, nice, threads,
+                                             self.jobs, self.done))
+        self.process.start()
+        self.limit, self.nice, self.threads = queue, nice, threads
+        self.outstanding: set[tuple[int, int]] = set()
+
+    def submit(self, job: AuditJob) -> int | None:
+        """Queue ``job``; how many updates were ahead of it, or None when the queue was full
+        (the job is skipped)."""
+        if len(self.outstanding) >= self.limit:
+            return None
+        ahead = len(self.outstanding)
+        self.outstanding.add(job.key)
+        self.jobs.put(job)
+        return ahead
+
+    def results(self) -> list[AuditResult]:
+        """The results that are in, without waiting."""
+        out = []
+        while True:
+            try:
+                result = self.done.get_nowait()
+            except queue.Empty:
+                return out
+            self.outstanding.discard(result.key)
+            out.append(result)
+
+    def drain(self, timeout: float | None = None) -> list[AuditResult]:
+        """Every outstanding result, waiting for them (at most ``timeout`` s in all; None: as
+        long as they take); a dead worker ends the wait with an error result per job."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        while self.outstanding:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if left == 0.0:
+                break
+            try:
+                result = self.done.get(timeout=min(left or 5.0, 5.0))
+            except queue.Empty:
+                if not self.process.is_alive():
+                    out += [AuditResult(key, None, 0.0, "the audit's worker process died "
+                                        f"(exit code {self.process.exitcode})")
+                            for key in sorted(self.outstanding)]
+                    self.outstanding.clear()
+                continue
+            self.outstanding.discard(result.key)
+            out.append(result)
+        return out
+
+    def close(self) -> None:
+        """Stop the worker (after the jobs already queued, or at once when it is stuck)."""
+        if self.process.is_alive():
+            self.jobs.put(None)
+            self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5)
