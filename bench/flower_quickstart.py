@@ -1,25 +1,25 @@
-"""Flower's quickstart-pytorch audited: its figure beside a fedleak victim's, and the budget.
+"""Flower's quickstart-pytorch audited at its own sizes: leakage against the order-knowing
+attack, and the round's time with and without the audit.
 
 examples/flower_quickstart is Flower's example (its ``Net``; SGD momentum 0.9 over shuffled
-batches of ``--batch-size``, one local epoch; bundled photos standing in for CIFAR-10) wrapped
-for an audit as docs/flower.md tells a user to. Two measurements:
+batches of ``--batch-size``, one local epoch) wrapped for an audit as docs/flower.md tells a
+user to; ``--images`` photos per node (random crops of the bundled photographs beyond the 16
+bundled photos). Everything runs in this process except the audit's worker (a niced process,
+as in a deployment): the example's ServerApp over its ClientApp on ``--nodes`` nodes, every
+message serialised as Flower does it.
 
-default: the example's ServerApp and ClientApp in this process (every message serialised as
-Flower does it), ``--nodes`` 2 nodes × ``--images`` photos, ``--iterations`` of Inverting
-Gradients (``--budget``: unbounded by default here), attack seed 0, θ = ``Net()`` after
-``torch.manual_seed(0)``. Beside each node's figure: the same attack (same iterations and
-seed) on the update fedleak's victim code computes (``observe``) for the same θ, photos and
-procedure — an undefended fedleak victim on the same images. With ``--batch-size`` below the
-images per node the nodes take several shuffled momentum steps: the round is labelled inexact.
+``leakage`` (default): one round. Per node: the audit's PSNR (``fedavg-shuffled``: the order
+unknown, modelled) and, on the *same* update, θ and images, the same budget of the order-
+knowing attack (``fedavg`` told the node's true shuffled order and labels: what the node's
+``DataLoader`` drew, recorded by wrapping its sampler), and a flat grey image's PSNR.
 
-``--deploy``: the example on a real SuperLink and SuperNodes (examples/flower_deploy.py),
-asking for ``--iterations`` (make it large to see the bound bite): per round, the round's
-wall time as the audit measured it, the seconds each node's attack was allowed (default budget:
-3 × the round, at least 10 s, shared by the nodes), the iterations it ran and its wall time.
+``timing``: ``--rounds`` rounds unaudited, then audited; per round the wall time from the
+train messages sent to the replies aggregated (the audit attacks in its worker meanwhile),
+and what the audit attacked, with what budget, after the federation.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/flower_quickstart.py [--images 2] [--iterations 2400]
-    OMP_NUM_THREADS=1 .venv/bin/python bench/flower_quickstart.py --deploy --images 8 \\
-        --iterations 100000
+    OMP_NUM_THREADS=1 .venv/bin/python bench/flower_quickstart.py --images 64 --iterations 600
+    OMP_NUM_THREADS=1 .venv/bin/python bench/flower_quickstart.py timing --images 600 \\
+        --rounds 3 --iterations 20
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +36,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower_quickstart"
+ORDERS: list[list[int]] = []
 
 
 class Nodes:
-    """A Grid over the example's ClientApp in this process: node i has partition-id i."""
+    """A Grid over the example's ClientApp in this process: node i has partition-id i; it
+    keeps each node's last train reply."""
 
     def __init__(self, app: Any, nodes: int, run_config: dict[str, Any]) -> None:
         from flwr.app import Context, RecordDict
@@ -49,6 +50,8 @@ class Nodes:
         self.contexts = {100 + i: Context(run_id=1, node_id=100 + i, node_config={
             "partition-id": i, "num-partitions": nodes}, state=RecordDict(),
             run_config=dict(run_config)) for i in range(nodes)}
+        self.replies: dict[int, Any] = {}
+        self.orders: dict[int, list[int]] = {}
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
@@ -60,119 +63,184 @@ class Nodes:
         out = []
         for message in messages:
             crossed = message_from_proto(message_to_proto(message))
-            reply = self.app(crossed, self.contexts[crossed.metadata.dst_node_id])
+            node = crossed.metadata.dst_node_id
+            ORDERS.clear()
+            reply = self.app(crossed, self.contexts[node])
+            if crossed.metadata.message_type == "train":
+                self.replies[node] = reply
+                self.orders[node] = list(ORDERS[0]) if ORDERS else []
             out.append(message_from_proto(message_to_proto(reply)))
         return out
 
 
-def in_process(args: argparse.Namespace, out: Path) -> int:
-    import torch
+def record_sampler_orders() -> None:
+    """Wrap torch's RandomSampler so the order a node's DataLoader draws is kept (ORDERS)."""
+    from torch.utils.data import RandomSampler
+
+    original = RandomSampler.__iter__
+
+    def recording(self: Any) -> Any:
+        order = list(original(self))
+        ORDERS.append(order)
+        return iter(order)
+
+    RandomSampler.__iter__ = recording  # type: ignore[method-assign]
+
+
+def example(args: argparse.Namespace, out: Path, *, audit: bool, rounds: int
+            ) -> tuple[Nodes, list[float], float]:
+    """Run the example's ServerApp; the grid, each round's wall time, and the whole time."""
     from flwr.app import Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedleak.attacks import create_attack
-    from fedleak.harness.federated.observe import observe
-    from fedleak.harness.federated.protocol import Protocol
-    from fedleak.harness.metrics.image_metrics import score_reconstruction
-    from fedleak.harness.zoo.datasets import denormalize, load_dataset
-
     sys.path.insert(0, str(EXAMPLE))
     from pytorchexample import client_app, server_app
-    from pytorchexample.task import INFO, Net
 
-    torch.set_num_threads(1)
     TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    config = {"num-server-rounds": 1, "fraction-evaluate": 0.0, "local-epochs": 1,
+    config = {"num-server-rounds": rounds, "fraction-evaluate": 0.0, "local-epochs": 1,
               "learning-rate": args.lr, "batch-size": args.batch_size,
               "images-per-node": args.images, "out": str(out), "iterations": args.iterations,
-              "overwrite": True, "budget": args.budget}
-    torch.manual_seed(0)
-    started = time.perf_counter()
-    server_app.main(Nodes(client_app.app, args.nodes, config),
-                    Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                            run_config=config))
-    wall = time.perf_counter() - started
+              "overwrite": True, "queue": args.queue}
+    grid = Nodes(client_app.app, args.nodes, config)
+    times: list[float] = []
+    started = {"t": 0.0}
+    from flwr.serverapp.strategy import FedAvg
+
+    configure, aggregate = FedAvg.configure_train, FedAvg.aggregate_train
+
+    def timed_configure(self: Any, *a: Any, **k: Any) -> Any:
+        started["t"] = time.perf_counter()
+        return configure(self, *a, **k)
+
+    def timed_aggregate(self: Any, *a: Any, **k: Any) -> Any:
+        result = aggregate(self, *a, **k)
+        times.append(time.perf_counter() - started["t"])
+        return result
+
+    FedAvg.configure_train, FedAvg.aggregate_train = timed_configure, timed_aggregate
+    if not audit:
+        server_app.LeakageAudit = lambda inner, *a, **k: inner  # the unaudited federation
+    try:
+        import torch
+
+        torch.manual_seed(0)
+        whole = time.perf_counter()
+        server_app.main(grid, Context(run_id=1, node_id=0, node_config={},
+                                      state=RecordDict(), run_config=config))
+        whole = time.perf_counter() - whole
+    finally:
+        FedAvg.configure_train, FedAvg.aggregate_train = configure, aggregate
+        import importlib
+
+        importlib.reload(server_app)
+    return grid, times, whole
+
+
+def leakage(args: argparse.Namespace, out: Path) -> int:
+    import torch
+
+    from fedleak.attacks import create_attack
+    from fedleak.harness.federated.observe import observation_from_update
+    from fedleak.harness.federated.protocol import Protocol
+    from fedleak.harness.flower.arrays import tensors
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
+    from fedleak.harness.zoo.datasets import denormalize
+
+    torch.set_num_threads(1)
+    record_sampler_orders()
+    grid, times, whole = example(args, out, audit=True, rounds=1)
+    sys.path.insert(0, str(EXAMPLE))
+    from pytorchexample.task import INFO, Net, load_data
+
     metrics = json.loads((out / "metrics.json").read_text())
-    photos = load_dataset("photos", "train")
-    torch.manual_seed(0)
-    theta = Net().state_dict()
     print(f"quickstart-pytorch Net, {args.nodes} nodes x {args.images} photos, batch "
           f"{args.batch_size}, lr {args.lr}, SGD momentum 0.9, shuffled, 1 epoch; "
-          f"inverting-gradients, attack seed 0; federation + audit {wall:.1f} s")
-    for entry in sorted(metrics["rounds"], key=lambda r: r["round_id"]):
-        partition = int(entry["round_id"].split("-")[-1]) - 1
-        chosen = torch.arange(partition, len(photos), args.nodes)[:args.images]
+          f"{args.iterations} iterations x 1 restart per update, attack seed 0; round "
+          f"{times[0]:.2f} s, federation + audit {whole:.1f} s; load {os.getloadavg()[0]:.1f}")
+    torch.manual_seed(0)
+    theta = Net().state_dict()
+    audit, oracle, grey = [], [], []
+    for entry in sorted(metrics["rounds"], key=lambda r: r["partition"]):
+        partition = entry["partition"]
+        node = 100 + partition
+        loader, _ = load_data(partition, args.nodes, args.batch_size, args.images)
+        images = torch.stack([loader.dataset[i]["img"] for i in range(len(loader.dataset))])
+        labels = torch.tensor([loader.dataset[i]["label"] for i in range(len(loader.dataset))])
+        truth = images * 0.5 + 0.5
+        new = tensors(grid.replies[node].content["arrays"])
         model = Net()
         model.load_state_dict(theta)
+        names = [n for n, _ in model.named_parameters()]
         protocol = Protocol("fedavg", 1, args.batch_size, args.lr, momentum=0.9, shuffle=True)
-        observation = observe(model, photos.images[chosen], photos.labels[chosen], INFO,
-                              protocol)
-        attack = create_attack("inverting-gradients", {"iterations": entry["iterations"]})
-        victim = score_reconstruction(
-            denormalize(attack.reconstruct(observation, seed=0).images, INFO).clamp(0, 1),
-            photos.images[chosen])
-        budget = entry.get("budget")
-        allowed = f"{budget['allowed_s']:.1f} s allowed" if budget else "unbounded"
-        print(f"  {entry['round_id']}: replay {entry['replay']}, {entry['local_steps']} local "
-              f"step(s), {entry['iterations']} iterations ({allowed}): audit PSNR "
-              f"{entry['mean_psnr']:.2f} dB, SSIM "
-              f"{entry['mean_ssim']:.3f}, labels {entry['label_accuracy']:.0%}; fedleak victim "
-              f"on the same photos {victim.mean_psnr:.2f} dB, SSIM {victim.mean_ssim:.3f}")
-        for reason in entry.get("inexact_reasons", []):
-            print(f"    inexact: {reason}")
-    summary = metrics["summary"]
-    if summary.get("mean_psnr") is not None:
-        print(f"  headline (exact rounds): mean PSNR {summary['mean_psnr']:.2f} dB")
-    if "inexact_summary" in metrics:
-        print(f"  LOWER BOUND ONLY (inexact rounds): mean PSNR "
-              f"{metrics['inexact_summary']['mean_psnr']:.2f} dB")
+        observation = observation_from_update(
+            model, dict(model.named_parameters()), {}, [new[n] - theta[n] for n in names],
+            protocol, INFO, num_images=len(labels), labels=labels)
+        order = torch.tensor([grid.orders[node]])
+        told = observation.simulate.visiting(order)  # type: ignore[union-attr]
+        observation.simulate = lambda x, y, told=told: told(x, y)  # a plain, fixed-order replay
+        attack = create_attack("fedavg", {"iterations": args.iterations, "labels": "known"})
+        known = score_reconstruction(denormalize(attack.reconstruct(observation, seed=0)
+                                                 .images, INFO).clamp(0, 1), truth)
+        flat = score_reconstruction(torch.full_like(truth, 0.5), truth)
+        audit.append(entry["mean_psnr"])
+        oracle.append(known.mean_psnr)
+        grey.append(flat.mean_psnr)
+        print(f"  partition {partition} ({entry['node']}): replay {entry['replay']}, "
+              f"{entry['local_steps']} local steps, {entry['iterations']} of "
+              f"{int(entry['budget']['iterations_asked'])} iterations: audit (order modelled) "
+              f"PSNR {entry['mean_psnr']:.2f} dB, labels {entry['label_accuracy']:.0%}; "
+              f"told the true order and labels {known.mean_psnr:.2f} dB; grey image "
+              f"{flat.mean_psnr:.2f} dB")
+        extras = entry.get("attack_extras") or {}
+        print(f"    order: {extras.get('order_history', '')}")
+    mean = sum(audit) / len(audit)
+    print(f"  mean: audit {mean:.2f} dB, told the order {sum(oracle) / len(oracle):.2f} dB, "
+          f"grey {sum(grey) / len(grey):.2f} dB (difference {mean - sum(oracle) / len(oracle):+.2f}"
+          " dB)")
     return 0
 
 
-def deploy(args: argparse.Namespace, out: Path) -> int:
-    run_config = (f'out="{out}" iterations={args.iterations} images-per-node={args.images} '
-                  f'batch-size={args.batch_size} learning-rate={args.lr} overwrite=true '
-                  f'budget={args.budget or 3.0}')
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "flower_deploy.py"),
-                           str(EXAMPLE), "--nodes", str(args.nodes), "--run-config", run_config],
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True)
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        print(done.stdout[-3000:], done.stderr[-3000:])
-        return 1
+def timing(args: argparse.Namespace, out: Path) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    _, plain, plain_whole = example(args, out.with_name("plain"), audit=False,
+                                    rounds=args.rounds)
+    _, audited, audited_whole = example(args, out, audit=True, rounds=args.rounds)
     metrics = json.loads((out / "metrics.json").read_text())
-    print(f"flwr run of the quickstart, {args.nodes} SuperNodes x {args.images} photos, "
-          f"{args.iterations} iterations asked: {wall:.0f} s in all")
-    for entry in sorted(metrics["rounds"], key=lambda r: r["round_id"]):
-        budget = entry.get("budget") or {}
-        print(f"  {entry['round_id']}: round {budget.get('round_s', 0):.1f} s, allowed "
-              f"{budget.get('allowed_s', 0):.1f} s, ran {entry['iterations']} iterations in "
-              f"{entry['wall_time_s']:.1f} s; PSNR {entry['mean_psnr']:.2f} dB "
-              f"({entry['replay']})")
-    attack = sum(r["wall_time_s"] for r in metrics["rounds"])
-    round_s = max((r.get("budget") or {}).get("round_s", 0) for r in metrics["rounds"])
-    print(f"  attacks {attack:.1f} s for a round of {round_s:.1f} s: "
-          f"{attack / max(round_s, 1e-9):.1f} x the round")
+    print(f"quickstart-pytorch Net, {args.nodes} nodes x {args.images} photos, batch "
+          f"{args.batch_size}, {args.rounds} rounds, 1 torch thread, audit worker niced +10; "
+          f"load {os.getloadavg()[0]:.1f}")
+    for r, (a, b) in enumerate(zip(plain, audited, strict=True), start=1):
+        print(f"  round {r}: unaudited {a:.2f} s, audited {b:.2f} s ({b / a:.2f} x)")
+    print(f"  all rounds: unaudited {sum(plain):.2f} s, audited {sum(audited):.2f} s "
+          f"({sum(audited) / sum(plain):.2f} x); the audit finished "
+          f"{audited_whole - sum(audited):.1f} s after the last round (whole run "
+          f"{audited_whole:.1f} s, unaudited {plain_whole:.1f} s)")
+    attacked = metrics["rounds"]
+    images = sum(r["num_images"] for r in attacked)
+    print(f"  attacked {len(attacked)} update(s), {images} images, each "
+          f"{args.iterations} iterations x 1 restart asked, "
+          f"{[r['iterations'] for r in attacked]} run; skipped or not attacked: "
+          f"{sum('not attacked' in w for w in metrics['warnings'])}; "
+          f"mean PSNR {metrics['summary']['mean_psnr']}")
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deploy", action="store_true")
+    parser.add_argument("mode", nargs="?", default="leakage", choices=("leakage", "timing"))
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--images", type=int, default=2, help="photos per node (<= 8 for 2)")
+    parser.add_argument("--images", type=int, default=64, help="photos per node")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--iterations", type=int, default=2400)
+    parser.add_argument("--iterations", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=3, help="timing: rounds")
+    parser.add_argument("--queue", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--budget", type=float, default=0.0,
-                        help="the audit's budget (x the round; 0: unbounded, the default here "
-                             "in-process, where a round takes milliseconds; --deploy: 3)")
     args = parser.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="fedleak-quickstart-")) / "audit").resolve()
-    return deploy(args, out) if args.deploy else in_process(args, out)
+    return leakage(args, out) if args.mode == "leakage" else timing(args, out)
 
 
 if __name__ == "__main__":

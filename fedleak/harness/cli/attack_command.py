@@ -80,6 +80,11 @@ def default_out(attack: str) -> Path:
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Send these trained parameters instead of the victim's global model.")
+@click.option("--model-factory", default=None, expose_value=False, metavar="MODULE:FACTORY",
+              callback=lambda ctx, param, value: _trust_factory(value),
+              help="The victim serves your own model module:factory (its Describe says so): "
+                   "import it here too (its folder on PYTHONPATH). Only a factory named here is "
+                   "ever imported.")
 @click.option("--model-seed", type=int, default=None,
               help="Send a fresh model initialised with this seed instead.")
 @click.option("--flip-labels", default=None, metavar="A,B",
@@ -211,3 +216,14 @@ def attack_settings(*, attack: str, option: tuple[str, ...], iterations: int | N
         raise click.UsageError(str(err)) from None
     except ValueError as err:  # the secure-aggregation target
         raise click.BadParameter(str(err), param_hint="--secagg-target") from None
+
+
+def _trust_factory(value: str | None) -> None:
+    """``--model-factory``: let this process import the user's own model factory."""
+    if value:
+        from fedleak.harness.zoo.user_models import trust
+
+        try:
+            trust(value)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--model-factory") from None

@@ -68,9 +68,15 @@ def victim() -> None:
               help="Shuffle the private pool with --seed.")
 @click.option("--data-root", type=click.Path(file_okay=False), default=None,
               help="Folder holding cifar10/cifar100/imagefolder data.")
+@click.option("--image-size", type=click.IntRange(8), default=None,
+              help="imagefolder: resize and centre-crop your images to N×N (e.g. 224) "
+                   "instead of 32×32; normalised with the ImageNet mean/std Describe states.")
 @click.option("--download", is_flag=True, help="Download cifar10/cifar100 into --data-root.")
 @click.option("--model", default="lenet-zhu", show_default=True,
-              help="Model name[:key=value,...], e.g. convnet:width=64. See `fedleak list`.")
+              help="Model name[:key=value,...], e.g. convnet:width=64 (see `fedleak list`), "
+                   "or your own model as an importable factory module:factory (e.g. "
+                   "pytorchexample.task:Net, its folder on PYTHONPATH), called with no "
+                   "arguments.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, exists=True), default=None,
               help="State dict of a trained model: the federation's global model.")
 @click.option("--batch-size", "-n", default=1, show_default=True, type=click.IntRange(1),
@@ -184,8 +190,9 @@ def victim() -> None:
 @click.pass_context
 def victim_serve(
     ctx: click.Context, settings_file: str | None, dataset: str, split: str,
-    images: str | None, shuffle: bool, data_root: str | None, download: bool, model: str,
-    checkpoint: str | None, batch_size: int, seed: int, protocol: ProtocolOptions, host: str,
+    images: str | None, shuffle: bool, data_root: str | None, image_size: int | None,
+    download: bool, model: str, checkpoint: str | None, batch_size: int, seed: int,
+    protocol: ProtocolOptions, host: str,
     port: int, tokens: TokenOptions, return_buffers: str, allow_reveal: bool,
     allow_audit: bool, audit_budget: int, max_audit_trials: int, max_message_mb: int | None,
     request_memory_mb: int | None, max_calls_per_peer: int, max_connections_per_peer: int,
@@ -207,6 +214,12 @@ def victim_serve(
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
+        from fedleak.harness.zoo.datasets import with_image_size
+        from fedleak.harness.zoo.user_models import is_factory, trust
+
+        if is_factory(model):
+            trust(model)  # this process's user named it
+        dataset = with_image_size(dataset, image_size)
         settings = _settings_file(ctx, settings_file) if settings_file else victim_settings(
             dataset=dataset, model=model, split=split, images=images, shuffle=shuffle,
             data_root=data_root, download=download, checkpoint=checkpoint,

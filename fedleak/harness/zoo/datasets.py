@@ -22,7 +22,9 @@ Local sets read a folder given as ``data_root`` (``--data-root`` on the CLI):
 - ``imagefolder``: torchvision's ``ImageFolder`` (one sub-folder per class) over
   ``data_root/<split>`` when it exists, else over ``data_root`` with the fixed every-5th split
   above (``"all"`` reads ``data_root/train`` then ``data_root/test`` when both exist). Images
-  are resized (shorter side) and centre-cropped to 3×32×32.
+  are resized (shorter side) and centre-cropped to 3×32×32, or to the user's own resolution
+  with ``imagefolder:size=N`` (``--image-size N``, e.g. 224), normalised with the ImageNet
+  mean and standard deviation the data set's description states (``Describe`` publishes it).
 
 Every torchvision use goes through :func:`import_torchvision` and is imported lazily, so
 importing this module stays cheap.
@@ -145,9 +147,12 @@ def load_dataset(
     set splits). ``data_root`` and ``download`` matter only for ``cifar10``, ``cifar100`` and
     ``imagefolder``; the bundled sets ignore them.
     """
+    name, size = image_size_of(name)
     _check_name(name)
     _check_split(split)
     root = Path(data_root) if data_root is not None else None
+    if name == "imagefolder":
+        return _load_imagefolder(name, split, root, download, size)
     return _LOADERS[name](name, split, root, download)
 
 
@@ -156,6 +161,7 @@ def dataset_info(name: str, data_root: str | Path | None = None) -> DatasetInfo:
 
     Only ``imagefolder`` reads ``data_root`` (its class folders); the others are constants.
     """
+    name, size = image_size_of(name)
     _check_name(name)
     if name in _BUNDLED_INFO:
         return _BUNDLED_INFO[name]
@@ -163,7 +169,7 @@ def dataset_info(name: str, data_root: str | Path | None = None) -> DatasetInfo:
         return _CIFAR_INFO[name]
     root = _require_imagefolder_root(data_root)
     folders, _ = _imagefolder_layout(root, "all")
-    return _imagefolder_info(_folder_classes(folders))
+    return _imagefolder_info(_folder_classes(folders), size)
 
 
 def normalize(x: Tensor, info: DatasetInfo) -> Tensor:
@@ -179,6 +185,29 @@ def denormalize(x: Tensor, info: DatasetInfo) -> Tensor:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def image_size_of(name: str) -> tuple[str, int]:
+    """``imagefolder:size=224`` → (``imagefolder``, 224): the user's images at their own
+    resolution (``--image-size``); a name without ``:size=`` keeps :data:`IMAGEFOLDER_SIZE`."""
+    base, _, rest = name.partition(":")
+    if not rest:
+        return name, IMAGEFOLDER_SIZE
+    key, _, value = rest.partition("=")
+    if base != "imagefolder" or key != "size" or not value.isdigit() or int(value) < 8:
+        raise DatasetError(f"{name!r}: only imagefolder takes an image size, as "
+                           "imagefolder:size=N with N >= 8 (--image-size N)")
+    return base, int(value)
+
+
+def with_image_size(name: str, size: int | None) -> str:
+    """The data set name carrying ``size`` (None or 32: as it is)."""
+    if size is None or size == IMAGEFOLDER_SIZE:
+        return name
+    if name != "imagefolder":
+        raise DatasetError(f"--image-size applies to --dataset imagefolder (your own images), "
+                           f"not {name!r}, whose images have their own fixed size")
+    return f"imagefolder:size={size}"
 
 
 def _check_name(name: str) -> None:
@@ -269,11 +298,12 @@ def _read_cifar_part(name: str, root: Path, train: bool, download: bool) -> tupl
 # --------------------------------------------------------------------------- image folders
 
 
-def _load_imagefolder(name: str, split: str, root: Path | None, download: bool) -> ImageDataset:
+def _load_imagefolder(name: str, split: str, root: Path | None, download: bool,
+                      size: int = IMAGEFOLDER_SIZE) -> ImageDataset:
     root = _require_imagefolder_root(root)
     folders, apply_split = _imagefolder_layout(root, split)
-    info = _imagefolder_info(_folder_classes(folders))
-    parts = [_read_image_folder(folder) for folder in folders]
+    info = _imagefolder_info(_folder_classes(folders), size)
+    parts = [_read_image_folder(folder, size) for folder in folders]
     images = torch.cat([p[0] for p in parts])
     labels = torch.cat([p[1] for p in parts])
     if apply_split:
@@ -322,19 +352,21 @@ def _folder_classes(folders: list[Path]) -> tuple[str, ...]:
     return found[0]
 
 
-def _imagefolder_info(classes: tuple[str, ...]) -> DatasetInfo:
-    shape = (3, IMAGEFOLDER_SIZE, IMAGEFOLDER_SIZE)
-    return DatasetInfo("imagefolder", shape, len(classes), IMAGENET_MEAN, IMAGENET_STD, classes)
+def _imagefolder_info(classes: tuple[str, ...], size: int = IMAGEFOLDER_SIZE) -> DatasetInfo:
+    shape = (3, size, size)
+    name = with_image_size("imagefolder", size)
+    return DatasetInfo(name, shape, len(classes), IMAGENET_MEAN, IMAGENET_STD, classes)
 
 
-def _read_image_folder(folder: Path) -> tuple[Tensor, Tensor]:
-    """All images under ``folder``: RGB, shorter side resized to 32, centre-cropped to 32×32."""
+def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tensor, Tensor]:
+    """All images under ``folder``: RGB, shorter side resized to ``size``, centre-cropped to
+    ``size``×``size``."""
     torchvision = import_torchvision()
     transforms = torchvision.transforms
     transform = transforms.Compose(
         [
-            transforms.Resize(IMAGEFOLDER_SIZE),
-            transforms.CenterCrop(IMAGEFOLDER_SIZE),
+            transforms.Resize(size),
+            transforms.CenterCrop(size),
             transforms.ToTensor(),
         ]
     )
