@@ -31,9 +31,11 @@ with slot j (label b, batch t) of one epoch changes Σ_s w_s h_s by
     v = (e_b − e_a) (w_s/|B_s| − w_t/|B_t|),
 
 so :func:`exchange` applies, greedily, the exchange with the largest ‖r‖² − ‖r − v‖² > 0 until
-none is left. With equal weights and batch sizes (plain SGD) v = 0: the bias cannot tell the
-batches apart, the order stays where it started — :func:`stratified_order`, every label dealt
-evenly over the batches, the expected make-up of a random shuffle. A revision is kept only if
+none is left, and escapes the local minima that leaves by random kicks (an iterated local
+search on this linear model, which costs no replay). With equal weights and batch sizes
+(plain SGD) v = 0: the bias cannot tell the batches apart, the order stays where it
+started — :func:`stratified_order`, every label dealt evenly over the batches, the expected
+make-up of a random shuffle. A revision is kept only if
 it lowers the attack's objective at the current images (:class:`OrderModel`), so an estimate
 misled by a trained model's softmax cannot make the order worse.
 """
@@ -51,6 +53,8 @@ from fedleak.attacks.replay_contract import OrderedReplay
 
 #: how much an exchange must shrink ‖r‖², relative to it, to be made
 MIN_GAIN = 1e-9
+#: random restarts of the exchange search (:func:`exchange`)
+KICKS = 64
 
 
 def stratified_order(labels: torch.Tensor, batches: Sequence[slice], epochs: int, copies: int
@@ -73,58 +77,113 @@ def stratified_order(labels: torch.Tensor, batches: Sequence[slice], epochs: int
 
 
 def exchange(order: torch.Tensor, labels: torch.Tensor, residual: torch.Tensor,
-             weights: Sequence[float], batches: Sequence[slice], num_classes: int
-             ) -> tuple[torch.Tensor, int]:
-    """The order after greedy exchanges that shrink ‖r − Σ v‖² (module docstring), and how many
-    were made. ``order`` [E, n] indexes rows whose label is ``labels[row % n]``; ``weights``
-    has one entry per local step (E·K)."""
-    order = order.clone()
-    n = order.shape[1]
-    r = residual.detach().double().cpu().clone()
-    sizes = [b.stop - b.start for b in batches]
-    per_step = torch.tensor([w / sizes[s % len(batches)] for s, w in enumerate(weights)],
-                            dtype=torch.float64)
+             weights: Sequence[float], batches: Sequence[slice], num_classes: int,
+             kicks: int = KICKS) -> tuple[torch.Tensor, int]:
+    """The order after the exchanges that shrink ‖r − Σ v‖² most (module docstring), and how
+    many it differs from ``order`` by. ``order`` [E, n] indexes rows whose label is
+    ``labels[row % n]``; ``weights`` has one entry per local step (E·K). A greedy descent
+    (the best exchange each time) ends in a local minimum; ``kicks`` times two random
+    exchanges are made and the descent run again, the best order kept (an iterated local
+    search on the linear model: no replay, so it costs no objective evaluation)."""
     slot_label = labels.detach().cpu()
-    moves = 0
-    for _ in range(order.numel()):
-        best = (MIN_GAIN * float(r.square().sum()), None)
-        for e in range(order.shape[0]):
-            counts = torch.stack([torch.bincount(slot_label[order[e, b] % n],
-                                                 minlength=num_classes) for b in batches])
-            for k1 in range(len(batches)):
-                for k2 in range(k1 + 1, len(batches)):
-                    alpha = float(per_step[e * len(batches) + k1]
-                                  - per_step[e * len(batches) + k2])
-                    if alpha == 0:
-                        continue
-                    # gain[a, b] of exchanging a label-a slot of k1 with a label-b slot of k2
-                    gain = 2 * alpha * (r.view(1, -1) - r.view(-1, 1)) - 2 * alpha ** 2
-                    allowed = (counts[k1].view(-1, 1) > 0) & (counts[k2].view(1, -1) > 0)
-                    gain = torch.where(allowed, gain, torch.full_like(gain, -torch.inf))
-                    gain.fill_diagonal_(-torch.inf)
-                    value, flat = gain.view(-1).max(0)
-                    if float(value) > best[0]:
-                        a, b = divmod(int(flat), num_classes)
-                        best = (float(value), (e, k1, k2, a, b, alpha))
-        if best[1] is None:
+    n = order.shape[1]
+    sizes = torch.tensor([b.stop - b.start for b in batches], dtype=torch.float64)
+    per_step = torch.tensor(list(weights), dtype=torch.float64).view(-1, len(batches)) / sizes
+    # one row per (epoch, batch): the label counts, kept as the search moves labels
+    start = torch.stack([torch.stack([torch.bincount(slot_label[order[e, b] % n],
+                                                     minlength=num_classes)
+                                      for b in batches]) for e in range(order.shape[0])])
+    r0 = residual.detach().double().cpu()
+    best_counts, best_r = _descend(start.clone(), r0.clone(), per_step)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(kicks):
+        counts, r = best_counts.clone(), best_r.clone()
+        for _ in range(2):
+            _random_exchange(counts, r, per_step, generator)
+        counts, r = _descend(counts, r, per_step)
+        if float(r.square().sum()) < float(best_r.square().sum()) * (1 - MIN_GAIN):
+            best_counts, best_r = counts, r
+    return _realise(order, slot_label, best_counts, batches, n)
+
+
+def _descend(counts: torch.Tensor, r: torch.Tensor, per_step: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy exchanges on ``counts`` [E, K, C] while one shrinks ‖r‖²; r moves along."""
+    epochs, k, c = counts.shape
+    for _ in range(int(counts.sum())):
+        # alpha[e, k1, k2] = w/|B| of k1 minus that of k2; gain[e,k1,k2,a,b] of moving a
+        # label-a slot from k1 to k2 and a label-b slot from k2 to k1
+        alpha = per_step.view(epochs, k, 1) - per_step.view(epochs, 1, k)
+        rb_ra = (r.view(1, -1) - r.view(-1, 1)).view(1, 1, 1, c, c)
+        gain = (2 * alpha.view(epochs, k, k, 1, 1) * rb_ra
+                - 2 * alpha.square().view(epochs, k, k, 1, 1))
+        allowed = (counts.view(epochs, k, 1, c, 1) > 0) & (counts.view(epochs, 1, k, 1, c) > 0)
+        allowed &= ~torch.eye(c, dtype=torch.bool).view(1, 1, 1, c, c)
+        gain = torch.where(allowed, gain, torch.full_like(gain, -torch.inf))
+        value, flat = gain.view(-1).max(0)
+        if not float(value) > MIN_GAIN * float(r.square().sum()):
             break
-        e, k1, k2, a, b, alpha = best[1]
-        i = _position(order[e], batches[k1], slot_label, n, a)
-        j = _position(order[e], batches[k2], slot_label, n, b)
-        order[e, i], order[e, j] = order[e, j].clone(), order[e, i].clone()
-        r[b] -= alpha
-        r[a] += alpha
-        moves += 1
-    return order, moves
+        e, k1, k2, a, b = torch.unravel_index(flat, gain.shape)
+        _apply(counts, r, float(alpha[e, k1, k2]), int(e), int(k1), int(k2), int(a), int(b))
+    return counts, r
 
 
-def _position(visits: torch.Tensor, batch: slice, labels: torch.Tensor, n: int,
-              label: int) -> int:
-    """The first position in ``batch`` of ``visits`` whose slot carries ``label``."""
-    for position in range(batch.start, batch.stop):
-        if int(labels[int(visits[position]) % n]) == label:
-            return position
-    raise ValueError(f"no slot labelled {label} in the batch")
+def _apply(counts: torch.Tensor, r: torch.Tensor, alpha: float, e: int, k1: int, k2: int,
+           a: int, b: int) -> None:
+    """Move a label-a slot from batch k1 to k2 and a label-b slot back (epoch e)."""
+    counts[e, k1, a] -= 1
+    counts[e, k2, a] += 1
+    counts[e, k2, b] -= 1
+    counts[e, k1, b] += 1
+    r[b] -= alpha
+    r[a] += alpha
+
+
+def _random_exchange(counts: torch.Tensor, r: torch.Tensor, per_step: torch.Tensor,
+                     generator: torch.Generator) -> None:
+    """One exchange of two differently labelled slots between two random batches."""
+    epochs, k, _ = counts.shape
+    if k < 2:
+        return
+    e = int(torch.randint(epochs, (1,), generator=generator))
+    k1, k2 = torch.randperm(k, generator=generator)[:2].tolist()
+    a_options = (counts[e, k1] > 0).nonzero().view(-1)
+    b_options = (counts[e, k2] > 0).nonzero().view(-1)
+    a = int(a_options[torch.randint(len(a_options), (1,), generator=generator)])
+    b = int(b_options[torch.randint(len(b_options), (1,), generator=generator)])
+    if a != b:
+        _apply(counts, r, float(per_step[e, k1] - per_step[e, k2]), e, k1, k2, a, b)
+
+
+def _realise(order: torch.Tensor, labels: torch.Tensor, counts: torch.Tensor,
+             batches: Sequence[slice], n: int) -> tuple[torch.Tensor, int]:
+    """An order with the label ``counts`` per batch that keeps as many slots where they were
+    as it can; and how many slots it moved."""
+    out = order.clone()
+    moved = 0
+    for e in range(order.shape[0]):
+        pools: dict[int, list[int]] = {}
+        placed: list[list[int]] = []
+        for k, batch in enumerate(batches):
+            keep, need = [], counts[e, k].clone()
+            for row in order[e, batch].tolist():
+                y = int(labels[row % n])
+                if need[y] > 0:
+                    need[y] -= 1
+                    keep.append(row)
+                else:
+                    pools.setdefault(y, []).append(row)
+            placed.append(keep)
+        for k, batch in enumerate(batches):
+            have = torch.bincount(labels[torch.tensor(placed[k], dtype=torch.long) % n],
+                                  minlength=counts.shape[2]) if placed[k] else \
+                torch.zeros(counts.shape[2], dtype=torch.long)
+            for y, missing in enumerate((counts[e, k] - have).tolist()):
+                for _ in range(int(missing)):
+                    placed[k].append(pools[y].pop())
+                    moved += 1
+            out[e, batch] = torch.tensor(placed[k], dtype=order.dtype)
+    return out, moved
 
 
 @dataclass

@@ -96,11 +96,11 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob) 
     return AuditResult(job.key, reconstruction, time.perf_counter() - started)
 
 
-def _serve(model_bytes: bytes, info: DatasetInfo, device: str, nice: int, threads: int,
-           jobs: Any, results: Any) -> None:
+def _serve(model_bytes: bytes, info: DatasetInfo, device: str, nice: int, parent_nice: int,
+           threads: int, jobs: Any, results: Any) -> None:
     """The worker process: lower its priority, then attack jobs until ``None`` arrives."""
-    if nice:
-        os.nice(nice)
+    if nice and os.getpriority(os.PRIO_PROCESS, 0) < min(19, parent_nice + nice):
+        os.setpriority(os.PRIO_PROCESS, 0, min(19, parent_nice + nice))
     torch.set_num_threads(max(1, threads))
     model = pickle.loads(model_bytes)  # noqa: S301 - our own parent's pickle, not the wire
     while True:
@@ -134,9 +134,15 @@ class AuditWorker:
         context = multiprocessing.get_context("spawn")
         self.jobs, self.done = context.Queue(), context.Queue()
         self.process = context.Process(target=_serve, daemon=True, name="fedleak-audit",
-                                       args=(model_bytes, info, device, nice, threads,
+                                       args=(model_bytes, info, device, nice,
+                                             os.getpriority(os.PRIO_PROCESS, 0), threads,
                                              self.jobs, self.done))
         self.process.start()
+        try:  # at once from here (the worker also lowers itself when it starts)
+            os.setpriority(os.PRIO_PROCESS, self.process.pid or 0,
+                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+        except OSError:
+            pass
         self.limit, self.nice, self.threads = queue, nice, threads
         self.outstanding: set[tuple[int, int]] = set()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
@@ -43,6 +43,8 @@ from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
 SCORE_ACTION = "fedleak_score"
 SCORE_MESSAGE_TYPE = f"query.{SCORE_ACTION}"
 SUBMISSION_IMAGES = "fedleak.reconstruction"
+#: an entry of the submitted ArrayRecord that the answer echoes as 0 (for Flower's DP mods)
+ECHO = "fedleak-echo"
 SUBMISSION_CONFIG = "fedleak.submission"
 SCORE_METRICS = "fedleak.score"
 REVEALED = "fedleak.revealed"
@@ -65,9 +67,9 @@ def submission_content(server_round: int, images: torch.Tensor | None, labels: l
                               "aggregate": aggregate, "padding": list(padding or [])}
     if clipping_norm is not None:
         config[CLIPPING_NORM_KEY] = float(clipping_norm)
+    arrays = {"images": images.float()} if images is not None else {}
     return RecordDict({SUBMISSION_CONFIG: ConfigRecord(config),
-                       SUBMISSION_IMAGES: record_of({"images": images.float()})
-                       if images is not None else ArrayRecord()})
+                       SUBMISSION_IMAGES: record_of({**arrays, ECHO: torch.ones(1)})})
 
 
 def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
@@ -153,11 +155,12 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
     partition = context.node_config.get("partition-id")
     if isinstance(partition, int) and not isinstance(partition, bool):
         metrics["partition-id"] = partition
-    # the submitted ArrayRecord echoed: Flower's DP mods find the one ArrayRecord they expect
-    # (with the keys they sent) and clip or noise the echo, which the audit ignores
+    # the submitted ArrayRecord echoed, its ECHO entry zeroed: Flower's DP mods find the one
+    # ArrayRecord they expect, with the keys they sent and a nonzero "update" (their clipping
+    # divides by its norm), and clip or noise the echo, which the audit ignores
+    echo = tensors(images_record) if images_record is not None else {}
     out = RecordDict({SCORE_METRICS: MetricRecord(metrics),
-                      SUBMISSION_IMAGES: images_record if images_record is not None
-                      else ArrayRecord()})
+                      SUBMISSION_IMAGES: record_of({**echo, ECHO: torch.zeros(1)})})
     reveal = context.node_config.get("fedleak-allow-reveal") is True \
         if allow_reveal is None else allow_reveal
     if reveal:
