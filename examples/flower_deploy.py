@@ -15,8 +15,9 @@ docs/flower.md's ``flwr run`` recipe as one command that works:
    fails with "Connection to the SuperLink is unavailable"), then starts ``--nodes``
    SuperNodes (node ``i`` with ``--node-config 'partition-id=i num-partitions=N'``, plus
    ``--node-config-extra``: e.g. ``fedleak-allow-reveal=true``) and waits for theirs;
-4. ``flwr run APP loopback --stream --run-config ...`` from the temporary folder, retrying
-   while the SuperLink is not yet serving;
+4. ``flwr run APP loopback --stream --run-config ...`` from the temporary folder, its output
+   printed as it comes, retrying while the SuperLink is not yet serving; past ``--timeout``
+   it is stopped with a message naming ``--timeout``;
 5. stops every process it started *and their descendants* — the SuperLink starts
    ``flower-superexec`` in a new session, which ``kill %1`` never reaches — found by a marker
    in their environment (``FEDLEAK_FLOWER_DEPLOY``, inherited by every child), SIGTERM then
@@ -36,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -109,6 +111,35 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def stream(command: list[str], env: dict[str, str], cwd: Path, deadline: float,
+           timeout: float) -> tuple[int, str]:
+    """Run ``command``, printing its output as it comes; (exit status, the output). Past
+    ``deadline`` it is stopped: RuntimeError naming ``--timeout``."""
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"flwr run did not finish within --timeout {timeout:g} s (the "
+                           "audit finishes after the federation's last round): raise "
+                           "--timeout") from None
+    reader.join(timeout=10)
+    return process.returncode, "".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("app", type=Path, help="the Flower app folder (its pyproject.toml)")
@@ -116,7 +147,9 @@ def main() -> int:
     parser.add_argument("--run-config", default="", help="flwr run --run-config overrides")
     parser.add_argument("--node-config-extra", default="",
                         help="added to every SuperNode's --node-config (key=value ...)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds flwr run may take")
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="seconds flwr run may take, the audit after the last round "
+                             "included")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary folder (Flower home, state, logs)")
     args = parser.parse_args()
@@ -166,16 +199,13 @@ def main() -> int:
         command = [str(bin_dir / "flwr"), "run", str(app), "loopback", "--stream"]
         if args.run_config:
             command += ["--run-config", args.run_config]
+        deadline = time.monotonic() + args.timeout
         for attempt in range(10):
-            done = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
-                                  timeout=args.timeout)
-            if "unavailable" not in (done.stdout + done.stderr).lower() or attempt == 9:
+            status, output = stream(command, env, work, deadline, args.timeout)
+            if "unavailable" not in output.lower() or attempt == 9:
                 break
             time.sleep(1)  # listening, not yet serving: try again
-        sys.stdout.write(done.stdout)
-        sys.stderr.write(done.stderr)
-        status = done.returncode
-    except (RuntimeError, subprocess.TimeoutExpired) as err:
+    except RuntimeError as err:
         print(f"flower_deploy.py: {err}", file=sys.stderr)
         status = 1
     finally:

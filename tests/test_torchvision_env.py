@@ -49,3 +49,18 @@ def test_the_pth_line_installs_the_hook_that_repairs_the_import(tmp_path: Path) 
     done = python(code, ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1"
+
+
+def test_torchvision_ops_nms_is_callable_and_keeps_torchvisions_rule(tmp_path: Path) -> None:
+    """``torchvision.ops.nms`` and ``batched_nms`` in a fresh interpreter: boxes by decreasing
+    score, one dropped when its IoU with a kept box exceeds the threshold."""
+    done = python("import torch, torchvision\n"
+                  "b = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30],"
+                  " [0, 0, 10, 10.]])\n"
+                  "s = torch.tensor([0.9, 0.8, 0.7, 0.95])\n"
+                  "print(torchvision.ops.nms(b, s, 0.5).tolist(),"
+                  " torchvision.ops.batched_nms(b, s, torch.tensor([0, 0, 1, 1]), 0.5).tolist(),"
+                  " torchvision.ops.nms(b, s, 0.9).tolist())", tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # IoU([0,0,10,10], [1,1,11,11]) = 81/119 = 0.68: dropped at 0.5, kept at 0.9
+    assert done.stdout.strip() == "[3, 2] [3, 0, 2] [3, 1, 2]"

@@ -5,7 +5,8 @@ compiled extension cannot load (PyPI's torchvision 0.28.0 is a CUDA build; besid
 torch 2.13.0+cpu this project installs, its ``_C`` library does not load), those operators
 were never defined and ``import torchvision`` fails with ``RuntimeError: operator
 torchvision::nms does not exist``. The data sets, transforms and models people use need none
-of those operators, so we define their schemas ourselves (no kernels) and import again.
+of those operators, so we define their schemas ourselves and import again; ``nms`` gets a
+plain-torch kernel (:func:`nms_kernel`), so ``torchvision.ops.nms`` is callable too.
 
 This module is the one place that knows how, reached two ways:
 
@@ -57,7 +58,25 @@ def import_torchvision() -> ModuleType:
         _define_missing_operators()
         _forget_partial_import()
         import torchvision
+
+        _callable_nms(torchvision)
     return torchvision
+
+
+def _callable_nms(torchvision: ModuleType) -> None:
+    """Route ``torchvision.ops.nms`` (and ``batched_nms``, which calls it) to
+    :func:`nms_kernel`: torchvision's own checks first that its compiled library loaded."""
+    boxes = getattr(getattr(torchvision, "ops", None), "boxes", None)
+    if boxes is None or _LIBRARY is None:
+        return
+
+    def nms(boxes_: Any, scores: Any, iou_threshold: float) -> Any:
+        """torchvision.ops.nms (fedleak's plain-torch kernel: torchvision's C++ library did not
+        load beside this torch)."""
+        return nms_kernel(boxes_, scores, float(iou_threshold))
+
+    boxes.nms = nms
+    torchvision.ops.nms = nms
 
 
 def _define_missing_operators() -> None:
@@ -70,7 +89,39 @@ def _define_missing_operators() -> None:
     library = torch.library.Library("torchvision", "DEF")
     for schema in _SCHEMAS:
         library.define(schema)
+    library.impl("nms", nms_kernel, "CompositeExplicitAutograd")
+    library.impl("qnms", _no_qnms, "CompositeExplicitAutograd")
     _LIBRARY = library
+
+
+def nms_kernel(dets: Any, scores: Any, iou_threshold: float) -> Any:
+    """``torchvision.ops.nms`` in plain torch, so it is callable without torchvision's
+    compiled library: boxes ``dets`` [N, 4] as (x1, y1, x2, y2) visited by decreasing score,
+    each kept unless its IoU with a box already kept exceeds ``iou_threshold`` (torchvision's
+    rule, areas (x2 − x1)(y2 − y1)); the kept indices, highest score first, int64."""
+    import torch
+
+    if dets.numel() == 0:
+        return torch.empty(0, dtype=torch.int64, device=dets.device)
+    x1, y1, x2, y2 = dets.unbind(1)
+    areas = (x2 - x1) * (y2 - y1)
+    width = (torch.minimum(x2[:, None], x2[None]) - torch.maximum(x1[:, None], x1[None]))
+    height = (torch.minimum(y2[:, None], y2[None]) - torch.maximum(y1[:, None], y1[None]))
+    inter = width.clamp(min=0) * height.clamp(min=0)
+    iou = inter / (areas[:, None] + areas[None] - inter)
+    suppressed = torch.zeros(dets.shape[0], dtype=torch.bool, device=dets.device)
+    keep = []
+    for i in torch.argsort(scores, descending=True, stable=True).tolist():
+        if not bool(suppressed[i]):
+            keep.append(i)
+            suppressed |= iou[i] > iou_threshold
+    return torch.tensor(keep, dtype=torch.int64, device=dets.device)
+
+
+def _no_qnms(dets: Any, scores: Any, iou_threshold: float) -> Any:
+    raise RuntimeError("torchvision::qnms (quantized boxes) needs torchvision's compiled "
+                       "library, which does not load beside this torch; dequantize the boxes "
+                       "and call torchvision.ops.nms")
 
 
 def _forget_partial_import() -> None:
@@ -99,6 +150,7 @@ class _RepairingLoader(importlib.abc.Loader):
             for name in [n for n in sys.modules if n.startswith("torchvision.")]:
                 del sys.modules[name]
             self.loader.exec_module(module)
+            _callable_nms(module)
 
 
 class TorchvisionFinder(importlib.abc.MetaPathFinder):
