@@ -13,6 +13,10 @@ unknown, modelled) and, on the *same* update, θ and images, the same budget of 
 knowing attack (``fedavg`` told the node's true shuffled order and labels: what the node's
 ``DataLoader`` drew, recorded by wrapping its sampler), and a flat grey image's PSNR.
 
+``direct``: the Flower audit of partition 0 beside ``fedleak victim serve --model
+pytorchexample.task:Net`` (the same photos as an image folder, ``--normalization 0.5/0.5``)
+attacked by ``fedleak attack`` in another process, same attack and iterations.
+
 ``timing``: ``--rounds`` rounds unaudited, then audited; per round the wall time from the
 train messages sent to the replies aggregated (the audit attacks in its worker meanwhile),
 and what the audit attacked, with what budget, after the federation.
@@ -227,9 +231,85 @@ def timing(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def direct(args: argparse.Namespace, out: Path) -> int:
+    """The Flower audit beside the direct two-process attack on the same Net and images: node
+    partition 0's photos written as an image folder, served by ``fedleak victim serve --model
+    pytorchexample.task:Net`` (θ from seed 0, as the ServerApp's), attacked by ``fedleak
+    attack --model-factory`` with the same attack and iterations."""
+    import subprocess
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    torch.set_num_threads(1)
+    _, times, _ = example(args, out, audit=True, rounds=1)
+    metrics = json.loads((out / "metrics.json").read_text())
+    sys.path.insert(0, str(EXAMPLE))
+    from pytorchexample.task import load_data
+
+    entry = next(r for r in metrics["rounds"] if r["partition"] == 0)
+    loader, _ = load_data(0, args.nodes, args.batch_size, args.images)
+    folder = out.parent / "partition-0"
+    for i in range(len(loader.dataset)):
+        pixels = loader.dataset.arrays[i]  # the uint8 HWC array the node's ToTensor reads
+        label = loader.dataset.labels[i]
+        (folder / f"class-{label}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.asarray(pixels)).save(folder / f"class-{label}" / f"{i:04d}.png")
+    classes = sorted(p.name for p in folder.iterdir())
+    if len(classes) < 10:  # Net has ten outputs: the folder needs ten classes
+        for c in range(10):
+            (folder / f"class-{c}").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLE)]),
+           "OMP_NUM_THREADS": "1"}
+    fedleak = [sys.executable, "-m", "fedleak"]
+    victim = subprocess.Popen(
+        [*fedleak, "victim", "serve", "--dataset", "imagefolder", "--data-root", str(folder),
+         "--split", "all", "--normalization", "0.5/0.5", "--model", "pytorchexample.task:Net",
+         "--batch-size", str(args.images), "--protocol", "fedavg", "--local-batch-size",
+         str(args.batch_size), "--lr", str(args.lr), "--momentum", "0.9", "--shuffle-batches",
+         "--seed", "0", "--port", "0"], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        address = ""
+        assert victim.stdout is not None
+        for line in victim.stdout:
+            if "127.0.0.1:" in line:
+                address = next(w for w in line.split() if ":" in w and w[-1].isdigit())
+                break
+        if not address:
+            print("the victim did not start")
+            return 1
+        attack_out = out.parent / "direct"
+        done = subprocess.run(
+            [*fedleak, "attack", "--victim", address, "--attack", "fedavg-shuffled",
+             "--iterations", str(args.iterations), "--restarts", "1", "--quiet",
+             "--model-factory", "pytorchexample.task:Net", "--out", str(attack_out)],
+            env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(done.stdout[-2000:], done.stderr[-2000:])
+            return 1
+    finally:
+        victim.terminate()
+        victim.wait(timeout=30)
+    direct_run = json.loads((attack_out / "metrics.json").read_text())
+    other = direct_run["rounds"][0]
+    print(f"quickstart Net, partition 0's {args.images} photos, batch {args.batch_size}, "
+          f"momentum 0.9, shuffled; fedavg-shuffled, {args.iterations} iterations, seed 0; "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"  Flower audit (flwr ServerApp/ClientApp, the node's own loop): PSNR "
+          f"{entry['mean_psnr']:.2f} dB, labels {entry['label_accuracy']:.0%}, replay "
+          f"{entry['replay']}")
+    print(f"  fedleak victim serve --model pytorchexample.task:Net + fedleak attack: PSNR "
+          f"{other['mean_psnr']:.2f} dB, labels {other['label_accuracy']:.0%}, replay "
+          f"{other['replay']} (difference {entry['mean_psnr'] - other['mean_psnr']:+.2f} dB)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", nargs="?", default="leakage", choices=("leakage", "timing"))
+    parser.add_argument("mode", nargs="?", default="leakage",
+                        choices=("leakage", "timing", "direct"))
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--images", type=int, default=64, help="photos per node")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -240,7 +320,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="fedleak-quickstart-")) / "audit").resolve()
-    return leakage(args, out) if args.mode == "leakage" else timing(args, out)
+    modes = {"leakage": leakage, "timing": timing, "direct": direct}
+    return modes[args.mode](args, out)
 
 
 if __name__ == "__main__":

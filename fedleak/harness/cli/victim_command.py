@@ -70,7 +70,10 @@ def victim() -> None:
               help="Folder holding cifar10/cifar100/imagefolder data.")
 @click.option("--image-size", type=click.IntRange(8), default=None,
               help="imagefolder: resize and centre-crop your images to N×N (e.g. 224) "
-                   "instead of 32×32; normalised with the ImageNet mean/std Describe states.")
+                   "instead of 32×32.")
+@click.option("--normalization", default=None, metavar="MEAN/STD",
+              help="imagefolder: the normalisation your model was trained with, each one "
+                   "number or three (0.5/0.5; default ImageNet's); Describe states it.")
 @click.option("--download", is_flag=True, help="Download cifar10/cifar100 into --data-root.")
 @click.option("--model", default="lenet-zhu", show_default=True,
               help="Model name[:key=value,...], e.g. convnet:width=64 (see `fedleak list`), "
@@ -191,7 +194,8 @@ def victim() -> None:
 def victim_serve(
     ctx: click.Context, settings_file: str | None, dataset: str, split: str,
     images: str | None, shuffle: bool, data_root: str | None, image_size: int | None,
-    download: bool, model: str, checkpoint: str | None, batch_size: int, seed: int,
+    normalization: str | None, download: bool, model: str,
+    checkpoint: str | None, batch_size: int, seed: int,
     protocol: ProtocolOptions, host: str,
     port: int, tokens: TokenOptions, return_buffers: str, allow_reveal: bool,
     allow_audit: bool, audit_budget: int, max_audit_trials: int, max_message_mb: int | None,
@@ -214,12 +218,12 @@ def victim_serve(
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
-        from fedleak.harness.zoo.datasets import with_image_size
+        from fedleak.harness.zoo.folder_look import with_look
         from fedleak.harness.zoo.user_models import is_factory, trust
 
         if is_factory(model):
             trust(model)  # this process's user named it
-        dataset = with_image_size(dataset, image_size)
+        dataset = with_look(dataset, image_size, normalization)
         settings = _settings_file(ctx, settings_file) if settings_file else victim_settings(
             dataset=dataset, model=model, split=split, images=images, shuffle=shuffle,
             data_root=data_root, download=download, checkpoint=checkpoint,

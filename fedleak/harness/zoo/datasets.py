@@ -23,8 +23,9 @@ Local sets read a folder given as ``data_root`` (``--data-root`` on the CLI):
   ``data_root/<split>`` when it exists, else over ``data_root`` with the fixed every-5th split
   above (``"all"`` reads ``data_root/train`` then ``data_root/test`` when both exist). Images
   are resized (shorter side) and centre-cropped to 3×32×32, or to the user's own resolution
-  with ``imagefolder:size=N`` (``--image-size N``, e.g. 224), normalised with the ImageNet
-  mean and standard deviation the data set's description states (``Describe`` publishes it).
+  with ``imagefolder:size=N`` (``--image-size N``, e.g. 224); normalised with ImageNet's mean
+  and standard deviation, or the user's own (``imagefolder:mean=0.5;0.5;0.5,std=...``,
+  ``--normalization 0.5/0.5``); the description states it (``Describe`` publishes it).
 
 Every torchvision use goes through :func:`import_torchvision` and is imported lazily, so
 importing this module stays cheap.
@@ -42,12 +43,19 @@ import torch
 from torch import Tensor
 
 from fedleak.harness.zoo.bundled_images import BUNDLED_READERS, PHOTO_NAMES, PHOTO_SIZE
+from fedleak.harness.zoo.folder_look import (  # noqa: F401  (re-exported)
+    IMAGEFOLDER_SIZE,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    FolderLook,
+    folder_look,
+    with_look,
+)
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "faces", "photos", "cifar10", "cifar100", "imagefolder")
 SPLITS: tuple[str, ...] = ("train", "test", "all")
 TEST_EVERY = 5  # bundled / un-split folders: image i is a test image iff i % 5 == 4
-IMAGEFOLDER_SIZE = 32
 
 class DatasetError(ValueError):
     """A data set that cannot be loaded as asked; the message says what to change."""
@@ -89,7 +97,6 @@ _FACES_MEAN, _FACES_STD = (0.3825,), (0.2711,)
 _PHOTOS_MEAN, _PHOTOS_STD = (0.5739, 0.4376, 0.3544), (0.3074, 0.2719, 0.2616)
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 CIFAR10_CLASSES: tuple[str, ...] = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -147,12 +154,12 @@ def load_dataset(
     set splits). ``data_root`` and ``download`` matter only for ``cifar10``, ``cifar100`` and
     ``imagefolder``; the bundled sets ignore them.
     """
-    name, size = image_size_of(name)
+    name, look = folder_look(name)
     _check_name(name)
     _check_split(split)
     root = Path(data_root) if data_root is not None else None
     if name == "imagefolder":
-        return _load_imagefolder(name, split, root, download, size)
+        return _load_imagefolder(name, split, root, download, look)
     return _LOADERS[name](name, split, root, download)
 
 
@@ -161,7 +168,7 @@ def dataset_info(name: str, data_root: str | Path | None = None) -> DatasetInfo:
 
     Only ``imagefolder`` reads ``data_root`` (its class folders); the others are constants.
     """
-    name, size = image_size_of(name)
+    name, look = folder_look(name)
     _check_name(name)
     if name in _BUNDLED_INFO:
         return _BUNDLED_INFO[name]
@@ -169,7 +176,7 @@ def dataset_info(name: str, data_root: str | Path | None = None) -> DatasetInfo:
         return _CIFAR_INFO[name]
     root = _require_imagefolder_root(data_root)
     folders, _ = _imagefolder_layout(root, "all")
-    return _imagefolder_info(_folder_classes(folders), size)
+    return _imagefolder_info(_folder_classes(folders), look)
 
 
 def normalize(x: Tensor, info: DatasetInfo) -> Tensor:
@@ -185,29 +192,6 @@ def denormalize(x: Tensor, info: DatasetInfo) -> Tensor:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def image_size_of(name: str) -> tuple[str, int]:
-    """``imagefolder:size=224`` → (``imagefolder``, 224): the user's images at their own
-    resolution (``--image-size``); a name without ``:size=`` keeps :data:`IMAGEFOLDER_SIZE`."""
-    base, _, rest = name.partition(":")
-    if not rest:
-        return name, IMAGEFOLDER_SIZE
-    key, _, value = rest.partition("=")
-    if base != "imagefolder" or key != "size" or not value.isdigit() or int(value) < 8:
-        raise DatasetError(f"{name!r}: only imagefolder takes an image size, as "
-                           "imagefolder:size=N with N >= 8 (--image-size N)")
-    return base, int(value)
-
-
-def with_image_size(name: str, size: int | None) -> str:
-    """The data set name carrying ``size`` (None or 32: as it is)."""
-    if size is None or size == IMAGEFOLDER_SIZE:
-        return name
-    if name != "imagefolder":
-        raise DatasetError(f"--image-size applies to --dataset imagefolder (your own images), "
-                           f"not {name!r}, whose images have their own fixed size")
-    return f"imagefolder:size={size}"
 
 
 def _check_name(name: str) -> None:
@@ -299,11 +283,12 @@ def _read_cifar_part(name: str, root: Path, train: bool, download: bool) -> tupl
 
 
 def _load_imagefolder(name: str, split: str, root: Path | None, download: bool,
-                      size: int = IMAGEFOLDER_SIZE) -> ImageDataset:
+                      look: FolderLook | None = None) -> ImageDataset:
+    look = look or FolderLook()
     root = _require_imagefolder_root(root)
     folders, apply_split = _imagefolder_layout(root, split)
-    info = _imagefolder_info(_folder_classes(folders), size)
-    parts = [_read_image_folder(folder, size) for folder in folders]
+    info = _imagefolder_info(_folder_classes(folders), look)
+    parts = [_read_image_folder(folder, look.size) for folder in folders]
     images = torch.cat([p[0] for p in parts])
     labels = torch.cat([p[1] for p in parts])
     if apply_split:
@@ -352,10 +337,11 @@ def _folder_classes(folders: list[Path]) -> tuple[str, ...]:
     return found[0]
 
 
-def _imagefolder_info(classes: tuple[str, ...], size: int = IMAGEFOLDER_SIZE) -> DatasetInfo:
-    shape = (3, size, size)
-    name = with_image_size("imagefolder", size)
-    return DatasetInfo(name, shape, len(classes), IMAGENET_MEAN, IMAGENET_STD, classes)
+def _imagefolder_info(classes: tuple[str, ...], look: FolderLook | None = None
+                      ) -> DatasetInfo:
+    look = look or FolderLook()
+    return DatasetInfo(look.name(), (3, look.size, look.size), len(classes), look.mean,
+                       look.std, classes)
 
 
 def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tensor, Tensor]:
