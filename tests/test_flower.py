@@ -711,7 +711,7 @@ def test_simulation_from_the_cli_attacks_and_scores_every_node(tmp_path: Path) -
     the nodes carry readable names and every node's comparison picture is written."""
     stdout, metrics = simulate_cli(tmp_path, "--nodes", "2", "--defense", "prune:p=0.9",
                                    "--allow-reveal")
-    assert "2 node update(s) attacked" in stdout
+    assert "2 node update(s) attacked and scored" in stdout
     assert "published client defenses: prune:p=0.9,scope=layer" in stdout
     assert "comparison pictures: 2" in stdout
     assert len(metrics["rounds"]) == 2
@@ -746,7 +746,7 @@ def test_a_simulation_starts_its_own_ray_beside_a_running_cluster(tmp_path: Path
         stdout, metrics = simulate_cli(tmp_path, "--nodes", "1")
     finally:
         subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
-    assert "1 node update(s) attacked" in stdout
+    assert "1 node update(s) attacked and scored" in stdout
     assert len(metrics["rounds"]) == 1
 
 

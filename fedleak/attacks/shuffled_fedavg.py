@@ -35,6 +35,7 @@ epoch), this is the ``fedavg`` attack.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -103,7 +104,11 @@ class ShuffledFedAvg(FedAvgInversion):
                                  for j in range(revisions)}))
 
         def objective(update: list[torch.Tensor]) -> torch.Tensor:
-            return single.value([u.unsqueeze(0) for u in update])
+            value: torch.Tensor = single.value([u.unsqueeze(0) for u in update])
+            return value
+
+        def revising(model: OrderModel) -> Callable[[torch.Tensor], None]:
+            return lambda images: model.revise(images[0])
 
         candidates, finals, models, notices = [], [], [], []
         for restart in range(cfg.restarts):
@@ -112,7 +117,7 @@ class ShuffledFedAvg(FedAvgInversion):
             replay = parts.replay.wrap(_one_restart(model), observation)
             problem = replace(self.problem(labels, replay, single, priors,
                                            target.image_bounds(device), rows=False),
-                              iterations=steps, revise=lambda x, m=model: m.revise(x[0]),
+                              iterations=steps, revise=revising(model),
                               revise_at=schedule)
             images = self.initial(target, seed + restart, device).unsqueeze(0)
             if lbfgs and cfg.revisions:

@@ -267,11 +267,15 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
     if parts:
         click.echo(f"attack parts (objective / replay): {'; '.join(parts)}")
     if summary.get("mean_psnr") is not None:
-        click.echo(f"{summary['rounds']} {what} attacked: mean PSNR "
+        modelled = sum(r.get("replay") == "modelled" and bool(r.get("images"))
+                       for r in metrics["rounds"])
+        note = f", {modelled} of them with the order unknown, modelled" if modelled else ""
+        click.echo(f"{summary['rounds']} {what} attacked and scored: mean PSNR "
                    f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
-                   "(scored on the nodes)")
-    elif summary["rounds"]:
-        click.echo(f"{summary['rounds']} {what} audited (unscored)")
+                   f"(scored on the nodes{note})")
+    if summary.get("unscored"):
+        click.echo(f"{summary['unscored']} {what} attacked but unscored (left out of the "
+                   "headline; metrics.json says why)")
     inexact = metrics.get("inexact_summary")
     if inexact:
         figure = (f"mean PSNR {inexact['mean_psnr']:.2f} dB, mean SSIM "

@@ -324,11 +324,8 @@ class UpdateSimulator(Replay):
 
     def pack(self, others: Sequence[Replay]) -> PackedReplay:
         """One replay for this user and ``others`` (same architecture and protocol), each at
-        its own global parameters: packed attacks on several rounds or images
-        (:mod:`~fedleak.harness.federated.packed_replay`). ValueError when one of ``others``
-        is not an :class:`UpdateSimulator`."""
-        from fedleak.harness.federated.packed_replay import PackedReplay
-
+        its own global parameters: packed attacks on several rounds or images. ValueError
+        when one of ``others`` is not an :class:`UpdateSimulator`."""
         simulators = [o for o in others if isinstance(o, UpdateSimulator)]
         if len(simulators) < len(others):
             raise ValueError("only the harness's replays can be packed together")

@@ -158,7 +158,7 @@ class AuditWorker:
 
     def results(self) -> list[AuditResult]:
         """The results that are in, without waiting."""
-        out = []
+        out: list[AuditResult] = []
         while True:
             try:
                 result = self.done.get_nowait()

@@ -42,7 +42,9 @@ from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.federated.protocol import ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state, tensors
 from fedleak.harness.flower.auditor import (
+    ORDER_BLIND,
     PRIVACY_METRICS,
+    SHUFFLED_ATTACK,
     AuditOptions,
     Auditor,
     NotAttackable,
@@ -151,7 +153,9 @@ class LeakageAudit(Auditor, Strategy):
 
     def summary(self) -> None:
         self.inner.summary()
-        what = "records" if self.record_only else f"attacks with {self.attack_name}"
+        what = "records" if self.record_only else f"attacks with {self.attack_name}" + (
+            f" ({SHUFFLED_ATTACK} where a client shuffles its batches)"
+            if self.attack_name in ORDER_BLIND else "")
         self.log(f"LeakageAudit {what} every node's reply into {self.out}")
 
     # ------------------------------------------------------------------ one reply

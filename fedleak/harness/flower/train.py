@@ -130,7 +130,7 @@ def remember_batch(context: Context, server_round: int, images: torch.Tensor,
     pixels = images.detach().float().cpu()
     levels = pixels * 255
     if bool((levels - levels.round()).abs().max() <= 1e-3) if pixels.numel() else False:
-        pixels = levels.round().clamp(0, 255).to(torch.uint8)  # type: ignore[assignment]
+        pixels = levels.round().clamp(0, 255).to(torch.uint8)
     context.state[f"{TRUTH_RECORD}.{server_round}"] = record_of({"images": pixels,
                                                                  "labels": labels})
     kept = [r for r in held_rounds(context) if r != server_round] + [server_round]

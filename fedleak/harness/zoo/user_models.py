@@ -74,7 +74,7 @@ def _build(path: str) -> nn.Module:
     if not callable(target):
         raise ModelError(f"{path!r} is not callable: give a class or function returning the "
                          "nn.Module")
-    factory: Callable[[], object] = target  # type: ignore[assignment]
+    factory: Callable[[], object] = target
     try:
         model = factory()
     except TypeError as err:
