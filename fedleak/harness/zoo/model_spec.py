@@ -3,8 +3,19 @@ model that cannot be built raises."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+#: the zoo name of a user's own factory model (:mod:`~fedleak.harness.zoo.user_models`); its
+#: one option is ``path`` (``module:factory``)
+FACTORY = "factory"
+FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def is_factory(text: str) -> bool:
+    """Whether ``text`` names a factory (``module:attribute``, no ``key=value`` options)."""
+    return bool(FACTORY_PATH.match(text.strip())) and "=" not in text
 
 
 class ModelError(ValueError):
@@ -23,8 +34,6 @@ class ModelSpec:
         """Parse ``name``, ``name:key=value,key=value``, or a user's factory
         ``module:factory`` (:mod:`~fedleak.harness.zoo.user_models`: the spec
         ``factory:path=module:factory``)."""
-        from fedleak.harness.zoo.user_models import FACTORY, is_factory
-
         if is_factory(text):
             return cls(FACTORY, {"path": text.strip()})
         if text.startswith(f"{FACTORY}:path="):

@@ -16,22 +16,17 @@ attacker import what it likes.
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 
 from torch import nn
 
-from fedleak.harness.zoo.model_spec import ModelError
+from fedleak.harness.zoo.model_spec import (  # noqa: F401  (re-exported)
+    FACTORY,
+    ModelError,
+    is_factory,
+)
 
-#: the zoo name of a user's factory model; its one option is ``path`` (``module:factory``)
-FACTORY = "factory"
-FACTORY_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TRUSTED: set[str] = set()
-
-
-def is_factory(text: str) -> bool:
-    """Whether ``text`` names a factory (``module:attribute``, no ``key=value`` options)."""
-    return bool(FACTORY_PATH.match(text.strip())) and "=" not in text
 
 
 def trust(path: str) -> None:
