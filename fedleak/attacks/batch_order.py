@@ -36,8 +36,9 @@ search on this linear model, which costs no replay). With equal weights and batc
 (plain SGD) v = 0: the bias cannot tell the batches apart, the order stays where it
 started — :func:`stratified_order`, every label dealt evenly over the batches, the expected
 make-up of a random shuffle. A revision is kept only if
-it lowers the attack's objective at the current images (:class:`OrderModel`), so an estimate
-misled by a trained model's softmax cannot make the order worse.
+the replayed output bias at the current images comes closer to the observed one
+(:class:`OrderModel`: the linear model's errors — a trained model's softmax moving with the
+images, momentum's drift — cannot make the order worse by that measure).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ class OrderModel:
 
     def revise(self, images: torch.Tensor) -> None:
         """One revision at the candidates ``images`` [copies·n, C, H, W]: the exchanges the bias
-        residual asks for, kept when they lower J (two replays)."""
+        residual asks for, kept when the *replayed* bias (not its linear model) comes closer to
+        the observed one (two replays)."""
         _, bias = last_layer_indices(self.observation)
         rows = self.labels.repeat(images.shape[0] // self.labels.numel())
         before = self._update(images, rows)
@@ -237,13 +239,15 @@ class OrderModel:
         self.order.copy_(proposed.to(self.order.device))
         after = self._update(images, rows)
         self.evaluations += 1
-        if float(self.objective(after)) < float(self.objective(before)):
+        target = self.observation.update[bias].detach()
+        if float((target - after[bias]).norm()) < float((target - before[bias]).norm()):
             self.exchanges += moves
             self.kept += 1
-            self.history.append(f"{moves} exchange(s) kept")
+            self.history.append(f"{moves} slot(s) moved")
         else:
             self.order.copy_(old)
-            self.history.append(f"{moves} exchange(s) undone: the objective did not fall")
+            self.history.append(f"{moves} slot(s) moved back: the replayed bias did not come "
+                                "closer")
 
     def _update(self, images: torch.Tensor, rows: torch.Tensor) -> list[torch.Tensor]:
         with torch.enable_grad():

@@ -15,7 +15,8 @@ epoch is a variable of the attack (:mod:`fedleak.attacks.batch_order`): it start
 label spread evenly over the batches and is revised ``revisions`` times in the first 3/8 of
 the iterations (before the first step-size decay) from the output layer's bias residual —
 which tells the batches apart when the steps weigh differently, as momentum makes them — each
-revision kept only when it lowers the objective at the current images. The minimised
+revision kept only when the replayed output bias at the current images comes closer to the
+observed one. The minimised
 problem is eq. (1) of :mod:`fedleak.attacks.composed` over x and π:
 
     (x̂, π̂) = argmin_{x, π}  J(u(x, ŷ; π), Δ*) + Σ_k λ_k R_k(x)

@@ -56,7 +56,7 @@ def replay_status(protocol: Protocol, num_images: int, *,
         return MODELLED, [
             f"order unknown, modelled: {shuffled}; the attack replayed {epochs}each epoch's "
             "visiting order as a variable, the batches' label make-up estimated from the output "
-            "bias under the steps' momentum weights and kept where it lowered the objective "
+            "bias under the steps' momentum weights and kept where the replayed bias came closer "
             "(Dimitrov et al. 2022, extended): the user's update is in the replay's family"]
     if model == ORDER_GUESSED:
         how = ("the attack modelled the order, but the output layer cannot tell the batches "
