@@ -17,6 +17,9 @@ knowing attack (``fedavg`` told the node's true shuffled order and labels: what 
 pytorchexample.task:Net`` (the same photos as an image folder, ``--normalization 0.5/0.5``)
 attacked by ``fedleak attack`` in another process, same attack and iterations.
 
+``order``: the order model alone, in this process (no Flower): the even guess of the batches,
+the modelled order and the order-knowing attack on one user's update.
+
 ``timing``: ``--rounds`` rounds unaudited, then audited; per round the wall time from the
 train messages sent to the replies aggregated (the audit attacks in its worker meanwhile),
 and what the audit attacked, with what budget, after the federation.
@@ -306,10 +309,62 @@ def direct(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def order(args: argparse.Namespace, out: Path) -> int:
+    """The order model alone, in-process (no Flower): one user of ``--images`` photo crops in
+    shuffled batches of ``--batch-size`` (momentum 0.9, fedleak's victim code, a seeded secret
+    order), attacked by ``fedavg-shuffled`` with the even guess of the batches
+    (``revisions=0``) and with the order modelled, each with recovered and with true labels,
+    beside ``fedavg`` told the true order and labels; same iterations and seed."""
+    import dataclasses
+
+    import torch
+
+    from fedleak.attacks import create_attack
+    from fedleak.harness.federated.local_update import draw_order
+    from fedleak.harness.federated.observe import observe
+    from fedleak.harness.federated.protocol import Protocol
+    from fedleak.harness.metrics.image_metrics import score_reconstruction
+    from fedleak.harness.zoo.bundled_images import photo_crops
+    from fedleak.harness.zoo.datasets import denormalize
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(EXAMPLE))
+    from pytorchexample.task import INFO, Net
+
+    images, labels = photo_crops(args.images, seed=11)
+    torch.manual_seed(0)
+    protocol = Protocol("fedavg", 1, args.batch_size, args.lr, momentum=0.9, shuffle=True)
+    observation = observe(Net(), images, labels, INFO, protocol,
+                          generator=torch.Generator().manual_seed(2))
+    secret = draw_order(protocol, args.images, torch.Generator().manual_seed(2))
+
+    def psnr(attack: str, target: Any, **options: Any) -> float:
+        result = create_attack(attack, {"iterations": args.iterations, **options}).reconstruct(
+            target, seed=0)
+        return score_reconstruction(denormalize(result.images, INFO).clamp(0, 1),
+                                    images).mean_psnr
+
+    known = dataclasses.replace(observation, labels=labels)
+    told = observation.simulate.visiting(secret)  # type: ignore[union-attr]
+    oracle = dataclasses.replace(known, simulate=lambda x, y: told(x, y))
+    print(f"quickstart Net, {args.images} photo crops in shuffled batches of {args.batch_size}, "
+          f"momentum 0.9; {args.iterations} iterations, seed 0; load {os.getloadavg()[0]:.1f}")
+    for name, target, source in (("recovered", observation, "recover"),
+                                 ("true", known, "known")):
+        guess = psnr("fedavg-shuffled", target, revisions=0, labels=source)
+        modelled = psnr("fedavg-shuffled", target, labels=source)
+        print(f"  {name} labels: even guess of the batches {guess:.2f} dB, order modelled "
+              f"{modelled:.2f} dB")
+    print(f"  told the true order and labels: {psnr('fedavg', oracle, labels='known'):.2f} dB; "
+          f"grey image "
+          f"{score_reconstruction(torch.full_like(images, 0.5), images).mean_psnr:.2f} dB")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", default="leakage",
-                        choices=("leakage", "timing", "direct"))
+                        choices=("leakage", "timing", "direct", "order"))
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--images", type=int, default=64, help="photos per node")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -320,7 +375,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = (args.out or Path(tempfile.mkdtemp(prefix="fedleak-quickstart-")) / "audit").resolve()
-    modes = {"leakage": leakage, "timing": timing, "direct": direct}
+    modes = {"leakage": leakage, "timing": timing, "direct": direct, "order": order}
     return modes[args.mode](args, out)
 
 

@@ -76,10 +76,13 @@ class WorkerUnavailable(RuntimeError):
     """The worker process cannot serve this model (the message says why)."""
 
 
-def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob) -> AuditResult:
+def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
+               progress: str | None = None) -> AuditResult:
     """Run one job: the victim's replay of the update (the attacker's ``observation_for``) and
-    the attack with its own budget. In the worker process, or inline."""
+    the attack with its own budget. In the worker process, or inline (``progress``: show a
+    progress bar with that label)."""
     from fedleak.attacks import create_attack
+    from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
     from fedleak.harness.attacker.update_attack import observation_for
 
     started = time.perf_counter()
@@ -87,7 +90,9 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob) 
         observation = observation_for(model, job.params, job.buffers, job.received, info,
                                       device)
         attack = create_attack(job.attack, job.options)
-        reconstruction = attack.reconstruct(observation, device=device, seed=job.seed)
+        reconstruction = reconstruct_with_progress(attack, observation, device=device,
+                                                   seed=job.seed, label=progress or "",
+                                                   show=progress is not None)
     except Exception as err:  # recorded by the caller; the worker goes on
         return AuditResult(job.key, None, time.perf_counter() - started,
                            f"{type(err).__name__}: {err}")
@@ -189,9 +194,9 @@ class AuditWorker:
             out.append(result)
         return out
 
-    def close(self) -> None:
-        """Stop the worker (after the jobs already queued, or at once when it is stuck)."""
-        if self.process.is_alive():
+    def close(self, wait: bool = True) -> None:
+        """Stop the worker: after the jobs already queued (``wait``), else at once."""
+        if self.process.is_alive() and wait:
             self.jobs.put(None)
             self.process.join(timeout=10)
         if self.process.is_alive():

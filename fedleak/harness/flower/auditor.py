@@ -180,16 +180,18 @@ class Auditor:
         the strategy round by round itself calls it at the end, else ``status`` stays
         ``running``."""
         if self._worker is not None:
-            if self._pending:
+            wait = self.drain_timeout if status == "finished" else 0.0  # stopped: no waiting
+            if self._pending and wait != 0.0:
                 self.log(f"the audit attacks {len(self._pending)} update(s) still queued, "
                          "after the federation")
-            for result in self._worker.drain(self.drain_timeout):
+            for result in self._worker.drain(wait):
                 self._complete(result)
-            self._worker.close()
+            self._worker.close(wait=wait != 0.0)
+            why = f"the federation {status}" if status != "finished" else \
+                f"the audit was still behind when the federation ended and waited " \
+                f"{self.drain_timeout:g} s (drain_timeout)"
             for pending in list(self._pending.values()):
-                self._not_attacked(f"round {pending.server_round}, {pending.label}",
-                                   f"the audit was still behind when the federation ended and "
-                                   f"waited {self.drain_timeout:g} s (drain_timeout)")
+                self._not_attacked(f"round {pending.server_round}, {pending.label}", why)
             self._pending.clear()
         self._score_pending()
         self.run.status = status
@@ -233,7 +235,8 @@ class Auditor:
         worker = self._start_worker() if self.background and node is not None else None
         if worker is None:
             self._pending[key] = pending
-            return self._complete(attack_job(self.model, self.info, self.device, job))
+            label = f"round {server_round} {label} {attack}" if self.show_progress else None
+            return self._complete(attack_job(self.model, self.info, self.device, job, label))
         ahead = worker.submit(job)
         if ahead is None:
             self._not_attacked(f"round {server_round}, {label}",
