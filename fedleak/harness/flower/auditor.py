@@ -235,8 +235,8 @@ class Auditor:
         worker = self._start_worker() if self.background and node is not None else None
         if worker is None:
             self._pending[key] = pending
-            label = f"round {server_round} {label} {attack}" if self.show_progress else None
-            return self._complete(attack_job(self.model, self.info, self.device, job, label))
+            bar = f"round {server_round} {label} {attack}" if self.show_progress else None
+            return self._complete(attack_job(self.model, self.info, self.device, job, bar))
         ahead = worker.submit(job)
         if ahead is None:
             self._not_attacked(f"round {server_round}, {label}",
