@@ -96,6 +96,12 @@ def score_fields(score: pb.ScoreResponse | None) -> dict[str, Any]:
     }
 
 
+def fill_scores(entry: RoundRecord, score: pb.ScoreResponse | None) -> None:
+    """A victim's (or node's) scores into a round recorded before it was scored."""
+    for key, value in score_fields(score).items():
+        setattr(entry, key, value)
+
+
 def placement(run: UpdateRun, described: pb.DescribeResponse,
               protocol: Protocol) -> SuccessPlacement | None:
     """Success at :data:`SUCCESS_PSNR` over the run's scored images, κ of the public prior

@@ -101,13 +101,14 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
     return AuditResult(job.key, reconstruction, time.perf_counter() - started)
 
 
-def _serve(model_bytes: bytes, info: DatasetInfo, device: str, nice: int, parent_nice: int,
-           threads: int, jobs: Any, results: Any) -> None:
-    """The worker process: lower its priority, then attack jobs until ``None`` arrives."""
+def _serve(info: DatasetInfo, device: str, nice: int, parent_nice: int, threads: int,
+           jobs: Any, results: Any) -> None:
+    """The worker process: lower its priority, take the model (the first item), then attack
+    jobs until ``None`` arrives."""
     if nice and os.getpriority(os.PRIO_PROCESS, 0) < min(19, parent_nice + nice):
         os.setpriority(os.PRIO_PROCESS, 0, min(19, parent_nice + nice))
     torch.set_num_threads(max(1, threads))
-    model = pickle.loads(model_bytes)  # noqa: S301 - our own parent's pickle, not the wire
+    model = pickle.loads(jobs.get())  # noqa: S301 - our own parent's pickle, not the wire
     while True:
         job = jobs.get()
         if job is None:
@@ -138,11 +139,14 @@ class AuditWorker:
                                     "module level so it can be imported by name") from None
         context = multiprocessing.get_context("spawn")
         self.jobs, self.done = context.Queue(), context.Queue()
+        # small arguments: the child imports torch while it reads them, and a parent writing
+        # more than a pipe holds would wait for that; the model follows through the queue
         self.process = context.Process(target=_serve, daemon=True, name="fedleak-audit",
-                                       args=(model_bytes, info, device, nice,
+                                       args=(info, device, nice,
                                              os.getpriority(os.PRIO_PROCESS, 0), threads,
                                              self.jobs, self.done))
         self.process.start()
+        self.jobs.put(model_bytes)  # a feeder thread writes it: no waiting here
         try:  # at once from here (the worker also lowers itself when it starts)
             os.setpriority(os.PRIO_PROCESS, self.process.pid or 0,
                            min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))

@@ -38,7 +38,7 @@ from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
-from fedleak.harness.attacker.round_outcome import round_line, round_record, score_fields
+from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
 from fedleak.harness.flower.audit_options import (  # noqa: F401  (re-exported)
     ORDER_BLIND,
@@ -92,6 +92,10 @@ class PendingUpdate:
 class Auditor:
     """Attack (or record) updates read off a Flower round; write the run folder (module doc).
 
+    ``in_background`` is a wrapper's default for ``background`` (True for every node's reply,
+    :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`; the SecAgg+ aggregate is
+    attacked in the round).
+
     ``model`` is a fedleak model spec (``lenet-zhu``, ``mlp:width=64``), an importable factory
     ``module:factory`` of the user's own ``nn.Module`` (:func:`~fedleak.harness.zoo.
     user_models.user_model`), or an ``nn.Module`` whose state dict is what the federation
@@ -99,6 +103,8 @@ class Auditor:
     normalisation are public facts the attack uses. ``settings`` go into ``metrics.json``'s
     header beside the attack's; ``audit`` are the :class:`AuditOptions`.
     """
+
+    in_background = False
 
     def __init__(self, model: str | nn.Module, dataset: str | DatasetInfo, out: Path, *,
                  settings: Mapping[str, Any] | None = None,
@@ -126,7 +132,7 @@ class Auditor:
         self.score_timeout = audit.get("score_timeout", 600.0)
         self.show_progress, self.log = audit.get("show_progress", False), audit.get("log", print)
         self.procedure = audit.get("procedure")
-        self.background = audit.get("background", True) and not record_only
+        self.background = audit.get("background", self.in_background) and not record_only
         self.queue, self.nice = audit.get("queue", DEFAULT_QUEUE), audit.get("nice", DEFAULT_NICE)
         self.threads, self.drain_timeout = audit.get("threads", 1), audit.get("drain_timeout")
         if self.queue < 1:
@@ -157,6 +163,8 @@ class Auditor:
         self._to_score: list[tuple[PendingUpdate, RoundRecord, torch.Tensor | None,
                                    list[int], list[int]]] = []
         self._count = 0
+        if self.background:  # started now, while the federation starts: not in a round
+            self._start_worker()
 
     def node_name(self, node: int, reported: Any = None) -> str:
         """A stable, readable name for Flower node ``node``: ``node-P`` when the node reports
@@ -387,12 +395,3 @@ def _asked(attack: Attack[Observation]) -> int:
     evaluations."""
     config = attack.config
     return int(getattr(config, "iterations", 0)) * int(getattr(config, "restarts", 1) or 1)
-
-
-def fill_scores(entry: RoundRecord, score: pb.ScoreResponse | None) -> None:
-    """The victim's (node's) scores into a round recorded before it was scored."""
-    if score is None:
-        return
-    for key, value in score_fields(score).items():
-        setattr(entry, key, value)
-

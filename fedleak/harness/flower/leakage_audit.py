@@ -67,6 +67,8 @@ class LeakageAudit(Auditor, Strategy):
     :class:`~fedleak.harness.flower.auditor.Auditor`'s.
     """
 
+    in_background = True
+
     def __init__(
         self,
         inner: Strategy,
