@@ -69,7 +69,6 @@ from fedleak.harness.flower.score_answers import (  # noqa: F401  (score_error r
 from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
 from fedleak.harness.zoo.models import build_model
 from fedleak.harness.zoo.user_models import is_factory, user_model
-from fedleak.v1 import victim_pb2 as pb
 
 
 @dataclass
