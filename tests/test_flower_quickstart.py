@@ -116,12 +116,12 @@ def test_the_quickstart_with_shuffled_batches_is_attacked_with_the_order_modelle
     """Batches of one photo: two shuffled momentum steps per node in an order the server never
     sees. The audit attacks them with fedavg-shuffled (the order a variable, estimated from the
     output bias under momentum's step weights): "order unknown, modelled", in the headline."""
-    metrics = run_quickstart(tmp_path, monkeypatch, **{"batch-size": 1, "iterations": 5})
+    metrics = run_quickstart(tmp_path, monkeypatch, **{"batch-size": 1, "iterations": 8})
     assert metrics["status"] == "finished"
     for entry in metrics["rounds"]:
         assert entry["replay"] == "modelled" and "inexact_reasons" not in entry
         assert entry["replay_model"][0].startswith("order unknown, modelled")
         assert entry["attack_extras"]["order_model"] == "modelled"
-        assert entry["iterations"] == 5 and entry["mean_psnr"] is not None
+        assert entry["iterations"] == 8 and entry["mean_psnr"] is not None
         assert any("attacked with fedavg-shuffled" in w for w in entry["warnings"])
     assert metrics["summary"]["rounds"] == 2 and "inexact_summary" not in metrics

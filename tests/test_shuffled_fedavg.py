@@ -110,9 +110,14 @@ def test_plain_sgd_cannot_tell_the_batches_apart_and_stays_a_lower_bound() -> No
 
 def test_the_attack_models_the_order_within_the_iterations_asked() -> None:
     observation, _, _, _, protocol = shuffled_user(0.9, epochs=2)
-    result = create_attack("fedavg-shuffled", {"iterations": 12, "revisions": 2}).reconstruct(
+    result = create_attack("fedavg-shuffled", {"iterations": 16, "revisions": 4}).reconstruct(
         observation, seed=0)  # type: ignore[arg-type]
-    assert result.iterations == 12 and result.extras["objective_evaluations"] == 12
+    # at most one revision per 8 iterations: 2 revisions, 4 replays, 12 optimiser steps
+    assert result.iterations == 16 and result.extras["objective_evaluations"] == 16
+    assert result.extras["order_revisions"] == 2
+    few = create_attack("fedavg-shuffled", {"iterations": 5}).reconstruct(
+        observation, seed=0)  # type: ignore[arg-type]
+    assert few.extras["order_model"] == "guessed" and few.extras["objective_evaluations"] == 5
     assert result.extras["order_model"] == "modelled" and result.extras["epoch_copies"] == 2
     assert result.images.shape == (16, 1, 8, 8)
     status, notes = replay_status(protocol, 16, extras=result.extras)

@@ -94,7 +94,7 @@ def test_the_quickstart_net_on_fedleaks_victim_attacked_from_another_process(
         def attack(*extra: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
-                 "--attack", "fedavg-shuffled", "--iterations", "4", "--quiet",
+                 "--attack", "fedavg-shuffled", "--iterations", "8", "--quiet",
                  "--out", str(tmp_path / "run"), *extra],
                 capture_output=True, text=True, timeout=600,
                 env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
@@ -107,8 +107,8 @@ def test_the_quickstart_net_on_fedleaks_victim_attacked_from_another_process(
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["victim_model"].startswith("factory:path=pytorchexample.task:Net")
     (entry,) = metrics["rounds"]
-    assert entry["replay"] == "modelled" and entry["iterations"] == 4
+    assert entry["replay"] == "modelled" and entry["iterations"] == 8
     assert entry["mean_psnr"] is not None
-    assert "4 of 4 iterations" in done.stdout
+    assert "8 of 8 iterations" in done.stdout
     torch.testing.assert_close(torch.tensor(metrics["rounds"][0]["num_images"]),
                                torch.tensor(4))

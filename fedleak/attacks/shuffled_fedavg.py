@@ -23,7 +23,9 @@ problem is eq. (1) of :mod:`fedleak.attacks.composed` over x and π:
 
 **The budget.** ``iterations`` counts objective evaluations per restart: each revision costs
 two replays (before and after the exchanges), taken from the optimiser's steps, so the attack
-does no more work than ``fedavg`` at the same ``iterations``.
+does no more work than ``fedavg`` at the same ``iterations``; at most one revision per 8
+iterations (a quarter of the budget), none below 8 iterations (the order then stays the even
+guess: a lower bound).
 
 **When it is a measurement.** The replay family contains the user's update (for its images at
 the slots and its order as π), so where the bias can identify the batches' label make-up — a
@@ -55,6 +57,8 @@ from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisers import LBFGSPart
 from fedleak.attacks.replay_contract import OrderedReplay, RestartsUpdateFn
 
+#: iterations per revision of the order at most (a revision costs two replays)
+REVISION_SPACING = 8
 #: ``extras["order_model"]`` of a round whose order the attack modelled
 MODELLED = "modelled"
 #: ... and of one where the output layer could not tell the batches apart
@@ -99,8 +103,10 @@ class ShuffledFedAvg(FedAvgInversion):
         observed = [u.to(device) for u in observation.update]
         single = parts.objective.build(CosineObjective, observed, observation, rows=False)
         lbfgs = isinstance(self.optimiser_part(), LBFGSPart)
-        revisions = 0 if lbfgs else cfg.revisions
-        steps = max(1, cfg.iterations - 2 * revisions)
+        # at most one revision per REVISION_SPACING iterations: the revisions' replays come out
+        # of the budget and never take more than a quarter of it
+        revisions = 0 if lbfgs else min(cfg.revisions, cfg.iterations // REVISION_SPACING)
+        steps = cfg.iterations - 2 * revisions
         schedule = tuple(sorted({(j * 3 * steps) // (8 * max(revisions, 1))
                                  for j in range(revisions)}))
 
@@ -121,7 +127,7 @@ class ShuffledFedAvg(FedAvgInversion):
                               iterations=steps, revise=revising(model),
                               revise_at=schedule)
             images = self.initial(target, seed + restart, device).unsqueeze(0)
-            if lbfgs and cfg.revisions:
+            if lbfgs and cfg.revisions and cfg.iterations >= REVISION_SPACING:
                 model.revise(images[0])
             notice, optimised = self.optimise(
                 problem, images, ProgressSpan(progress, restart * steps, steps * cfg.restarts))
