@@ -196,7 +196,7 @@ class Auditor:
             self._worker.close(wait=wait != 0.0)
             why = f"the federation {status}" if status != "finished" else \
                 f"the audit was still behind when the federation ended and waited " \
-                f"{self.drain_timeout:g} s (drain_timeout)"
+                f"{self.drain_timeout} s (drain_timeout)"
             for pending in list(self._pending.values()):
                 self._not_attacked(f"round {pending.server_round}, {pending.label}", why)
             self._pending.clear()
