@@ -304,7 +304,8 @@ class Server:
                             entry, out)
         run.rounds.append(entry)
         run.write(out)
-        self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT))
+        self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT,
+                            entry.truncated))
 
 
 def observation_for(
