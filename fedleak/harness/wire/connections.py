@@ -26,8 +26,9 @@ connections evicted first):
   no call (idle), then those whose every call still waits for its body (stalled), each oldest
   first; over the ceiling, from the prefix holding the most connections first. A connection
   with a call at work is never closed (the calls are capped on their own), and a new
-  connection is never refused nor closed in the sweep that first sees it: a fresh client on a
-  flooded host or network still gets its answer.
+  connection is never refused; one first seen in the latest sweep goes only when its host or
+  prefix opened more than its cap since the sweep before (a flood reopening what it lost): a
+  fresh client on a flooded host or network still gets its answer.
 """
 
 from __future__ import annotations
