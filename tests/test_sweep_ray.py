@@ -23,7 +23,8 @@ from tests.helpers import alive, descendants, listening_sockets, tiny_spec
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra fedleak[ray]")
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+#: three sweeps of a Ray cluster per test: past pyproject's hang guard at a load average of 20
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(3600)]
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Every process of the test cluster shares a fresh token (Ray's token authentication).
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
