@@ -347,7 +347,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
         out = tmp_path / "run"
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--iterations", "5", "--out", str(out),
-                               "--quiet"], capture_output=True, text=True, timeout=120)
+                               "--quiet"], capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["defenses"] == ["prune:p=0.9,scope=layer"]  # what Describe published
@@ -364,7 +364,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
                                victim.address, "--attack", "dlg", "--iterations", "2",
                                "-o", "objective=aware", "-o", "priors=tv:weight=0.001",
                                "--out", str(out), "--quiet"],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["parts"]["objective"] == "masked-cosine"

@@ -197,7 +197,7 @@ def test_fedleak_audit_catches_a_broken_plugin_behind_the_proto(tmp_path: Path) 
             [sys.executable, "-m", "fedleak", "audit", "--defense",
              f"remote:address={service.address}", "--trials", "600", "--defense-seed", "1",
              "--threshold", "half-shift", "--out", str(out), "--quiet", "--fail-on-violation"],
-            capture_output=True, text=True, timeout=300, env=env)
+            capture_output=True, text=True, timeout=1200, env=env)
     finally:
         service.stop()
     assert done.returncode == 3, done.stderr[-2000:]

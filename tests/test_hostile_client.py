@@ -195,7 +195,7 @@ def test_the_evaluator_token_guards_score_and_the_attacker_checks_tokens(tmp_pat
         base = [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
                 "--iterations", "2", "--quiet"]
         no_score = subprocess.run([*base, "--out", str(tmp_path / "a")], capture_output=True,
-                                  text=True, timeout=120,
+                                  text=True, timeout=1200,
                                   env={**os.environ, "FEDLEAK_TOKEN": TOKEN})
         assert no_score.returncode == 1 and "--score-token" in no_score.stderr
         assert not (tmp_path / "a" / "metrics.json").exists()
@@ -203,12 +203,12 @@ def test_the_evaluator_token_guards_score_and_the_attacker_checks_tokens(tmp_pat
         token_file.write_text("not-the-token\n")
         wrong = subprocess.run([*base, "--token-file", str(token_file), "--out",
                                 str(tmp_path / "b")], capture_output=True, text=True,
-                               timeout=120, env=env)
+                               timeout=1200, env=env)
         assert wrong.returncode == 1 and "is not the token of the victim" in wrong.stderr
         token_file.write_text(TOKEN + "\n")
         right = subprocess.run([*base, "--token-file", str(token_file), "--out",
                                 str(tmp_path / "c")], capture_output=True, text=True,
-                               timeout=120, env=env)
+                               timeout=1200, env=env)
         assert right.returncode == 0, right.stderr
         assert (tmp_path / "c" / "round-000" / "comparison.png").exists()
 
@@ -219,7 +219,7 @@ def test_no_token_where_reveal_is_allowed_is_a_recorded_warning(tmp_path: Path) 
     with VictimProcess(DIGITS, token=TOKEN) as victim:
         run = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                               victim.address, "--iterations", "2", "--quiet", "--out",
-                              str(tmp_path)], capture_output=True, text=True, timeout=120,
+                              str(tmp_path)], capture_output=True, text=True, timeout=1200,
                              env={k: v for k, v in os.environ.items() if k != "FEDLEAK_TOKEN"})
     assert run.returncode == 0, run.stderr
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -364,7 +364,7 @@ def test_tls_failures_are_named_as_tls_failures(tmp_path: Path) -> None:
     _, other_key = self_signed_certificate(tmp_path, name="other")
     mismatched = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", *DIGITS,
                                  "--port", "0", "--tls-cert", str(cert), "--tls-key",
-                                 str(other_key)], capture_output=True, text=True, timeout=120)
+                                 str(other_key)], capture_output=True, text=True, timeout=1200)
     assert mismatched.returncode != 0
     assert "TLS certificate and key do not match" in mismatched.stderr
     assert "in use" not in mismatched.stderr and "Traceback" not in mismatched.stderr
@@ -374,7 +374,7 @@ def test_secagg_refuses_a_minority_threshold_unless_allowed() -> None:
     args = ["--dataset", "digits", "--split", "all", "--images", "0-15", "--model",
             "mlp:width=16,depth=1", "--users", "4"]
     with pytest.raises(VictimProcessError, match="not a majority"):
-        VictimProcess([*args, "--defense", "secagg:threshold=2"], start_timeout=60).start()
+        VictimProcess([*args, "--defense", "secagg:threshold=2"], start_timeout=600).start()
     with VictimProcess([*args, "--defense", "secagg:threshold=2,allow-minority=true"]) as victim:
         warning = "WARNING: secure aggregation with threshold 2 of 4"
         waited = time.monotonic() + 300  # stderr is read by its own thread: it may lag stdout

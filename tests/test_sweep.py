@@ -433,5 +433,5 @@ def test_ray_without_the_extra_is_a_clear_error(tmp_path: Path) -> None:
             "from fedleak.harness.cli.main import main\n"
             f"main(['sweep', {str(spec)!r}, '--ray', '--out', {str(tmp_path / 'run')!r}])")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=1200)
     assert run.returncode == 2 and "pip install 'fedleak[ray]'" in run.stderr

@@ -121,7 +121,7 @@ def test_fedleak_attack_marks_a_truncated_round_across_processes(tmp_path: Path)
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "spear", "-o", "time-limit=1e-9",
                                "--out", str(tmp_path / "run"), "--quiet"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["rounds"][0]["truncated"] and len(metrics["truncated"]) == 1
