@@ -26,7 +26,16 @@ Against real victim processes on loopback, prints:
 9. defend-stream — a 2 GiB Defend stream against ``--max-update-mb 512``, then one stalled at
    256 MiB and cancelled: the service's resident memory;
 10. secagg-flood — 30 BeginSecAgg never finished (convnet:width=64, 4 users, 93 MB a round)
-   against ``--secagg-memory-mb 512``: the victim's resident memory.
+   against ``--secagg-memory-mb 512``: the victim's resident memory;
+11. describe-flood — a victim at a hard open-file limit of 1,024 (``prlimit --nofile=1024:1024``):
+   1,000 stalled ``Describe`` calls from one host, each on its own connection, reopened as the
+   victim closes them; meanwhile 20 probes (Describe, then health, each on a new connection) from
+   a fresh address, each answered within 1 s; 3 runs with the flood opened once and 3 with it
+   reopened at up to 200 connections a second (the target), then one reopened as fast as this
+   process can (reported: a connection-rate flood, for a firewall or proxy in front);
+12. address-flood — the same victim and probes against 16 stalled calls from each of 60
+   loopback addresses (127.0.0.2–61: each within every per-host cap; 960 connections), the
+   same three ways.
 
 Parts 3–6 need up to ~10 GB of memory at once (run them one at a time on a shared machine).
 
@@ -434,6 +443,156 @@ def stalls(count: int = 64, seconds: float = 5.0) -> None:
                   f"{slowest['health'] * 1000:.0f} ms")
 
 
+class Flood:
+    """Stalled calls held open from given source addresses, each on its own connection, and
+    reopened (by a background thread) as the server closes them, at most ``rate`` a second
+    (0: never; None: as fast as this process can) — a client that repeats its flood."""
+
+    def __init__(self, port: int, sources: list[str], per_source: int,
+                 methods: list[str], rate: float | None = 0.0) -> None:
+        import selectors
+
+        self.port, self.methods, self.rate = port, methods, rate
+        self.wanted = [(source, i) for source in sources for i in range(per_source)]
+        self.held: dict[object, tuple[str, int]] = {}
+        self.opened = self.closed_by_server = self.refused = 0
+        self.selector = selectors.DefaultSelector()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self, source: str, index: int) -> None:
+        from tests.raw_http2 import stalled_call
+
+        try:
+            sock = stalled_call("127.0.0.1", self.port,
+                                self.methods[index % len(self.methods)], source=source)
+        except OSError:
+            self.refused += 1
+            return
+        sock.setblocking(False)
+        self.selector.register(sock, 1)
+        self.held[sock] = (source, index)
+        self.opened += 1
+
+    def _reap(self) -> list[tuple[str, int]]:
+        gone = []
+        for key, _ in self.selector.select(timeout=0.05):
+            sock = key.fileobj
+            try:
+                data = sock.recv(65536)  # type: ignore[union-attr]
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.selector.unregister(sock)
+                gone.append(self.held.pop(sock))
+                sock.close()  # type: ignore[union-attr]
+                self.closed_by_server += 1
+        return gone
+
+    def _run(self) -> None:
+        for source, index in self.wanted:
+            if self.stop.is_set():
+                return
+            self._open(source, index)
+        lost: list[tuple[str, int]] = []
+        last = time.monotonic()
+        allowance = 0.0
+        while not self.stop.is_set():
+            lost += self._reap()
+            now = time.monotonic()
+            allowance += (now - last) * (self.rate if self.rate is not None else 1e9)
+            last = now
+            while lost and allowance >= 1 and not self.stop.is_set():
+                self._open(*lost.pop(0))
+                allowance -= 1
+            allowance = min(allowance, 1.0) if not lost else allowance
+
+    def __enter__(self) -> Flood:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        for sock in list(self.held):
+            sock.close()  # type: ignore[attr-defined]
+
+
+def _raw_probe(port: int, source: str) -> tuple[bool, float, str]:
+    """Describe, then health, each on a new connection from ``source``, each within 1 s."""
+    from tests.raw_http2 import unary_call
+
+    started = time.perf_counter()
+    described = unary_call("127.0.0.1", port, "/fedleak.v1.Victim/Describe", source=source)
+    first = time.perf_counter() - started
+    if described is None or first > 1 or not pb.DescribeResponse.FromString(described) \
+            .num_private_images:
+        return False, first, "Describe not answered within 1 s"
+    second = time.perf_counter()
+    health = unary_call("127.0.0.1", port, "/grpc.health.v1.Health/Check", source=source)
+    took = time.perf_counter() - second
+    if health is None or took > 1 or health_pb2.HealthCheckResponse.FromString(health) \
+            .status != health_pb2.HealthCheckResponse.SERVING:
+        return False, max(first, took), "health not answered within 1 s"
+    return True, max(first, took), ""
+
+
+def stalled_floods(which: str, runs: int = 3, probes: int = 20) -> None:
+    """Issue 36: at a hard open-file limit of 1,024, ``which`` flood (``describe``: 1,000
+    stalled Describe calls from 127.0.0.1; ``addresses``: 16 stalled calls from each of 60
+    addresses) opened once, then reopened as the victim closes them (at up to 200 a second,
+    then as fast as this process can: reported only), while ``probes`` Describe + health
+    probes come from a fresh address (127.0.0.250: the flood's own /24, the hardest case);
+    ≥ 19 of 20 within 1 s in each of ``runs`` runs."""
+    for rate in (0.0, 200.0, None):
+        _stalled_flood(which, rate, runs if rate is not None else 1, probes)
+
+
+def _stalled_flood(which: str, rate: float | None, runs: int, probes: int) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(8192, hard), hard))
+    if which == "describe":
+        sources, per_source, methods = ["127.0.0.1"], 1000, ["/fedleak.v1.Victim/Describe"]
+        label = "1,000 stalled Describe calls from one host"
+    else:
+        sources = [f"127.0.0.{i}" for i in range(2, 62)]
+        per_source, methods = 16, STALLED_METHODS
+        label = "16 stalled calls from each of 60 addresses"
+    launcher = ["prlimit", "--nofile=1024:1024", *FEDLEAK_COMMAND, "victim", "serve"]
+    for run in range(runs):
+        with VictimProcess(DIGITS, command=launcher) as victim:
+            port = int(victim.address.rsplit(":", 1)[1])
+            limit = _open_files(victim.pid)
+            with Flood(port, sources, per_source, methods, rate) as flood:
+                time.sleep(3)  # the flood is in place (and the victim has closed its excess)
+                results = []
+                for _ in range(probes):
+                    results.append(_raw_probe(port, "127.0.0.250"))
+                    time.sleep(0.1)
+                sockets = _sockets(victim.pid)
+                held = len(flood.held)
+            answered = sum(ok for ok, _, _ in results)
+            slowest = max(seconds for _, seconds, _ in results)
+            missed = [f"{i + 1} ({why})" for i, (ok, _, why) in enumerate(results) if not ok]
+        mode = "opened once" if rate == 0 else "reopened as fast as it can" \
+            if rate is None else f"reopened at up to {rate:g}/s"
+        verdict = target(f"{which}-flood ({mode}) run {run + 1}: >= 19 of 20 within 1 s",
+                         answered >= probes - 1) if rate is not None else "reported"
+        print(f"{which} flood {mode}, run {run + 1} ({verdict}): victim's open-file limit "
+              f"{limit[0]}:{limit[1]}; {label}, {flood.opened} opened, "
+              f"{flood.closed_by_server} closed by the victim"
+              f"{' (and reopened)' if rate != 0 else ''}, {flood.refused} "
+              f"not accepted, {held} held at the end; {answered} of {probes} Describe + health "
+              f"probes from 127.0.0.250 answered within 1 s"
+              f"{' (missed: probe ' + '; '.join(missed) + ')' if missed else ''}, slowest "
+              f"{slowest * 1000:.0f} ms; the victim held {sockets} sockets")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def secagg_flood(rounds: int = 30, budget_mb: int = 512) -> None:
     """BeginSecAgg ``rounds`` times without finishing a round (convnet:width=64, 4 users: 93 MB
     of updates a round): the victim's resident memory against ``--secagg-memory-mb``."""
@@ -512,7 +671,9 @@ if __name__ == "__main__":
     parts = {"oracle": oracle, "across-rounds": oracle_across_rounds, "freezing": freezing,
              "refused-1gb": refused_gigabytes, "batches": batches, "fd-flood": fd_flood,
              "parse-delay": parse_delay, "stalls": stalls, "secagg-flood": secagg_flood,
-             "defend-stream": defend_stream}
+             "defend-stream": defend_stream,
+             "describe-flood": functools.partial(stalled_floods, "describe"),
+             "address-flood": functools.partial(stalled_floods, "addresses")}
     chosen = sys.argv[1:] or list(parts)
     for part in chosen:
         parts[part]()

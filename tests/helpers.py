@@ -211,14 +211,20 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-# What makes a float figure the same on every x86-64 CPU: ATen's kernels compiled for the
+# What makes a float figure nearly the same on every x86-64 CPU: ATen's kernels compiled for the
 # baseline instruction set (no AVX2/AVX-512 dispatch), MKL's conditional numerical
 # reproducibility, one thread, and no oneDNN (convolutions through ATen + MKL). Pinned figures
-# are measured under these settings so a test that pins them bit for bit passes on any machine
-# (the default kernels differ in the last bits between CPUs, and an attack's iterations amplify
-# that).
+# are measured under these settings, which keeps them close across machines (the default
+# kernels differ in the last bits between CPUs, and an attack's iterations amplify that); they
+# are still compared with FIGURE_RTOL, never bit for bit.
 PORTABLE_NUMERICS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
                      "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Relative tolerance of pinned attack figures. Even under PORTABLE_NUMERICS the last float32
+#: bits differ between CPUs (libm, MKL), and iterations amplify them; bench/portable_figures.py
+#: measured the figures moving by at most 2.9e-5 across ATen's default/AVX2/AVX-512 kernels and
+#: MKL's modes, and a 1 % change of an attack's learning rate moving them by 3.9e-3 or more: 2e-4
+#: passes on any x86-64 CPU and still fails on a change of behaviour (tests/test_presets.py).
+FIGURE_RTOL = 2e-4
 
 
 def portable_figures(module: str, function: str) -> object:

@@ -128,7 +128,7 @@ def test_feature_scoring_matches_one_to_one() -> None:
 
 def _fedleak(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=1200)
 
 
 def test_cli_analytic_against_an_mlp_victim(tmp_path: Path) -> None:

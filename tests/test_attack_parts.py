@@ -30,7 +30,7 @@ from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import load_dataset, normalize
 from fedleak.harness.zoo.models import build_model
-from tests.helpers import make_observation, portable_figures
+from tests.helpers import FIGURE_RTOL, make_observation, portable_figures
 
 DIGITS = load_dataset("digits", "all")
 FEDAVG = Protocol(kind="fedavg", local_epochs=2, batch_size=1, learning_rate=0.05)
@@ -87,8 +87,14 @@ def measure_undefended() -> list[list[float]]:
 
 def test_undefended_attacks_are_exactly_what_they_were():
     """Recorded on the commit before the parts and re-pinned, from the code that reproduced them,
-    under CPU-portable numerics (tests/test_presets.py says why): bit for bit on every machine."""
-    assert portable_figures("tests.test_attack_parts", "measure_undefended") == UNDEFENDED
+    under CPU-portable numerics, and compared to ``FIGURE_RTOL`` = 2e-4 (tests/test_presets.py
+    says why): across CPU kernels and MKL modes these figures moved by at most 5e-7 relative
+    (an AMD EPYC: 1.1e-8 on the first sum), and a 1 % change of the learning rate moves each
+    run's figures by 3.9e-3 or more (``bench/portable_figures.py``)."""
+    measured = portable_figures("tests.test_attack_parts", "measure_undefended")
+    assert len(measured) == len(UNDEFENDED)  # type: ignore[arg-type]
+    for got, pinned in zip(measured, UNDEFENDED, strict=True):  # type: ignore[call-overload]
+        assert got == pytest.approx(pinned, rel=FIGURE_RTOL)
 
 
 def test_weighted_objective_gradient_is_the_chain_rule_of_eq_1():
@@ -341,7 +347,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
         out = tmp_path / "run"
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--iterations", "5", "--out", str(out),
-                               "--quiet"], capture_output=True, text=True, timeout=120)
+                               "--quiet"], capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["defenses"] == ["prune:p=0.9,scope=layer"]  # what Describe published
@@ -358,7 +364,7 @@ def test_a_pruned_victim_is_attacked_with_the_masked_objective_across_processes(
                                victim.address, "--attack", "dlg", "--iterations", "2",
                                "-o", "objective=aware", "-o", "priors=tv:weight=0.001",
                                "--out", str(out), "--quiet"],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, done.stderr
         (entry,) = json.loads((out / "metrics.json").read_text())["rounds"]
         assert entry["parts"]["objective"] == "masked-cosine"

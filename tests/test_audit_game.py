@@ -124,7 +124,7 @@ def test_bad_requests_are_refused_and_coins_stay_inside(dpsgd_victim: VictimProc
                 == grpc.StatusCode.UNAUTHENTICATED
         report = client.submit_audit_scores(first.audit_id, [0.0] * 20)
         assert report.trials == 20 and not report.violation
-        assert sum(report.histogram.canary_in) + sum(report.histogram.canary_out) == 20
+        assert not report.histogram.edges  # 20 trials: no histogram (it would show coins)
         assert _code(lambda: client.submit_audit_scores(first.audit_id, [0.0] * 20)) == \
             grpc.StatusCode.FAILED_PRECONDITION  # final
         while client.describe().audits_left > 0:  # spend the rest of the budget (3)
@@ -197,7 +197,7 @@ def test_fedleak_audit_catches_a_broken_plugin_behind_the_proto(tmp_path: Path) 
             [sys.executable, "-m", "fedleak", "audit", "--defense",
              f"remote:address={service.address}", "--trials", "600", "--defense-seed", "1",
              "--threshold", "half-shift", "--out", str(out), "--quiet", "--fail-on-violation"],
-            capture_output=True, text=True, timeout=300, env=env)
+            capture_output=True, text=True, timeout=1200, env=env)
     finally:
         service.stop()
     assert done.returncode == 3, done.stderr[-2000:]

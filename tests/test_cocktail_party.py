@@ -165,7 +165,7 @@ def test_cocktail_party_on_a_secagg_sum_across_processes(tmp_path: Path) -> None
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "cocktail-party",
                                "--secagg-target", "sum", "--out", str(tmp_path / "run"),
-                               "--quiet"], capture_output=True, text=True, timeout=300)
+                               "--quiet"], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["rounds"][0]["num_images"] == 16

@@ -86,7 +86,7 @@ def test_noise_has_the_published_scale() -> None:
 )
 def test_bad_defense_specs_are_refused_at_start(spec: str, words: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", "--port", "0",
-                           "--defense", spec], capture_output=True, text=True, timeout=120)
+                           "--defense", spec], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 2
     for word in words:
         assert word in done.stderr

@@ -175,7 +175,7 @@ def test_a_padded_run_records_the_matching_count(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "imprint", "--out",
                                str(tmp_path / "run"), "--quiet"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     reconstruction = torch.from_numpy(np.load(tmp_path / "run" / "round-000" /

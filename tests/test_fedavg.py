@@ -106,7 +106,7 @@ def test_what_the_attack_cannot_replay_is_refused():
 
 def fedleak(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=1200)
 
 
 def test_against_a_real_fedavg_victim(tmp_path: Path):

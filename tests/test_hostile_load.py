@@ -37,18 +37,26 @@ from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
 from fedleak.harness.victim.victim_server import MIN_MESSAGE_BYTES, start_server
 from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
 from fedleak.harness.wire import admission as admission_module
-from fedleak.harness.wire.admission import Admission, Refused, ServingLimits, peer_host
+from fedleak.harness.wire.admission import (
+    Admission,
+    Refused,
+    ServingLimits,
+    address_prefix,
+    peer_host,
+)
 from fedleak.harness.wire.codec import encode_tensor
 from fedleak.harness.wire.connections import (
     Connection,
     OpenFiles,
+    connection_ceiling,
+    connection_quota,
     excess_connections,
     open_file_warning,
 )
 from fedleak.harness.wire.serving import host_port, is_loopback
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
-from tests.raw_http2 import closed_by_server, idle_connection
+from tests.raw_http2 import closed_by_server, idle_connection, stalled_call, unary_call
 
 DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
           "mlp:width=16,depth=1", "--batch-size", "1"]
@@ -206,10 +214,93 @@ def test_excess_connections_are_the_oldest_idle_ones_of_a_host() -> None:
     closing = excess_connections(held + other, cap=2, busy={("10.0.0.5", 1)})
     assert [c.port for c in closing] == [2, 3, 4]  # port 1 carries a call; 5 is the newest
     assert excess_connections(held + other, cap=5, busy=set()) == []
-    # in order of the sweep that first saw them; one first seen in this sweep is kept
+    # older ones first (in the order a sweep first saw them); one first seen in this sweep
+    # only when the host opened more than its cap since the last sweep (a reopening flood)
     seen = {10: 3, 11: 1, 12: 2, 13: 3, 14: 1}
+    closing = excess_connections(held, cap=2, busy=set(), first_seen=seen, sweep=3)
+    assert sorted(c.port for c in closing) == [2, 3, 5]
     closing = excess_connections(held, cap=1, busy=set(), first_seen=seen, sweep=3)
-    assert [c.port for c in closing] == [2, 5, 3]
+    assert sorted(c.port for c in closing) == [1, 2, 3, 5]  # the flood's newest but one too
+
+
+def test_stalled_connections_go_after_idle_ones_and_working_ones_never() -> None:
+    held = [Connection("10.0.0.5", port, 10 + port, fd=0) for port in range(1, 7)]
+    calls = {("10.0.0.5", 1): False, ("10.0.0.5", 2): False, ("10.0.0.5", 3): True}
+    stalled = [a for a, at_work in calls.items() if not at_work]
+    closing = excess_connections(held, cap=3, busy=calls, stalled=stalled)
+    assert sorted(c.port for c in closing) == [4, 5, 6]  # the idle ones
+    closing = excess_connections(held, cap=1, busy=calls, stalled=stalled)
+    assert sorted(c.port for c in closing) == [1, 2, 4, 5, 6]  # port 3 is at work
+
+
+def test_address_prefixes_and_the_caps_per_prefix() -> None:
+    assert address_prefix("10.1.2.3") == "10.1.2.0/24"
+    assert address_prefix("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64"
+    assert address_prefix("::ffff:10.1.2.3") == "10.1.2.0/24"
+    assert address_prefix("fe80::1%eth0") == "fe80::/64" and address_prefix("unix") == "unix"
+    # sixty hosts of one /24, each within its own cap, are held to the prefix's cap
+    held = [Connection(f"10.0.0.{h}", p, 100 * h + p, fd=0) for h in range(2, 62)
+            for p in range(4)]
+    closing = excess_connections(held, cap=4, busy=set(), per_prefix=16)
+    assert len(held) - len(closing) == 16
+    other = [Connection("10.9.9.9", 1, 1, fd=0)]
+    assert other[0] not in excess_connections(held + other, cap=4, busy=set(), per_prefix=16)
+    limits = ServingLimits(max_calls_per_peer=3, max_connections_per_peer=5)
+    assert (limits.calls_per_prefix, limits.connections_per_prefix) == (12, 20)
+    with pytest.raises(ValueError, match="--max-calls-per-prefix .* at least"):
+        ServingLimits(max_calls_per_peer=3, max_calls_per_prefix=2)
+
+
+def test_the_ceiling_takes_from_the_prefix_holding_most_and_keeps_a_reserve() -> None:
+    flood = [Connection(f"10.0.0.{h}", p, 1000 + 10 * h + p, fd=0) for h in range(2, 12)
+             for p in range(5)]
+    user = [Connection("192.168.1.7", 1, 5, fd=0), Connection("192.168.1.7", 2, 6, fd=0)]
+    closing = excess_connections(user + flood, cap=64, busy=set(), ceiling=30)
+    assert len(closing) == 22 and not set(closing) & set(user)
+    assert connection_quota(1024) == 768 and connection_ceiling(1024) == 576
+    assert connection_ceiling(1 << 20) < connection_quota(1 << 20)
+
+
+def test_calls_per_prefix_are_capped_across_hosts() -> None:
+    async def scenario() -> None:
+        admission = Admission(ServingLimits(max_calls_per_peer=2, max_calls_per_prefix=3))
+        async with admission.call(FakeContext("ipv4:10.0.0.5:1")), \
+                admission.call(FakeContext("ipv4:10.0.0.5:2")), \
+                admission.call(FakeContext("ipv4:10.0.0.6:1")):
+            with pytest.raises(Refused) as refused:
+                async with admission.call(FakeContext("ipv4:10.0.0.7:1")):
+                    pass
+            assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "10.0.0.0/24" in refused.value.details
+            assert "--max-calls-per-prefix 3" in refused.value.details
+            async with admission.call(FakeContext("ipv4:10.0.1.7:1")):  # another /24
+                pass
+        async with admission.call(FakeContext("ipv4:10.0.0.7:1")):  # given back
+            pass
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_waiting_for_its_body_counts_as_stalled() -> None:
+    async def scenario() -> None:
+        admission = Admission(ServingLimits(receive_timeout=30))
+        waiting = FakeContext("ipv4:10.0.0.5:1")
+        entered = asyncio.Event()
+
+        async def describe() -> None:
+            async with admission.call(waiting, counted=False):
+                entered.set()
+                await admission.small_request(waiting, "DescribeRequest")
+
+        task = asyncio.create_task(describe())
+        await entered.wait()
+        await asyncio.sleep(0.01)
+        assert admission.connection_calls() == {("10.0.0.5", 1): False}
+        waiting.arrived.set()
+        await task
+        assert admission.connection_calls() == {}
+
+    asyncio.run(scenario())
 
 
 def test_a_low_open_file_limit_is_named() -> None:
@@ -268,13 +359,13 @@ def test_refused_requests_leave_nothing_for_the_collector(one_torch_thread: None
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
-        server.stop(None).wait(5)
+        server.stop(None).wait(60)
     assert codes == [grpc.StatusCode.NOT_FOUND] * 2 + [grpc.StatusCode.INVALID_ARGUMENT] * 2
     assert not kept & {"ScoreRequest", "ComputeUpdateRequest", "RPCState", "AbortError",
                        "Aborted", "_ServicerContext"}, kept
 
 
-def _wait_for(condition: object, timeout: float = 30.0) -> None:
+def _wait_for(condition: object, timeout: float = 120.0) -> None:
     end = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < end, "condition not reached"
@@ -315,14 +406,14 @@ def test_a_client_over_its_calls_is_refused_and_stalled_bodies_end(
             first_done = next(c for c in calls if c.done())
             assert first_done.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "--max-calls-per-peer 2" in first_done.details()
-            described = pb_grpc.VictimStub(fresh).Describe(pb.DescribeRequest(), timeout=10)
+            described = pb_grpc.VictimStub(fresh).Describe(pb.DescribeRequest(), timeout=60)
             assert described.limits.max_calls_per_peer == 2
             health = health_pb2_grpc.HealthStub(fresh)
-            assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
+            assert health.Check(health_pb2.HealthCheckRequest(), timeout=60).status == \
                 health_pb2.HealthCheckResponse.SERVING
             stalled = [c for c in calls if c is not first_done]
             for call in stalled:  # the receive deadline ends them, whatever the client does
-                assert call.exception(timeout=30) is not None
+                assert call.exception(timeout=300) is not None
                 assert call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 assert "--receive-timeout" in call.details()
         finally:
@@ -350,11 +441,40 @@ def test_a_client_over_its_connections_loses_its_oldest_idle_ones(
         _wait_for(lambda: closed() >= 8)
         with grpc.insecure_channel(capped_victim.address,
                                    options=[("grpc.use_local_subchannel_pool", 1)]) as fresh:
-            assert pb_grpc.VictimStub(fresh).Describe(pb.DescribeRequest(), timeout=10) \
+            assert pb_grpc.VictimStub(fresh).Describe(pb.DescribeRequest(), timeout=60) \
                 .num_private_images == 4
     finally:
         for sock in idle:
             sock.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="127.0.0.x sources, /proc")
+def test_stalled_describes_are_closed_per_host_and_per_prefix() -> None:
+    """Stalled Describe calls (headers, never a body) over a host's cap are closed, and so are
+    those of many hosts of one /24 over the prefix's cap; a fresh address is answered."""
+    args = [*DIGITS, "--max-connections-per-peer", "4", "--max-connections-per-prefix", "6"]
+    describe = "/fedleak.v1.Victim/Describe"
+    with VictimProcess(args) as victim:
+        port = int(victim.address.rsplit(":", 1)[1])
+        one_host = [stalled_call("127.0.0.1", port, describe, source="127.0.0.11")
+                    for _ in range(8)]
+        many_hosts = [stalled_call("127.0.0.1", port, describe, source=f"127.0.0.{h}")
+                      for h in range(2, 6) for _ in range(4)]
+        held = one_host + many_hosts
+        try:
+            def closed(socks: list) -> int:
+                for sock in socks:
+                    sock.settimeout(0.01)
+                return sum(closed_by_server(sock) for sock in socks)
+
+            _wait_for(lambda: closed(held) >= len(held) - 6)  # the /24 holds 6 at most
+            answer = unary_call("127.0.0.1", port, describe, source="127.0.0.99", timeout=30)
+            assert answer is not None
+            assert pb.DescribeResponse.FromString(answer).num_private_images == 4
+        finally:
+            for sock in held:
+                sock.close()
 
 
 @pytest.mark.integration

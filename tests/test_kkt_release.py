@@ -167,7 +167,7 @@ def test_cancelling_a_release_stops_training(
             grpc.StatusCode.CANCELLED)
     assert seen == [1, 2]
     # Training noticed the cancellation long before its budget, and says so.
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 300  # a load average of 20 on 2 cores is slow
     while not (found := re.search(r"cancelled at epoch (\d+) of (\d+)",
                                   kkt_victim.stderr_tail())):
         assert time.monotonic() < deadline, kkt_victim.stderr_tail()

@@ -142,7 +142,7 @@ def test_batch_of_100_end_to_end_scores_every_image_and_its_labels(tmp_path):
             [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
              "--attack", "inverting-gradients", "--iterations", "2", "--out", str(tmp_path),
              "--quiet"],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True, text=True, timeout=1200,
         )
     assert done.returncode == 0, done.stderr
     r = json.loads((tmp_path / "metrics.json").read_text())["rounds"][0]

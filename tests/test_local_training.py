@@ -139,7 +139,7 @@ def test_a_shuffling_momentum_victim_is_attacked_across_processes_as_a_lower_bou
         done = subprocess.run([sys.executable, "-m", "fedleak", "attack", "--victim",
                                victim.address, "--attack", "fedavg", "--iterations", "4",
                                "--out", str(out), "--quiet"],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     assert "LOWER BOUND ONLY" in done.stdout
     metrics = json.loads((out / "metrics.json").read_text())

@@ -229,7 +229,7 @@ def test_secagg_is_a_sweep_axis_with_users() -> None:
 
 def fedleak(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "fedleak", *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=1200)
 
 
 @pytest.mark.integration

@@ -66,12 +66,14 @@ def _stream(chunks: list[dpb.UpdateChunk], pause: threading.Event | None = None)
         -> Iterator[dpb.UpdateChunk]:
     for i, chunk in enumerate(chunks):
         if pause is not None and i == 1:
-            pause.wait(10)
+            pause.wait(60)
         yield chunk
 
 
 def test_a_defend_stream_is_capped_in_bytes_and_in_time() -> None:
-    server, port = start_defense_server(Clip(), max_update_bytes=4 << 20, receive_timeout=0.5)
+    # 3 s: a whole 1 MiB stream arrives well within it even at a load average of 20, and the
+    # stalled one (paused until its refusal) is refused after it
+    server, port = start_defense_server(Clip(), max_update_bytes=4 << 20, receive_timeout=3)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = dpb_grpc.DefenseServiceStub(channel)

@@ -69,7 +69,7 @@ def test_a_victim_process_uses_and_publishes_the_plugin() -> None:
 def test_a_broken_plugin_is_refused_at_start_naming_it() -> None:
     done = subprocess.run([sys.executable, "-m", "fedleak", "victim", "serve", "--port", "0",
                            "--defense", "broken-plugin"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **_plugin_env()})
+                          timeout=1200, env={**os.environ, **_plugin_env()})
     assert done.returncode == 2
     assert "defense plug-in 'broken-plugin'" in done.stderr
     assert "failed to load" in done.stderr

@@ -3,12 +3,30 @@
 The presets must reproduce the attacks they replaced (inverting_gradients.py, dlg.py and
 qian.py as whole loops, commit 378d811) on the same observations and seeds. They did, bit for bit
 (Qian's in the last float bits: its restarts run vectorised, and the regulariser's gradient is
-accumulated in another order), on the machine that first pinned the figures. Default float
-kernels differ in their last bits between CPUs (AVX2 or AVX-512, Intel or AMD) and an attack's
-iterations amplify them, so the figures are now measured in a child process under
-CPU-portable numerics (:data:`tests.helpers.PORTABLE_NUMERICS`) and were re-pinned there from
-commit 7f720b1's code, the one that reproduced 378d811; any change of behaviour since shows bit
-for bit on every machine.
+accumulated in another order), on the machine that first pinned the figures; they were
+re-pinned from commit 7f720b1's code, the one that reproduced 378d811, in a child process under
+CPU-portable numerics (:data:`tests.helpers.PORTABLE_NUMERICS`).
+
+**Tolerances, not bits.** Even under those settings the figures differ between CPUs in their
+last float32 bits (an AMD EPYC gave ig-1's image sum 2.382181128952652 against 2.3821811699308455
+here: 1.7e-8 relative) — libm, MKL and the kernels' accumulation order differ — and an attack's
+iterations amplify them. ``bench/portable_figures.py`` measures how far (Intel Xeon with
+AVX-512, 2026-11-27): under the portable child's ATen default kernels with MKL_CBWR
+COMPATIBLE / AVX2 / AVX512 / unset and oneDNN on or off, the figures moved by at most 1.9e-5
+relative; with ATen's AVX2 and AVX-512 kernels too, 2.9e-5 — except the two DLG cases (below).
+A 1 % change of a case's learning rate moves its figures by 3.9e-3 to 0.7 relative (the largest
+per case; a case fails when any figure leaves the tolerance). :data:`~tests.helpers.FIGURE_RTOL`
+= 2e-4 sits 7 times above the first and 20 times below the second: it passes on any x86-64 CPU
+and catches a change of behaviour (raising every Adam/SGD step by 1 % fails 11 of the 13
+figure tests; L-BFGS's fails dlg-wolfe).
+
+dlg-2 runs L-BFGS to convergence on the true image (objectives ≈ 1e-9): its path is chaotic
+(its image sum moved 1.2e-3 across MKL modes, as far as a 1 % learning-rate change moves it),
+its end point is the truth whatever the path, so it is pinned as a convergence (objectives below
+1e-7, sums to :data:`CONVERGED_RTOL`); DLG's learning rate is caught by dlg-wolfe (0.7).
+dlg-wolfe's strong-Wolfe line search takes another branch under ATen's AVX2/AVX-512 kernels with
+MKL outside its COMPATIBLE mode (objective 0.182 against 0.195): it holds to 6e-6 under the
+portable child's default kernels, where these figures are measured.
 """
 
 from __future__ import annotations
@@ -33,7 +51,7 @@ from fedleak.attacks.parts import PartError
 from fedleak.attacks.priors import create_prior
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
-from tests.helpers import make_observation, portable_figures
+from tests.helpers import FIGURE_RTOL, make_observation, portable_figures
 from tests.test_inverting_gradients import smooth_image
 
 SHAPE = (3, 8, 8)
@@ -57,37 +75,41 @@ def _fedavg():
                                               learning_rate=0.01))
 
 
-# name: (attack, options, observation, restart objectives, image sum, image |sum|, rel tol)
+#: dlg-2's image sums: a path to convergence that float rounding reroutes (module docstring).
+CONVERGED_RTOL = 1e-2
+#: dlg-2's restart objectives: converged, about 1e-9.
+CONVERGED_OBJECTIVE = 1e-7
+
+# name: (attack, options, observation, restart objectives, image sum, image |sum|, converged)
 PINNED = {
     "ig-1": ("inverting-gradients", {"iterations": 40}, _one,
-             [0.008793550543487072], 2.3821811699308455, 59.21385380672291, 0),
+             [0.008793550543487072], 2.3821811699308455, 59.21385380672291, False),
     "ig-3-vec": ("inverting-gradients", {"iterations": 30, "restarts": 3}, _one,
                  [0.014392361044883728, 0.010779520496726036, 0.013730870559811592],
-                 -5.497481965459883, 73.71939055528492, 0),
+                 -5.497481965459883, 73.71939055528492, False),
     "ig-3-loop": ("inverting-gradients", {"iterations": 30, "restarts": 3, "vectorised": False},
                   _one, [0.014392361044883728, 0.010779520496726036, 0.013730870559811592],
-                  -5.497481965459883, 73.71939055528492, 0),
+                  -5.497481965459883, 73.71939055528492, False),
     "ig-pair-unsigned": ("inverting-gradients",
                          {"iterations": 30, "signed": False, "lr": 0.05, "tv": 0.0,
                           "boxed": False, "lr_decay": False}, _pair,
-                         [0.09103357791900635], -7.4597753351554275, 69.64271946903318, 0),
+                         [0.09103357791900635], -7.4597753351554275, 69.64271946903318, False),
     "fedavg-2": ("fedavg", {"iterations": 30, "restarts": 2}, _fedavg,
                  [0.014392480254173279, 0.01077934168279171], -5.497481965459883,
-                 73.71939055528492, 0),
+                 73.71939055528492, False),
     "dlg-2": ("dlg", {"iterations": 15, "restarts": 2}, _one,
               [4.677160880817155e-09, 1.7126736695516342e-09], -6.1237520841823425,
-              62.837036097218515, 0),
+              62.837036097218515, True),
     "dlg-wolfe": ("dlg", {"iterations": 8, "line_search": "strong_wolfe"}, _pair,
-                  [0.19500930607318878], -8.05557178426534, 55.068266353569925, 0),
+                  [0.19500930607318878], -8.05557178426534, 55.068266353569925, False),
     "qian-1": ("qian", {"iterations": 60, "restarts": 2}, _one,
                [0.004637806210666895, 0.018664157018065453], -3.250103665050119,
-               64.77888683089986, 1e-5),
+               64.77888683089986, False),
     "qian-pair-sgd": ("qian", {"iterations": 40, "optimizer": "sgd", "lr": 0.01,
                                "weight": 1e-3, "decay_every": 7}, _pair,
-                      [0.814649760723114], 0.18041938357055187, 59.05158785171807, 1e-5),
+                      [0.814649760723114], 0.18041938357055187, 59.05158785171807, False),
     "qian-diverge": ("qian", {"iterations": 30, "optimizer": "sgd", "lr": 1e8}, _one,
-                     [3.868966817855835], -1.0626582052138218e+21, 8.898363409826732e+21,
-                     1e-5),
+                     [3.868966817855835], -1.0626582052138218e+21, 8.898363409826732e+21, False),
 }
 # the packed pair of inverting-gradients runs: objectives and image sums
 PACKED = [[0.010779520496726036, 0.012523644603788853], [-5.497481965459883, 3.773072396288626]]
@@ -118,29 +140,33 @@ def measured() -> dict[str, list]:
 
 @pytest.mark.parametrize("case", sorted(PINNED))
 def test_presets_reproduce_the_attacks_they_replace(case: str, measured: dict) -> None:
-    _, _, _, objectives, total, absolute, rel = PINNED[case]
+    """To :data:`FIGURE_RTOL` (the module docstring says why that tolerance)."""
+    _, _, _, objectives, total, absolute, converged = PINNED[case]
     got_objectives, got_total, got_absolute = measured[case]
-    if rel == 0:
-        assert got_objectives == objectives
-        assert got_total == total
-        assert got_absolute == absolute
+    if converged:
+        assert all(0 <= value < CONVERGED_OBJECTIVE for value in got_objectives)
+        assert got_total == pytest.approx(total, rel=CONVERGED_RTOL)
+        assert got_absolute == pytest.approx(absolute, rel=CONVERGED_RTOL)
     else:
-        assert got_objectives == pytest.approx(objectives, rel=rel)
-        assert got_total == pytest.approx(total, rel=rel)
-        assert got_absolute == pytest.approx(absolute, rel=rel)
+        assert got_objectives == pytest.approx(objectives, rel=FIGURE_RTOL)
+        assert got_total == pytest.approx(total, rel=FIGURE_RTOL)
+        assert got_absolute == pytest.approx(absolute, rel=FIGURE_RTOL)
 
 
 def test_packed_preset_reproduces_the_packed_attack(measured: dict) -> None:
-    assert measured["packed"] == PACKED
+    """To :data:`FIGURE_RTOL`, as the cases alone."""
+    assert measured["packed"][0] == pytest.approx(PACKED[0], rel=FIGURE_RTOL)
+    assert measured["packed"][1] == pytest.approx(PACKED[1], rel=FIGURE_RTOL)
 
 
 def test_the_pinned_figures_hold_in_process_to_float32_precision() -> None:
     """The default kernels of this machine (AVX2 or AVX-512) agree with the portable figures up
-    to float32 rounding that the iterations amplify: a smooth signed-Adam case to 1e-4."""
+    to float32 rounding that the iterations amplify: to :data:`FIGURE_RTOL`, which covers every
+    kernel and MKL mode measured (module docstring)."""
     _, options, make, objectives, total, *_ = PINNED["ig-1"]
     result = create_attack("inverting-gradients", options).reconstruct(make(), seed=2)
-    assert result.restart_objectives == pytest.approx(objectives, rel=1e-4)
-    assert float(result.images.double().sum()) == pytest.approx(total, rel=1e-4)
+    assert result.restart_objectives == pytest.approx(objectives, rel=FIGURE_RTOL)
+    assert float(result.images.double().sum()) == pytest.approx(total, rel=FIGURE_RTOL)
 
 
 def test_every_optimisation_attack_is_a_preset_and_records_its_parts() -> None:

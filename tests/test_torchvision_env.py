@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
+                          cwd=cwd, env=env, timeout=1200)
 
 
 def test_a_plain_python_of_the_environment_imports_torchvision(tmp_path: Path) -> None:

@@ -184,11 +184,11 @@ def test_health_and_reflection(victim_process: VictimProcess) -> None:
     with grpc.insecure_channel(victim_process.address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "fedleak.v1.Victim"):
-            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=60)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        reply = next(iter(stub.ServerReflectionInfo(iter([request]), timeout=10)))
+        reply = next(iter(stub.ServerReflectionInfo(iter([request]), timeout=60)))
         names = [s.name for s in reply.list_services_response.service]
         assert "fedleak.v1.Victim" in names
 

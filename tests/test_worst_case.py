@@ -106,7 +106,7 @@ def test_portfolio_sweep_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "fedleak", "sweep", str(spec), "--out",
                            str(out), "--quiet", "--jobs", "2"], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=1200)
     assert done.returncode == 0, done.stderr
     assert "4 point(s) measured" in done.stdout, done.stdout
     con = sqlite3.connect(out / "results.sqlite")

@@ -99,7 +99,9 @@ class Reconstruction:
     a person must see (the harness prints them and writes them to metrics.json). ``padding``
     lists the image slots that hold a placeholder (the mean image where the attack recovered
     nothing), not a reconstruction: the victim never counts them as exact nor as the best
-    image.
+    image. ``truncated`` says, when set, that a safety time limit cut the attack before it
+    spent its work budget (:mod:`~fedleak.attacks.safety_limit`): the harness then records the
+    round as truncated, never as a measurement.
     """
 
     images: torch.Tensor
@@ -112,6 +114,9 @@ class Reconstruction:
     feature_layer: str = ""
     warnings: list[str] = field(default_factory=list)
     padding: list[int] = field(default_factory=list)
+    #: why a safety time limit cut the attack short (None: it was not cut); a truncated result
+    #: is not a measurement (:mod:`~fedleak.attacks.safety_limit`)
+    truncated: str | None = None
 
     @property
     def has_images(self) -> bool:

@@ -32,15 +32,19 @@ labels come from the classifier's gradient at the recovered inputs
 (probed: a one-image replay leaves exactly-zero gradient rows), with at least n units and n
 input features; a FedSGD gradient or a FedAvg delta of one local step. Anything else is refused
 with the reason before the search. A named later layer (``-o layer=NAME``) recovers its input
-features instead, scored by the victim against the true ones. The search stops at ``samples``
-sets or ``time-limit`` seconds; then the found inputs are not enough to solve, every slot is
-padding and a warning says how many were found.
+features instead, scored by the victim against the true ones.
+
+**Budget.** The search is budgeted in work: at most ``samples`` sampled sets, so the same seed
+and budget find the same inputs on an idle machine and a busy one. When the budget runs out
+before n inputs are found, every slot is padding and a warning says how many were found (that
+is the measurement at that budget). ``time-limit`` is only a safety cap (an hour by default):
+a search it stops is marked ``truncated`` (:mod:`~fedleak.attacks.safety_limit`) and is not a
+measurement.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,19 +68,21 @@ from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.relu_direction_search import DirectionSet, last_direction, sample_directions
 from fedleak.attacks.relu_solve import solve_checked
+from fedleak.attacks.safety_limit import DEFAULT_SAFETY_SECONDS, SafetyLimit, check_seconds
 
 
 @dataclass
 class SpearConfig:
-    """Which layer, and how long to search."""
+    """Which layer, and how much to search (in sampled sets; seconds only as a safety cap)."""
 
     layer: str = field(default="auto", metadata={
         "help": "auto/first: the first fully-connected layer over the image; last, or a module "
                 "name: that layer's input features"})
     samples: int = field(default=4_000_000, metadata={
         "help": "at most this many random sets of n-1 rows are tried (the sampling budget)"})
-    time_limit: float = field(default=300.0, metadata={
-        "help": "seconds the search may take at most"})
+    time_limit: float = field(default=DEFAULT_SAFETY_SECONDS, metadata={
+        "help": "safety cap in seconds: a search it stops is marked truncated (not a "
+                "measurement); the budget is samples"})
     batch: int = field(default=2048, metadata={"help": "sets solved at once (memory)"})
     margin: int = field(default=0, metadata={
         "help": "distinct zero rows beyond n-1 a direction needs (0: max(8, n/4))"})
@@ -84,9 +90,7 @@ class SpearConfig:
     def __post_init__(self) -> None:
         if self.samples < 1 or self.batch < 1 or self.margin < 0:
             raise ValueError("samples and batch must be at least 1, margin at least 0")
-        if not (self.time_limit > 0 and math.isfinite(self.time_limit)):
-            raise ValueError(f"time-limit must be a positive number of seconds, got "
-                             f"{self.time_limit}")
+        check_seconds(self.time_limit)
 
 
 #: defenses that leave no exact zero in the update (or add zeros of their own)
@@ -125,7 +129,7 @@ class Spear(Attack[Observation]):
     config: SpearConfig
 
     def budget(self) -> int | None:
-        """None: SPEAR spends sampled sets and seconds, not objective evaluations."""
+        """None: SPEAR spends sampled sets (``samples``), not objective evaluations."""
         return None
 
     @classmethod
@@ -145,7 +149,7 @@ class Spear(Attack[Observation]):
     ) -> Reconstruction:
         """Sample, filter, solve (module docstring)."""
         cfg = self.config
-        started = time.perf_counter()
+        limit = SafetyLimit(cfg.time_limit)
         layer = first_linear_layer(observation, cfg.layer, "spear")
         warnings = check_update(observation, "spear")
         n = observation.num_images
@@ -185,7 +189,7 @@ class Spear(Attack[Observation]):
         if expected > cfg.samples:
             warnings.append(f"a batch of {n} needs about {expected:.2g} sampled sets at half "
                             f"the units inactive; the budget is {cfg.samples} "
-                            f"(-o samples=..., -o time-limit=...)")
+                            f"(-o samples=...)")
         margin = cfg.margin or rs.default_margin(n)
         found = DirectionSet(n)
         rng = np.random.default_rng(seed)
@@ -195,18 +199,16 @@ class Spear(Attack[Observation]):
         tried = 0
         solved = None
         for _ in range(MAX_RETRIES):
-            left = cfg.time_limit - (time.perf_counter() - started)
-            if left <= 0 or tried >= cfg.samples:
+            if limit.expired() or tried >= cfg.samples:
                 break
             tried += sample_directions(grad, found, samples=cfg.samples - tried,
-                                          seconds=left, margin=margin, rng=rng, layer=forward,
-                                          batch=cfg.batch, progress=report)
+                                          seconds=limit.left(), margin=margin, rng=rng,
+                                          layer=forward, batch=cfg.batch, progress=report)
             if len(found.found) == n - 1:
                 found.add(last_direction(grad, found.columns(), forward, margin))
-            left = cfg.time_limit - (time.perf_counter() - started)
-            if len(found.found) == n - 1 and left > 0 and tried < cfg.samples:
+            if len(found.found) == n - 1 and not limit.expired() and tried < cfg.samples:
                 tried += sample_directions(grad, found, samples=cfg.samples - tried,
-                                              seconds=left, margin=margin, rng=rng,
+                                              seconds=limit.left(), margin=margin, rng=rng,
                                               layer=forward, batch=cfg.batch, stop_at=n,
                                               progress=report)
             if len(found.found) < n:
@@ -218,21 +220,24 @@ class Spear(Attack[Observation]):
                             "pattern disagreed): dropped, the search went on")
         extras: dict[str, object] = {
             "layer": layer.name, "directions_found": len(found.found), "sets_tried": tried,
-            "expected_sets": float(expected), "search_s": time.perf_counter() - started}
+            "expected_sets": float(expected), "search_s": limit.elapsed()}
         shape = observation.image_shape
         image_input = starts_with_linear(observation, layer)
         if solved is None:
+            truncated = limit.reason(f"{tried} of {cfg.samples} sampled sets") \
+                if tried < cfg.samples and limit.expired() else None
             warnings.append(
                 f"spear found {len(found.found)} of {n} inputs' directions in {tried} sets "
-                f"({time.perf_counter() - started:.0f} s): too few to solve the batch, so every "
-                "slot is padding; raise samples/time-limit, or use cocktail-party for large "
-                "batches")
+                f"({limit.elapsed():.0f} s): too few to solve the batch, so every slot is "
+                + ("padding; the safety time limit cut the search (truncated)" if truncated
+                   else "padding; raise samples, or use cocktail-party for large batches"))
             empty = torch.zeros(n, *shape, device=device)
             return Reconstruction(images=empty if image_input else empty[:0],
                                   labels=recover_labels(observation).to(device),
                                   objective=math.inf, iterations=tried, extras=extras,
                                   warnings=warnings,
-                                  padding=list(range(n)) if image_input else [])
+                                  padding=list(range(n)) if image_input else [],
+                                  truncated=truncated)
         assert solved is not None
         inputs, agreement = solved
         extras["relu_agreement_min"] = float(agreement.min())

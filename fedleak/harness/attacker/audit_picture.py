@@ -46,6 +46,10 @@ def plot_audit(record: AuditFigures, path: Path) -> Path:
                                      (record.histogram["canary_in"], "canary in", "C3")):
             left.bar(edges[:-1], counts, width=widths, align="edge", alpha=0.55, color=color,
                      label=f"{label} ({int(sum(counts))} trials)")
+    else:
+        left.text(0.5, 0.5, "no score histogram: the victim shows one only over bins of at "
+                  "least 100 trials\n(fewer would give its secret coins away)",
+                  transform=left.transAxes, ha="center", va="center", fontsize=8)
     bound = record.bound("gaussian-dp") or next(iter(record.bounds), None)
     if bound is not None and bound.threshold is not None and math.isfinite(bound.threshold):
         left.axvline(bound.threshold, color="black", linestyle="--",

@@ -212,14 +212,16 @@ class VictimClient:
         request: pb.BeginAuditRequest,
         protocol: Protocol | None = None,
     ) -> pb.BeginAuditResponse:
-        """Open an audit at θ; ``request`` carries the canary and game settings."""
+        """Open an audit at θ; ``request`` carries the canary and game settings. The
+        evaluator's token goes with it when held: the victim then keeps the audit from being
+        evicted by clients without it."""
         full = pb.BeginAuditRequest()
         full.CopyFrom(request)
         full.parameters.extend(encode_tensor(t, n) for n, t in parameters.items())
         full.buffers.extend(encode_tensor(t, n) for n, t in buffers.items())
         if protocol is not None:
             full.protocol.CopyFrom(protocol_to_pb(protocol))
-        return self._call("BeginAudit", full)
+        return self._call("BeginAudit", full, scored=True)
 
     def run_audit_trials(self, audit_id: str, count: int) -> pb.AuditTrialsResponse:
         """The next ``count`` trials of an audit (the victim may send fewer)."""

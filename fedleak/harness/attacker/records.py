@@ -186,6 +186,9 @@ class RoundRecord:
     budget: dict[str, float] | None = field(default=None, metadata=OMIT)
     #: why the victim gave no Fisher ceiling for this round's images (when it gave none)
     fisher_note: str | None = field(default=None, metadata=OMIT)
+    #: why a safety time limit cut the attack before it spent its work budget: the round is
+    #: truncated, not a measurement (:mod:`~fedleak.attacks.safety_limit`)
+    truncated: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -264,19 +267,32 @@ class UpdateRun:
     placement: SuccessPlacement | None = None
 
     @property
+    def measured(self) -> list[RoundRecord]:
+        """The rounds that are measurements: neither truncated by a safety limit nor known
+        to be an inexact replay."""
+        return [r for r in self.rounds if r.replay != "inexact" and r.truncated is None]
+
+    @property
     def summary(self) -> RunSummary:
-        """Means over the exact and modelled rounds (inexact ones: :attr:`lower_bound`)."""
-        return RunSummary.of([r for r in self.rounds if r.replay != "inexact"])
+        """Means over the measured rounds: exact and modelled ones (inexact ones:
+        :attr:`lower_bound`; truncated ones: :attr:`truncated`, never summarised)."""
+        return RunSummary.of(self.measured)
 
     @property
     def lower_bound(self) -> RunSummary | None:
         """Means over the rounds whose replay fedleak knows to be inexact (None: none)."""
-        inexact = [r for r in self.rounds if r.replay == "inexact"]
+        inexact = [r for r in self.rounds if r.replay == "inexact" and r.truncated is None]
         return RunSummary.of(inexact) if inexact else None
+
+    @property
+    def truncated(self) -> list[str]:
+        """One line per round a safety time limit cut short (not measurements)."""
+        return [f"round {i} ({r.round_id}): {r.truncated}" for i, r in enumerate(self.rounds)
+                if r.truncated is not None]
 
     def to_json(self) -> dict[str, Any]:
         out = {**to_json(self.header), "status": self.status, "rounds": to_json(self.rounds),
-               "summary": to_json(self.summary)}
+               "summary": to_json(self.summary), "truncated": self.truncated}
         bound = self.lower_bound
         if bound is not None:
             out["inexact_summary"] = {**to_json(bound), "meaning": (
@@ -297,8 +313,9 @@ class UpdateRun:
             lines.append(f"{'round':>5}  {'image':>13}  {'PSNR dB':>8}  {'SSIM':>6}  "
                          f"{'MSE':>8}  {'time s':>7}")
         for i, r in enumerate(self.rounds):
-            mark = {"inexact": "  (inexact replay: lower bound)",
-                    "modelled": "  (order unknown, modelled)"}.get(r.replay, "")
+            mark = "  (TRUNCATED: not a measurement)" if r.truncated is not None else {
+                "inexact": "  (inexact replay: lower bound)",
+                "modelled": "  (order unknown, modelled)"}.get(r.replay, "")
             for img in r.images:
                 which = f"{img.index + 1} of {r.num_images}"
                 note = "  (padding)" if img.padding else ""
@@ -306,6 +323,8 @@ class UpdateRun:
                              f"{img.mse:>8.5f}  {r.wall_time_s:>7.1f}{mark}{note}")
             if r.unscored:
                 lines.append(f"{i:>5}  unscored: {r.unscored}")
+        for line in self.truncated:
+            lines.append(f"TRUNCATED (not a measurement, left out of every figure): {line}")
         bound = self.lower_bound
         if bound is not None:
             lines.append(lower_bound_line(bound))

@@ -58,6 +58,7 @@ def round_record(
         probe_rounds=reconstruction.extras.get("probe_rounds"),
         parts={k: reconstruction.extras[k] for k in PART_KEYS
                if k in reconstruction.extras} or None,
+        truncated=reconstruction.truncated,
     )
     for key, value in score_fields(score).items():
         setattr(entry, key, value)
@@ -107,7 +108,8 @@ def placement(run: UpdateRun, described: pb.DescribeResponse,
     """Success at :data:`SUCCESS_PSNR` over the run's scored images, κ of the public prior
     (the data set's other split, loaded here when it is bundled or under the same path) and the
     DP bound of the published mechanism; None when nothing was scored."""
-    psnrs = [img.psnr for r in run.rounds for img in r.images]
+    measured = [r for r in run.rounds if r.truncated is None]  # a truncated round never counts
+    psnrs = [img.psnr for r in measured for img in r.images]
     if not psnrs:
         return None
     try:
@@ -115,11 +117,11 @@ def placement(run: UpdateRun, described: pb.DescribeResponse,
     except (OSError, ValueError) as err:  # a torchvision data set not on this machine
         run.warnings.append(f"no κ for the success threshold: {err}")
         baseline = None
-    first = run.rounds[0]
+    first = measured[0]
     mechanism = round_mechanism(first.victim_metadata,
                                 [(d.name, dict(d.params)) for d in described.defenses],
                                 1 if first.update_kind == "gradient" else protocol.local_epochs)
-    counted = [r.successes for r in run.rounds if r.images]
+    counted = [r.successes for r in measured if r.images]
     successes = sum(c for c in counted if c is not None) \
         if counted and all(c is not None for c in counted) else None
     return place(psnrs, baseline, mechanism, successes=successes)
@@ -150,10 +152,13 @@ def privacy_spent(metadata: dict[str, str]) -> dict[str, float] | None:
 
 def round_line(index: int, score: pb.ScoreResponse, wall: float,
                privacy: dict[str, float] | None = None, inexact: bool = False, *,
-               modelled: bool = False, iterations: tuple[int, int] | None = None) -> str:
+               modelled: bool = False, iterations: tuple[int, int] | None = None,
+               truncated: str | None = None) -> str:
     """One line per finished round for the terminal (``inexact``: labelled a lower bound;
-    ``modelled``: the user's order unknown, modelled; ``iterations``: (used, asked))."""
-    parts = ["LOWER BOUND (inexact replay)"] if inexact else \
+    ``modelled``: the user's order unknown, modelled; ``iterations``: (used, asked);
+    ``truncated``: a safety limit cut the attack, labelled not a measurement)."""
+    parts = ["TRUNCATED by the safety time limit (not a measurement)"] if truncated else \
+        ["LOWER BOUND (inexact replay)"] if inexact else \
         ["order unknown, modelled"] if modelled else []
     if score.images:
         parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")

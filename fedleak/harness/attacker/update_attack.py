@@ -307,7 +307,8 @@ class Server:
         run.write(out)
         self.log(round_line(index, score, wall, entry.privacy, entry.replay == INEXACT,
                             modelled=entry.replay == MODELLED,
-                            iterations=iterations_used(self.attack, reconstruction)))
+                            iterations=iterations_used(self.attack, reconstruction),
+                            truncated=entry.truncated))
 
 
 def observation_for(

@@ -40,6 +40,7 @@ DEFAULT_MAX_AUDIT_TRIALS = 20_000
 SERVING_OPTIONS = ("settings_file", "host", "port", "token", "token_file", "score_token",
                    "score_token_file", "max_message_mb", "tls_cert", "tls_key", "open_score",
                    "request_memory_mb", "max_calls_per_peer", "max_connections_per_peer",
+                   "max_calls_per_prefix", "max_connections_per_prefix",
                    "receive_timeout")
 #: Defaults of the serving caps (fedleak.harness.wire.admission; literals here so the CLI
 #: starts without importing gRPC).
@@ -120,8 +121,15 @@ def victim() -> None:
                    "more are refused with RESOURCE_EXHAUSTED.")
 @click.option("--max-connections-per-peer", default=DEFAULT_MAX_CONNECTIONS_PER_PEER,
               show_default=True, type=click.IntRange(1),
-              help="Connections one client host may hold; beyond it its oldest idle ones are "
-                   "closed.")
+              help="Connections one client host may hold; beyond it its oldest idle (then "
+                   "stalled) ones are closed.")
+@click.option("--max-calls-per-prefix", default=None, type=click.IntRange(1),
+              help="Calls in flight of one address prefix (a /24 of IPv4, a /64 of IPv6) "
+                   "together. Default: 4 x --max-calls-per-peer.")
+@click.option("--max-connections-per-prefix", default=None, type=click.IntRange(1),
+              help="Connections one address prefix (/24, /64) may hold together; beyond it "
+                   "its oldest idle (then stalled) ones are closed. Default: 4 x "
+                   "--max-connections-per-peer.")
 @click.option("--receive-timeout", default=DEFAULT_RECEIVE_TIMEOUT, show_default=True,
               type=click.FloatRange(0, min_open=True),
               help="Seconds a request body may take to arrive after its call began "
@@ -200,6 +208,7 @@ def victim_serve(
     port: int, tokens: TokenOptions, return_buffers: str, allow_reveal: bool,
     allow_audit: bool, audit_budget: int, max_audit_trials: int, max_message_mb: int | None,
     request_memory_mb: int | None, max_calls_per_peer: int, max_connections_per_peer: int,
+    max_calls_per_prefix: int | None, max_connections_per_prefix: int | None,
     receive_timeout: float, open_score: bool, tls_cert: str | None, tls_key: str | None,
     defense_specs: tuple[str, ...], defense_file: str | None, defense_seed: int | None,
     users: int, secagg_drop: tuple[str, ...], informed_candidates: int, informed_known: int,
@@ -261,6 +270,8 @@ def victim_serve(
                             request_memory_mb=request_memory_mb,
                             max_calls_per_peer=max_calls_per_peer,
                             max_connections_per_peer=max_connections_per_peer,
+                            max_calls_per_prefix=max_calls_per_prefix,
+                            max_connections_per_prefix=max_connections_per_prefix,
                             receive_timeout=receive_timeout)
     stopping = threading.Event()
     try:
@@ -298,6 +309,8 @@ def required_score_token(host: str, given: str | None, open_score: bool) \
 
 def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int | None,
                    max_calls_per_peer: int, max_connections_per_peer: int,
+                   max_calls_per_prefix: int | None = None,
+                   max_connections_per_prefix: int | None = None,
                    receive_timeout: float) -> Any:
     """What clients may hold of this victim, from the options (a bad combination is a usage
     error naming the options)."""
@@ -310,6 +323,8 @@ def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int
         return ServingLimits(max_message_bytes=message, request_memory_bytes=memory,
                              max_calls_per_peer=max_calls_per_peer,
                              max_connections_per_peer=max_connections_per_peer,
+                             max_calls_per_prefix=max_calls_per_prefix,
+                             max_connections_per_prefix=max_connections_per_prefix,
                              receive_timeout=receive_timeout)
     except ValueError as err:
         raise click.UsageError(str(err)) from None

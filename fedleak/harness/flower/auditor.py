@@ -367,7 +367,8 @@ class Auditor:
         if score is not None:
             self.log(f"{pending.label}, " + round_line(
                 pending.server_round, score, entry.wall_time_s, entry.privacy,
-                entry.replay == INEXACT, modelled=entry.replay == MODELLED, iterations=used))
+                entry.replay == INEXACT, modelled=entry.replay == MODELLED, iterations=used,
+                truncated=entry.truncated))
         else:
             self.log(f"{pending.label}, round {pending.server_round}: unscored ({unscored}), "
                      f"{used[0]} of {used[1]} iterations, {entry.wall_time_s:.1f} s")

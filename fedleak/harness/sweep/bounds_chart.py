@@ -67,7 +67,7 @@ def bounds_rows(results: list[PointResult],
     audited = audited or {}
     settings: OrderedDict[str, list[PointResult]] = OrderedDict()
     for r in results:
-        if r.attack is not None and r.attack.noise_multiplier is not None:
+        if r.measured_attack is not None and r.measured_attack.noise_multiplier is not None:
             key = r.point.point_id if r.point.victim else r.point.utility_id
             settings.setdefault(key, []).append(r)
     rows = []

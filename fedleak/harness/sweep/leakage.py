@@ -178,7 +178,7 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         mean_feature_cosine=summary.mean_feature_cosine,
         mean_feature_relative_error=summary.mean_feature_relative_error,
         server_role=record.header.server_role, exact=summary.exact,
-        fisher_psnr_ceiling=summary.mean_fisher_psnr_ceiling,
+        fisher_psnr_ceiling=summary.mean_fisher_psnr_ceiling, truncated=record.truncated,
     )
     if placed is not None:
         measured.success_psnr, measured.successes = placed.success_psnr, placed.successes

@@ -75,6 +75,9 @@ class AttackMeasurement:
     dp_steps: int | None = None
     #: mean Fisher-information PSNR ceiling of the attacked images (the victim's, Guo et al.)
     fisher_psnr_ceiling: float | None = None
+    #: the rounds a safety time limit cut short, each with its reason: a point with any is
+    #: truncated, not a measurement (left out of every chart, table figure and worst case)
+    truncated: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -176,7 +179,10 @@ def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
               audit: AuditMeasurement | None = None) -> str:
     """The line printed when a point is done: its figures (and where it was measured)."""
     parts = ["no attack"]
-    if attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
+    if attack is not None and attack.truncated:
+        parts = [f"TRUNCATED: {len(attack.truncated)} round(s) cut by the attack's safety "
+                 "time limit, not a measurement"]
+    elif attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
         parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
     if utility is not None:
         parts.append(f"test accuracy {utility.test_accuracy:.1%}")

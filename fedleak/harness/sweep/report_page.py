@@ -62,6 +62,14 @@ def report_page(name: str, run_dir: Path, results: list[PointResult],
             f'against defense strength, {e(context)}"><figcaption>Attack success (PSNR) and '
             "utility (test accuracy) against each defense's strength.</figcaption></figure>",
         ]
+    cut = [r for r in results if r.truncated and r.attack is not None]
+    if cut:
+        parts.append("<h2>Truncated (not measurements)</h2><p>A safety time limit cut these "
+                     "points' attacks before they spent their work budget; they are left out "
+                     "of every chart, figure and worst case above and below.</p><ul>"
+                     + "".join(f"<li>{e(r.point_id)} {e(r.label)}: {e(reason)}</li>"
+                               for r in cut for reason in r.attack.truncated)  # type: ignore[union-attr]
+                     + "</ul>")
     if worst is not None:
         parts += _worst_html(*worst, run_dir)
     if bounds is not None:
@@ -170,6 +178,6 @@ def _table(results: list[PointResult]) -> str:
             f'<td>{_fmt(r.ssim, ".3f")}</td><td>{_fmt(r.label_accuracy, ".0%")}</td>'
             f'<td>{_fmt(r.accuracy, ".1%")}</td><td>{e(format_epsilon(r.epsilon))}</td>'
             f'<td title="{e(_audit_title(r))}">{e(format_audit(r))}</td>'
-            f'<td class="l">{e(r.status)}</td></tr>')
+            f'<td class="l">{e(r.shown_status)}</td></tr>')
     rows.append("</table>")
     return "\n".join(rows)

@@ -75,16 +75,32 @@ class PointResult:
         return f"{user_model(p.model)} · {p.dataset} · {kind} · {trained}"
 
     @property
+    def truncated(self) -> bool:
+        """Whether a safety time limit cut some attacked round: then the point's attack is not
+        a measurement and its figures below are None."""
+        return bool(self.attack and self.attack.truncated)
+
+    @property
+    def measured_attack(self) -> AttackMeasurement | None:
+        """The attack measurement when it is one (None when absent or truncated)."""
+        return None if self.truncated else self.attack
+
+    @property
     def psnr(self) -> float | None:
-        return self.attack.mean_psnr if self.attack else None
+        return self.measured_attack.mean_psnr if self.measured_attack else None
 
     @property
     def ssim(self) -> float | None:
-        return self.attack.mean_ssim if self.attack else None
+        return self.measured_attack.mean_ssim if self.measured_attack else None
 
     @property
     def label_accuracy(self) -> float | None:
-        return self.attack.label_accuracy if self.attack else None
+        return self.measured_attack.label_accuracy if self.measured_attack else None
+
+    @property
+    def shown_status(self) -> str:
+        """The status a table shows: ``truncated`` beside it when the attack was cut."""
+        return f"{self.status}, truncated" if self.truncated else self.status
 
     @property
     def accuracy(self) -> float | None:
@@ -173,5 +189,9 @@ def summary_table(results: list[PointResult]) -> str:
         acc = "–" if r.accuracy is None else f"{r.accuracy:.1%}"
         lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>6}  "
                      f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  "
-                     f"{format_audit(r):>7}  {r.status}")
+                     f"{format_audit(r):>7}  {r.shown_status}")
+    for r in results:
+        if r.attack is not None and r.truncated:
+            for reason in r.attack.truncated:
+                lines.append(f"truncated {r.point_id} (not a measurement): {reason}")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from fedleak.auditing.canaries import (
     INPUT,
     RANDOM,
 )
+from fedleak.harness.wire.quoting import quoted
 from fedleak.harness.wire.request_errors import InvalidArgument
 
 THRESHOLD_RULES = ("split", "half-shift", "declared")
@@ -44,7 +45,7 @@ class AuditRequest:
         """The request with defaults filled in; ``InvalidArgument`` names what to change."""
         canary = self.canary or GRADIENT
         if canary not in CANARY_KINDS:
-            raise InvalidArgument(f"canary {canary!r} is unknown; use one of "
+            raise InvalidArgument(f"canary {quoted(canary)} is unknown; use one of "
                                   f"{', '.join(CANARY_KINDS)}")
         if canary == CLIENT and not secagg:
             raise InvalidArgument("a canary client is an extra user of a secure-aggregation "
@@ -54,7 +55,7 @@ class AuditRequest:
         if canary == INPUT:
             direction = ""
         elif direction not in DIRECTIONS:
-            raise InvalidArgument(f"direction {direction!r} is unknown; use "
+            raise InvalidArgument(f"direction {quoted(direction)} is unknown; use "
                                   f"{' or '.join(DIRECTIONS)}")
         if not 1 <= self.trials <= max_trials:
             raise InvalidArgument(f"trials must lie in 1..{max_trials} (this victim's "
@@ -69,7 +70,7 @@ class AuditRequest:
                                   f"got {self.confidence}")
         rule = self.threshold_rule or "split"
         if rule not in THRESHOLD_RULES:
-            raise InvalidArgument(f"threshold_rule {rule!r} is unknown; use one of "
+            raise InvalidArgument(f"threshold_rule {quoted(rule)} is unknown; use one of "
                                   f"{', '.join(THRESHOLD_RULES)}")
         if rule == "declared" and not math.isfinite(self.threshold):
             raise InvalidArgument("a declared threshold must be a finite number")

@@ -11,19 +11,16 @@ once, and answers with every estimator's bound (:func:`fedleak.auditing.audit_bo
 claim, whether a bound exceeds it (a violation), and score histograms — statistics of the
 coins, never the coins of single trials, and nothing of a private image.
 
-Budgets (:class:`AuditBook`): at most ``max_trials`` trials per audit, at most ``budget``
-audits answered over the victim's life, at most :data:`MAX_OPEN_AUDITS` unanswered audits
-kept (the oldest forgotten). Every refusal names the limit and its flag. What the server
-asks is :class:`~fedleak.harness.victim.audit_request.AuditRequest`; the canary is built in
+Budgets and ownership are :class:`~fedleak.harness.victim.audit_book.AuditBook`'s. What the
+server asks is :class:`~fedleak.harness.victim.audit_request.AuditRequest`; the canary is built in
 :mod:`~fedleak.harness.victim.audit_canary`.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 import threading
-import uuid
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +33,6 @@ from fedleak.auditing import (
     audit_bounds,
     calibration_split,
     format_epsilon,
-    score_histogram,
 )
 from fedleak.auditing.canaries import CLIENT, DIRAC, INPUT
 from fedleak.defenses import DefenseChain
@@ -44,13 +40,10 @@ from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import FEDSGD, Protocol
 from fedleak.harness.victim.audit_canary import AuditCanary
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
+from fedleak.harness.victim.audit_histogram import released_histogram, withheld_rates
 from fedleak.harness.victim.audit_request import AuditRequest
-from fedleak.harness.victim.limits import DEFAULT_AUDIT_BUDGET, DEFAULT_MAX_AUDIT_TRIALS
-from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
+from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo
-
-#: Unanswered audits kept; opening another forgets the oldest.
-MAX_OPEN_AUDITS = 8
 
 
 @dataclass
@@ -89,13 +82,21 @@ class AuditSession:
     served: int = 0
     answered: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: who opened it (a client host, or "evaluator" for a holder of the score token), and
+    #: when it was last used (time.monotonic): :class:`~fedleak.harness.victim.audit_book.
+    #: AuditBook` keeps others from evicting it
+    owner: str = ""
+    evaluator: bool = False
+    touched: float = 0.0
 
     @property
     def left(self) -> int:
         return self.request.trials - self.served
 
     def reserve(self, count: int) -> range:
-        """The next ``count`` trial indices (fewer when fewer are left); each runs once."""
+        """The next ``count`` trial indices (fewer when fewer are left); each runs once. The
+        victim's lifetime cap is :meth:`~fedleak.harness.victim.audit_book.AuditBook.reserve`'s
+        (call that one)."""
         with self.lock:
             if self.answered:
                 raise FailedPrecondition(f"audit {self.audit_id[:16]} was already answered; "
@@ -118,69 +119,6 @@ class AuditSession:
         return f"{what}, {c.direction} direction ({where}), norm {c.norm:g}"
 
 
-class AuditBook:
-    """The victim's audits by id, and the budget of answers (thread-safe)."""
-
-    def __init__(self, budget: int = DEFAULT_AUDIT_BUDGET,
-                 max_trials: int = DEFAULT_MAX_AUDIT_TRIALS) -> None:
-        self.budget = budget
-        self.max_trials = max_trials
-        self.answered = 0
-        self._sessions: OrderedDict[str, AuditSession] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def left(self) -> int:
-        with self._lock:
-            return max(0, self.budget - self.answered)
-
-    def check_open(self) -> None:
-        if self.left <= 0:
-            raise FailedPrecondition(
-                f"this victim already answered {self.budget} audit(s), its budget over its "
-                "life (--audit-budget); restart it or raise the budget")
-
-    def add(self, session: AuditSession) -> None:
-        with self._lock:
-            self._sessions[session.audit_id] = session
-            while len(self._sessions) > MAX_OPEN_AUDITS:
-                self._sessions.popitem(last=False)
-
-    def get(self, audit_id: str) -> AuditSession:
-        with self._lock:
-            session = self._sessions.get(audit_id)
-        if session is None:
-            raise NotFound(f"no open audit {audit_id[:40]!r}: begin one with BeginAudit (a "
-                           f"victim keeps its latest {MAX_OPEN_AUDITS} unanswered audits)")
-        return session
-
-    def answer(self, audit_id: str, scores: list[float]) -> AuditOutcome:
-        """Validate the scores (one per trial run, finite), spend the budget, compute."""
-        session = self.get(audit_id)
-        with session.lock:
-            if session.answered:
-                raise FailedPrecondition(f"audit {audit_id[:16]} was already answered: scores "
-                                         "are submitted once")
-            if session.served == 0:
-                raise FailedPrecondition("no trial of this audit has run yet: run its trials "
-                                         "(RunAuditTrials or BeginSecAgg with audit_id) first")
-            if len(scores) != session.served:
-                raise InvalidArgument(f"{len(scores)} scores for the {session.served} trials "
-                                      "run so far: submit exactly one score per trial, in "
-                                      "trial order")
-            values = np.asarray(scores, dtype=float)
-            if not np.isfinite(values).all():
-                raise InvalidArgument("scores must be finite numbers")
-            with self._lock:
-                if self.answered >= self.budget:
-                    raise FailedPrecondition(
-                        f"this victim already answered {self.budget} audit(s) "
-                        "(--audit-budget); restart it or raise the budget")
-                self.answered += 1
-            session.answered = True
-        return outcome(session, values)
-
-
 def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
     """Bounds, verdict and histograms of an answered audit."""
     served = scores.size
@@ -189,6 +127,8 @@ def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
     if session.threshold is None and (calibration.all() or not calibration.any()):
         calibration = np.arange(served) < max(1, served // 5)  # too few trials to split
     bounds = audit_bounds(scores, coins, calibration, session.settings(), session.threshold)
+    evaluated = ~calibration if session.threshold is None else np.ones(served, dtype=bool)
+    bounds = withheld_rates(bounds, scores, evaluated)
     claim = session.claim
     strongest = max((b for b in bounds if not b.is_estimate), key=lambda b: b.epsilon)
     violation = strongest.epsilon > claim.epsilon * (1 + 1e-9)
@@ -207,7 +147,7 @@ def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
                    f"{format_epsilon(claim.epsilon)}; a gap is a weak canary or a loose "
                    "accountant, never more privacy")
     return AuditOutcome(session.audit_id, bounds, claim, violation, verdict,
-                        score_histogram(scores, coins), served, session.describe_canary(),
+                        released_histogram(scores, coins), served, session.describe_canary(),
                         session.threat_model)
 
 
@@ -241,7 +181,7 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
                                   "canaries, per-layer clipping of a random direction); use "
                                   "split or declared")
         threshold = canary.expected_shift / 2
-    return AuditSession(uuid.uuid4().hex, request, canary, canary.trial_canary(info), coins,
+    return AuditSession(secrets.token_hex(16), request, canary, canary.trial_canary(info), coins,
                         calibration, parameters, buffers, protocol, claim, describe,
                         secagg, canary_user, threshold)
 

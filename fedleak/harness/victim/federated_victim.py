@@ -15,10 +15,10 @@ from torch import nn
 
 from fedleak.harness.federated.local_update import CancelCheck
 from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges
+from fedleak.harness.victim.audit_book import AuditBook
 from fedleak.harness.victim.audit_canary import build_canary
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.audit_sessions import (
-    AuditBook,
     AuditOutcome,
     AuditSession,
     new_session,
@@ -144,7 +144,7 @@ class Victim(FederatedUser):
         with self.computation_slot():
             coin = False
             if audit is not None:
-                reserved = audit.reserve(1)
+                reserved = self.audits.reserve(audit, 1)
                 if not reserved:
                     raise FailedPrecondition(f"all {audit.request.trials} trials of this audit "
                                              "have run: submit the scores (SubmitAuditScores)")
@@ -224,8 +224,11 @@ class Victim(FederatedUser):
         buffers: dict[str, torch.Tensor],
         changes: ProtocolChanges | None,
         request: AuditRequest,
+        owner: str = "",
+        evaluator: bool = False,
     ) -> AuditSession:
-        """Open an audit at the server's θ: the canary, the secret coins, the chain's claim."""
+        """Open an audit at the server's θ: the canary, the secret coins, the chain's claim;
+        ``owner`` (a client host) or the ``evaluator`` (the score token's holder) owns it."""
         if not self.config.audit_enabled:
             raise FailedPrecondition("this victim was started without --allow-audit; it does "
                                      "not play the audit game")
@@ -250,7 +253,7 @@ class Victim(FederatedUser):
         canary_user = self.config.num_users if request.canary == "client" else -1
         session = new_session(request, canary, claim, params, bufs, protocol, self.info,
                               described, secure, canary_user, np.random.default_rng(seed))
-        self.audits.add(session)
+        self.audits.add(session, owner, evaluator)
         return session
 
     def run_audit_trials(
@@ -270,7 +273,7 @@ class Victim(FederatedUser):
             for _ in range(count):
                 if cancelled is not None and cancelled():
                     break
-                reserved = audit.reserve(1)
+                reserved = self.audits.reserve(audit, 1)
                 if not reserved:
                     break
                 index = reserved.start

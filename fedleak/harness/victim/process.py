@@ -52,7 +52,7 @@ class VictimProcess:
     """
 
     def __init__(self, settings: VictimSettings | Sequence[str], token: str | None = None,
-                 start_timeout: float = 120.0, command: Sequence[str] | None = None,
+                 start_timeout: float = 900.0, command: Sequence[str] | None = None,
                  env: Mapping[str, str] | None = None) -> None:
         self.settings = settings if isinstance(settings, VictimSettings) else None
         self.args = [] if isinstance(settings, VictimSettings) else list(settings)

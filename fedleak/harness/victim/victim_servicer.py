@@ -32,7 +32,7 @@ from fedleak.harness.victim.victim_messages import (
     tensor_info,
     token_matches,
 )
-from fedleak.harness.wire.admission import ServingLimits
+from fedleak.harness.wire.admission import ServingLimits, peer_host
 from fedleak.harness.wire.channel import SCORE_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
 from fedleak.harness.wire.codec import check_declared, decode_tensor, encode_tensor
 from fedleak.harness.wire.protocol_spec import changes_from_pb, protocol_to_pb
@@ -216,7 +216,9 @@ class VictimServicer(pb_grpc.VictimServicer):
             trials=request.trials, delta=request.delta, confidence=request.confidence,
             threshold_rule=request.threshold_rule, threshold=request.threshold,
             calibration_fraction=request.calibration_fraction)
-        session = self.victim.begin_audit(params, buffers, changes, asked)
+        session = self.victim.begin_audit(
+            params, buffers, changes, asked, owner=peer_host(context.peer()),
+            evaluator=token_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token))
         return begin_audit_response(
             session, [name for name, *_ in self.victim.parameter_infos()],
             self.victim.config.num_images, self._trials_per_call())

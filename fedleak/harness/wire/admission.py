@@ -5,9 +5,12 @@ registers unary methods as request streams), so it decides **before** gRPC hands
 
 - **calls per peer** (``max_calls_per_peer``): calls of one client host in flight at once,
   counted from the moment their headers arrive — stalled calls included; one more is answered
-  ``RESOURCE_EXHAUSTED`` at once. Calls answered on the event loop without a worker
-  (``Describe``, ``Info``) are not counted, so a client that used up its calls can still ask
-  what the server is;
+  ``RESOURCE_EXHAUSTED`` at once. **Calls per prefix** (``max_calls_per_prefix``): the same
+  for every host of one network (:func:`address_prefix`: a /24 of IPv4, a /64 of IPv6 — what
+  one client can own), so many addresses do not multiply the cap. Calls answered on the event
+  loop without a worker (``Describe``, ``Info``) are not counted, so a client that used up its
+  calls can still ask what the server is; their body (next to nothing) must arrive within
+  :data:`SMALL_REQUEST_TIMEOUT`;
 - **request memory** (``request_memory_bytes``): the bytes that request bodies in flight may
   make the process hold, all clients together (default: room for four of the largest
   requests), one client host at most half of it (so a host whose calls stall cannot keep the
@@ -23,14 +26,19 @@ registers unary methods as request streams), so it decides **before** gRPC hands
   after the call began is answered ``DEADLINE_EXCEEDED``, so a stalled call ends.
 
 ``max_message_bytes`` is gRPC's own limit, enforced from the length a message declares before
-any of it is buffered: a larger request never reaches Python. ``max_connections_per_peer`` is
-enforced by :mod:`fedleak.harness.wire.connections`. All state here lives on the server's event
-loop; :meth:`Admission.busy_connections` may be read from another thread.
+any of it is buffered: a larger request never reaches Python. ``max_connections_per_peer``,
+``max_connections_per_prefix`` and the ceiling on all connections are enforced by
+:mod:`fedleak.harness.wire.connections`, which asks :meth:`Admission.connection_calls` which
+connections carry a call at work (never closed) and which only calls still waiting for their
+body (stalled: closed after idle ones). All state here lives on the server's event loop;
+:meth:`Admission.connection_calls` and :meth:`Admission.busy_connections` may be read from
+another thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import math
 import threading
 from collections import Counter
@@ -49,6 +57,11 @@ REQUEST_COPIES = 4
 DEFAULT_MAX_CALLS_PER_PEER = 16
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 64
 DEFAULT_RECEIVE_TIMEOUT = 60.0
+#: Per-prefix caps default to this many times the per-host ones (a site behind a few NAT
+#: addresses still fits; sixty addresses of one /24 do not multiply the per-host caps by 60).
+PREFIX_FACTOR = 4
+#: Seconds the body of a call answered on the loop (Describe: next to nothing) may take.
+SMALL_REQUEST_TIMEOUT = 10.0
 #: Bodies of this size or less are received without a memory reservation (a Describe
 #: request, a token check): their cost is the call's own.
 SMALL_REQUEST_BYTES = 64 << 10
@@ -76,11 +89,20 @@ class ServingLimits:
     max_calls_per_peer: int = DEFAULT_MAX_CALLS_PER_PEER
     max_connections_per_peer: int = DEFAULT_MAX_CONNECTIONS_PER_PEER
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT
+    #: caps per address prefix (/24, /64); None: PREFIX_FACTOR times the per-host cap
+    max_calls_per_prefix: int | None = None
+    max_connections_per_prefix: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_calls_per_peer", "max_connections_per_peer"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{_flag(name)} must be >= 1, got {getattr(self, name)}")
+        for name, host in (("max_calls_per_prefix", "max_calls_per_peer"),
+                           ("max_connections_per_prefix", "max_connections_per_peer")):
+            value = getattr(self, name)
+            if value is not None and value < getattr(self, host):
+                raise ValueError(f"--{_flag(name)} ({value}) must be at least --{_flag(host)} "
+                                 f"({getattr(self, host)}): a network holds its hosts")
         if not (self.receive_timeout > 0 and math.isfinite(self.receive_timeout)):
             raise ValueError(f"--receive-timeout must be a positive number of seconds, got "
                              f"{self.receive_timeout}")
@@ -91,6 +113,17 @@ class ServingLimits:
                 f"request of the largest size accepted ({self.max_message_bytes >> 20} MiB "
                 f"costs up to {least >> 20} MiB while it is received and decoded): raise it "
                 f"to at least {-(-least >> 20)} or lower --max-message-mb")
+
+    @property
+    def calls_per_prefix(self) -> int:
+        """Calls in flight of one address prefix (as given, or PREFIX_FACTOR × per host)."""
+        return self.max_calls_per_prefix or PREFIX_FACTOR * self.max_calls_per_peer
+
+    @property
+    def connections_per_prefix(self) -> int:
+        """Connections of one address prefix (as given, or PREFIX_FACTOR × per host)."""
+        return self.max_connections_per_prefix or \
+            PREFIX_FACTOR * self.max_connections_per_peer
 
     @property
     def largest_request_cost(self) -> int:
@@ -128,6 +161,20 @@ def peer_host(peer: str) -> str:
     return kind or peer
 
 
+def address_prefix(host: str) -> str:
+    """The network ``host`` counts in for the per-prefix caps: its /24 for IPv4, its /64 for
+    IPv6 (what one client can own: a subscriber's IPv6 allocation is a /64 or more); a host
+    that is not an IP address (``unix``) is its own prefix."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    bits = 24 if ip.version == 4 else 64
+    return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
+
+
 def peer_address(peer: str) -> tuple[str, int] | None:
     """(host, port) of a TCP peer string, None for another transport."""
     host = peer_host(peer)
@@ -141,10 +188,12 @@ class Admission:
     def __init__(self, limits: ServingLimits) -> None:
         self.limits = limits
         self._calls: Counter[str] = Counter()
+        self._prefix_calls: Counter[str] = Counter()
         self._reserved = 0
         self._reserved_by: Counter[str] = Counter()
         self._waiters: list[asyncio.Future[None]] = []
         self._connections: Counter[tuple[str, int]] = Counter()
+        self._receiving: Counter[tuple[str, int]] = Counter()  # calls awaiting their body
         self._lock = threading.Lock()
 
     # -- calls per peer -------------------------------------------------------------------
@@ -157,13 +206,21 @@ class Admission:
         none left."""
         peer = context.peer()
         host, address = peer_host(peer), peer_address(peer)
+        prefix = address_prefix(host)
         if counted and self._calls[host] >= self.limits.max_calls_per_peer:
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"this client ({host}) already has {self._calls[host]} calls in "
                           f"flight, the server's cap per client (--max-calls-per-peer "
                           f"{self.limits.max_calls_per_peer}); wait for one to end")
+        if counted and self._prefix_calls[prefix] >= self.limits.calls_per_prefix:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this client's network ({prefix}) already has "
+                          f"{self._prefix_calls[prefix]} calls in flight, the server's cap per "
+                          f"address prefix (--max-calls-per-prefix "
+                          f"{self.limits.calls_per_prefix}); wait for one to end")
         if counted:
             self._calls[host] += 1
+            self._prefix_calls[prefix] += 1
         if address is not None:
             with self._lock:
                 self._connections[address] += 1
@@ -174,6 +231,9 @@ class Admission:
                 self._calls[host] -= 1
                 if not self._calls[host]:
                     del self._calls[host]
+                self._prefix_calls[prefix] -= 1
+                if not self._prefix_calls[prefix]:
+                    del self._prefix_calls[prefix]
             if address is not None:
                 with self._lock:
                     self._connections[address] -= 1
@@ -187,6 +247,30 @@ class Admission:
         """(host, port) of every connection with a call in flight (any thread)."""
         with self._lock:
             return set(self._connections)
+
+    def connection_calls(self) -> dict[tuple[str, int], bool]:
+        """(host, port) of every connection with a call in flight → whether one of its calls
+        is at work (False: each only waits for its body — stalled by its client; any
+        thread)."""
+        with self._lock:
+            return {address: calls > self._receiving[address]
+                    for address, calls in self._connections.items()}
+
+    @asynccontextmanager
+    async def _awaiting_body(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        """The call waits for its client to send its body (its connection looks stalled)."""
+        address = peer_address(context.peer())
+        if address is not None:
+            with self._lock:
+                self._receiving[address] += 1
+        try:
+            yield
+        finally:
+            if address is not None:
+                with self._lock:
+                    self._receiving[address] -= 1
+                    if not self._receiving[address]:
+                        del self._receiving[address]
 
     # -- request memory and the receive deadline -----------------------------------------
 
@@ -206,7 +290,8 @@ class Admission:
         reservation = self.limits.largest_request_cost
         await self._reserve(host, reservation, deadline)
         try:
-            body = [await self._receive(context, deadline)]
+            async with self._awaiting_body(context):
+                body = [await self._receive(context, deadline)]
             size = len(body[0])
             kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
             self._release(host, reservation - kept)
@@ -218,25 +303,31 @@ class Admission:
                 loop.run_in_executor(None, return_freed_heap)
 
     async def small_request(self, context: grpc.aio.ServicerContext, type_name: str) -> bytes:
-        """The body of a call answered on the loop (``Describe``): within the deadline, and at
-        most :data:`SMALL_REQUEST_BYTES` (such requests carry next to nothing)."""
-        deadline = asyncio.get_running_loop().time() + self.limits.receive_timeout
-        raw = await self._receive(context, deadline)
+        """The body of a call answered on the loop (``Describe``): within
+        :data:`SMALL_REQUEST_TIMEOUT` (or the receive deadline when shorter), and at most
+        :data:`SMALL_REQUEST_BYTES` (such requests carry next to nothing)."""
+        seconds = min(self.limits.receive_timeout, SMALL_REQUEST_TIMEOUT)
+        deadline = asyncio.get_running_loop().time() + seconds
+        async with self._awaiting_body(context):
+            raw = await self._receive(context, deadline, seconds)
         if len(raw) > SMALL_REQUEST_BYTES:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           f"a {type_name} of {len(raw)} bytes: this request carries at most "
                           f"{SMALL_REQUEST_BYTES} bytes (see protos/)")
         return raw
 
-    async def _receive(self, context: grpc.aio.ServicerContext, deadline: float) -> bytes:
+    async def _receive(self, context: grpc.aio.ServicerContext, deadline: float,
+                       seconds: float | None = None) -> bytes:
         left = deadline - asyncio.get_running_loop().time()
         try:
             raw = await asyncio.wait_for(context.read(), max(left, 0.0))
         except TimeoutError:
+            allowed = self.limits.receive_timeout if seconds is None else seconds
             raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
-                          f"the request did not arrive within {self.limits.receive_timeout:g} s "
-                          "of the call's start (the server's --receive-timeout): send it "
-                          "without pausing") from None
+                          f"the request did not arrive within {allowed:g} s of the call's "
+                          "start (the server's --receive-timeout, at most "
+                          f"{SMALL_REQUEST_TIMEOUT:g} s for a small request): send it without "
+                          "pausing") from None
         if raw is grpc.aio.EOF or raw is None:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT,
                           "the call ended without a request message: send exactly one")

@@ -41,6 +41,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from fedleak.harness.wire.admission import Admission, Refused, ServingLimits
+from fedleak.harness.wire.quoting import short_details
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def check_message(request: Any) -> None:
 def answer(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
     """End the call with ``code`` once its handler returns (no exception is raised or kept)."""
     context.set_code(code)
-    context.set_details(details)
+    context.set_details(short_details(details))
 
 
 class ThreadContext:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 #: Longest client-supplied text an error message quotes in full.
 QUOTE_LIMIT = 64
+#: Longest error message a server sends (a last guard: a message that quotes a client's input
+#: whole, by mistake, is cut here rather than turned into RESOURCE_EXHAUSTED by gRPC's limits).
+DETAILS_LIMIT = 2048
 
 
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
@@ -36,3 +39,10 @@ def name_mismatch(what: str, missing: list[str], unknown: list[str], expected: i
     if not parts:
         return None
     return f"{'; '.join(parts)}: send exactly the {expected} {what}s that Describe lists"
+
+
+def short_details(text: str, limit: int = DETAILS_LIMIT) -> str:
+    """``text`` when it is at most ``limit`` characters, else its start and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… (the message was cut: {len(text)} characters)"

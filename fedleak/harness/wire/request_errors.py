@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from fedleak.harness.wire.codec import CodecError
-from fedleak.harness.wire.quoting import quoted
+from fedleak.harness.wire.quoting import quoted, short_details
 
 __all__ = ["Cancelled", "FailedPrecondition", "InvalidArgument", "NotFound", "RequestError",
            "ResourceExhausted", "Unauthenticated", "Unavailable", "answer_errors", "quoted"]
@@ -71,12 +71,13 @@ def answer_errors(method: Callable[..., R]) -> Callable[..., R]:
         try:
             return method(self, request, context)
         except RequestError as err:
-            context.abort(err.code, str(err))
+            context.abort(err.code, short_details(str(err)))
         except CodecError as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, short_details(str(err)))
         except Exception as err:  # noqa: BLE001 - the server must keep serving
             log.exception("internal error in %s", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+            context.abort(grpc.StatusCode.INTERNAL,
+                          short_details(f"{type(err).__name__}: {err}"))
         raise AssertionError("unreachable")  # context.abort raises
 
     return wrapper

@@ -31,7 +31,9 @@ from grpc_reflection.v1alpha import reflection
 
 from fedleak.harness.wire.admission import Admission, ServingLimits
 from fedleak.harness.wire.connections import (
+    ConnectionCaps,
     PeerConnectionGuard,
+    connection_ceiling,
     connection_quota,
     open_file_warning,
     raise_open_file_limit,
@@ -188,9 +190,11 @@ class Server:
     reflection and handlers written as coroutines (e.g. ``Describe``) keep answering however
     many calls stall. Handlers written as plain functions run on a pool of worker threads once
     their request has arrived (:mod:`fedleak.harness.wire.handlers`), behind ``admission``
-    (calls per client, request memory, the receive deadline); ``guard`` keeps each client host
-    within its connections. ``warnings`` are what the operator should read (a low open-file
-    limit). :meth:`stop` has the signature of ``grpc.Server.stop``.
+    (calls per client and per address prefix, request memory, the receive deadline); ``guard``
+    keeps each client host, each address prefix and all clients together within their
+    connections, with a reserve below gRPC's quota kept free for new ones. ``warnings`` are
+    what the operator should read (a low open-file limit). :meth:`stop` has the signature of
+    ``grpc.Server.stop``.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, server: grpc.aio.Server,
@@ -287,8 +291,9 @@ def start_grpc_server(
 
     loop = serving_loop()
     server, bound = asyncio.run_coroutine_threadsafe(start(), loop).result()
-    guard = PeerConnectionGuard([bound], limits.max_connections_per_peer,
-                                admission.busy_connections).start()
+    caps = ConnectionCaps(limits.max_connections_per_peer, limits.connections_per_prefix,
+                          connection_ceiling(files.soft))
+    guard = PeerConnectionGuard([bound], caps, admission.connection_calls).start()
     warning = open_file_warning(files)
     return Server(loop, server, admission, guard, [warning] if warning else []), bound
 
