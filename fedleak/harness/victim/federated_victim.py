@@ -297,20 +297,14 @@ class Victim(FederatedUser):
             return {}
         metadata: dict[str, str] = {"audit_trials_charged": str(trials)}
         chain, n = self.config.defenses, self.config.num_images
-        if chain.per_example is not None:
-            q = chain.per_example.sample_rate(n, protocol.batch_size)
-            if q is None:
-                steps = protocol.local_steps(n)
-                first = 1.0 if protocol.kind != FEDAVG else \
-                    min(protocol.batch_size or n, n) / n
-                rate = first
-            else:
-                steps = 1 if protocol.kind != FEDAVG else \
-                    protocol.local_epochs * max(1, round(1 / q))
-                rate = q
-            chain.per_example.account(steps * trials, rate, report=False)
-        for defense in chain.update:
-            defense.account_round(trials, report=False)
+        epochs = 1 if protocol.kind != FEDAVG else protocol.local_epochs
+        q = chain.per_example.sample_rate(n, protocol.batch_size) \
+            if chain.per_example is not None else None
+        steps_run = protocol.local_steps(n) if q is None else \
+            1 if protocol.kind != FEDAVG else protocol.local_epochs * max(1, round(1 / q))
+        chain.accountant.local_training(n, protocol.batch_size, epochs, steps_run,
+                                        report=False, trials=trials)
+        chain.accountant.rounds(trials, report=False)
         return metadata
 
     def submit_audit_scores(self, audit_id: str, scores: list[float]) -> AuditOutcome:

@@ -1,0 +1,145 @@
+"""Tests of the declared mechanism over every part of it: the noise ratio per parameter group
+(``gaussian-scores``) and the sampling (``sampling``).
+
+Both read the victim's :class:`~fedleak.auditing.noise_ratio.StreamTable` — the released
+updates projected on many public canaries, each with its own secret coin, covering every
+parameter tensor and the claimed clip geometry — never the server's scores.
+
+- ``gaussian-scores``: one noise-ratio test (:mod:`fedleak.auditing.noise_ratio`) per group of
+  streams — each parameter tensor's canaries, the spread canaries that cross every tensor (a
+  total-norm clip), and all tensors pooled (a shortfall everywhere) — so noise missing from
+  one tensor or a clip of the wrong geometry is found without aiming a canary at it. Each test
+  states its power: the noise shortfall it would have caught.
+- ``sampling``: under declared Poisson sampling the canary joins a Binomial number of steps,
+  so its in-trials spread more than its out-trials by Var(N)·h²; an implementation that
+  shuffles or fixes its batches while its accountant assumes Poisson (Chua et al. 2024)
+  includes the canary too regularly, and the excess spread is missing. The test compares the
+  observed excess with the declared one (scaled by the measured shift), using the samples'
+  fourth moments (no Gaussian assumption).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.stats import norm
+
+from fedleak.auditing.estimator_registry import (
+    Estimator,
+    Findings,
+    Game,
+    NoOptions,
+    register_estimator,
+)
+from fedleak.auditing.noise_ratio import cells, ratio_test
+from fedleak.auditing.result import (
+    GAUSSIAN_SCORES,
+    SAMPLING,
+    AuditBound,
+    DeclarationTest,
+    format_epsilon,
+)
+
+#: the group of the spread canaries (one coordinate in every tensor, total-norm clipped)
+SPREAD = "spread (all tensors)"
+#: the test pooling every tensor's canaries
+POOLED = "all tensors pooled"
+
+
+def stream_groups(game: Game) -> list[tuple[str, np.ndarray]]:
+    """(test name, member streams) of the noise-ratio tests of ``game``."""
+    table = game.streams
+    if table is None:
+        return []
+    names = list(dict.fromkeys(table.groups))
+    groups = [(g, np.flatnonzero(np.array(table.groups) == g)) for g in names]
+    tensors = [g for g in names if g != SPREAD]
+    if len(tensors) > 1:
+        pooled = np.flatnonzero(np.isin(np.array(table.groups), tensors))
+        groups.insert(0, (POOLED, pooled))
+    return groups
+
+
+@register_estimator(GAUSSIAN_SCORES)
+class GaussianScores(Estimator):
+    """Noise-ratio tests per parameter group (module docstring)."""
+
+    Config = NoOptions
+
+    def tests(self, game: Game) -> int:
+        return len(stream_groups(game)) if game.claims else 0
+
+    def run(self, game: Game, level: float) -> Findings:
+        table, claim = game.streams, game.claim
+        if table is None or claim is None or not game.claims:
+            return Findings()
+        found = Findings()
+        s = game.settings
+        for group, members in stream_groups(game):
+            test = ratio_test(table, group, members, level, game.power)
+            if test is None:
+                continue
+            epsilon_lb = claim.epsilon_at(test.ratio_lower)
+            caught = ("nothing (too few samples)" if test.detectable_noise <= 0 else
+                      f"noise below {test.detectable_noise:.2f}× the declared")
+            found.tests.append(DeclarationTest(
+                GAUSSIAN_SCORES, group, test.p_value, False,
+                f"{group}: the canaries are told apart {_ratio(test.ratio)}× as well as "
+                f"declared (lower bound {_ratio(test.ratio_lower)}); would have caught "
+                f"{caught} with {game.power:.0%} probability",
+                test.samples_in, test.samples_out, test.ratio, test.ratio_lower,
+                test.detectable_noise, game.power, epsilon_lb, level))
+            found.bounds.append(AuditBound(
+                GAUSSIAN_SCORES, epsilon_lb, False, confidence=1 - level,
+                trials_in=test.samples_in, trials_out=test.samples_out, delta=s.delta,
+                canary=s.canary, threat_model=s.threat_model,
+                threshold_rule="none: the canaries' mean shift over the noise's spread",
+                mu=claim.mu * test.ratio_lower if claim.mu is not None else None,
+                group=group, note="assumes the declared family (Gaussian noise): ε of the "
+                                  "declared mechanism with its noise divided by the ratio's "
+                                  "lower bound"))
+        return found
+
+
+def _ratio(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.3g}"
+
+
+@register_estimator(SAMPLING)
+class SamplingCheck(Estimator):
+    """Whether the canary's inclusion varies as declared Poisson sampling makes it."""
+
+    Config = NoOptions
+
+    def applies(self, game: Game) -> bool:
+        return game.claims and game.streams is not None and \
+            bool((game.streams.shift_variance > 0).any())
+
+    def tests(self, game: Game) -> int:
+        return 1 if self.applies(game) else 0
+
+    def run(self, game: Game, level: float) -> Findings:
+        table = game.streams
+        if table is None or not self.applies(game):
+            return Findings()
+        members = np.flatnonzero(table.shift_variance > 0)
+        c = cells(table, members)
+        if c is None:
+            return Findings()
+        w = c.weights
+        p = float((w * c.rho).sum())
+        scale = float((w * c.mean_difference).sum()) / p  # the measured signal over the declared
+        declared = float((c.n1 * c.rho_variance).sum() / c.n1.sum())
+        expected = scale * scale * declared
+        var_scale = float((w ** 2 * (c.var_in / c.n1 + c.out_variance / c.n0)).sum()) / p ** 2
+        se = math.sqrt(c.in_excess_se ** 2 + (2 * scale * declared) ** 2 * var_scale)
+        z = (c.in_excess - expected) / se if se > 0 else (0.0 if c.in_excess >= expected
+                                                          else -math.inf)
+        p_value = float(norm.cdf(z))
+        n1, n0 = c.samples
+        statement = (f"the canaries' in-trials spread {format_epsilon(c.in_excess)} (noise "
+                     f"variances) more than their out-trials; Poisson sampling as declared "
+                     f"makes it {format_epsilon(expected)}")
+        return Findings(tests=[DeclarationTest(SAMPLING, "sampling", p_value, False, statement,
+                                               n1, n0, level=level)])
