@@ -21,8 +21,9 @@ w_c = n₁n₀/(n₁ + n₀):
 
 and by the delta method Var r̂ ≈ Σ_c w_c² (v̂₁c/n₁c + v̂₀/n₀c) / (ŝ² P²) + r̂² (κ̂ − 1)/(4 n₀)
 (P = Σ w_c ρ_c, κ̂ the out residuals' kurtosis, at least 3). The one-sided test of "r ≤ 1"
-(the declaration holds) rejects at level α when (r̂ − 1)/se > z_{1−α}; the lower confidence
-bound is r̂ − z_{1−α} se. Its power against noise f·σ (r = 1/f) follows in closed form from the
+(the declaration holds) works in log space, where the ratio's skew is small: it rejects at
+level α when ln r̂ / se₁ > z_{1−α} (se₁ the standard error at r = 1), and the lower
+confidence bound is r̂ · exp(−z_{1−α} se/r̂). Its power against noise f·σ (r = 1/f) follows in closed form from the
 same normal law with the declared variances (:func:`power`), so a verdict can say what it
 could have caught, and :func:`trials_for_power` how many trials reach a stated power. The
 normal approximation holds for the thousands of samples a default audit draws; the tests of
@@ -180,13 +181,15 @@ def ratio_estimate(c: Cells) -> float:
 
 def power(c: Cells, ratio: float, alpha: float, scale: float = 1.0) -> float:
     """P(the test rejects at level ``alpha``) when the mechanism's ratio is ``ratio``, at the
-    cells' sample sizes times ``scale``, under the declared model."""
+    cells' sample sizes times ``scale``, under the declared model (log r̂ normal)."""
     scaled = Cells(c.n1 * scale, c.n0 * scale, c.mean_difference, c.var_in, c.rho,
                    c.rho_variance, c.out_variance, c.out_kurtosis, c.in_excess, c.in_excess_se)
     se_null = math.sqrt(_variance_of_ratio(scaled, 1.0, declared=True))
-    se_alt = math.sqrt(_variance_of_ratio(scaled, ratio, declared=True))
-    critical = 1 + norm.isf(alpha) * se_null
-    return float(norm.sf((critical - ratio) / se_alt)) if se_alt > 0 else float(ratio > critical)
+    se_alt = math.sqrt(_variance_of_ratio(scaled, ratio, declared=True)) / ratio
+    critical = norm.isf(alpha) * se_null
+    if not se_alt > 0:
+        return float(math.log(ratio) > critical)
+    return float(norm.sf((critical - math.log(ratio)) / se_alt))
 
 
 def detectable_ratio(c: Cells, alpha: float, target: float, scale: float = 1.0) -> float:
@@ -212,10 +215,12 @@ def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float
     z = norm.isf(alpha)
     if math.isinf(r):
         lower, p_value = math.inf, 0.0
-    else:
+    elif not r > 0:
+        lower, p_value = 0.0, 1.0
+    else:  # in log space, where the ratio's skew (a small spread estimate) is tamed
         se_one = math.sqrt(_variance_of_ratio(c, 1.0, declared=False))
-        lower = max(0.0, r - z * se)
-        p_value = float(norm.sf((r - 1) / se_one)) if se_one > 0 else float(r <= 1)
+        lower = r * math.exp(-z * se / r) if se > 0 else r
+        p_value = float(norm.sf(math.log(r) / se_one)) if se_one > 0 else float(r <= 1)
     detectable = detectable_ratio(c, alpha, target_power)
     n1, n0 = c.samples
     return RatioTest(group, len(members), n1, n0, r, lower, p_value, alpha,
@@ -243,8 +248,8 @@ def declared_cells(rho: np.ndarray, rho_variance: np.ndarray, trials: int,
                    coin_rate: float = 0.5) -> Cells:
     """The cells the declared model expects after ``trials`` trials (each stream's canary in
     with probability ``coin_rate``): for choosing the trials before any has run."""
-    n1 = np.full(len(rho), max(trials * coin_rate, 1.0))
-    n0 = np.full(len(rho), max(trials * (1 - coin_rate), 1.0))
+    n1 = np.full(len(rho), trials * coin_rate)
+    n0 = np.full(len(rho), trials * (1 - coin_rate))
     ones = np.ones(len(rho))
     return Cells(n1, n0, np.asarray(rho, float), ones + rho_variance, np.asarray(rho, float),
                  np.asarray(rho_variance, float), 1.0, 3.0, float(np.mean(rho_variance)), 0.0)

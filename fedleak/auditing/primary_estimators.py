@@ -238,8 +238,8 @@ def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
     bias = math.exp(0.5 * math.log(dof / 2) + math.lgamma((dof - 1) / 2) - math.lgamma(dof / 2))
     mu = max(0.0, t / bias * scale)
     alpha = 1 - confidence
-    low = _noncentrality(t, dof, 1 - alpha / 2) * scale
-    high = _noncentrality(t, dof, alpha / 2) * scale
+    low = _noncentrality(t, dof, alpha / 2) * scale
+    high = _noncentrality(t, dof, 1 - alpha / 2) * scale
     return (epsilon_from_mu(mu, delta), epsilon_from_mu(max(low, 0.0), delta),
             epsilon_from_mu(max(high, 0.0), delta))
 

@@ -104,12 +104,9 @@ def format_epsilon(epsilon: float | None) -> str:
 
 
 def format_confidence(confidence: float) -> str:
-    """95 %, 99.99 %: as many digits as the level needs."""
-    percent = 100 * confidence
-    for digits in range(0, 6):
-        if abs(round(percent, digits) - percent) < 1e-9 * 100:
-            return f"{percent:.{digits}f}%"
-    return f"{percent:.5f}%"
+    """95%, 99.99%: at most three decimals, rounded down (never overstating it)."""
+    percent = math.floor(100 * confidence * 1000 + 1e-6) / 1000
+    return f"{percent:.3f}".rstrip("0").rstrip(".") + "%"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,297 @@
+"""Canaries that cover the whole declared mechanism, and the victim's measurement of them.
+
+One canary at one coordinate tests one coordinate: noise missing from a tensor it does not
+touch, or a clip of the wrong geometry, passes. An audit with coverage (the default) adds,
+besides the primary canary the server scores, canaries over every parameter tensor and the
+claimed geometry, each with its own secret coin:
+
+- **per-example mechanisms** (one extra example per canary, each clipped on its own, so they
+  do not interfere): ``per_group`` Dirac canaries in every tensor, on the coordinates a public
+  synthetic batch moves least, and ``spread`` canaries that each put one coordinate in every
+  tensor (a total-norm clip bounds them as a whole, a per-tensor clip would not);
+- **the update stage** (the canary is added to the update, so several would share one clip):
+  the primary canary itself spreads over one quiet coordinate per tensor, and it is read both
+  per tensor and as a whole.
+
+Each *stream* is the released update (or secure-aggregation sum) projected on one canary's
+unit direction, computed by the victim from what it released — the number the server could
+compute, but exact and linear whatever the server submits. Beside it the victim keeps what the
+declaration says the stream should do: the canary's mean shift and its variance (Poisson), and
+the noise's std, from the declared clip applied to the canary (per example) or to the update
+with and without it (update stage: :meth:`~fedleak.defenses.composition.UpdateComposition.
+declared_map`), scaled by the local steps' weights in the released update
+(:func:`gradient_weights`). :meth:`Coverage.table` hands all of it to the declaration tests
+(:mod:`fedleak.auditing.declaration_estimators`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedleak.auditing.declaration_estimators import SPREAD
+from fedleak.auditing.noise_ratio import StreamTable
+from fedleak.defenses.composition import UpdateComposition
+from fedleak.defenses.mechanism import Mechanism
+from fedleak.harness.federated.local_update import sgd_step
+from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
+
+#: Default canaries per tensor (per-example) and spread canaries.
+PER_GROUP = 16
+SPREAD_CANARIES = 8
+#: The canaries' rows may hold at most this many values (rows × parameters).
+MAX_CANARY_VALUES = 1 << 24
+
+
+@dataclass
+class Stream:
+    """One canary's unit direction (sparse: coordinates of the flat update, and weights)."""
+
+    canary: int
+    group: str
+    coordinates: np.ndarray
+    weights: np.ndarray
+    declared_shift: float = 0.0
+    declared_std: float = 1.0
+    shift_variance: float = 0.0
+
+
+@dataclass
+class Coverage:
+    """The audit's canaries beyond (or around) the primary one, and what the victim measured."""
+
+    #: each canary as (flat coordinates, values) — its vector c, norm included
+    canaries: list[tuple[np.ndarray, np.ndarray]]
+    streams: list[Stream]
+    per_example: bool
+    coins: np.ndarray            # [trials, canaries]; column 0 is the primary canary's coin
+    sign: float = 1.0
+    values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    strata: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    #: update stage: the declared shift of every stream summed over the trials that ran
+    shift_sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    shift_count: int = 0
+    uncovered: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        trials = self.coins.shape[0]
+        self.values = np.zeros((trials, len(self.streams)))
+        self.strata = np.zeros(trials, dtype=np.int64)
+        self.shift_sums = np.zeros(len(self.streams))
+
+    def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
+             device: torch.device) -> list[torch.Tensor] | None:
+        """The in-canaries of ``trial`` as per-example rows [K_in, *θ_l.shape] per parameter."""
+        chosen = np.flatnonzero(self.coins[trial])
+        if chosen.size == 0:
+            return None
+        total = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+        flat = torch.zeros((chosen.size, total), dtype=torch.float64)
+        for row, k in enumerate(chosen):
+            coords, values = self.canaries[k]
+            flat[row, torch.from_numpy(coords)] = torch.from_numpy(values)
+        out, start = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            out.append(flat[:, start:start + size].reshape(chosen.size, *shape)
+                       .to(dtype=dtype, device=device))
+            start += size
+        return out
+
+    def record(self, trial: int, released: torch.Tensor, stratum: int) -> None:
+        """Project trial ``trial``'s released update (flat) on every stream."""
+        flat = released.detach().double().cpu().numpy()
+        for s, stream in enumerate(self.streams):
+            self.values[trial, s] = self.sign * float(flat[stream.coordinates] @ stream.weights)
+        self.strata[trial] = stratum
+
+    def observe_update(self, composition: UpdateComposition, update: Sequence[torch.Tensor],
+                       names: Sequence[str], coin: bool) -> None:
+        """Update stage: from the update entering the chain (the canary added when ``coin``),
+        add each stream's declared shift ⟨D(Δ + c) − D(Δ), u⟩ (D the declared clips)."""
+        flat = torch.cat([u.detach().double().flatten() for u in update])
+        coords, values = self.canaries[0]
+        canary = torch.zeros_like(flat)
+        canary[torch.from_numpy(coords)] = torch.from_numpy(values)
+        clean = flat - canary if coin else flat
+        shapes = [tuple(u.shape) for u in update]
+        d_in = _flat(composition.declared_map(_split(clean + canary, shapes), names))
+        d_out = _flat(composition.declared_map(_split(clean, shapes), names))
+        moved = (d_in - d_out).numpy()
+        for s, stream in enumerate(self.streams):
+            self.shift_sums[s] += float(moved[stream.coordinates] @ stream.weights)
+        self.shift_count += 1
+
+    def table(self, trials: int) -> StreamTable:
+        """The measured streams of the first ``trials`` trials, with their declared values."""
+        shifts = np.array([s.declared_shift for s in self.streams])
+        if not self.per_example and self.shift_count:
+            shifts = self.shift_sums / self.shift_count
+        return StreamTable(
+            values=self.values[:trials], coins=self.coins[:trials][:, [s.canary for s in
+                                                                       self.streams]],
+            groups=tuple(s.group for s in self.streams), declared_shift=shifts,
+            declared_std=np.array([s.declared_std for s in self.streams]),
+            shift_variance=np.array([s.shift_variance for s in self.streams]),
+            strata=self.strata[:trials])
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.flatten() for t in tensors])
+
+
+def _split(flat: torch.Tensor, shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
+    out, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        out.append(flat[start:start + size].reshape(shape))
+        start += size
+    return out
+
+
+def gradient_weights(protocol: Protocol, steps: int) -> np.ndarray:
+    """W_t: how the gradient of local step t enters the released update (FedSGD: the gradient
+    itself, W = 1; FedAvg: θ_T − θ_0 = Σ_t W_t g_t for SGD with the protocol's momentum,
+    Nesterov and weight decay — a linear system, so its impulse responses, computed with the
+    training's own step)."""
+    if protocol.kind == FEDSGD:
+        return np.ones(1)
+    weights = []
+    for t in range(steps):
+        params = {"x": torch.zeros((), dtype=torch.float64)}
+        velocity = None
+        for s in range(steps):
+            grad = [torch.tensor(1.0 if s == t else 0.0, dtype=torch.float64)]
+            params, velocity = sgd_step(params, grad, velocity, protocol)
+        weights.append(float(params["x"]))
+    return np.array(weights)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Where a per-example canary enters local training, and how that reaches the release."""
+
+    weights: np.ndarray      # |W_t| of every step
+    holding: np.ndarray      # fixed batches: the steps that hold the canary
+    sample_rate: float | None
+    batch: int               # the expected batch size the sum is divided by
+
+    def shift(self, per_step: float) -> tuple[float, float]:
+        """(mean, variance) of the canary's contribution to the release, per unit shift."""
+        if self.sample_rate is None:
+            return per_step * float(self.weights[self.holding].sum()), 0.0
+        q = self.sample_rate
+        return (per_step * q * float(self.weights.sum()),
+                per_step ** 2 * q * (1 - q) * float((self.weights ** 2).sum()))
+
+    def noise(self, std_on_sum: float) -> float:
+        """The noise's std along a unit direction of the release."""
+        return std_on_sum / self.batch * math.sqrt(float((self.weights ** 2).sum()))
+
+
+def step_plan(protocol: Protocol, num_images: int, sample_rate: float | None) -> StepPlan:
+    """The local steps of a round as the declaration says they run (sample rate: the declared
+    Poisson q, or None for fixed or shuffled batches)."""
+    if sample_rate is not None:
+        steps = 1 if protocol.kind == FEDSGD else \
+            protocol.local_epochs * max(1, round(1 / sample_rate))
+        weights = np.abs(gradient_weights(protocol, steps))
+        return StepPlan(weights, np.arange(steps), sample_rate,
+                        max(round(sample_rate * num_images), 1))
+    if protocol.kind == FEDSGD:
+        return StepPlan(np.ones(1), np.array([0]), None, num_images)
+    batches = local_batches(num_images, protocol.batch_size)
+    per_epoch = len(batches)
+    steps = protocol.local_epochs * per_epoch
+    weights = np.abs(gradient_weights(protocol, steps))
+    holding = np.array([(e + 1) * per_epoch - 1 for e in range(protocol.local_epochs)])
+    last = batches[-1]
+    return StepPlan(weights, holding, None, last.stop - last.start)
+
+
+def quiet_order(quietness: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Per tensor, its flat coordinates from the quietest (smallest |g| on public data) up."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(start + np.argsort(quietness[start:start + size], kind="stable"))
+        start += size
+    return out
+
+
+def per_example_coverage(primary: tuple[np.ndarray, np.ndarray], names: Sequence[str],
+                         sizes: Sequence[int], quietness: np.ndarray, mechanism: Mechanism,
+                         plan: StepPlan, canary_norm: float, trials: int,
+                         rng: np.random.Generator, per_group: int = PER_GROUP,
+                         spread: int = SPREAD_CANARIES) -> Coverage:
+    """Dirac canaries per tensor and spread canaries, beside the ``primary`` canary."""
+    total = sum(sizes)
+    budget = max(0, MAX_CANARY_VALUES // max(total, 1) - 1)
+    used = set(primary[0].tolist())
+    order = [[int(j) for j in o if int(j) not in used] for o in quiet_order(quietness, sizes)]
+    spread = min(spread, budget // 2, max(len(o) for o in order) if order else 0)
+    per_group = min(per_group, max(0, (budget - spread) // max(len(sizes), 1)))
+    canaries = [primary]
+    groups = [_group_of(int(primary[0][0]), names, sizes)]
+    uncovered = []
+    for _ in range(spread):  # one coordinate in every tensor that has one left
+        coords = np.array([o.pop(0) for o in order if o], dtype=np.int64)
+        canaries.append((coords, np.full(coords.size, canary_norm / math.sqrt(coords.size))))
+        groups.append(SPREAD)
+    for name, o in zip(names, order, strict=True):
+        take = min(per_group, len(o))
+        if take == 0:
+            uncovered.append(name)
+        for j in o[:take]:
+            canaries.append((np.array([j], dtype=np.int64), np.array([canary_norm])))
+            groups.append(name)
+    clip = mechanism.clip
+    std = mechanism.noise.std if mechanism.noise is not None else 0.0
+    streams = []
+    for k, ((coords, values), group) in enumerate(zip(canaries, groups, strict=True)):
+        unit = values / np.linalg.norm(values)
+        clipped = _declared_clip(coords, values, clip, names, sizes)
+        mean, variance = plan.shift(float(clipped @ unit) / plan.batch)
+        streams.append(Stream(k, group, coords, unit, mean, plan.noise(std) or 1e-300,
+                              variance))
+    coins = rng.random((trials, len(canaries))) < 0.5
+    return Coverage(canaries, streams, True, coins, uncovered=uncovered)
+
+
+def update_coverage(canary: tuple[np.ndarray, np.ndarray], names: Sequence[str],
+                    sizes: Sequence[int], noise_std: float, coins: np.ndarray) -> Coverage:
+    """The update stage's one canary read per tensor and as a whole (its declared shifts are
+    added trial by trial, :meth:`Coverage.observe_update`)."""
+    coords, values = canary
+    streams = [Stream(0, SPREAD, coords, values / np.linalg.norm(values))]
+    for j, v in zip(coords.tolist(), values.tolist(), strict=True):
+        streams.append(Stream(0, _group_of(j, names, sizes), np.array([j]), np.array([1.0])))
+    for s in streams:
+        s.declared_std = noise_std or 1e-300
+    return Coverage([canary], streams, False, coins[:, None])
+
+
+def _group_of(coordinate: int, names: Sequence[str], sizes: Sequence[int]) -> str:
+    start = 0
+    for name, size in zip(names, sizes, strict=True):
+        if coordinate < start + size:
+            return name
+        start += size
+    raise ValueError(f"coordinate {coordinate} lies outside the {start} parameters")
+
+
+def _declared_clip(coords: np.ndarray, values: np.ndarray, clip: object,
+                   names: Sequence[str], sizes: Sequence[int]) -> np.ndarray:
+    """The declared per-example clip of one canary, at its coordinates."""
+    from fedleak.defenses.mechanism import Clip
+
+    if not isinstance(clip, Clip):  # no declared clip: the canary passes as it is
+        return values
+    flat = torch.zeros(sum(sizes), dtype=torch.float64)
+    flat[torch.from_numpy(coords)] = torch.from_numpy(values)
+    parts = _split(flat, [(s,) for s in sizes])
+    clipped = _flat(clip.apply(parts, names)).numpy()
+    return np.asarray(clipped[coords])
