@@ -192,7 +192,7 @@ def test_a_dead_service_is_named_at_start_and_later(served) -> None:
 @pytest.mark.parametrize("params, words", [
     ({}, ["address must be HOST:PORT"]),
     ({"address": "localhost"}, ["address must be HOST:PORT", "'localhost'"]),
-    ({"address": "127.0.0.1:1", "stage": "per-example"}, ["cannot run out of process"]),
+    ({"address": "127.0.0.1:1", "stage": "transport"}, ["cannot run out of process"]),
 ])
 def test_bad_remote_settings_are_refused(params: dict, words: list[str]) -> None:
     with pytest.raises(DefenseConfigError) as err:
@@ -201,10 +201,11 @@ def test_bad_remote_settings_are_refused(params: dict, words: list[str]) -> None
         assert word in str(err.value)
 
 
-def test_only_update_defenses_can_be_served() -> None:
-    with pytest.raises(DefenseConfigError, match="only update defenses"):
-        served_defense("dpsgd", {})
+def test_only_update_and_per_example_defenses_can_be_served() -> None:
+    with pytest.raises(DefenseConfigError, match="only update and per-example defenses"):
+        served_defense("secagg", {})
     assert served_defense("prune", {"p": "0.5"}).name == "prune"
+    assert served_defense("dpsgd", {}).stage == "per-example"
 
 
 def test_the_service_refuses_bad_streams_and_keeps_serving(served) -> None:

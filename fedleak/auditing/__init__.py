@@ -29,7 +29,6 @@ from fedleak.auditing.estimator_registry import (
     Estimator,
     Findings,
     Game,
-    estimator_names,
     register_estimator,
 )
 from fedleak.auditing.game import (
@@ -44,7 +43,7 @@ from fedleak.auditing.noise_ratio import StreamTable
 from fedleak.auditing.one_run import one_run_epsilon
 from fedleak.auditing.one_shot import epsilon_two_gaussians, one_shot_epsilon
 from fedleak.auditing.result import ESTIMATORS, AuditBound, DeclarationTest, format_epsilon
-from fedleak.auditing.verdict import Evaluation, evaluate, verdict_text
+from fedleak.auditing.verdict import Evaluation, estimator_names, evaluate, verdict_text
 
 __all__ = [
     "ESTIMATORS",

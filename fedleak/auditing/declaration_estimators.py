@@ -1,5 +1,6 @@
 """Tests of the declared mechanism over every part of it: the noise ratio per parameter group
-(``gaussian-scores``) and the sampling (``sampling``).
+(``gaussian-scores``), the noise level per group (``noise-level``) and the sampling
+(``sampling``).
 
 Both read the victim's :class:`~fedleak.auditing.noise_ratio.StreamTable` — the released
 updates projected on many public canaries, each with its own secret coin, covering every
@@ -10,6 +11,9 @@ parameter tensor and the claimed clip geometry — never the server's scores.
   total-norm clip), and all tensors pooled (a shortfall everywhere) — so noise missing from
   one tensor or a clip of the wrong geometry is found without aiming a canary at it. Each test
   states its power: the noise shortfall it would have caught.
+- ``noise-level``: the χ² test of :mod:`fedleak.auditing.noise_level` per tensor and pooled —
+  whether the declared noise is there, on every coordinate away from the canaries; a few
+  trials catch a few per cent of missing noise;
 - ``sampling``: under declared Poisson sampling the canary joins a Binomial number of steps,
   so its in-trials spread more than its out-trials by Var(N)·h²; an implementation that
   shuffles or fixes its batches while its accountant assumes Poisson (Chua et al. 2024)
@@ -32,9 +36,11 @@ from fedleak.auditing.estimator_registry import (
     NoOptions,
     register_estimator,
 )
+from fedleak.auditing.noise_level import noise_test
 from fedleak.auditing.noise_ratio import cells, ratio_test
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
+    NOISE_LEVEL,
     SAMPLING,
     AuditBound,
     DeclarationTest,
@@ -81,13 +87,11 @@ class GaussianScores(Estimator):
             if test is None:
                 continue
             epsilon_lb = claim.epsilon_at(test.ratio_lower)
-            caught = ("nothing (too few samples)" if test.detectable_noise <= 0 else
-                      f"noise below {test.detectable_noise:.2f}× the declared")
             found.tests.append(DeclarationTest(
                 GAUSSIAN_SCORES, group, test.p_value, False,
                 f"{group}: the canaries are told apart {_ratio(test.ratio)}× as well as "
-                f"declared (lower bound {_ratio(test.ratio_lower)}); would have caught "
-                f"{caught} with {game.power:.0%} probability",
+                f"declared (at least {_ratio(test.ratio_lower)}×), as if the noise were "
+                f"{_ratio(1 / test.ratio)}× the declared std",
                 test.samples_in, test.samples_out, test.ratio, test.ratio_lower,
                 test.detectable_noise, game.power, epsilon_lb, level))
             found.bounds.append(AuditBound(
@@ -104,6 +108,52 @@ class GaussianScores(Estimator):
 
 def _ratio(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.3g}"
+
+
+def _inverse(value: float) -> float:
+    """1/f as the equivalent ratio r (∞ for no noise at all)."""
+    return math.inf if value <= 0 else 1 / value
+
+
+def noise_groups(game: Game) -> list[tuple[str, list[str]]]:
+    """(test name, member groups) of the noise-level tests of ``game``."""
+    table = game.streams
+    if table is None or table.noise is None:
+        return []
+    names = list(table.noise.groups)
+    out = [(g, [g]) for g in names]
+    if len(names) > 1:
+        out.insert(0, (POOLED, names))
+    return out
+
+
+@register_estimator(NOISE_LEVEL)
+class NoiseLevel(Estimator):
+    """χ² tests of the declared noise per tensor and pooled (module docstring)."""
+
+    Config = NoOptions
+
+    def tests(self, game: Game) -> int:
+        return len(noise_groups(game)) if game.claims else 0
+
+    def run(self, game: Game, level: float) -> Findings:
+        table = game.streams
+        if table is None or table.noise is None or not game.claims:
+            return Findings()
+        found = Findings()
+        for name, members in noise_groups(game):
+            dof, squares = table.noise.pooled(members)
+            test = noise_test(name, dof, squares, level, game.power)
+            if test is None:
+                continue
+            found.tests.append(DeclarationTest(
+                NOISE_LEVEL, name, test.p_value, False,
+                f"{name}: the noise is {test.factor:.3g}× the declared std (at most "
+                f"{test.factor_upper:.3g}×, {int(test.dof)} degrees of freedom)",
+                samples_out=int(test.dof), detectable_noise=test.detectable_noise,
+                power=game.power, level=level, ratio=_inverse(test.factor),
+                ratio_lower=_inverse(test.factor_upper)))
+        return found
 
 
 @register_estimator(SAMPLING)

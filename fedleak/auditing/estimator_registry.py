@@ -131,18 +131,6 @@ def register_estimator(name: str) -> Callable[[E], E]:
     return ESTIMATOR_REGISTRY.register(name)
 
 
-def estimator_names() -> tuple[str, ...]:
-    """Every registered estimator, in the order they report (built-ins first)."""
-    from fedleak.auditing import declaration_estimators, primary_estimators  # noqa: F401
-
-    builtin = [n for n in _BUILTIN_ORDER if n in ESTIMATOR_REGISTRY.names()]
-    return tuple(builtin + [n for n in ESTIMATOR_REGISTRY.names() if n not in builtin])
-
-
-def estimators() -> list[Estimator]:
-    """One default-configured instance of every registered estimator."""
-    return [ESTIMATOR_REGISTRY.create(name) for name in estimator_names()]
-
-
-_BUILTIN_ORDER = ("clopper-pearson", "gaussian-dp", "one-run", "subsampled-gaussian",
-                  "gaussian-scores", "sampling", "one-shot")
+#: the order the built-ins report in (plug-ins after them)
+BUILTIN_ORDER = ("clopper-pearson", "gaussian-dp", "one-run", "subsampled-gaussian",
+                 "gaussian-scores", "noise-level", "sampling", "one-shot")

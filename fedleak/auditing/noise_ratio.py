@@ -45,6 +45,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from fedleak.auditing.noise_level import NoiseLevels
+
 
 @dataclass(frozen=True)
 class StreamTable:
@@ -59,6 +61,8 @@ class StreamTable:
     declared_std: np.ndarray    # [K] σ_k
     shift_variance: np.ndarray  # [K] v_k (absolute units; 0 without sampling)
     strata: np.ndarray | None = None  # [T] the victim's batch of each trial
+    #: the released coordinates' spread away from the canaries (fedleak.auditing.noise_level)
+    noise: NoiseLevels | None = None
 
     def __post_init__(self) -> None:
         t, k = self.values.shape

@@ -19,9 +19,10 @@ ONE_RUN = "one-run"
 SUBSAMPLED_GAUSSIAN = "subsampled-gaussian"
 GAUSSIAN_SCORES = "gaussian-scores"
 SAMPLING = "sampling"
+NOISE_LEVEL = "noise-level"
 ONE_SHOT = "one-shot"
 ESTIMATORS = (CLOPPER_PEARSON, GAUSSIAN_DP, ONE_RUN, SUBSAMPLED_GAUSSIAN, GAUSSIAN_SCORES,
-              SAMPLING, ONE_SHOT)
+              NOISE_LEVEL, SAMPLING, ONE_SHOT)
 #: Where each comes from.
 REFERENCES = {
     CLOPPER_PEARSON: "Jagielski et al. 2020; Nasr et al. 2021",
@@ -30,6 +31,7 @@ REFERENCES = {
     SUBSAMPLED_GAUSSIAN: "Dong, Roth & Su 2019 (Theorem 4.2); Nasr et al. 2023",
     GAUSSIAN_SCORES: "Nasr et al. 2023; Andrew et al. 2024; Steinke et al. 2023 (many canaries)",
     SAMPLING: "Chua et al. 2024 (shuffled batches accounted as Poisson)",
+    NOISE_LEVEL: "a χ² test of the released coordinates' spread against the declared noise",
     ONE_SHOT: "Andrew et al. 2024 (estimate, not a bound)",
 }
 

@@ -19,15 +19,34 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from fedleak.auditing import primary_estimators  # noqa: F401  (registers the built-ins)
 from fedleak.auditing.declaration_estimators import POOLED
-from fedleak.auditing.estimator_registry import Game, estimators
+from fedleak.auditing.estimator_registry import (
+    BUILTIN_ORDER,
+    ESTIMATOR_REGISTRY,
+    Estimator,
+    Game,
+)
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
+    NOISE_LEVEL,
     AuditBound,
     DeclarationTest,
     format_confidence,
     format_epsilon,
 )
+
+
+def estimator_names() -> tuple[str, ...]:
+    """Every registered estimator, in the order they report (built-ins first)."""
+    names = ESTIMATOR_REGISTRY.names()
+    builtin = [n for n in BUILTIN_ORDER if n in names]
+    return tuple(builtin + [n for n in names if n not in builtin])
+
+
+def estimators() -> list[Estimator]:
+    """One default-configured instance of every registered estimator."""
+    return [ESTIMATOR_REGISTRY.create(name) for name in estimator_names()]
 
 
 def holm(p_values: list[float], alpha: float) -> list[bool]:
@@ -57,21 +76,40 @@ class Evaluation:
     def ratio_tests(self) -> list[DeclarationTest]:
         return [t for t in self.tests if t.test == GAUSSIAN_SCORES]
 
-    def detectable_noise(self) -> float | None:
-        """The shortfall the whole-mechanism test would catch (the pooled test, else the
-        strongest single group's): noise below this factor of the declared std."""
-        tests = self.ratio_tests
-        if not tests:
-            return None
-        pooled = next((t for t in tests if t.group == POOLED), None)
-        if pooled is not None:
-            return pooled.detectable_noise
-        return max(t.detectable_noise or 0.0 for t in tests)
+    @property
+    def noise_tests(self) -> list[DeclarationTest]:
+        return [t for t in self.tests if t.test == NOISE_LEVEL]
 
-    def weakest_group(self) -> DeclarationTest | None:
-        """The group test with the least power (the smallest detectable shortfall factor)."""
-        groups = [t for t in self.ratio_tests if t.group != POOLED]
-        return min(groups, key=lambda t: t.detectable_noise or 0.0) if groups else None
+    def detectable_noise(self) -> float | None:
+        """The noise shortfall the whole-mechanism tests catch with the stated power: noise
+        below this factor of the declared std (the noise-level test's where it ran, else the
+        noise-ratio test's)."""
+        for tests in (self.noise_tests, self.ratio_tests):
+            if tests:
+                whole = _whole(tests)
+                return whole.detectable_noise if whole is not None else None
+        return None
+
+    def detectable_ratio(self) -> float | None:
+        """How much better than declared the canary must be told apart, by any cause, for the
+        whole-mechanism noise-ratio test to catch it with the stated power (∞: never)."""
+        whole = _whole(self.ratio_tests)
+        if whole is None or whole.detectable_noise is None:
+            return None
+        return math.inf if whole.detectable_noise <= 0 else 1 / whole.detectable_noise
+
+
+def _whole(tests: list[DeclarationTest]) -> DeclarationTest | None:
+    """The pooled test, else the most powerful single one."""
+    if not tests:
+        return None
+    pooled = next((t for t in tests if t.group == POOLED), None)
+    return pooled or max(tests, key=lambda t: t.detectable_noise or 0.0)
+
+
+def _weakest(tests: list[DeclarationTest]) -> DeclarationTest | None:
+    groups = [t for t in tests if t.group != POOLED]
+    return min(groups, key=lambda t: t.detectable_noise or 0.0) if len(groups) > 1 else None
 
 
 def evaluate(game: Game) -> Evaluation:
@@ -92,22 +130,31 @@ def evaluate(game: Game) -> Evaluation:
 
 def power_statement(evaluation: Evaluation, power: float) -> str:
     """What a verdict without a violation could have caught, in one sentence."""
-    whole = evaluation.detectable_noise()
-    if whole is None:
-        return ("its power is not stated: no noise-ratio test ran (no declared Gaussian "
-                "mechanism for these canaries, or coverage off with a canary whose shift the "
-                "declaration does not fix)")
-    if whole <= 0:
-        return (f"it had too few samples to catch any noise shortfall with {power:.0%} "
-                "probability: run more trials (--detect-shortfall)")
-    text = (f"it would have caught noise below {whole:.2f}× the declared std on the whole "
-            f"mechanism with {power:.0%} probability at these trials")
-    weakest = evaluation.weakest_group()
-    if weakest is not None and weakest.group and len(evaluation.ratio_tests) > 1:
-        factor = weakest.detectable_noise or 0.0
-        what = f"below {factor:.2f}×" if factor > 0 else "no shortfall"
-        text += f", and {what} in any single group (weakest: {weakest.group})"
-    return text
+    parts = []
+    noise = _whole(evaluation.noise_tests)
+    if noise is not None and noise.detectable_noise:
+        text = f"noise below {noise.detectable_noise:.3f}× the declared std"
+        weakest = _weakest(evaluation.noise_tests)
+        if weakest is not None and weakest.detectable_noise:
+            text += (f" (below {weakest.detectable_noise:.3f}× in any single tensor; weakest: "
+                     f"{weakest.group})")
+        parts.append(text)
+    ratio = evaluation.detectable_ratio()
+    if ratio is not None and math.isfinite(ratio):
+        text = (f"a mechanism that tells the canaries apart {ratio:.2f}× better than declared, "
+                f"whatever the cause (noise {1 / ratio:.2f}× short, a looser or wrongly shaped "
+                "clip, other sampling)")
+        weakest = _weakest(evaluation.ratio_tests)
+        if weakest is not None and weakest.detectable_noise:
+            text += (f", {1 / weakest.detectable_noise:.2f}× in any single group (weakest: "
+                     f"{weakest.group})")
+        parts.append(text)
+    if not parts:
+        return ("its power is not stated: no declaration test ran (the chain declares no "
+                "Gaussian mechanism for this canary, or coverage is off with a canary whose "
+                "shift the declaration does not fix)")
+    return (f"it would have caught {'; and '.join(parts)}; each with {power:.0%} probability "
+            "at these trials")
 
 
 def verdict_text(evaluation: Evaluation, claimed_epsilon: float, delta: float,

@@ -147,18 +147,7 @@ class AuditRecord:
                      and b.threshold is not None), "")
         if rule:
             lines.append(f"threshold: {rule}")
-        ratio_tests = [t for t in self.tests if t.ratio is not None]
-        if ratio_tests:
-            lines.append(f"tests of the declared mechanism (noise ratio r: 1 as declared; "
-                         f"false-alarm rate {self.false_alarm:g} over {len(self.tests)} tests, "
-                         "Holm):")
-            lines.append(f"  {'group':<28} {'r':>7} {'r_LB':>7} {'p':>9}  {'catches':>9}")
-            for t in sorted(ratio_tests, key=lambda t: t.p_value):
-                mark = "  VIOLATION" if t.rejected else ""
-                catches = "–" if not t.detectable_noise else f"<{t.detectable_noise:.2f}σ"
-                lines.append(f"  {t.group[:28]:<28} {_number(t.ratio):>7} "
-                             f"{_number(t.ratio_lower):>7} {t.p_value:>9.2g}  {catches:>9}"
-                             f"{mark}")
+        lines += tests_table(self.tests, self.false_alarm)
         for t in self.tests:
             if t.ratio is None and t.test == "sampling":
                 lines.append(f"sampling: {t.statement} (p = {t.p_value:.2g})"
@@ -177,6 +166,30 @@ class AuditRecord:
         lines.append(f"{self.trials} trials in {self.trial_seconds:.1f} s "
                      f"({self.wall_time_s:.1f} s in all)")
         return lines
+
+
+def tests_table(tests: list[DeclarationTest], false_alarm: float) -> list[str]:
+    """The tests of the declaration as rows: the noise as a factor f of the declared std (the
+    noise-ratio test: as if the noise were f× — 1/r), its upper bound, p, and the factor each
+    would have caught with its power."""
+    rows = [t for t in tests if t.ratio is not None]
+    if not rows:
+        return []
+    out = [f"tests of the declared mechanism (f = 1: as declared; false-alarm rate "
+           f"{false_alarm:g} over {len(tests)} tests, Holm):",
+           f"  {'test':<16} {'group':<26} {'f':>7} {'f ≤':>7} {'p':>9}  {'catches':>8}"]
+    for t in sorted(rows, key=lambda t: (t.p_value, t.test)):
+        mark = "  VIOLATION" if t.rejected else ""
+        catches = "–" if not t.detectable_noise else f"<{t.detectable_noise:.3f}"
+        out.append(f"  {t.test:<16} {t.group[:26]:<26} {_number(_flip(t.ratio)):>7} "
+                   f"{_number(_flip(t.ratio_lower)):>7} {t.p_value:>9.2g}  {catches:>8}{mark}")
+    return out
+
+
+def _flip(value: float | None) -> float | None:
+    if value is None:
+        return None
+    return 0.0 if math.isinf(value) else math.inf if value == 0 else 1 / value
 
 
 def bounds_table(bounds: list[AuditBound]) -> list[str]:

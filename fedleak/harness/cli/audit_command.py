@@ -85,8 +85,9 @@ the claimed ε).
               help="The probability --detect-shortfall asks for, and that every verdict "
                    "states its detectable shortfall at.")
 @click.option("--max-trials", default=None, type=click.IntRange(4),
-              help="At most this many trials when they are chosen by power (default: the "
-                   "victim's --max-audit-trials, 20,000; 2,000 secure-aggregation rounds).")
+              help="At most this many trials when they are chosen by power (default 4,000; "
+                   "1,000 secure-aggregation rounds; never more than the victim's "
+                   "--max-audit-trials).")
 @click.option("--false-alarm", default=1e-4, show_default=True,
               type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
               help="The verdict's family-wise false-alarm rate: a correct mechanism is "

@@ -31,7 +31,7 @@ from fedleak.defenses.mechanism import TOTAL
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
 from fedleak.harness.federated.protocol import FEDSGD, Protocol
-from fedleak.harness.victim.audit_coverage import _declared_clip, quiet_order, step_plan
+from fedleak.harness.victim.audit_coverage import declared_clip, quiet_order, step_plan
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
@@ -153,7 +153,7 @@ def _per_example_shift(chain: DefenseChain, norm: float, unit: list[torch.Tensor
     flat = torch.cat([u.detach().double().cpu().flatten() for u in unit])
     coords = torch.nonzero(flat).flatten().numpy()
     values = (norm * flat[coords]).numpy()
-    clipped = _declared_clip(coords, values, declared.clip, names, sizes)
+    clipped = declared_clip(coords, values, declared.clip, names, sizes)
     along = float(clipped @ (values / np.linalg.norm(values)))
     plan = step_plan(protocol, num_images,
                      declared.sampling.poisson_rate(num_images, protocol.batch_size))

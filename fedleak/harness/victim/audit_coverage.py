@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from fedleak.auditing.declaration_estimators import SPREAD
+from fedleak.auditing.noise_level import NoiseLevels
 from fedleak.auditing.noise_ratio import StreamTable
 from fedleak.defenses.composition import UpdateComposition
 from fedleak.defenses.mechanism import Mechanism
@@ -45,6 +46,8 @@ PER_GROUP = 16
 SPREAD_CANARIES = 8
 #: The canaries' rows may hold at most this many values (rows × parameters).
 MAX_CANARY_VALUES = 1 << 24
+#: Coordinates per tensor whose spread the noise-level test reads (a seeded subset beyond it).
+NOISE_COORDINATES = 4096
 
 
 @dataclass
@@ -58,6 +61,9 @@ class Stream:
     declared_shift: float = 0.0
     declared_std: float = 1.0
     shift_variance: float = 0.0
+    #: whether its canary-out trials feed the noise-level test (streams sharing coordinates
+    #: with others do not: their noise would count twice)
+    noise_sample: bool = True
 
 
 @dataclass
@@ -76,12 +82,39 @@ class Coverage:
     shift_sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
     shift_count: int = 0
     uncovered: list[str] = field(default_factory=list)
+    #: the noise-level test: coordinates away from the canaries, their group, declared std
+    noise_coordinates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    noise_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    group_names: list[str] = field(default_factory=list)
+    noise_std: float = 0.0
+    #: cells by (stratum, primary coin): trials, Σx, Σx² per noise coordinate
+    cells: dict[tuple[int, bool], tuple[int, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
+    by_coin: bool = False
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
         self.values = np.zeros((trials, len(self.streams)))
         self.strata = np.zeros(trials, dtype=np.int64)
         self.shift_sums = np.zeros(len(self.streams))
+
+    def watch_noise(self, names: Sequence[str], sizes: Sequence[int], std: float,
+                    rng: np.random.Generator) -> None:
+        """Read the spread of up to NOISE_COORDINATES coordinates per tensor that no canary
+        touches (their declared noise std ``std``)."""
+        used = np.unique(np.concatenate([c for c, _ in self.canaries]))
+        coords, groups, start = [], [], 0
+        for g, size in enumerate(sizes):
+            free = np.setdiff1d(np.arange(start, start + size), used, assume_unique=True)
+            if free.size > NOISE_COORDINATES:
+                free = np.sort(rng.choice(free, NOISE_COORDINATES, replace=False))
+            coords.append(free)
+            groups.append(np.full(free.size, g))
+            start += size
+        self.noise_coordinates = np.concatenate(coords).astype(np.int64)
+        self.noise_group = np.concatenate(groups).astype(np.int64)
+        self.group_names = list(names)
+        self.noise_std = std
 
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
              device: torch.device) -> list[torch.Tensor] | None:
@@ -108,6 +141,42 @@ class Coverage:
         for s, stream in enumerate(self.streams):
             self.values[trial, s] = self.sign * float(flat[stream.coordinates] @ stream.weights)
         self.strata[trial] = stratum
+        if self.noise_coordinates.size:
+            key = (stratum, bool(self.coins[trial, 0]) if self.by_coin else False)
+            x = flat[self.noise_coordinates]
+            n, sums, squares = self.cells.get(key, (0, np.zeros_like(x), np.zeros_like(x)))
+            self.cells[key] = (n + 1, sums + x, squares + x * x)
+
+    def noise_levels(self, trials: int) -> NoiseLevels | None:
+        """ν and Q per tensor (:mod:`fedleak.auditing.noise_level`) from the coordinates away
+        from the canaries and from every stream's canary-out trials, or None."""
+        if not self.noise_std > 0 or not (self.noise_coordinates.size or self.streams):
+            return None
+        names = list(dict.fromkeys([*self.group_names,
+                                    *(s.group for s in self.streams if s.noise_sample)]))
+        index = {n: i for i, n in enumerate(names)}
+        dof, squares = np.zeros(len(names)), np.zeros(len(names))
+        groups = np.array([index[self.group_names[g]] for g in self.noise_group], dtype=int)
+        for n, sums, sumsq in self.cells.values():
+            if n >= 2:
+                spread = np.maximum(sumsq - sums * sums / n, 0.0) / self.noise_std ** 2
+                np.add.at(squares, groups, spread)
+                np.add.at(dof, groups, n - 1)
+        coins = self.coins[:trials]
+        for k, stream in enumerate(self.streams):
+            if not stream.noise_sample:
+                continue
+            out = ~coins[:, stream.canary]
+            for h in np.unique(self.strata[:trials][out]):
+                rows = out & (self.strata[:trials] == h)
+                if self.by_coin:
+                    rows &= ~coins[:, 0]
+                y = self.values[:trials, k][rows] / stream.declared_std
+                if y.size >= 2:
+                    squares[index[stream.group]] += float(((y - y.mean()) ** 2).sum())
+                    dof[index[stream.group]] += y.size - 1
+        keep = dof > 0
+        return NoiseLevels(tuple(np.array(names)[keep].tolist()), dof[keep], squares[keep])
 
     def observe_update(self, composition: UpdateComposition, update: Sequence[torch.Tensor],
                        names: Sequence[str], coin: bool) -> None:
@@ -137,7 +206,7 @@ class Coverage:
             groups=tuple(s.group for s in self.streams), declared_shift=shifts,
             declared_std=np.array([s.declared_std for s in self.streams]),
             shift_variance=np.array([s.shift_variance for s in self.streams]),
-            strata=self.strata[:trials])
+            strata=self.strata[:trials], noise=self.noise_levels(trials))
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -244,7 +313,7 @@ def per_example_coverage(primary: tuple[np.ndarray, np.ndarray], names: Sequence
     for name, o in zip(names, order, strict=True):
         take = min(per_group, len(o))
         if take == 0:
-            uncovered.append(name)
+            uncovered.append(f"{name} (no coordinate left for a canary)")
         for j in o[:take]:
             canaries.append((np.array([j], dtype=np.int64), np.array([canary_norm])))
             groups.append(name)
@@ -253,7 +322,7 @@ def per_example_coverage(primary: tuple[np.ndarray, np.ndarray], names: Sequence
     streams = []
     for k, ((coords, values), group) in enumerate(zip(canaries, groups, strict=True)):
         unit = values / np.linalg.norm(values)
-        clipped = _declared_clip(coords, values, clip, names, sizes)
+        clipped = declared_clip(coords, values, clip, names, sizes)
         mean, variance = plan.shift(float(clipped @ unit) / plan.batch)
         streams.append(Stream(k, group, coords, unit, mean, plan.noise(std) or 1e-300,
                               variance))
@@ -266,7 +335,7 @@ def update_coverage(canary: tuple[np.ndarray, np.ndarray], names: Sequence[str],
     """The update stage's one canary read per tensor and as a whole (its declared shifts are
     added trial by trial, :meth:`Coverage.observe_update`)."""
     coords, values = canary
-    streams = [Stream(0, SPREAD, coords, values / np.linalg.norm(values))]
+    streams = [Stream(0, SPREAD, coords, values / np.linalg.norm(values), noise_sample=False)]
     for j, v in zip(coords.tolist(), values.tolist(), strict=True):
         streams.append(Stream(0, _group_of(j, names, sizes), np.array([j]), np.array([1.0])))
     for s in streams:
@@ -283,7 +352,7 @@ def _group_of(coordinate: int, names: Sequence[str], sizes: Sequence[int]) -> st
     raise ValueError(f"coordinate {coordinate} lies outside the {start} parameters")
 
 
-def _declared_clip(coords: np.ndarray, values: np.ndarray, clip: object,
+def declared_clip(coords: np.ndarray, values: np.ndarray, clip: object,
                    names: Sequence[str], sizes: Sequence[int]) -> np.ndarray:
     """The declared per-example clip of one canary, at its coordinates."""
     from fedleak.defenses.mechanism import Clip

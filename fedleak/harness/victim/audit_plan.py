@@ -24,6 +24,7 @@ from fedleak.auditing.noise_ratio import declared_cells, trials_for_power
 from fedleak.auditing.verdict import Evaluation, evaluate
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.composition import trial_noise_std
+from fedleak.defenses.mechanism import PER_COORDINATE
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.audit_canary import AuditCanary
@@ -60,12 +61,30 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
                                          mechanism, plan, canary.norm, trials, rng)
         coverage.coins[:, 0] = coins
         coverage.sign = canary.score_sign
+        std = plan.noise(mechanism.noise.std if mechanism.noise is not None else 0.0)
+        _watch(coverage, chain, names, sizes, std, rng)
         return coverage
     composition = chain.update_composition()
     if not composition.gaussian:
         return None
-    return update_coverage(canary.sparse, names, sizes,
-                           trial_noise_std(composition, noise_users), coins)
+    std = trial_noise_std(composition, noise_users)
+    coverage = update_coverage(canary.sparse, names, sizes, std, coins)
+    coverage.by_coin = True  # a clip rescales every coordinate with the canary's coin
+    _watch(coverage, chain, names, sizes, std, rng)
+    return coverage
+
+
+def _watch(coverage: Coverage, chain: DefenseChain, names: Sequence[str],
+           sizes: Sequence[int], std: float, rng: np.random.Generator) -> None:
+    """Read the noise level unless a declared box clip after the noise would bias it (a clip
+    within six noise stds of zero cuts the noise's tails and shrinks its spread)."""
+    transport = chain.transport_mechanism
+    box = transport.clip if transport is not None else None
+    if box is not None and box.geometry == PER_COORDINATE and box.norm < 6 * std:
+        coverage.uncovered.append(f"the noise level (the transport's ±{box.norm:g} box clip "
+                                  f"is within 6 noise stds, {std:.3g})")
+        return
+    coverage.watch_noise(names, sizes, std, rng)
 
 
 def choose_trials(request: AuditRequest, coverage: Coverage | None, claim: TrialClaim,
@@ -130,8 +149,11 @@ def covered_groups(coverage: Coverage | None) -> str:
     groups = list(dict.fromkeys(s.group for s in coverage.streams))
     text = (f"{len(coverage.canaries)} canaries over {len(groups)} groups "
             f"({', '.join(groups[:6])}{', …' if len(groups) > 6 else ''})")
+    if coverage.noise_coordinates.size:
+        text += (f"; the noise level read on {coverage.noise_coordinates.size} coordinates of "
+                 f"{len(coverage.group_names)} tensors")
     if coverage.uncovered:
-        text += f"; not covered (no coordinate left): {', '.join(coverage.uncovered)}"
+        text += f"; not covered: {', '.join(coverage.uncovered)}"
     return text
 
 

@@ -37,8 +37,8 @@ DEFAULT_FALSE_ALARM = 1e-4
 #: secure-aggregation trial is a whole protocol round, so those are capped lower).
 DEFAULT_SHORTFALL = 0.9
 DEFAULT_POWER = 0.99
-DEFAULT_MAX_CHOSEN = 20000
-SECAGG_MAX_CHOSEN = 2000
+DEFAULT_MAX_CHOSEN = 4000
+SECAGG_MAX_CHOSEN = 1000
 #: Trials when the chain claims nothing (nothing to fall short of) and none are asked for.
 DEFAULT_TRIALS = 2000
 
