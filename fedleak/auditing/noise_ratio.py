@@ -97,8 +97,18 @@ class Cells:
 
 
 def cells(table: StreamTable, members: np.ndarray) -> Cells | None:
-    """The group's cells; None when no cell has both an in and an out sample."""
-    strata = table.strata if table.strata is not None else np.zeros(len(table.values), int)
+    """The group's cells; None when no cell has both an in and an out sample. Strata that
+    leave fewer than half the samples in usable cells (batches that rarely repeat) are
+    pooled instead: the data's spread then only adds to the noise (conservative)."""
+    if table.strata is not None:
+        by_stratum = _cells(table, members, table.strata)
+        usable = 0 if by_stratum is None else sum(by_stratum.samples)
+        if usable * 2 >= table.values.shape[0] * len(members):
+            return by_stratum
+    return _cells(table, members, np.zeros(len(table.values), int))
+
+
+def _cells(table: StreamTable, members: np.ndarray, strata: np.ndarray) -> Cells | None:
     n1s, n0s, diffs, vins, rhos, rvs = [], [], [], [], [], []
     out_res, in_res = [], []
     for k in members:

@@ -54,12 +54,14 @@ class UpdateComposition:
     def gaussian(self) -> bool:
         return self.noise_std > 0 and not self.unbounded
 
-    def distance(self, r: float, names: Sequence[str]) -> float:
-        """How far apart two inputs at most ``r`` apart are when the noise is added."""
+    def distance(self, r: float, names: Sequence[str], from_zero: bool = False) -> float:
+        """How far apart two inputs at most ``r`` apart are when the noise is added; with
+        ``from_zero`` one of them is the zero update (a canary client absent), which every
+        clip leaves at zero, so the other ends within the clip's bound S, not 2S."""
         for _, clip in self.clips:
             if clip.geometry == PER_COORDINATE:
                 continue  # a box bounds no L2 distance by itself
-            r = min(r, 2 * clip.sensitivity(names))
+            r = min(r, (1 if from_zero else 2) * clip.sensitivity(names))
         return r
 
     def declared_map(self, update: Sequence[torch.Tensor], names: Sequence[str]) \

@@ -13,7 +13,8 @@ that declares what ``dpsgd`` declares gets exactly ``dpsgd``'s claim:
   2021, numerically tight). The declared accountant's own (looser) ε is reported beside it;
 - **the update stage** (and every canary client): the canary moves what enters it by at most r
   (‖c‖; an input canary: unbounded); the declared clips bound the distance when the first
-  Gaussian noise is added (:class:`~fedleak.defenses.composition.UpdateComposition`), and the
+  Gaussian noise is added — by 2S for a canary added to the user's own update (two updates of
+  one user), by S for a canary client (its absence is the zero update) (:class:`~fedleak.defenses.composition.UpdateComposition`), and the
   noise's std on what the server sees (s·√(k/n) for k users of n declared shares, s·√k for k
   users adding s each) makes the trial a Gaussian mechanism with μ = distance / std, ε exact.
   A defense that declares nothing before the noise, or no noise, means no claim (ε = ∞).
@@ -137,7 +138,7 @@ def _update_claim(chain: DefenseChain, canary: str, canary_norm: float, noise_us
     if not composition.gaussian:
         why = composition.unbounded or "no Gaussian noise"
         return TrialClaim(math.inf, delta, "; ".join(steps) + f" — {why}: no claim", "none")
-    distance = composition.distance(distance, names)
+    distance = composition.distance(distance, names, from_zero=canary == CLIENT)
     noise = trial_noise_std(composition, noise_users)
     if noise_users > 1:
         steps.append(f"the server sees the sum of {noise_users} users: s = {noise:.4g}")

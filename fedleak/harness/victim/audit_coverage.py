@@ -48,6 +48,8 @@ SPREAD_CANARIES = 8
 MAX_CANARY_VALUES = 1 << 24
 #: Coordinates per tensor whose spread the noise-level test reads (a seeded subset beyond it).
 NOISE_COORDINATES = 4096
+#: the key of the accumulators over every stratum together
+POOLED_STRATUM = -1
 
 
 @dataclass
@@ -142,10 +144,11 @@ class Coverage:
             self.values[trial, s] = self.sign * float(flat[stream.coordinates] @ stream.weights)
         self.strata[trial] = stratum
         if self.noise_coordinates.size:
-            key = (stratum, bool(self.coins[trial, 0]) if self.by_coin else False)
+            coin = bool(self.coins[trial, 0]) if self.by_coin else False
             x = flat[self.noise_coordinates]
-            n, sums, squares = self.cells.get(key, (0, np.zeros_like(x), np.zeros_like(x)))
-            self.cells[key] = (n + 1, sums + x, squares + x * x)
+            for key in ((stratum, coin), (POOLED_STRATUM, coin)):
+                n, sums, squares = self.cells.get(key, (0, np.zeros_like(x), np.zeros_like(x)))
+                self.cells[key] = (n + 1, sums + x, squares + x * x)
 
     def noise_levels(self, trials: int) -> NoiseLevels | None:
         """ν and Q per tensor (:mod:`fedleak.auditing.noise_level`) from the coordinates away
@@ -157,7 +160,13 @@ class Coverage:
         index = {n: i for i, n in enumerate(names)}
         dof, squares = np.zeros(len(names)), np.zeros(len(names))
         groups = np.array([index[self.group_names[g]] for g in self.noise_group], dtype=int)
-        for n, sums, sumsq in self.cells.values():
+        stratified = {k: v for k, v in self.cells.items() if k[0] != POOLED_STRATUM}
+        pooled = {k: v for k, v in self.cells.items() if k[0] == POOLED_STRATUM}
+        usable = sum(n - 1 for n, _, _ in stratified.values() if n >= 2)
+        total = sum(n - 1 for n, _, _ in pooled.values() if n >= 2)
+        chosen = stratified if usable * 2 >= total else pooled  # batches that rarely repeat
+        strata = self.strata[:trials] if chosen is stratified else np.zeros(trials, np.int64)
+        for n, sums, sumsq in chosen.values():
             if n >= 2:
                 spread = np.maximum(sumsq - sums * sums / n, 0.0) / self.noise_std ** 2
                 np.add.at(squares, groups, spread)
@@ -167,8 +176,8 @@ class Coverage:
             if not stream.noise_sample:
                 continue
             out = ~coins[:, stream.canary]
-            for h in np.unique(self.strata[:trials][out]):
-                rows = out & (self.strata[:trials] == h)
+            for h in np.unique(strata[out]):
+                rows = out & (strata == h)
                 if self.by_coin:
                     rows &= ~coins[:, 0]
                 y = self.values[:trials, k][rows] / stream.declared_std

@@ -75,7 +75,7 @@ class AuditRequest:
             raise InvalidArgument("a canary client is an extra user of a secure-aggregation "
                                   "round: this victim has one user; use canary gradient or "
                                   "input, or start it with --users K --defense secagg")
-        direction = self.direction or (RANDOM if canary == CLIENT else DIRAC)
+        direction = self.direction or DIRAC
         if canary == INPUT:
             direction = ""
         elif direction not in DIRECTIONS:
