@@ -16,7 +16,7 @@ block), each audit with its own canary seed.
 Results go to a JSON-lines file as they come (``--results``); a rerun skips the audits already
 there, so the bench is resumable and can run in the background:
 
-    OMP_NUM_THREADS=1 python bench/audit_bugs.py                      # ≥ 20 per bug, 100 per control
+    OMP_NUM_THREADS=1 python bench/audit_bugs.py                # 20 per bug, 100 per control
     OMP_NUM_THREADS=1 python bench/audit_bugs.py --only dp-short-noise --audits 5
     python bench/audit_bugs.py --table                                 # print the table only
 

@@ -37,12 +37,23 @@ class DeclaredFamily(Protocol):
     Gaussian μ (fixed batches, update stage) or Poisson (σ, q, steps), and ε of the same family
     with its noise divided by a ratio."""
 
-    epsilon: float
-    delta: float
-    mu: float | None
-    sigma: float | None
-    sample_rate: float | None
-    steps: int
+    @property
+    def epsilon(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def mu(self) -> float | None: ...
+
+    @property
+    def sigma(self) -> float | None: ...
+
+    @property
+    def sample_rate(self) -> float | None: ...
+
+    @property
+    def steps(self) -> int: ...
 
     def epsilon_at(self, ratio: float) -> float: ...
 

@@ -13,8 +13,9 @@ coordinates with cells c (coordinate × stratum), n_c trials each,
 when the noise is as declared (and stochastically larger when data moves the coordinates too).
 Noise f·s instead scales Q by f², so the one-sided test rejects "the noise is at least the
 declared" when Q < χ²_ν⁻¹(α), with power χ²_ν(χ²_ν⁻¹(α)/f²) against a shortfall f, and
-f ≤ √(Q / χ²_ν⁻¹(α)) holds with confidence 1 − α (:func:`noise_test`). One trial already gives a sample
-per coordinate, so a few trials catch a few per cent of missing noise, in every tensor.
+f ≤ √(Q / χ²_ν⁻¹(α)) holds with confidence 1 − α (:func:`noise_test`). One trial already
+gives a sample per coordinate, so a few trials catch a few per cent of missing noise, in every
+tensor.
 
 This tests the declared noise, not DP by itself: an implementation that clips harder than it
 declares and adds proportionally less noise is as private and is still not what it declares.

@@ -23,10 +23,11 @@ and by the delta method Var r̂ ≈ Σ_c w_c² (v̂₁c/n₁c + v̂₀/n₀c) / 
 (P = Σ w_c ρ_c, κ̂ the out residuals' kurtosis, at least 3). The one-sided test of "r ≤ 1"
 (the declaration holds) works in log space, where the ratio's skew is small: it rejects at
 level α when ln r̂ / se₁ > z_{1−α} (se₁ the standard error at r = 1), and the lower
-confidence bound is r̂ · exp(−z_{1−α} se/r̂). Its power against noise f·σ (r = 1/f) follows in closed form from the
-same normal law with the declared variances (:func:`power`), so a verdict can say what it
-could have caught, and :func:`trials_for_power` how many trials reach a stated power. The
-normal approximation holds for the thousands of samples a default audit draws; the tests of
+confidence bound is r̂ · exp(−z_{1−α} se/r̂). Its power against noise f·σ (r = 1/f)
+follows in closed form from the same normal law with the declared variances
+(:func:`power`), so a verdict can say what it could have caught, and
+:func:`trials_for_power` how many trials reach a stated power. The normal approximation holds
+for the thousands of samples a default audit draws; the tests of
 ``tests/test_audit_coverage.py`` check its level by simulation.
 
 The test is parametric: it is exact for Gaussian noise and linear scores (the victim projects
@@ -89,7 +90,7 @@ class Cells:
 
     @property
     def weights(self) -> np.ndarray:
-        return self.n1 * self.n0 / np.maximum(self.n1 + self.n0, 1)
+        return np.asarray(self.n1 * self.n0 / np.maximum(self.n1 + self.n0, 1), dtype=float)
 
     @property
     def samples(self) -> tuple[int, int]:

@@ -38,7 +38,7 @@ def tradeoff(mu: float, q: float, alpha: np.ndarray) -> np.ndarray:
     ys = np.concatenate([f, a, [1.0, 0.0]])
     order = np.lexsort((ys, xs))
     hull = _lower_hull(xs[order], ys[order])
-    return np.interp(alpha, hull[:, 0], hull[:, 1])
+    return np.asarray(np.interp(alpha, hull[:, 0], hull[:, 1]), dtype=float)
 
 
 def _lower_hull(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:

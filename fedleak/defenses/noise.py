@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.defenses.defense_registry import register_defense
-from fedleak.defenses.mechanism import LAPLACE, UPDATE, Mechanism, Noise as DeclaredNoise
+from fedleak.defenses.mechanism import LAPLACE, UPDATE, Mechanism
+from fedleak.defenses.mechanism import Noise as DeclaredNoise
 from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 
 DISTRIBUTIONS = ("gaussian", "laplace")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fedleak.defenses.defense_registry import register_defense
-from fedleak.defenses.secagg import SecAggConfig
 from fedleak.defenses.mechanism import PER_COORDINATE, TRANSPORT, Clip, Mechanism
+from fedleak.defenses.secagg import SecAggConfig
 from fedleak.defenses.stages import TransportDefense
 
 

@@ -6,8 +6,8 @@ or, when the chain has a per-example defense (DP-SGD), the privatised local trai
 :func:`~fedleak.harness.federated.private_update.private_local_update`, whose privacy accounting
 (ε spent, by the declaration's accountant) goes into the metadata; then every update defense
 of the chain applies in order, Δ ← D_k(Δ), drawing its randomness from ``generator`` (a
-declared clipped Gaussian update stage accounts its round into the metadata too). Transport defenses (secure aggregation)
-act later, between users, and are not applied here.
+declared clipped Gaussian update stage accounts its round into the metadata too). Transport
+defenses (secure aggregation) act later, between users, and are not applied here.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def defended_update(
 
     ``account`` charges the round to the accountants the chain's declarations earn
     (:attr:`~fedleak.defenses.DefenseChain.accountant`: the per-example mechanism's steps, the
-    update stage's rounds) and reports their ε; the users of one secure-aggregation round are accounted
-    once (each user's ε is the same), so the victim passes False for all but one of them.
+    update stage's rounds) and reports their ε; the users of one secure-aggregation round are
+    accounted once (each user's ε is the same), so the victim passes False for all but one.
 
     ``canary`` (an audit trial's) enters before every defense: as one more example of the
     per-example defense's local training (DP-SGD clips and noises it as data), or, without a

@@ -27,8 +27,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 from torch import nn
 
-from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.defenses.accounting import epsilon, make_accountant
+from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
 from fedleak.harness.flower.procedure import (

@@ -221,7 +221,7 @@ class RemoteDefense(RemoteLink, UpdateDefense):
                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Any:
         if cls is RemoteDefense and config is not None and config.stage == PER_EXAMPLE:
             link = object.__new__(RemotePerExampleDefense)
-            link.__init__(config, chunk_bytes)
+            RemotePerExampleDefense.__init__(link, config, chunk_bytes)
             return link
         return object.__new__(cls)
 

@@ -14,9 +14,10 @@ that declares what ``dpsgd`` declares gets exactly ``dpsgd``'s claim:
 - **the update stage** (and every canary client): the canary moves what enters it by at most r
   (‖c‖; an input canary: unbounded); the declared clips bound the distance when the first
   Gaussian noise is added — by 2S for a canary added to the user's own update (two updates of
-  one user), by S for a canary client (its absence is the zero update) (:class:`~fedleak.defenses.composition.UpdateComposition`), and the
-  noise's std on what the server sees (s·√(k/n) for k users of n declared shares, s·√k for k
-  users adding s each) makes the trial a Gaussian mechanism with μ = distance / std, ε exact.
+  one user), by S for a canary client (its absence is the zero update)
+  (:class:`~fedleak.defenses.composition.UpdateComposition`), and the noise's std on what the
+  server sees (s·√(k/n) for k users of n declared shares, s·√k for k users adding s each)
+  makes the trial a Gaussian mechanism with μ = distance / std, ε exact.
   A defense that declares nothing before the noise, or no noise, means no claim (ε = ∞).
 
 The claim's ε is the *tight* ε of the declared trial mechanism: a bound above it means the

@@ -344,8 +344,9 @@ def update_coverage(canary: tuple[np.ndarray, np.ndarray], names: Sequence[str],
     """The update stage's one canary read per tensor and as a whole (its declared shifts are
     added trial by trial, :meth:`Coverage.observe_update`)."""
     coords, values = canary
-    streams = [Stream(0, SPREAD, coords, values / np.linalg.norm(values), noise_sample=False)]
-    for j, v in zip(coords.tolist(), values.tolist(), strict=True):
+    streams = [Stream(0, SPREAD, coords, values / np.linalg.norm(values),
+                      noise_sample=False)]
+    for j in coords.tolist():
         streams.append(Stream(0, _group_of(j, names, sizes), np.array([j]), np.array([1.0])))
     for s in streams:
         s.declared_std = noise_std or 1e-300

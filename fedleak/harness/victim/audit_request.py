@@ -21,7 +21,6 @@ from fedleak.auditing.canaries import (
     DIRECTIONS,
     GRADIENT,
     INPUT,
-    RANDOM,
 )
 from fedleak.harness.wire.request_errors import InvalidArgument
 

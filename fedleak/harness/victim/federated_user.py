@@ -14,13 +14,11 @@ asks for |pool|/n rounds sees every private image once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 import grpc
 import torch
 
-from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.auditing import DeclarationTest
+from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.audit_plan import covered_groups
 from fedleak.harness.victim.audit_sessions import AuditOutcome, AuditSession
