@@ -114,7 +114,7 @@ class AuditRequest:
         if rule == "declared" and not math.isfinite(self.threshold):
             raise InvalidArgument("a declared threshold must be a finite number")
         fraction = self.calibration_fraction or DEFAULT_CALIBRATION
-        if rule == "split" and not 0 < fraction < 1:
+        if not 0 < fraction < 1:
             raise InvalidArgument(f"calibration_fraction must lie in (0, 1), got {fraction}")
         if rule == "split" and 0 < self.trials < 4:
             raise InvalidArgument("a held-out split needs at least 4 trials")
