@@ -20,7 +20,10 @@ The classes of bug, from the literature and from incident reports:
 - **shuffled batches accounted as Poisson** (``dp-shuffle-as-poisson``; Chua et al. 2024):
   the accountant assumes Poisson sampling at q = B/n while the batches are fixed slices;
 - **clipping after noising** (``noise-clip-after-noise``): an update defense that adds the
-  noise first and clips the noisy update, so the update itself is never bounded.
+  noise first and clips the noisy update, so the update itself is never bounded;
+- **per-batch instead of per-example clipping** (``dp-clip-the-batch``): the batch's summed
+  gradient is clipped to C, not each example's, so one example can move it by 2C, and by
+  anything the others' sum leaves room for.
 
 Put this folder on ``PYTHONPATH`` to install it (it is laid out as pip installs a package).
 """
@@ -126,6 +129,17 @@ class ClipPerTensor(DeclaredDPSGD):
             summed = clip_total([g], self.config.max_grad_norm)[0]
             out.append((summed + self.noise(summed, i, generator)) / expected_batch_size)
         return out
+
+
+class ClipTheBatch(DeclaredDPSGD):
+    """BUG: the sum of the batch's gradients is clipped to C instead of each example's."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        summed = clip_total([g.sum(0, keepdim=True) for g in per_example],
+                            self.config.max_grad_norm)
+        return [(s + self.noise(s, i, generator)) / expected_batch_size
+                for i, s in enumerate(summed)]
 
 
 class ClipNormDefault(DeclaredDPSGD):

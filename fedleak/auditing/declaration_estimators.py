@@ -14,6 +14,12 @@ parameter tensor and the claimed clip geometry — never the server's scores.
 - ``noise-level``: the χ² test of :mod:`fedleak.auditing.noise_level` per tensor and pooled —
   whether the declared noise is there, on every coordinate away from the canaries; a few
   trials catch a few per cent of missing noise;
+- ``interference``: per example, each canary is clipped on its own and the step sums them, so
+  one canary's stream cannot depend on how many others joined the trial; an implementation
+  that clips the batch's sum instead of each example (or divides by the batch's actual size)
+  makes every stream shrink as more canaries join. The statistic is the self-normalised
+  covariance Z = Σ_t S_t (N_t − N̄) / √(Σ_t S_t² (N_t − N̄)²) between the trial's summed
+  residuals S_t and its count of canaries N_t, ≈ N(0, 1) under the declaration (two-sided);
 - ``sampling``: under declared Poisson sampling the canary joins a Binomial number of steps,
   so its in-trials spread more than its out-trials by Var(N)·h²; an implementation that
   shuffles or fixes its batches while its accountant assumes Poisson (Chua et al. 2024)
@@ -40,6 +46,7 @@ from fedleak.auditing.noise_level import noise_test
 from fedleak.auditing.noise_ratio import cells, ratio_test
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
+    INTERFERENCE,
     NOISE_LEVEL,
     SAMPLING,
     AuditBound,
@@ -193,3 +200,44 @@ class SamplingCheck(Estimator):
                      f"makes it {format_epsilon(expected)}")
         return Findings(tests=[DeclarationTest(SAMPLING, "sampling", p_value, False, statement,
                                                n1, n0, level=level)])
+
+
+@register_estimator(INTERFERENCE)
+class Interference(Estimator):
+    """Whether one canary's stream depends on how many others joined (module docstring)."""
+
+    Config = NoOptions
+
+    def applies(self, game: Game) -> bool:
+        table = game.streams
+        return game.claims and table is not None and table.independent and \
+            table.values.shape[1] > 2
+
+    def tests(self, game: Game) -> int:
+        return 1 if self.applies(game) else 0
+
+    def run(self, game: Game, level: float) -> Findings:
+        table = game.streams
+        if table is None or not self.applies(game):
+            return Findings()
+        strata = table.strata if table.strata is not None else np.zeros(len(table.values))
+        residual = np.zeros_like(table.values)
+        for k in range(table.values.shape[1]):
+            y = table.values[:, k] / table.declared_std[k]
+            for coin in (True, False):
+                for h in np.unique(strata):
+                    rows = (table.coins[:, k] == coin) & (strata == h)
+                    if rows.any():
+                        residual[rows, k] = y[rows] - y[rows].mean()
+        joined = table.coins.sum(axis=1).astype(float)
+        centred = joined - joined.mean()
+        summed = residual.sum(axis=1)
+        denominator = math.sqrt(float(((summed * centred) ** 2).sum()))
+        z = float((summed * centred).sum()) / denominator if denominator > 0 else 0.0
+        p_value = float(2 * norm.sf(abs(z)))
+        statement = (f"one canary's stream moves with the number of canaries in its trial "
+                     f"(z = {z:.3g}); each clipped on its own, as declared, they would not "
+                     "interact")
+        return Findings(tests=[DeclarationTest(INTERFERENCE, "all canaries", p_value, False,
+                                               statement, int(table.values.size), 0,
+                                               level=level)])

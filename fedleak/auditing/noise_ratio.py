@@ -39,6 +39,7 @@ statistics), Steinke, Nasr & Jagielski 2023 (many canaries in one run).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -64,6 +65,12 @@ class StreamTable:
     strata: np.ndarray | None = None  # [T] the victim's batch of each trial
     #: the released coordinates' spread away from the canaries (fedleak.auditing.noise_level)
     noise: NoiseLevels | None = None
+    #: whether the declaration makes every canary's contribution independent of the others'
+    #: (one canary per stream, each clipped on its own, summed in one step)
+    independent: bool = False
+    #: whether the declared model gives the streams' law exactly (nothing but the declared
+    #: noise moves a stream within a stratum): then r < 1 is a departure too, tested two-sided
+    exact: bool = False
 
     def __post_init__(self) -> None:
         t, k = self.values.shape
@@ -87,6 +94,8 @@ class Cells:
     out_kurtosis: float
     in_excess: float           # pooled in-variance minus out-variance
     in_excess_se: float
+    #: False when batches that rarely repeat were pooled (the data's spread joins the noise's)
+    stratified: bool = True
 
     @property
     def weights(self) -> np.ndarray:
@@ -106,6 +115,9 @@ def cells(table: StreamTable, members: np.ndarray) -> Cells | None:
         usable = 0 if by_stratum is None else sum(by_stratum.samples)
         if usable * 2 >= table.values.shape[0] * len(members):
             return by_stratum
+        if len(np.unique(table.strata)) > 1:
+            pooled = _cells(table, members, np.zeros(len(table.values), int))
+            return None if pooled is None else dataclasses.replace(pooled, stratified=False)
     return _cells(table, members, np.zeros(len(table.values), int))
 
 
@@ -197,8 +209,7 @@ def ratio_estimate(c: Cells) -> float:
 def power(c: Cells, ratio: float, alpha: float, scale: float = 1.0) -> float:
     """P(the test rejects at level ``alpha``) when the mechanism's ratio is ``ratio``, at the
     cells' sample sizes times ``scale``, under the declared model (log r̂ normal)."""
-    scaled = Cells(c.n1 * scale, c.n0 * scale, c.mean_difference, c.var_in, c.rho,
-                   c.rho_variance, c.out_variance, c.out_kurtosis, c.in_excess, c.in_excess_se)
+    scaled = dataclasses.replace(c, n1=c.n1 * scale, n0=c.n0 * scale)
     se_null = math.sqrt(_variance_of_ratio(scaled, 1.0, declared=True))
     se_alt = math.sqrt(_variance_of_ratio(scaled, ratio, declared=True)) / ratio
     critical = norm.isf(alpha) * se_null
@@ -220,7 +231,10 @@ def detectable_ratio(c: Cells, alpha: float, target: float, scale: float = 1.0) 
 
 def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float,
                target_power: float) -> RatioTest | None:
-    """The noise-ratio test of ``members`` at level ``alpha`` (module docstring)."""
+    """The noise-ratio test of ``members`` at level ``alpha`` (module docstring); two-sided
+    where the declared model is exact (:attr:`StreamTable.exact`): a mechanism that tells the
+    canaries apart much *worse* than declared (a batch clipped as a whole, a sum divided by
+    the batch's actual size) is not the declared one either."""
     c = cells(table, members)
     if c is None or not float((c.weights * c.rho).sum()) > 0:
         return None
@@ -236,7 +250,9 @@ def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float
         se_one = math.sqrt(_variance_of_ratio(c, 1.0, declared=False))
         lower = r * math.exp(-z * se / r) if se > 0 else r
         p_value = float(norm.sf(math.log(r) / se_one)) if se_one > 0 else float(r <= 1)
-    detectable = detectable_ratio(c, alpha, target_power)
+        if table.exact and c.stratified:
+            p_value = min(1.0, 2 * min(p_value, 1 - p_value))
+    detectable = detectable_ratio(c, alpha / 2 if table.exact else alpha, target_power)
     n1, n0 = c.samples
     return RatioTest(group, len(members), n1, n0, r, lower, p_value, alpha,
                      0.0 if math.isinf(detectable) else 1 / detectable, target_power)

@@ -20,9 +20,10 @@ SUBSAMPLED_GAUSSIAN = "subsampled-gaussian"
 GAUSSIAN_SCORES = "gaussian-scores"
 SAMPLING = "sampling"
 NOISE_LEVEL = "noise-level"
+INTERFERENCE = "interference"
 ONE_SHOT = "one-shot"
 ESTIMATORS = (CLOPPER_PEARSON, GAUSSIAN_DP, ONE_RUN, SUBSAMPLED_GAUSSIAN, GAUSSIAN_SCORES,
-              NOISE_LEVEL, SAMPLING, ONE_SHOT)
+              NOISE_LEVEL, INTERFERENCE, SAMPLING, ONE_SHOT)
 #: Where each comes from.
 REFERENCES = {
     CLOPPER_PEARSON: "Jagielski et al. 2020; Nasr et al. 2021",
@@ -32,6 +33,7 @@ REFERENCES = {
     GAUSSIAN_SCORES: "Nasr et al. 2023; Andrew et al. 2024; Steinke et al. 2023 (many canaries)",
     SAMPLING: "Chua et al. 2024 (shuffled batches accounted as Poisson)",
     NOISE_LEVEL: "a χ² test of the released coordinates' spread against the declared noise",
+    INTERFERENCE: "per-example canaries clipped on their own do not interact",
     ONE_SHOT: "Andrew et al. 2024 (estimate, not a bound)",
 }
 

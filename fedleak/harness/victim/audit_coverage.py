@@ -204,6 +204,11 @@ class Coverage:
             self.shift_sums[s] += float(moved[stream.coordinates] @ stream.weights)
         self.shift_count += 1
 
+    #: one local step per trial (FedSGD): the canaries' contributions add exactly
+    one_step: bool = False
+    #: the declared model gives every stream's law exactly (see StreamTable.exact)
+    exact: bool = False
+
     def table(self, trials: int) -> StreamTable:
         """The measured streams of the first ``trials`` trials, with their declared values."""
         shifts = np.array([s.declared_shift for s in self.streams])
@@ -215,7 +220,8 @@ class Coverage:
             groups=tuple(s.group for s in self.streams), declared_shift=shifts,
             declared_std=np.array([s.declared_std for s in self.streams]),
             shift_variance=np.array([s.shift_variance for s in self.streams]),
-            strata=self.strata[:trials], noise=self.noise_levels(trials))
+            strata=self.strata[:trials], noise=self.noise_levels(trials),
+            independent=self.per_example and self.one_step, exact=self.exact)
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -61,6 +61,8 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
                                          mechanism, plan, canary.norm, trials, rng)
         coverage.coins[:, 0] = coins
         coverage.sign = canary.score_sign
+        coverage.one_step = plan.weights.size == 1
+        coverage.exact = coverage.one_step and plan.sample_rate is None
         std = plan.noise(mechanism.noise.std if mechanism.noise is not None else 0.0)
         _watch(coverage, chain, names, sizes, std, rng)
         return coverage
@@ -70,6 +72,7 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
     std = trial_noise_std(composition, noise_users)
     coverage = update_coverage(canary.sparse, names, sizes, std, coins)
     coverage.by_coin = True  # a clip rescales every coordinate with the canary's coin
+    coverage.exact = not protocol.order_matters(num_images)  # no secret order moves the data
     _watch(coverage, chain, names, sizes, std, rng)
     return coverage
 
