@@ -14,7 +14,7 @@ A declaration says (docs/defenses.md, "Mechanisms, not classes"):
   update) and its geometry — ``total`` (‖x‖₂ ≤ S over every tensor together), ``per-tensor``
   (‖x_l‖₂ ≤ S_l for each parameter tensor l; S_l = S/√L unless given, so Σ S_l² = S²),
   ``per-layer`` (the tensors of one module together, S/√M each) or ``per-coordinate``
-  (|x_j| ≤ S, secure aggregation's box);
+  (every coordinate within ±S, secure aggregation's box);
 - **noise** (:class:`Noise`): its distribution and the std per coordinate it adds to what the
   stage releases (per example: to each step's sum of clipped gradients, before the division by
   the expected batch size; update: to the update);

@@ -16,7 +16,7 @@ built-in's — a claim is what the service says, not what it does.
 
 With ``stage=per-example`` the service is a per-example defense (a DP-SGD of the user's own):
 every local step the victim streams the step's per-example gradients, one tensor
-[B, *θ_l.shape] per parameter, with the expected batch size, and uses the gradient that comes
+``[B, *θ_l.shape]`` per parameter, with the expected batch size, and uses the gradient that comes
 back (:class:`RemotePerExampleDefense`).
 
 Everything the service returns is checked before it can leave the victim: the same tensors in
