@@ -199,3 +199,45 @@ def test_the_mechanism_module_has_no_class_reads() -> None:
     mapped = composition.declared_map([torch.ones(4) * 10], ["w"])
     assert float(mapped[0].norm()) == pytest.approx(0.5)
     assert np.isclose(composition.noise_std, 1.0)
+
+
+def test_the_fisher_ceiling_and_the_dp_release_read_the_declaration(plugins: None) -> None:
+    """A third-party DP-SGD gets dpsgd's Fisher ceilings and DP release settings; a plug-in
+    that declares nothing gets a note naming the declaration."""
+    from fedleak.harness.victim.fisher_scoring import fisher_ceilings
+    from fedleak.harness.victim.rounds import Round
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.zoo.datasets import normalize  # noqa: F401  (the victim's space)
+
+    victim = create_victim(VictimSettings(dataset="digits", model="mlp:width=16,depth=1",
+                                          split="all", images="0-3", batch_size=4,
+                                          defenses=("dpsgd:noise-multiplier=2",)))
+    params, buffers = victim.global_model()
+    round_ = Round("r", torch.arange(4), Protocol(), parameters=params, buffers=buffers)
+    images, labels = victim.data.images[:4], victim.data.labels[:4]
+    ceilings = {}
+    for spec in (("dpsgd", {"noise-multiplier": "2"}),
+                 ("private-sgd", {"noise-multiplier": "2"})):
+        answer = fisher_ceilings(victim.model, build_chain([spec]), round_, images, labels,
+                                 victim.info)
+        assert answer.ceilings is not None, answer.note
+        ceilings[spec[0]] = answer.ceilings
+    assert ceilings["dpsgd"] == pytest.approx(ceilings["private-sgd"], rel=1e-9)
+    none = fisher_ceilings(victim.model, build_chain([("prune", {})]), round_, images, labels,
+                           victim.info)
+    assert none.ceilings is None and "declares no per-example Gaussian" in none.note
+
+
+def test_the_dp_release_trains_by_the_declaration(plugins: None) -> None:
+    from fedleak.harness.victim.model_release import ModelReleaser
+    from fedleak.harness.wire.request_errors import FailedPrecondition
+
+    def release_dp(*specs: tuple[str, dict[str, str]]) -> Mechanism | None:
+        return ModelReleaser._dp(types.SimpleNamespace(defenses=build_chain(list(specs))))  # type: ignore[arg-type]
+
+    ours = release_dp(("dpsgd", {"noise-multiplier": "0.5"}))
+    theirs = release_dp(("private-sgd", {"noise-multiplier": "0.5"}))
+    assert ours == theirs and ours is not None and ours.noise_multiplier == 0.5
+    with pytest.raises(FailedPrecondition, match="declares"):
+        release_dp(("private-sgd", {"poisson": "true"}))
+    assert release_dp() is None
