@@ -31,6 +31,7 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -176,18 +177,22 @@ def run_case(case: Case, audits: int, block_size: int, results: Path) -> None:
 def table(results: Path) -> list[str]:
     """The markdown table of every case in the results file."""
     rows = done(results).values()
-    lines = ["| mechanism | kind | audits | violations | rate | trials (median) | "
-             "s per audit (median) | catches noise below (median) | load (mean) |",
-             "|" + "---|" * 9]
+    lines = ["| mechanism | kind | audits | violations | rate | caught by (audits) | "
+             "trials (median) | s per audit (median) | catches noise below (median) | "
+             "load (mean) |",
+             "|" + "---|" * 10]
     for case in CASES:
         mine = [r for r in rows if r["case"] == case.key]
         if not mine:
             continue
         hits = sum(r["violation"] for r in mine)
         detect = [r["detectable_noise"] for r in mine if r["detectable_noise"]]
+        tests = Counter(t for r in mine for t in {c.split()[0] for c in r["caught_by"]})
+        caught = ", ".join(f"{t} {n}" for t, n in tests.most_common()) or "–"
         lines.append(
             f"| {case.label} | {case.kind} | {len(mine)} | {hits} | "
-            f"{hits / len(mine):.0%} | {statistics.median(r['trials'] for r in mine):.0f} | "
+            f"{hits / len(mine):.0%} | {caught} | "
+            f"{statistics.median(r['trials'] for r in mine):.0f} | "
             f"{statistics.median(r['seconds'] for r in mine):.1f} | "
             f"{(f'{statistics.median(detect):.2f}σ' if detect else '–')} | "
             f"{statistics.mean(r['load'] for r in mine):.1f} |")
