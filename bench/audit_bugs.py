@@ -80,6 +80,8 @@ CASES = (
          ("dp-noise-over-batch-twice",)),
     Case("dp-clip-per-tensor", "each tensor clipped to C, accounted as one total clip", "bug",
          ("dp-clip-per-tensor",)),
+    Case("dp-uniform-noise", "uniform noise of the declared variance (wrong law)", "bug",
+         ("dp-uniform-noise",)),
     Case("dp-clip-the-batch", "the batch's summed gradient clipped, not each example's", "bug",
          ("dp-clip-the-batch",)),
     Case("dp-clip-norm-default", "clip at a hard-coded 1.0, declared C = 0.5", "bug",

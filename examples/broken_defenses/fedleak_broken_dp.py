@@ -21,6 +21,9 @@ The classes of bug, from the literature and from incident reports:
   the accountant assumes Poisson sampling at q = B/n while the batches are fixed slices;
 - **clipping after noising** (``noise-clip-after-noise``): an update defense that adds the
   noise first and clips the noisy update, so the update itself is never bounded;
+- **noise of the wrong law** (``dp-uniform-noise``): uniform noise of the declared variance
+  (a hand-rolled sampler), bounded, so a canary that pushes a coordinate past its edge is
+  certain to show;
 - **per-batch instead of per-example clipping** (``dp-clip-the-batch``): the batch's summed
   gradient is clipped to C, not each example's, so one example can move it by 2C, and by
   anything the others' sum leaves room for.
@@ -129,6 +132,15 @@ class ClipPerTensor(DeclaredDPSGD):
             summed = clip_total([g], self.config.max_grad_norm)[0]
             out.append((summed + self.noise(summed, i, generator)) / expected_batch_size)
         return out
+
+
+class UniformNoise(DeclaredDPSGD):
+    """BUG: the noise has the declared std but is uniform: (U − ½)·√12·σC."""
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        uniform = torch.rand(summed.shape, generator=generator, dtype=summed.dtype) - 0.5
+        return uniform * math.sqrt(12) * self.std()
 
 
 class ClipTheBatch(DeclaredDPSGD):

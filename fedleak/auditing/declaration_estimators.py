@@ -141,13 +141,29 @@ class NoiseLevel(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
-        return len(noise_groups(game)) if game.claims else 0
+        return len(noise_groups(game)) + self.shape(game) if game.claims else 0
+
+    @staticmethod
+    def shape(game: Game) -> int:
+        """1 when the noise's shape is tested too (an exact model, enough samples)."""
+        table = game.streams
+        return int(table is not None and table.exact and table.noise is not None
+                   and table.noise.kurtosis() is not None)
 
     def run(self, game: Game, level: float) -> Findings:
         table = game.streams
         if table is None or table.noise is None or not game.claims:
             return Findings()
         found = Findings()
+        kurtosis = table.noise.kurtosis() if self.shape(game) else None
+        if kurtosis is not None:
+            b2, se = kurtosis
+            p_value = float(2 * norm.sf(abs(b2 - 3) / se))
+            found.tests.append(DeclarationTest(
+                NOISE_LEVEL, "shape (kurtosis)", p_value, False,
+                f"the noise's kurtosis is {b2:.3g} (Gaussian: 3 ± {se:.2g}); noise of another "
+                "law than the declared Gaussian", samples_out=int(table.noise.coordinate_dof),
+                level=level))
         for name, members in noise_groups(game):
             dof, squares = table.noise.pooled(members)
             test = noise_test(name, dof, squares, level, game.power)

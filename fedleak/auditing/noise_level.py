@@ -17,6 +17,10 @@ f ≤ √(Q / χ²_ν⁻¹(α)) holds with confidence 1 − α (:func:`noise_tes
 gives a sample per coordinate, so a few trials catch a few per cent of missing noise, in every
 tensor.
 
+Where the declared model is exact, the *shape* is tested too: Gaussian residuals have kurtosis
+b₂ = N Σe⁴ / (Σe²)² = 3 (±√(24/ν)); noise of the declared variance but another law — uniform
+(bounded: a shift past its edge is certain to show), Laplace — moves b₂ far from 3.
+
 This tests the declared noise, not DP by itself: an implementation that clips harder than it
 declares and adds proportionally less noise is as private and is still not what it declares.
 The noise-ratio test (:mod:`fedleak.auditing.noise_ratio`) is the one that speaks of privacy;
@@ -39,6 +43,20 @@ class NoiseLevels:
     groups: tuple[str, ...]
     dof: np.ndarray
     squares: np.ndarray
+    #: the coordinates away from the canaries alone: ν, Q, Σ(x − x̄)⁴/s⁴ and the samples
+    coordinate_dof: float = 0.0
+    coordinate_squares: float = 0.0
+    coordinate_fourth: float = 0.0
+    coordinate_count: float = 0.0
+
+    def kurtosis(self) -> tuple[float, float] | None:
+        """(b₂, its standard error √(24/ν)) of the coordinates' residuals: 3 for Gaussian
+        noise (the residuals of a cell of n keep E Σe⁴ / (E Σe²)² · N = 3), None without
+        enough samples for the normal law of b₂ (ν < 10,000)."""
+        if self.coordinate_dof < 10_000 or not self.coordinate_squares > 0:
+            return None
+        b2 = self.coordinate_count * self.coordinate_fourth / self.coordinate_squares ** 2
+        return b2, math.sqrt(24 / self.coordinate_dof)
 
     def pooled(self, names: list[str]) -> tuple[float, float]:
         """(ν, Q) of the groups ``names`` together."""

@@ -68,6 +68,33 @@ class Stream:
     noise_sample: bool = True
 
 
+class Moments:
+    """Running Σ(x − x₀)^k, k = 1..4, per coordinate (x₀ the first sample, which keeps the
+    sums well conditioned), and their central second and fourth moments."""
+
+    def __init__(self, first: np.ndarray) -> None:
+        self.n = 0
+        self.origin = first
+        self.sums = [np.zeros_like(first) for _ in range(4)]
+
+    def add(self, x: np.ndarray) -> None:
+        d = x - self.origin
+        power = d.copy()
+        for k in range(4):
+            self.sums[k] += power
+            power = power * d
+        self.n += 1
+
+    def central(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ(x − x̄)², Σ(x − x̄)⁴) per coordinate."""
+        s1, s2, s3, s4 = self.sums
+        mean = s1 / self.n
+        second = np.maximum(s2 - self.n * mean ** 2, 0.0)
+        fourth = np.maximum(s4 - 4 * mean * s3 + 6 * mean ** 2 * s2 - 3 * self.n * mean ** 4,
+                            0.0)
+        return second, fourth
+
+
 @dataclass
 class Coverage:
     """The audit's canaries beyond (or around) the primary one, and what the victim measured."""
@@ -89,9 +116,8 @@ class Coverage:
     noise_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     group_names: list[str] = field(default_factory=list)
     noise_std: float = 0.0
-    #: cells by (stratum, primary coin): trials, Σx, Σx² per noise coordinate
-    cells: dict[tuple[int, bool], tuple[int, np.ndarray, np.ndarray]] = field(
-        default_factory=dict)
+    #: cells by (stratum, primary coin): the moments of every noise coordinate
+    cells: dict[tuple[int, bool], Moments] = field(default_factory=dict)
     by_coin: bool = False
 
     def __post_init__(self) -> None:
@@ -147,8 +173,9 @@ class Coverage:
             coin = bool(self.coins[trial, 0]) if self.by_coin else False
             x = flat[self.noise_coordinates]
             for key in ((stratum, coin), (POOLED_STRATUM, coin)):
-                n, sums, squares = self.cells.get(key, (0, np.zeros_like(x), np.zeros_like(x)))
-                self.cells[key] = (n + 1, sums + x, squares + x * x)
+                if key not in self.cells:
+                    self.cells[key] = Moments(x.copy())
+                self.cells[key].add(x)
 
     def noise_levels(self, trials: int) -> NoiseLevels | None:
         """ν and Q per tensor (:mod:`fedleak.auditing.noise_level`) from the coordinates away
@@ -162,15 +189,19 @@ class Coverage:
         groups = np.array([index[self.group_names[g]] for g in self.noise_group], dtype=int)
         stratified = {k: v for k, v in self.cells.items() if k[0] != POOLED_STRATUM}
         pooled = {k: v for k, v in self.cells.items() if k[0] == POOLED_STRATUM}
-        usable = sum(n - 1 for n, _, _ in stratified.values() if n >= 2)
-        total = sum(n - 1 for n, _, _ in pooled.values() if n >= 2)
+        usable = sum(c.n - 1 for c in stratified.values() if c.n >= 2)
+        total = sum(c.n - 1 for c in pooled.values() if c.n >= 2)
         chosen = stratified if usable * 2 >= total else pooled  # batches that rarely repeat
         strata = self.strata[:trials] if chosen is stratified else np.zeros(trials, np.int64)
-        for n, sums, sumsq in chosen.values():
-            if n >= 2:
-                spread = np.maximum(sumsq - sums * sums / n, 0.0) / self.noise_std ** 2
-                np.add.at(squares, groups, spread)
-                np.add.at(dof, groups, n - 1)
+        fourth = count = 0.0
+        for cell in chosen.values():
+            if cell.n >= 2:
+                second, fourth_moment = cell.central()
+                np.add.at(squares, groups, second / self.noise_std ** 2)
+                np.add.at(dof, groups, cell.n - 1)
+                fourth += float(fourth_moment.sum()) / self.noise_std ** 4
+                count += cell.n * second.size
+        coordinate_dof, coordinate_squares = float(dof.sum()), float(squares.sum())
         coins = self.coins[:trials]
         for k, stream in enumerate(self.streams):
             if not stream.noise_sample:
@@ -185,7 +216,10 @@ class Coverage:
                     squares[index[stream.group]] += float(((y - y.mean()) ** 2).sum())
                     dof[index[stream.group]] += y.size - 1
         keep = dof > 0
-        return NoiseLevels(tuple(np.array(names)[keep].tolist()), dof[keep], squares[keep])
+        return NoiseLevels(tuple(np.array(names)[keep].tolist()), dof[keep], squares[keep],
+                           coordinate_dof=coordinate_dof,
+                           coordinate_squares=coordinate_squares,
+                           coordinate_fourth=fourth, coordinate_count=count)
 
     def observe_update(self, composition: UpdateComposition, update: Sequence[torch.Tensor],
                        names: Sequence[str], coin: bool) -> None:
