@@ -101,6 +101,58 @@ def test_the_noise_level_test_is_an_exact_chi_square() -> None:
     assert 0.9 < f < 1.0
 
 
+def test_an_exact_model_is_tested_on_both_sides() -> None:
+    """Canaries told apart half as well as declared: a departure where the model is exact."""
+    import dataclasses
+
+    rng = np.random.default_rng(6)
+    weak = _table(rng, 200, 8, 1.0, ratio=1.0)
+    weak = dataclasses.replace(weak, values=weak.values - weak.coins * 0.5)  # half the shift
+    one_sided = ratio_test(weak, "g", np.arange(8), 1e-4, 0.9)
+    two_sided = ratio_test(dataclasses.replace(weak, exact=True), "g", np.arange(8), 1e-4, 0.9)
+    assert one_sided is not None and two_sided is not None
+    assert one_sided.p_value > 0.5 and two_sided.p_value < 1e-6
+
+
+def test_the_noise_shape_is_gaussian_or_not() -> None:
+    rng = np.random.default_rng(7)
+
+    def kurtosis(noise: np.ndarray) -> float:
+        residuals = noise - noise.mean(axis=0)  # 200 trials × 300 coordinates
+        levels = NoiseLevels(("g",), np.array([residuals.size - 300.0]),
+                             np.array([float((residuals ** 2).sum())]),
+                             coordinate_dof=residuals.size - 300.0,
+                             coordinate_squares=float((residuals ** 2).sum()),
+                             coordinate_fourth=float((residuals ** 4).sum()),
+                             coordinate_count=float(residuals.size))
+        found = levels.kurtosis()
+        assert found is not None
+        return (found[0] - 3) / found[1]
+
+    assert abs(kurtosis(rng.normal(size=(200, 300)))) < 4
+    assert kurtosis((rng.random((200, 300)) - 0.5) * math.sqrt(12)) < -50  # uniform: 1.8
+
+
+def test_canaries_that_interact_are_found() -> None:
+    """A batch's sum scaled by the number of canaries in it (a batch clipped as a whole)."""
+    import dataclasses
+
+    from fedleak.auditing.declaration_estimators import Interference
+
+    rng = np.random.default_rng(9)
+    table = dataclasses.replace(_table(rng, 300, 40, 1.0), independent=True)
+    settings = GameSettings(1e-5, 0.95, "", "")
+
+    def p_value(t: StreamTable) -> float:
+        game = Game(np.zeros(4), np.array([1, 0, 1, 0], bool), np.zeros(4, bool), settings,
+                    claim=_Claim(), streams=t)
+        return Interference().run(game, 1e-3).tests[0].p_value
+
+    assert p_value(table) > 1e-3
+    scale = 20 / table.coins.sum(axis=1, keepdims=True)
+    assert p_value(dataclasses.replace(table, values=table.values * scale)) < 1e-6
+
+
 def test_holm_rejects_step_down() -> None:
     assert holm([0.001, 0.04, 0.012, 0.5], 0.05) == [True, False, True, False]
     assert holm([0.03, 0.04], 0.05) == [False, False]  # 0.03 > 0.05 / 2
@@ -247,7 +299,8 @@ def _audit(defense: str, *, trials: int = 0, protocol: object = None, seed: int 
 
 
 @pytest.mark.parametrize("bug", ["dp-noise-weights-only", "dp-short-noise",
-                                 "dp-clip-per-tensor", "dp-fixed-seed"])
+                                 "dp-clip-per-tensor", "dp-fixed-seed", "dp-clip-the-batch",
+                                 "dp-uniform-noise"])
 def test_the_default_audit_catches_broken_per_example_plugins(plugin_path: None,
                                                               bug: str) -> None:
     _, outcome = _audit(bug)

@@ -17,9 +17,11 @@ parameter tensor and the claimed clip geometry — never the server's scores.
 - ``interference``: per example, each canary is clipped on its own and the step sums them, so
   one canary's stream cannot depend on how many others joined the trial; an implementation
   that clips the batch's sum instead of each example (or divides by the batch's actual size)
-  makes every stream shrink as more canaries join. The statistic is the self-normalised
-  covariance Z = Σ_t S_t (N_t − N̄) / √(Σ_t S_t² (N_t − N̄)²) between the trial's summed
-  residuals S_t and its count of canaries N_t, ≈ N(0, 1) under the declaration (two-sided);
+  makes every stream shrink as more canaries join. The statistic is the score test of a
+  common rescaling: the self-normalised covariance Z = Σ_t S_t (N_t − N̄) / √(Σ_t S_t² (N_t −
+  N̄)²) between S_t = Σ_k m_k (y_tk − m_k) — each stream's residual weighted by its cell's
+  level m_k, since a rescaling moves a stream in proportion to its level — and the trial's
+  count of canaries N_t; ≈ N(0, 1) under the declaration (two-sided);
 - ``sampling``: under declared Poisson sampling the canary joins a Binomial number of steps,
   so its in-trials spread more than its out-trials by Var(N)·h²; an implementation that
   shuffles or fixes its batches while its accountant assumes Poisson (Chua et al. 2024)
@@ -237,17 +239,18 @@ class Interference(Estimator):
         if table is None or not self.applies(game):
             return Findings()
         strata = table.strata if table.strata is not None else np.zeros(len(table.values))
-        residual = np.zeros_like(table.values)
+        weighted = np.zeros_like(table.values)
         for k in range(table.values.shape[1]):
             y = table.values[:, k] / table.declared_std[k]
             for coin in (True, False):
                 for h in np.unique(strata):
                     rows = (table.coins[:, k] == coin) & (strata == h)
                     if rows.any():
-                        residual[rows, k] = y[rows] - y[rows].mean()
+                        level = y[rows].mean()
+                        weighted[rows, k] = level * (y[rows] - level)
         joined = table.coins.sum(axis=1).astype(float)
         centred = joined - joined.mean()
-        summed = residual.sum(axis=1)
+        summed = weighted.sum(axis=1)
         denominator = math.sqrt(float(((summed * centred) ** 2).sum()))
         z = float((summed * centred).sum()) / denominator if denominator > 0 else 0.0
         p_value = float(2 * norm.sf(abs(z)))
