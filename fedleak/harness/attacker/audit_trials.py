@@ -149,8 +149,9 @@ class AuditRecord:
             lines.append(f"threshold: {rule}")
         lines += tests_table(self.tests, self.false_alarm)
         for t in self.tests:
-            if t.ratio is None and t.test == "sampling":
-                lines.append(f"sampling: {t.statement} (p = {t.p_value:.2g})"
+            if t.ratio is None and t.test not in ("clopper-pearson", "gaussian-dp", "one-run",
+                                                  "subsampled-gaussian"):
+                lines.append(f"  {t.test} ({t.group}): {t.statement} (p = {t.p_value:.2g})"
                              + ("  VIOLATION" if t.rejected else ""))
         for b in self.bounds:
             if b.is_estimate:

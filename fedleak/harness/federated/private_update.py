@@ -168,8 +168,13 @@ def canary_rows(model: nn.Module, params: Mapping[str, torch.Tensor],
     """The canaries' per-example gradients as rows [K, *θ_l.shape] per parameter (one row for
     a single gradient or input canary)."""
     if canary.rows is not None:
-        return [r.to(params[k].device, params[k].dtype) for k, r in zip(names, canary.rows,
+        rows = [r.to(params[k].device, params[k].dtype) for k, r in zip(names, canary.rows,
                                                                          strict=True)]
+        if canary.image is None:
+            return rows
+        image = canary_rows(model, params, buffers, TrialCanary(image=canary.image,
+                                                                label=canary.label), names)
+        return [torch.cat([i, r]) for i, r in zip(image, rows, strict=True)]
     if canary.gradient is not None:
         return [g.to(params[k].device, params[k].dtype)[None]
                 for k, g in zip(names, canary.gradient, strict=True)]

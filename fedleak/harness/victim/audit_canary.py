@@ -85,8 +85,10 @@ def build_canary(request: AuditRequest, chain: DefenseChain, model: nn.Module,
         y = torch.tensor([label], device=x.device)
         grads = per_example_gradients(model, dict(parameters), dict(buffers), x, y)
         unit = _unit([g[0] for g in grads])
+        quiet = _quietness(model, parameters, buffers, info, request.seed) \
+            if per_example and request.coverage else None
         return AuditCanary(INPUT, "", 0.0, unit, image=image, label=label,
-                           score_sign=1.0 if gradient_kind else -1.0)
+                           score_sign=1.0 if gradient_kind else -1.0, quietness=quiet)
     norm = request.norm or default_norm(chain, per_example)
     coordinate, sparse, quietness = -1, None, None
     if request.direction == DIRAC:

@@ -119,6 +119,8 @@ class Coverage:
     #: cells by (stratum, primary coin): the moments of every noise coordinate
     cells: dict[tuple[int, bool], Moments] = field(default_factory=dict)
     by_coin: bool = False
+    #: strata of the streams split by the primary canary's coin too (an input canary)
+    coin_strata: bool = False
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
@@ -147,7 +149,8 @@ class Coverage:
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
              device: torch.device) -> list[torch.Tensor] | None:
         """The in-canaries of ``trial`` as per-example rows [K_in, *θ_l.shape] per parameter."""
-        chosen = np.flatnonzero(self.coins[trial])
+        chosen = np.array([k for k in np.flatnonzero(self.coins[trial])
+                           if self.canaries[k][0].size], dtype=np.int64)
         if chosen.size == 0:
             return None
         total = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
@@ -168,6 +171,8 @@ class Coverage:
         flat = released.detach().double().cpu().numpy()
         for s, stream in enumerate(self.streams):
             self.values[trial, s] = self.sign * float(flat[stream.coordinates] @ stream.weights)
+        if self.coin_strata:  # the primary canary moves every stream: hold its coin fixed
+            stratum = 2 * stratum + int(self.coins[trial, 0])
         self.strata[trial] = stratum
         if self.noise_coordinates.size:
             coin = bool(self.coins[trial, 0]) if self.by_coin else False
@@ -340,20 +345,22 @@ def quiet_order(quietness: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]
     return out
 
 
-def per_example_coverage(primary: tuple[np.ndarray, np.ndarray], names: Sequence[str],
+def per_example_coverage(primary: tuple[np.ndarray, np.ndarray] | None, names: Sequence[str],
                          sizes: Sequence[int], quietness: np.ndarray, mechanism: Mechanism,
                          plan: StepPlan, canary_norm: float, trials: int,
                          rng: np.random.Generator, per_group: int = PER_GROUP,
                          spread: int = SPREAD_CANARIES) -> Coverage:
-    """Dirac canaries per tensor and spread canaries, beside the ``primary`` canary."""
+    """Dirac canaries per tensor and spread canaries, beside the ``primary`` canary (None: an
+    input canary, which enters as an image and is no stream here; coin column 0 stays its)."""
     total = sum(sizes)
     budget = max(0, MAX_CANARY_VALUES // max(total, 1) - 1)
-    used = set(primary[0].tolist())
+    empty = (np.zeros(0, np.int64), np.zeros(0))
+    used = set(primary[0].tolist()) if primary is not None else set()
     order = [[int(j) for j in o if int(j) not in used] for o in quiet_order(quietness, sizes)]
     spread = min(spread, budget // 2, max(len(o) for o in order) if order else 0)
     per_group = min(per_group, max(0, (budget - spread) // max(len(sizes), 1)))
-    canaries = [primary]
-    groups = [_group_of(int(primary[0][0]), names, sizes)]
+    canaries = [primary if primary is not None else empty]
+    groups = [_group_of(int(primary[0][0]), names, sizes) if primary is not None else ""]
     uncovered = []
     for _ in range(spread):  # one coordinate in every tensor that has one left
         coords = np.array([o.pop(0) for o in order if o], dtype=np.int64)
@@ -370,6 +377,8 @@ def per_example_coverage(primary: tuple[np.ndarray, np.ndarray], names: Sequence
     std = mechanism.noise.std if mechanism.noise is not None else 0.0
     streams = []
     for k, ((coords, values), group) in enumerate(zip(canaries, groups, strict=True)):
+        if not coords.size:
+            continue
         unit = values / np.linalg.norm(values)
         clipped = declared_clip(coords, values, clip, names, sizes)
         mean, variance = plan.shift(float(clipped @ unit) / plan.batch)

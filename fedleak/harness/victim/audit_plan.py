@@ -27,7 +27,7 @@ from fedleak.defenses.composition import trial_noise_std
 from fedleak.defenses.mechanism import PER_COORDINATE
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.victim.audit_canary import AuditCanary
+from fedleak.harness.victim.audit_canary import AuditCanary, default_norm
 from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.audit_coverage import (
     Coverage,
@@ -48,8 +48,11 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
                   rng: np.random.Generator) -> Coverage | None:
     """The coverage of this audit, or None (coverage off, an input or random canary, or a
     chain that declares no Gaussian mechanism for the canary)."""
-    if not request.coverage or canary.sparse is None or canary.quietness is None:
+    if not request.coverage or canary.quietness is None:
         return None
+    image = canary.kind == "input"
+    if canary.sparse is None and not (image and chain.per_example is not None):
+        return None  # a random direction, or an input canary of the update stage
     coins = rng.random(trials) < 0.5
     if chain.per_example is not None and request.canary != "client":
         mechanism = chain.per_example_mechanism
@@ -57,10 +60,12 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
             return None
         plan = step_plan(protocol, num_images,
                          mechanism.sampling.poisson_rate(num_images, protocol.batch_size))
+        norm = canary.norm or default_norm(chain, per_example=True)
         coverage = per_example_coverage(canary.sparse, names, sizes, canary.quietness,
-                                         mechanism, plan, canary.norm, trials, rng)
+                                         mechanism, plan, norm, trials, rng)
         coverage.coins[:, 0] = coins
         coverage.sign = canary.score_sign
+        coverage.by_coin = coverage.coin_strata = image  # its gradient reaches every coordinate
         coverage.one_step = plan.weights.size == 1
         coverage.exact = coverage.one_step and plan.sample_rate is None
         std = plan.noise(mechanism.noise.std if mechanism.noise is not None else 0.0)
@@ -125,7 +130,11 @@ def trial_canary(canary: AuditCanary, coverage: Coverage | None, base: TrialCana
         first = next(iter(parameters.values()))
         rows = coverage.rows(trial, [tuple(p.shape) for p in parameters.values()],
                              first.dtype, first.device)
-        return None if rows is None else TrialCanary(rows=rows)
+        image = base.image is not None and coin  # an input canary joins as an image
+        if rows is None and not image:
+            return None
+        return TrialCanary(rows=rows, image=base.image if image else None,
+                           label=base.label if image else None)
     return base if coin else None
 
 
