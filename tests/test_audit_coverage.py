@@ -10,7 +10,7 @@ few per cent of its level."""
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,10 +265,10 @@ PLUGINS = [ROOT / "examples" / "broken_defenses", ROOT / "tests" / "test_plugin_
 
 
 @pytest.fixture(scope="module")
-def plugin_path() -> None:
-    for path in PLUGINS:
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
+def plugin_path() -> Iterator[None]:
+    from tests.test_mechanism_contract import installed
+
+    yield from installed(PLUGINS)
 
 
 def _audit(defense: str, *, trials: int = 0, protocol: object = None, seed: int = 1,

@@ -9,6 +9,7 @@ import importlib
 import math
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +41,27 @@ READERS = [*sorted((ROOT / "fedleak" / "harness").rglob("*.py")),
 
 
 @pytest.fixture(scope="module")
-def plugins() -> None:
-    if str(PLUGINS) not in sys.path:
-        sys.path.insert(0, str(PLUGINS))
+def plugins() -> Iterator[None]:
+    yield from installed([PLUGINS])
+
+
+def installed(paths: list[Path]) -> Iterator[None]:
+    """Put plug-in packages on sys.path for a module's tests; take them and the classes
+    their entry points registered away after, so later tests see the registry unchanged."""
+    from fedleak.defenses.defense_registry import DEFENSES
+
+    added = [str(p) for p in paths if str(p) not in sys.path]
+    known, broken = set(DEFENSES._classes), set(DEFENSES._broken)
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for path in added:
+            sys.path.remove(path)
+        for loaded in set(DEFENSES._classes) - known:
+            DEFENSES._classes.pop(loaded)
+        for loaded in set(DEFENSES._broken) - broken:
+            DEFENSES._broken.pop(loaded)
 
 
 def _module_name(path: Path) -> str:

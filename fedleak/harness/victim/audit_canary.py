@@ -31,8 +31,9 @@ from fedleak.defenses.mechanism import TOTAL
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
 from fedleak.harness.federated.protocol import FEDSGD, Protocol
-from fedleak.harness.victim.audit_coverage import declared_clip, quiet_order, step_plan
+from fedleak.harness.victim.audit_coverage import declared_clip, quiet_order
 from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.victim.audit_steps import step_plan
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 

@@ -20,8 +20,8 @@ declaration says the stream should do: the canary's mean shift and its variance 
 the noise's std, from the declared clip applied to the canary (per example) or to the update
 with and without it (update stage: :meth:`~fedleak.defenses.composition.UpdateComposition.
 declared_map`), scaled by the local steps' weights in the released update
-(:func:`gradient_weights`). :meth:`Coverage.table` hands all of it to the declaration tests
-(:mod:`fedleak.auditing.declaration_estimators`).
+(:mod:`~fedleak.harness.victim.audit_steps`). :meth:`Coverage.table` hands all of it to the
+declaration tests (:mod:`fedleak.auditing.declaration_estimators`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from fedleak.auditing.noise_level import NoiseLevels
 from fedleak.auditing.noise_ratio import StreamTable
 from fedleak.defenses.composition import UpdateComposition
 from fedleak.defenses.mechanism import Mechanism
-from fedleak.harness.federated.local_update import sgd_step
-from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
+from fedleak.harness.victim.audit_steps import StepPlan
 
 #: Default canaries per tensor (per-example) and spread canaries.
 PER_GROUP = 16
@@ -274,66 +273,6 @@ def _split(flat: torch.Tensor, shapes: Sequence[tuple[int, ...]]) -> list[torch.
         out.append(flat[start:start + size].reshape(shape))
         start += size
     return out
-
-
-def gradient_weights(protocol: Protocol, steps: int) -> np.ndarray:
-    """W_t: how the gradient of local step t enters the released update (FedSGD: the gradient
-    itself, W = 1; FedAvg: θ_T − θ_0 = Σ_t W_t g_t for SGD with the protocol's momentum,
-    Nesterov and weight decay — a linear system, so its impulse responses, computed with the
-    training's own step)."""
-    if protocol.kind == FEDSGD:
-        return np.ones(1)
-    weights = []
-    for t in range(steps):
-        params = {"x": torch.zeros((), dtype=torch.float64)}
-        velocity = None
-        for s in range(steps):
-            grad = [torch.tensor(1.0 if s == t else 0.0, dtype=torch.float64)]
-            params, velocity = sgd_step(params, grad, velocity, protocol)
-        weights.append(float(params["x"]))
-    return np.array(weights)
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """Where a per-example canary enters local training, and how that reaches the release."""
-
-    weights: np.ndarray      # |W_t| of every step
-    holding: np.ndarray      # fixed batches: the steps that hold the canary
-    sample_rate: float | None
-    batch: int               # the expected batch size the sum is divided by
-
-    def shift(self, per_step: float) -> tuple[float, float]:
-        """(mean, variance) of the canary's contribution to the release, per unit shift."""
-        if self.sample_rate is None:
-            return per_step * float(self.weights[self.holding].sum()), 0.0
-        q = self.sample_rate
-        return (per_step * q * float(self.weights.sum()),
-                per_step ** 2 * q * (1 - q) * float((self.weights ** 2).sum()))
-
-    def noise(self, std_on_sum: float) -> float:
-        """The noise's std along a unit direction of the release."""
-        return std_on_sum / self.batch * math.sqrt(float((self.weights ** 2).sum()))
-
-
-def step_plan(protocol: Protocol, num_images: int, sample_rate: float | None) -> StepPlan:
-    """The local steps of a round as the declaration says they run (sample rate: the declared
-    Poisson q, or None for fixed or shuffled batches)."""
-    if sample_rate is not None:
-        steps = 1 if protocol.kind == FEDSGD else \
-            protocol.local_epochs * max(1, round(1 / sample_rate))
-        weights = np.abs(gradient_weights(protocol, steps))
-        return StepPlan(weights, np.arange(steps), sample_rate,
-                        max(round(sample_rate * num_images), 1))
-    if protocol.kind == FEDSGD:
-        return StepPlan(np.ones(1), np.array([0]), None, num_images)
-    batches = local_batches(num_images, protocol.batch_size)
-    per_epoch = len(batches)
-    steps = protocol.local_epochs * per_epoch
-    weights = np.abs(gradient_weights(protocol, steps))
-    holding = np.array([(e + 1) * per_epoch - 1 for e in range(protocol.local_epochs)])
-    last = batches[-1]
-    return StepPlan(weights, holding, None, last.stop - last.start)
 
 
 def quiet_order(quietness: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:

@@ -32,10 +32,10 @@ from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.audit_coverage import (
     Coverage,
     per_example_coverage,
-    step_plan,
     update_coverage,
 )
 from fedleak.harness.victim.audit_request import DEFAULT_TRIALS, AuditRequest
+from fedleak.harness.victim.audit_steps import step_plan
 
 #: tests of the primary scores besides the coverage's (Clopper–Pearson, Gaussian-DP, one-run,
 #: the subsampled route or the sampling check): their share of the false-alarm rate
@@ -72,7 +72,7 @@ def plan_coverage(request: AuditRequest, canary: AuditCanary, chain: DefenseChai
         _watch(coverage, chain, names, sizes, std, rng)
         return coverage
     composition = chain.update_composition()
-    if not composition.gaussian:
+    if not composition.gaussian or canary.sparse is None:
         return None
     std = trial_noise_std(composition, noise_users)
     coverage = update_coverage(canary.sparse, names, sizes, std, coins)
