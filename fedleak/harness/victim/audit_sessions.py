@@ -39,6 +39,7 @@ from fedleak.auditing import (
     verdict_text,
 )
 from fedleak.auditing.canaries import CLIENT, DIRAC, INPUT
+from fedleak.auditing.verdict import power_statement
 from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import FEDSGD, Protocol
@@ -215,8 +216,6 @@ def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
     claim, request = session.claim, session.request
     evaluation = verdict_game(scores, coins, calibration, session.settings(),
                               session.threshold, claim, session.coverage, request)
-    from fedleak.auditing.verdict import power_statement
-
     verdict = verdict_text(evaluation, claim.epsilon, claim.delta, request.power)
     return AuditOutcome(session.audit_id, evaluation.bounds, claim, evaluation.violation,
                         verdict, score_histogram(scores, coins), served,
