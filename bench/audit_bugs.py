@@ -157,9 +157,11 @@ def audit_row(case: Case, seed: int, record: AuditRecord, seconds: float) -> dic
             "trial_seconds": record.trial_seconds, "load": os.getloadavg()[0]}
 
 
-def run_case(case: Case, audits: int, block_size: int, results: Path) -> None:
+def run_case(case: Case, audits: int, block_size: int, results: Path,
+             first_seed: int = 0) -> None:
     finished = done(results)
-    seeds = [s for s in range(audits) if (case.key, s) not in finished]
+    seeds = [s for s in range(first_seed, first_seed + audits)
+             if (case.key, s) not in finished]
     for start in range(0, len(seeds), block_size):
         block = seeds[start:start + block_size]
         with victim_for(case, block[0] // block_size) as client:
@@ -210,16 +212,19 @@ def table(results: Path) -> list[str]:
               help="Audits per victim process.")
 @click.option("--results", type=click.Path(dir_okay=False), default=str(RESULTS),
               show_default=True, help="JSON-lines results file (appended; reruns resume).")
+@click.option("--first-seed", default=0, show_default=True, type=click.IntRange(0),
+              help="Audit seeds from this one on (to share a case between processes).")
 @click.option("--table", "table_only", is_flag=True, help="Print the table and exit.")
 def main(only: tuple[str, ...], audits: int | None, block: int, results: str,
-         table_only: bool) -> None:
+         first_seed: int, table_only: bool) -> None:
     path = Path(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not table_only:
         for case in CASES:
             if only and case.key not in only:
                 continue
-            run_case(case, audits or (20 if case.kind == "bug" else 100), block, path)
+            run_case(case, audits or (20 if case.kind == "bug" else 100), block, path,
+                     first_seed)
     for line in table(path):
         print(line)
     print(f"\nOMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
