@@ -68,6 +68,7 @@ class Case:
     batch_size: int = 8
     canary: str = "gradient"
     served: str = ""  # a defense served by `fedleak defense serve`, linked as remote
+    stage: str = "update"  # the served defense's stage
 
 
 CASES = (
@@ -97,6 +98,8 @@ CASES = (
     Case("dpsgd", "built-in dpsgd σ = 1, C = 1", "control", ("dpsgd:noise-multiplier=1",)),
     Case("private-sgd", "third-party per-example DP-SGD plug-in σ = 1", "control",
          ("private-sgd:noise-multiplier=1",)),
+    Case("private-sgd-remote", "the same plug-in behind the proto (per-example service)",
+         "control", served="private-sgd:noise-multiplier=1", stage="per-example"),
     Case("clip-noise", "clip S = 1 then Gaussian noise σ = 1", "control",
          ("clip:max-norm=1", "noise:sigma=1")),
     Case("client-dp", "client-level DP σ = 1, S = 1 (local, FedAvg one step)", "control",
@@ -131,7 +134,7 @@ def victim_for(case: Case, block: int) -> Iterator[VictimClient]:
             service = stack.enter_context(VictimProcess(
                 ["--defense", case.served], env=env,
                 command=[sys.executable, "-m", "fedleak", "defense", "serve"]))
-            defenses = (f"remote:address={service.address}",)
+            defenses = (f"remote:address={service.address},stage={case.stage}",)
         images = f"0-{case.batch_size * case.users - 1}"
         settings = VictimSettings(dataset="digits", model="mlp:width=16", split="all",
                                   images=images, batch_size=case.batch_size,
