@@ -56,11 +56,16 @@ def test_dpsgd_bounds_stay_below_the_accountants_epsilon(dpsgd_victim: VictimPro
                                                  seed=3, show_progress=False),
                            tmp_path, log=lambda _: None)
     claim = record.claim
-    assert claim["accountant"] == "rdp" and claim["delta"] == 1e-5
-    assert claim["epsilon"] == pytest.approx(4.7285, abs=1e-3)  # RDP, σ = 1, q = 1, 1 step
+    assert claim["delta"] == 1e-5
+    assert claim["epsilon"] == pytest.approx(4.3772, abs=1e-3)  # exact: σ = 1, q = 1, 1 step
+    assert claim["reported_epsilon"] == pytest.approx(4.7285, abs=1e-3)  # its RDP accountant
+    assert claim["accountant"] == "gaussian-dp (exact)"
     assert not record.violation and record.trials == 500
-    bounds = {b.estimator: b for b in record.bounds}
+    bounds = {b.estimator: b for b in record.bounds if not b.group}
     assert set(bounds) == {"clopper-pearson", "gaussian-dp", "one-run", "one-shot"}
+    groups = {b.group for b in record.bounds if b.estimator == "gaussian-scores"}
+    assert "layers.1.bias" in groups and "spread (all tensors)" in groups  # every tensor
+    assert "would have caught noise below" in record.verdict  # its power, stated
     for bound in bounds.values():
         assert bound.canary.startswith("gradient canary, dirac")
         assert "whole defended update" in bound.threat_model
@@ -89,12 +94,12 @@ def test_bad_requests_are_refused_and_coins_stay_inside(dpsgd_victim: VictimProc
         def begin(**kw: object) -> pb.BeginAuditResponse:
             return client.begin_audit(params, buffers, pb.BeginAuditRequest(**kw))
 
-        for bad, text in [({"trials": 0}, "trials must lie in 1..5000"),
+        for bad, text in [({"trials": 10**6}, "trials must lie in 1..5000"),
                           ({"trials": 10, "canary": "fuzz"}, "canary 'fuzz' is unknown"),
                           ({"trials": 10, "canary": "client"}, "extra user of a secure-agg"),
                           ({"trials": 10, "threshold_rule": "best"}, "threshold_rule 'best'"),
-                          ({"trials": 10, "canary": "input", "threshold_rule": "half-shift"},
-                           "half-shift needs"),
+                          ({"trials": 10, "false_alarm": 0.7}, "false_alarm must lie"),
+                          ({"detect_shortfall": 1.5}, "detect_shortfall must lie"),
                           ({"trials": 10, "coordinate": 10**9}, "coordinate must lie")]:
             with pytest.raises(VictimError) as err:
                 begin(**bad)
@@ -180,6 +185,7 @@ def test_a_canary_client_among_secagg_users(tmp_path: Path) -> None:
     assert record.victim["users"] == 3 and "secure-aggregation sum of 3 users" in \
         record.threat_model
     assert record.claim["mu"] == pytest.approx(1 / (0.5 * math.sqrt(4 / 3)), rel=1e-6)
+    assert any(t.test == "noise-level" for t in record.tests)  # the sum's noise, checked
     assert not record.violation
     assert all(b.epsilon <= record.claimed_epsilon for b in record.bounds if not b.is_estimate)
 
@@ -201,9 +207,39 @@ def test_fedleak_audit_catches_a_broken_plugin_behind_the_proto(tmp_path: Path) 
     finally:
         service.stop()
     assert done.returncode == 3, done.stderr[-2000:]
-    assert "VIOLATION: gaussian-dp ε_LB" in done.stdout and "claimed ε 4.38" in done.stdout
+    assert "VIOLATION: " in done.stdout and "claimed ε 4.38" in done.stdout
     record = json.loads((out / "audit.json").read_text())
     assert record["violation"] and record["claim"]["epsilon"] == pytest.approx(4.377, abs=1e-3)
+    noise = next(t for t in record["tests"] if t["test"] == "noise-level"
+                 and t["group"] == "all tensors pooled")
+    assert noise["rejected"] and 1 / noise["ratio"] == pytest.approx(0.5, abs=0.05)  # σ/2
     assert "remote" in record["victim"]["defenses"][0]
     gdp = next(b for b in record["bounds"] if b["estimator"] == "gaussian-dp")
     assert gdp["epsilon"] > 4.377
+
+
+def test_a_third_party_dpsgd_behind_the_proto_gets_dpsgds_claim(tmp_path: Path) -> None:
+    """private-sgd (tests/test_plugin_package: plain torch, not dpsgd's class) served by
+    `fedleak defense serve` and linked as a per-example remote: the same claim as dpsgd, no
+    violation, every tensor covered."""
+    plugin = str(ROOT / "tests" / "test_plugin_package")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [plugin, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    service = VictimProcess(["--defense", "private-sgd:noise-multiplier=1"], env=env,
+                            command=[sys.executable, "-m", "fedleak", "defense", "serve"]).start()
+    try:
+        out = tmp_path / "audit"
+        done = subprocess.run(
+            [sys.executable, "-m", "fedleak", "audit", "--defense",
+             f"remote:address={service.address},stage=per-example", "--images", "0-7",
+             "--model", "mlp:width=16", "--trials", "120", "--defense-seed", "1", "--out",
+             str(out), "--quiet", "--fail-on-violation"],
+            capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        service.stop()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["claim"]["epsilon"] == pytest.approx(4.3772, abs=1e-3)  # dpsgd's, exactly
+    assert record["claim"]["reported_epsilon"] == pytest.approx(4.7285, abs=1e-3)
+    assert not record["violation"] and "would have caught noise below" in record["verdict"]
+    assert {t["group"] for t in record["tests"]} >= {"layers.1.bias", "layers.5.weight"}

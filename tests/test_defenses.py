@@ -129,7 +129,10 @@ def test_chain_specs_files_and_errors(tmp_path) -> None:
                     '[[defense]]\nname = "prune"\np = 0.5\n')
     chain = build_chain(load_defense_file(path) + [parse_defense_spec("noise:sigma=0.1")])
     assert chain.per_example is not None and [d.name for d in chain.update] == ["prune", "noise"]
-    assert chain.describe()[0] == ("dpsgd", chain.per_example.public_params(), "per-example")
+    declared = chain.per_example.declared()
+    assert declared is not None
+    assert chain.describe()[0] == ("dpsgd", {**chain.per_example.public_params(),
+                                             **declared.to_params()}, "per-example")
     with pytest.raises(DefenseConfigError, match="choose one of client-dp, clip, dpsgd"):
         build_chain([parse_defense_spec("soteria")])
     with pytest.raises(DefenseConfigError, match="valid: p, scope"):

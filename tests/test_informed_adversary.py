@@ -109,7 +109,7 @@ def test_a_victim_without_the_game_is_refused_by_name(tmp_path: Path) -> None:
             params, buffers = client.global_model()
             update = client.compute_update(params, buffers)
             reply = client.score(update.round_id, torch.full((1, 1, 8, 8), 0.5))
-            assert not reply.fisher_bounded and "no DP-SGD" in reply.fisher_note
+            assert not reply.fisher_bounded and "no per-example Gaussian" in reply.fisher_note
     bad = fedleak("victim", "serve", "--dataset", "digits", "--split", "all",
                   "--informed-candidates", "10")
     assert bad.returncode != 0 and "--split train" in bad.stderr

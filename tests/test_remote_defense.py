@@ -192,7 +192,7 @@ def test_a_dead_service_is_named_at_start_and_later(served) -> None:
 @pytest.mark.parametrize("params, words", [
     ({}, ["address must be HOST:PORT"]),
     ({"address": "localhost"}, ["address must be HOST:PORT", "'localhost'"]),
-    ({"address": "127.0.0.1:1", "stage": "per-example"}, ["cannot run out of process"]),
+    ({"address": "127.0.0.1:1", "stage": "transport"}, ["cannot run out of process"]),
 ])
 def test_bad_remote_settings_are_refused(params: dict, words: list[str]) -> None:
     with pytest.raises(DefenseConfigError) as err:
@@ -201,10 +201,11 @@ def test_bad_remote_settings_are_refused(params: dict, words: list[str]) -> None
         assert word in str(err.value)
 
 
-def test_only_update_defenses_can_be_served() -> None:
-    with pytest.raises(DefenseConfigError, match="only update defenses"):
-        served_defense("dpsgd", {})
+def test_only_update_and_per_example_defenses_can_be_served() -> None:
+    with pytest.raises(DefenseConfigError, match="only update and per-example defenses"):
+        served_defense("secagg", {})
     assert served_defense("prune", {"p": "0.5"}).name == "prune"
+    assert served_defense("dpsgd", {}).stage == "per-example"
 
 
 def test_the_service_refuses_bad_streams_and_keeps_serving(served) -> None:
@@ -223,3 +224,49 @@ def test_the_service_refuses_bad_streams_and_keeps_serving(served) -> None:
         good = assemble_update(stub.Defend(update_chunks([torch.ones(4)], ["w"])))
         assert torch.equal(good.tensors[0], torch.ones(4) * 0.5)
         assert stub.Info(dpb.DefenseInfoRequest()).params["max-norm"] == "1.0"
+
+
+def test_a_per_example_defense_behind_the_proto_declares_and_privatises(served) -> None:
+    """dpsgd served behind the proto: the link is a per-example defense with dpsgd's exact
+    declaration, and what the service answers is what dpsgd computes from the same seed."""
+    from fedleak.defenses import build_chain
+    from fedleak.harness.remote_defense.link import RemotePerExampleDefense
+
+    address = served(create_defense("dpsgd", {"noise-multiplier": "0.8"}))
+    link = create_defense("remote", {"address": address, "stage": "per-example"})
+    try:
+        assert isinstance(link, RemotePerExampleDefense) and link.stage == "per-example"
+        local = build_chain([("dpsgd", {"noise-multiplier": "0.8"})]).per_example_mechanism
+        assert link.declared() == local
+        grads = [torch.randn(5, 3, 2), torch.randn(5, 2)]
+        generator = torch.Generator().manual_seed(9)
+        got = link.privatise(grads, 4, generator)
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=torch.Generator().manual_seed(9)))
+        expected = create_defense("dpsgd", {"noise-multiplier": "0.8"}).privatise(  # type: ignore
+            grads, 4, torch.Generator().manual_seed(seed))
+        assert [g.shape for g in got] == [torch.Size([3, 2]), torch.Size([2])]
+        assert all(torch.allclose(a, b) for a, b in zip(got, expected, strict=True))
+    finally:
+        link.close()  # type: ignore[attr-defined]
+
+
+def test_a_stage_mismatch_with_the_service_names_the_fix(served) -> None:
+    address = served(create_defense("dpsgd"))
+    with pytest.raises(DefenseConfigError, match="stage=per-example"):
+        create_defense("remote", {"address": address})
+
+
+def test_a_per_example_service_refuses_rows_that_disagree(served) -> None:
+    address = served(create_defense("dpsgd"))
+    with grpc.insecure_channel(address) as channel:
+        stub = dpb_grpc.DefenseServiceStub(channel)
+        chunks = list(update_chunks([torch.zeros(3, 2), torch.zeros(4)], ["a", "b"], seed=1,
+                                    expected_batch_size=3))
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Defend(iter(chunks)))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "one row per example" in err.value.details()
+        missing = list(update_chunks([torch.zeros(3, 2)], ["a"], seed=1))
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Defend(iter(missing)))
+        assert "expected_batch_size" in err.value.details()

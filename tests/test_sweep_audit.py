@@ -57,7 +57,7 @@ def test_the_attacks_of_a_portfolio_share_one_audit_per_setting(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("table, message", [
-    ("trials = 0", "trials must lie in"),
+    ("trials = -1", "trials must lie in"),
     ("cannary = 'input'", "unknown key(s) cannary"),
     ("threshold = 'best'", "threshold must be split, half-shift or a number"),
     ("canary = 'client'", "some [[sweep.defense]] tables have one user"),
@@ -104,7 +104,8 @@ def test_a_sweep_point_carries_its_epsilon_lb_beside_its_epsilon(tmp_path: Path)
     (result,) = load_results(tmp_path / "run")
     audit = result.audit
     assert audit is not None and audit.trials == 300 and not audit.violation
-    assert set(audit.epsilon_lb) == {"clopper-pearson", "gaussian-dp", "one-run"}
+    assert set(audit.epsilon_lb) == {"clopper-pearson", "gaussian-dp", "one-run",
+                                     "gaussian-scores"}  # the worst tensor's, declared family
     assert set(audit.estimates) == {"one-shot"}
     assert audit.epsilon_claimed == pytest.approx(4.377, abs=1e-3)  # noise σ = 1, ‖c‖ = 1
     assert 1.0 < audit.epsilon_lb["gaussian-dp"] <= audit.epsilon_claimed

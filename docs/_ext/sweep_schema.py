@@ -133,8 +133,17 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "confidence": ("float in (0, 1)", "confidence of every bound"),
         "calibration": ("float in (0, 1)", "the held-out fraction of trials that picks the "
                                            "threshold (threshold = split)"),
-        "threshold": ("string or float", "split (held-out calibration, default), half-shift "
-                                         "(fixed from public settings) or a declared number"),
+        "threshold": ("string or float", "half-shift (fixed from public settings, default; "
+                                         "split where they do not fix the shift), split "
+                                         "(held-out calibration) or a declared number"),
+        "detect_shortfall": ("float in (0, 1)", "trials 0: as many as catch noise this factor "
+                                                "of the declared std (default 0.9)"),
+        "power": ("float in (0, 1)", "the probability the trials and the verdict's power "
+                                     "statement use (default 0.99)"),
+        "false_alarm": ("float in (0, 0.5)", "the verdict's family-wise false-alarm rate "
+                                             "(default 1e-4)"),
+        "coverage": ("bool", "canaries over every parameter tensor and the declared geometry "
+                             "(default true)"),
     },
     "resources": {
         "num_cpus": ("number ≥ 0", "CPUs a point takes (also its torch threads)"),
@@ -213,7 +222,8 @@ def defaults() -> dict[str, dict[str, str]]:
         "resources": {f.name: show(getattr(resources, f.name))
                       for f in dataclasses.fields(resources)},
         "defense": {"reference": "false", "users": "1"},
-        "audit": {"trials": "2000", "threshold": "split"},
+        "audit": {"trials": "2000", "threshold": "half-shift", "detect_shortfall": "0.9",
+                  "power": "0.99", "false_alarm": "1e-4", "coverage": "true"},
     }
 
 

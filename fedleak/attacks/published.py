@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+#: The prefix of a published declaration's entries (fedleak.defenses.mechanism; attacks do not
+#: import defenses)
+DECLARED_PREFIX = "declared."
+
 
 @dataclass(frozen=True)
 class PublishedDefense:
@@ -23,9 +27,19 @@ class PublishedDefense:
     stage: str = "update"
 
     def spec(self) -> str:
-        """``name:key=value,...`` (keys sorted), the form ``--defense`` takes and runs record."""
-        return self.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-                            if self.params else "")
+        """``name:key=value,...`` (keys sorted), the form ``--defense`` takes and runs record;
+        the declared mechanism (``declared.*`` entries) is left out: it is derived, not set."""
+        options = self.options()
+        return self.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(options.items()))
+                            if options else "")
+
+    def options(self) -> dict[str, str]:
+        """The published parameters that configure the defense (without ``declared.*``)."""
+        return {k: v for k, v in self.params.items() if not k.startswith(DECLARED_PREFIX)}
+
+    def declared(self) -> dict[str, str]:
+        """The declared mechanism's entries (``declared.*``), as published."""
+        return {k: v for k, v in self.params.items() if k.startswith(DECLARED_PREFIX)}
 
     def number(self, key: str, default: float) -> float:
         """Parameter ``key`` as a float (``default`` when not published); a published value

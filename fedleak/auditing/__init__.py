@@ -4,7 +4,13 @@ A room beside ``attacks/`` and ``defenses/`` (numpy, scipy, torch; it imports no
 harness): the estimators, one per module — :mod:`~fedleak.auditing.clopper_pearson`
 (Jagielski et al. 2020, Nasr et al. 2021), :mod:`~fedleak.auditing.gaussian_dp` (Nasr et al.
 2023), :mod:`~fedleak.auditing.one_run` (Steinke, Nasr & Jagielski 2023),
-:mod:`~fedleak.auditing.one_shot` (Andrew et al. 2024, an estimate) — the game's statistics
+:mod:`~fedleak.auditing.subsampled_gaussian` (Poisson mixtures),
+:mod:`~fedleak.auditing.noise_ratio` (the declared mechanism tested over many canaries, with
+its power), :mod:`~fedleak.auditing.one_shot` (Andrew et al. 2024, an estimate) — registered
+by name (:mod:`~fedleak.auditing.estimator_registry`;
+:mod:`~fedleak.auditing.primary_estimators`,
+:mod:`~fedleak.auditing.declaration_estimators`), decided together
+(:mod:`~fedleak.auditing.verdict`: Holm over every test) — the game's statistics
 (:mod:`~fedleak.auditing.game`, :mod:`~fedleak.auditing.thresholds`), the canaries
 (:mod:`~fedleak.auditing.canaries`) and what a result carries
 (:mod:`~fedleak.auditing.result`). The harness plays the game over the wire
@@ -18,6 +24,13 @@ reconstruction error (:mod:`~fedleak.auditing.fisher_information`), the baseline
 """
 
 from fedleak.auditing.clopper_pearson import clopper_pearson_epsilon, upper_bound
+from fedleak.auditing.estimator_registry import (
+    ESTIMATOR_REGISTRY,
+    Estimator,
+    Findings,
+    Game,
+    register_estimator,
+)
 from fedleak.auditing.game import (
     GameSettings,
     ScoreHistogram,
@@ -26,13 +39,26 @@ from fedleak.auditing.game import (
     score_histogram,
 )
 from fedleak.auditing.gaussian_dp import epsilon_from_mu, mu_from_epsilon, mu_lower_bound
+from fedleak.auditing.noise_ratio import StreamTable
 from fedleak.auditing.one_run import one_run_epsilon
 from fedleak.auditing.one_shot import epsilon_two_gaussians, one_shot_epsilon
-from fedleak.auditing.result import ESTIMATORS, AuditBound, format_epsilon
+from fedleak.auditing.result import ESTIMATORS, AuditBound, DeclarationTest, format_epsilon
+from fedleak.auditing.verdict import Evaluation, estimator_names, evaluate, verdict_text
 
 __all__ = [
     "ESTIMATORS",
+    "ESTIMATOR_REGISTRY",
     "AuditBound",
+    "DeclarationTest",
+    "Estimator",
+    "Evaluation",
+    "Findings",
+    "Game",
+    "StreamTable",
+    "estimator_names",
+    "evaluate",
+    "register_estimator",
+    "verdict_text",
     "GameSettings",
     "ScoreHistogram",
     "audit_bounds",

@@ -8,16 +8,20 @@ TOML document (the harness reads the file; this module only checks what it holds
     noise_multiplier = 0.5
 
 At most one per-example defense (it owns local training's gradient) and at most one transport
-defense; update defenses apply in the order given.
+defense; update defenses apply in the order given. Defenses are grouped by the stage they
+declare, never by their class; :meth:`DefenseChain.update_composition` composes the update
+stage's declared mechanisms and :attr:`DefenseChain.accountant` accounts what they earn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from fedleak.defenses.composition import ChainAccountant, UpdateComposition, compose_update
 from fedleak.defenses.defense_registry import DefenseConfigError, create_defense
+from fedleak.defenses.mechanism import DeclarationError, Mechanism
 from fedleak.defenses.stages import (
     Defense,
     ParameterCheck,
@@ -31,35 +35,88 @@ from fedleak.defenses.stages import (
 class DefenseChain:
     defenses: list[Defense] = field(default_factory=list)
 
+    _accountant: ChainAccountant | None = field(default=None, init=False, repr=False)
+
     def __post_init__(self) -> None:
         for stage in ("per-example", "transport"):
             named = [d.name for d in self.defenses if d.stage == stage]
             if len(named) > 1:
                 raise DefenseConfigError(f"at most one {stage} defense, got {named}")
+        for defense in self.defenses:
+            try:
+                defense.declared()
+            except DeclarationError as err:
+                raise DefenseConfigError(f"defense {defense.name!r}: {err}") from None
         for defense in self.update:
             problem = defense.chain_problem(has_transport=self.transport is not None)
             if problem:
                 raise DefenseConfigError(problem)
 
+    def _staged(self, stage: str) -> list[Defense]:
+        return [d for d in self.defenses if d.stage == stage]
+
     @property
     def parameter_checks(self) -> list[ParameterCheck]:
-        return [d for d in self.defenses if isinstance(d, ParameterCheck)]
+        return cast(list[ParameterCheck], self._staged("parameters"))
 
     @property
     def per_example(self) -> PerExampleDefense | None:
-        return next((d for d in self.defenses if isinstance(d, PerExampleDefense)), None)
+        return cast(PerExampleDefense | None, next(iter(self._staged("per-example")), None))
 
     @property
     def update(self) -> list[UpdateDefense]:
-        return [d for d in self.defenses if isinstance(d, UpdateDefense)]
+        return cast(list[UpdateDefense], self._staged("update"))
 
     @property
     def transport(self) -> TransportDefense | None:
-        return next((d for d in self.defenses if isinstance(d, TransportDefense)), None)
+        return cast(TransportDefense | None, next(iter(self._staged("transport")), None))
+
+    # -- declarations ---------------------------------------------------------------------
+
+    def declarations(self) -> list[tuple[str, str, Mechanism | None]]:
+        """(name, stage, declared mechanism or None) per defense, in order."""
+        return [(d.name, d.stage, d.declared()) for d in self.defenses]
+
+    @property
+    def per_example_mechanism(self) -> Mechanism | None:
+        """The per-example defense's declaration (None: none, or it declares nothing)."""
+        defense = self.per_example
+        return defense.declared() if defense is not None else None
+
+    @property
+    def transport_mechanism(self) -> Mechanism | None:
+        defense = self.transport
+        return defense.declared() if defense is not None else None
+
+    def update_composition(self) -> UpdateComposition:
+        """The update stage's declarations composed up to the first Gaussian noise."""
+        return compose_update([(d.name, d.declared()) for d in self.update])
+
+    @property
+    def accountant(self) -> ChainAccountant:
+        """The accountants the declarations earn, kept over the victim's life."""
+        if self._accountant is None:
+            self._accountant = ChainAccountant(self.per_example_mechanism,
+                                               self.update_composition())
+        return self._accountant
+
+    def delta(self, default: float = 1e-5) -> float:
+        """δ of the chain's reported (ε, δ): the first declaration's that accounts."""
+        accountant = self.accountant
+        for part in (accountant.per_example, accountant.update):
+            if part is not None:
+                return part.mechanism.delta
+        return default
 
     def describe(self) -> list[tuple[str, dict[str, str], str]]:
-        """(name, public params, stage) per defense, for ``Describe``."""
-        return [(d.name, d.public_params(), d.stage) for d in self.defenses]
+        """(name, public params, stage) per defense, for ``Describe``: the params carry the
+        declared mechanism as ``declared.*`` entries (Kerckhoffs: a claim is public)."""
+        out = []
+        for d in self.defenses:
+            declared = d.declared()
+            params = {**d.public_params(), **(declared.to_params() if declared else {})}
+            out.append((d.name, params, d.stage))
+        return out
 
 
 def parse_defense_spec(text: str) -> tuple[str, dict[str, str]]:

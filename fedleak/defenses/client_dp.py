@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.defenses.defense_registry import register_defense
-from fedleak.defenses.dpsgd import ACCOUNTANTS, epsilon, make_accountant
+from fedleak.defenses.dpsgd import ACCOUNTANTS
+from fedleak.defenses.mechanism import UPDATE, Clip, Mechanism, Noise, Shares
 from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 
 VARIANTS = ("local", "distributed")
@@ -93,8 +94,6 @@ class ClientDP(UpdateDefense):
     def __init__(self, config: ClientDPConfig | None = None) -> None:
         super().__init__(config)
         self._users = max(self.config.users, 1)
-        self._total = make_accountant(self.config.accountant)
-        self._rounds = 0
 
     def bind_users(self, num_users: int) -> None:
         """Every user of the victim shares the noise unless ``users`` says how many."""
@@ -122,32 +121,16 @@ class ClientDP(UpdateDefense):
         return [u * scale + std * torch.randn(u.shape, generator=generator, dtype=u.dtype,
                                               device=u.device) for u in update]
 
-    def accounted_mechanism(self) -> tuple[float, float]:
-        """(noise multiplier, sampling rate) of one round for the accountant (module doc)."""
+    def mechanism(self) -> Mechanism:
+        """Clip the whole update to S, then N(0, σ²S²) — added by the user (local) or in n
+        shares of N(0, σ²S²/n) whose secure-aggregation sum carries all of it (distributed; a
+        dropped share is not compensated). The accountant reads this (module docstring)."""
         c = self.config
-        if c.variant == "local":
-            return c.noise_multiplier / 2, 1.0
-        return c.noise_multiplier, c.user_sample_rate
-
-    def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
-        """ε of one round alone and over every round this user took part in (``rounds`` more)."""
-        sigma, q = self.accounted_mechanism()
-        self._rounds += rounds
-        self._total.history[:] = [(sigma, q, self._rounds)]  # one mechanism, R rounds
-        if not report:
-            return {}
-        this_round = make_accountant(self.config.accountant)
-        this_round.history.append((sigma, q, 1))
-        delta = self.config.delta
-        return {
-            "epsilon_round": f"{epsilon(this_round, delta):.6g}",
-            "epsilon_total": f"{epsilon(self._total, delta):.6g}",
-            "delta": f"{delta:g}",
-            "accountant": self.config.accountant,
-            "dp_rounds": str(self._rounds),
-            "user_sample_rate": f"{q:.6g}",
-            "privacy_unit": "user",
-        }
+        shares = Shares(self._users) if c.variant == "distributed" else None
+        return Mechanism(UPDATE, clip=Clip(c.clip_norm),
+                         noise=Noise(c.noise_multiplier * c.clip_norm), shares=shares,
+                         accountant=c.accountant, delta=c.delta, unit="user",
+                         user_sample_rate=c.user_sample_rate)
 
     def gaussian_claim(self) -> GaussianClaim:
         """Clip to S, then N(0, s²) with s this user's share of the noise."""

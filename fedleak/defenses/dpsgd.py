@@ -9,32 +9,36 @@ gradients g_i (given by the harness) and clipping norm C::
 
 Clipping, noise and scaling are Opacus's own :class:`DPOptimizer` /
 :class:`DPPerLayerOptimizer` ``pre_step`` acting on the ``grad_sample`` of the parameters; the
-privacy spent is Opacus's RDP or PRV accountant over the (σ, q, steps) this user ran. Models
-must pass Opacus's validator (no BatchNorm: the victim applies ``ModuleValidator.fix``).
+privacy spent is Opacus's RDP or PRV accountant over the (σ, q, steps) this user ran, read
+from the declaration (:meth:`DPSGD.mechanism`) like any plug-in's. Models must pass Opacus's
+validator (no BatchNorm: the victim applies ``ModuleValidator.fix``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
-import numpy
 import torch
 
+from fedleak.defenses.accounting import epsilon, make_accountant, record
 from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.mechanism import (
+    FIXED,
+    PER_EXAMPLE,
+    PER_TENSOR,
+    POISSON,
+    TOTAL,
+    Clip,
+    Mechanism,
+    Noise,
+    Sampling,
+)
 from fedleak.defenses.stages import PerExampleDefense
 
+__all__ = ["ACCOUNTANTS", "DPSGD", "DPSGDConfig", "epsilon", "make_accountant", "record"]
+
 ACCOUNTANTS = ("rdp", "prv")
-
-
-def make_accountant(kind: str) -> Any:
-    """A fresh Opacus accountant (imported lazily: Opacus takes a second to import)."""
-    from opacus.accountants import PRVAccountant, RDPAccountant
-
-    return {"rdp": RDPAccountant, "prv": PRVAccountant}[kind]()
-
-
 @dataclass
 class DPSGDConfig:
     noise_multiplier: float = field(default=1.0, metadata={"help": "σ: noise std / C"})
@@ -67,10 +71,6 @@ class DPSGD(PerExampleDefense):
 
     Config = DPSGDConfig
 
-    def __init__(self, config: DPSGDConfig | None = None) -> None:
-        super().__init__(config)
-        self._total = make_accountant(self.config.accountant)
-
     def privatise(
         self,
         per_example: list[torch.Tensor],
@@ -100,48 +100,12 @@ class DPSGD(PerExampleDefense):
         assert all(g is not None for g in grads), "Opacus left a parameter without .grad"
         return [g.detach().clone() for g in grads if g is not None]
 
-    def sample_rate(self, num_images: int, batch_size: int) -> float | None:
-        if not self.config.poisson:
-            return None
-        size = num_images if batch_size in (0, None) or batch_size >= num_images else batch_size
-        return size / num_images
-
-    def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
-        """ε of this round alone and cumulated over every round this defense has served
-        (steps at one sampling rate are merged into one history entry)."""
-        sigma = self.config.noise_multiplier
-        record(self._total, sigma, sample_rate, steps)
-        if not report:
-            return {}
-        this_round = make_accountant(self.config.accountant)
-        record(this_round, sigma, sample_rate, steps)
-        delta = self.config.delta
-        return {
-            "epsilon_round": f"{epsilon(this_round, delta):.6g}",
-            "epsilon_total": f"{epsilon(self._total, delta):.6g}",
-            "delta": f"{delta:g}",
-            "accountant": self.config.accountant,
-            "dp_steps": str(steps),
-            "sample_rate": f"{sample_rate:.6g}",
-        }
-
-
-def record(accountant: Any, sigma: float, sample_rate: float, steps: int) -> None:
-    """Add ``steps`` steps at (σ, q) to the accountant's history, merged into the entry with the
-    same (σ, q) where there is one: composition of one mechanism is commutative and the RDP and
-    PRV accountants compose an entry's steps exactly so, so ε is unchanged while the history
-    stays one entry per distinct mechanism instead of growing with every round."""
-    history = accountant.history
-    for i, (s, q, n) in enumerate(history):
-        if (s, q) == (sigma, sample_rate):
-            history[i] = (s, q, n + steps)
-            return
-    history.append((sigma, sample_rate, steps))
-
-
-def epsilon(accountant: Any, delta: float) -> float:
-    """ε at ``delta``; infinite when there was no noise."""
-    if any(sigma == 0 for sigma, _, _ in accountant.history):
-        return math.inf
-    with numpy.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0)
-        return float(accountant.get_epsilon(delta=delta))
+    def mechanism(self) -> Mechanism:
+        """Per example: clip to C (flat: total; per-layer: C/√L per tensor), N(0, σ²C²) on
+        each step's sum, fixed or Poisson-sampled batches, this accountant and δ."""
+        c = self.config
+        return Mechanism(PER_EXAMPLE,
+                         clip=Clip(c.max_grad_norm, TOTAL if c.clipping == "flat" else PER_TENSOR),
+                         noise=Noise(c.noise_multiplier * c.max_grad_norm),
+                         sampling=Sampling(POISSON if c.poisson else FIXED),
+                         accountant=c.accountant, delta=c.delta, unit="example")

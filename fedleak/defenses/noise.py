@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.mechanism import LAPLACE, UPDATE, Mechanism
+from fedleak.defenses.mechanism import Noise as DeclaredNoise
 from fedleak.defenses.stages import GaussianClaim, UpdateDefense
 
 DISTRIBUTIONS = ("gaussian", "laplace")
@@ -53,3 +55,9 @@ class Noise(UpdateDefense):
         if self.config.distribution != "gaussian":
             return None
         return GaussianClaim(noise_std=self.config.sigma)
+
+    def mechanism(self) -> Mechanism:
+        """N(0, σ²) (or Laplace of scale σ, std √2·σ) on every coordinate; no clip."""
+        if self.config.distribution == "gaussian":
+            return Mechanism(UPDATE, noise=DeclaredNoise(self.config.sigma))
+        return Mechanism(UPDATE, noise=DeclaredNoise(self.config.sigma * 2 ** 0.5, LAPLACE))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fedleak.defenses.defense_registry import register_defense
+from fedleak.defenses.mechanism import PER_COORDINATE, TRANSPORT, Clip, Mechanism
 from fedleak.defenses.secagg import SecAggConfig
 from fedleak.defenses.stages import TransportDefense
 
@@ -75,3 +76,8 @@ class SecAgg(TransportDefense):
         """The public parameters of one aggregation round."""
         return SecAggConfig(threshold=self.threshold(num_users), clip=self.config.clip,
                             vector_length=vector_length, num_users=num_users, session=session)
+
+    def mechanism(self) -> Mechanism:
+        """Transport: each coordinate clipped to ±clip and quantised; no noise (secure
+        aggregation hides single updates from the server, it adds no DP of its own)."""
+        return Mechanism(TRANSPORT, clip=Clip(self.config.clip, PER_COORDINATE))

@@ -8,6 +8,11 @@
 
 A defense's mechanism and parameters are public (Kerckhoffs): ``Describe`` reports them. Its
 randomness is not: it draws from the ``torch.Generator`` the victim hands it.
+
+Every defense *declares* what it claims with :meth:`Defense.mechanism` (a
+:class:`~fedleak.defenses.mechanism.Mechanism`: stage, clip and geometry, noise, sampling,
+shares); the victim's claim, accountant, Fisher ceiling, DP release and refusals read only the
+declaration, never the class, so a plug-in is judged like a built-in.
 """
 
 from __future__ import annotations
@@ -19,6 +24,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+
+from fedleak.defenses.mechanism import (
+    POISSON,
+    UPDATE,
+    Clip,
+    DeclarationError,
+    Mechanism,
+    Noise,
+)
 
 STAGES = ("parameters", "per-example", "update", "transport")
 
@@ -33,6 +47,9 @@ class GaussianClaim:
     leave it at most min(r, 2S) apart; the noise then makes it a Gaussian mechanism with
     μ = min(r, 2S) / s (Dong, Roth & Su 2019). A defense that does something else (prune,
     quantise, Laplace noise) claims nothing (None) and an audit treats it as unbounded.
+
+    A shorthand for the update-stage :class:`~fedleak.defenses.mechanism.Mechanism` it stands
+    for (:meth:`as_mechanism`); plug-ins written against it keep working.
     """
 
     clip_norm: float | None = None
@@ -48,6 +65,11 @@ class GaussianClaim:
         """How far apart two inputs at most ``distance`` apart are after the clipping."""
         return distance if self.clip_norm is None else min(distance, 2 * self.clip_norm)
 
+    def as_mechanism(self) -> Mechanism:
+        """The update-stage declaration: a total clip to S (if any), then N(0, s²)."""
+        return Mechanism(UPDATE, clip=None if self.clip_norm is None else Clip(self.clip_norm),
+                         noise=Noise(self.noise_std) if self.noise_std > 0 else None)
+
 
 class Defense(ABC):
     """A defense with a typed ``Config`` dataclass."""
@@ -62,6 +84,20 @@ class Defense(ABC):
     def public_params(self) -> dict[str, str]:
         """The configuration as strings, as ``DefenseSpec.params`` carries it."""
         return {k.replace("_", "-"): str(v) for k, v in dataclasses.asdict(self.config).items()}
+
+    def mechanism(self) -> Mechanism | None:
+        """What this defense claims to do (:class:`~fedleak.defenses.mechanism.Mechanism`), or
+        None when it claims no DP mechanism. Everything that reasons about privacy reads this,
+        never the class: declare what the implementation does, and an audit tests it."""
+        return None
+
+    def declared(self) -> Mechanism | None:
+        """:meth:`mechanism`, checked: its stage must be this defense's stage."""
+        mechanism = self.mechanism()
+        if mechanism is not None and mechanism.stage != self.stage:
+            raise DeclarationError(f"defense {self.name!r} acts at stage {self.stage!r} but "
+                                   f"declares a {mechanism.stage!r} mechanism")
+        return mechanism
 
 
 class UpdateDefense(Defense):
@@ -89,14 +125,29 @@ class UpdateDefense(Defense):
         """The defended update; must not modify ``update`` in place."""
 
     def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
-        """Privacy spent by ``rounds`` more rounds of this defense (metadata entries; {} if
-        none). Called once per round the user takes part in, after :meth:`apply`; an audit
-        charges its trials in batches with ``report`` False (no ε computed, {} returned)."""
-        return {}
+        """Privacy spent by ``rounds`` more rounds of this defense alone (metadata entries; {}
+        if it declares no clipped Gaussian mechanism), by its declaration's accountant
+        (:mod:`fedleak.defenses.accounting`). The victim accounts its whole chain instead
+        (:class:`~fedleak.defenses.composition.ChainAccountant`); this is for direct use."""
+        from fedleak.defenses.accounting import DeclaredAccountant, accounted
+
+        mechanism = self.declared()
+        if accounted(mechanism) is None or mechanism is None:
+            return {}
+        if getattr(self, "_own_accountant", None) is None:
+            self._own_accountant = DeclaredAccountant(mechanism)
+        own: DeclaredAccountant = self._own_accountant
+        return own.charge(rounds, own.round_rate(), report)
 
     def gaussian_claim(self) -> GaussianClaim | None:
-        """The mechanism this defense claims (:class:`GaussianClaim`), or None for none."""
+        """Shorthand for a clip-then-Gaussian-noise declaration (:class:`GaussianClaim`), or
+        None; :meth:`mechanism` reads it unless overridden."""
         return None
+
+    def mechanism(self) -> Mechanism | None:
+        """The declaration: :meth:`gaussian_claim`'s, unless a subclass declares more."""
+        claim = self.gaussian_claim()
+        return None if claim is None else claim.as_mechanism()
 
 
 class ParameterCheck(Defense):
@@ -136,13 +187,27 @@ class PerExampleDefense(Defense):
         """``per_example[l]`` has shape ``[B, *θ_l.shape]``; returns one tensor per parameter."""
 
     def sample_rate(self, num_images: int, batch_size: int) -> float | None:
-        """Poisson sampling rate q for local batches, or None for fixed in-order batches."""
-        return None
+        """The Poisson sampling rate q the harness draws local batches at, or None for the
+        protocol's batches (in order, or shuffled when the protocol shuffles). This is the
+        *implementation*; by default it follows the declaration's sampling."""
+        mechanism = self.declared()
+        if mechanism is None or mechanism.sampling.kind != POISSON:
+            return None
+        return mechanism.sampling.poisson_rate(num_images, batch_size)
 
     def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
-        """Privacy spent by ``steps`` more steps at ``sample_rate`` (metadata entries); with
-        ``report`` False the steps are only charged (no ε computed, {} returned)."""
-        return {}
+        """Privacy spent by ``steps`` more steps at ``sample_rate`` by this defense alone
+        (metadata entries; {} without a declared Gaussian mechanism), by its declaration's
+        accountant; with ``report`` False the steps are only charged (no ε computed)."""
+        from fedleak.defenses.accounting import DeclaredAccountant, accounted
+
+        mechanism = self.declared()
+        if accounted(mechanism) is None or mechanism is None:
+            return {}
+        if getattr(self, "_own_accountant", None) is None:
+            self._own_accountant = DeclaredAccountant(mechanism)
+        own: DeclaredAccountant = self._own_accountant
+        return own.charge(steps, sample_rate, report)
 
 
 class TransportDefense(Defense):

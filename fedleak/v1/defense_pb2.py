@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from fedleak.v1 import victim_pb2 as fedleak_dot_v1_dot_victim__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64leak/v1/defense.proto\x12\nfedleak.v1\x1a\x17\x66\x65\x64leak/v1/victim.proto\"\x14\n\x12\x44\x65\x66\x65nseInfoRequest\"\xc9\x01\n\x0b\x44\x65\x66\x65nseInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x06params\x18\x02 \x03(\x0b\x32#.fedleak.v1.DefenseInfo.ParamsEntry\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12(\n\x05\x63laim\x18\x32 \x01(\x0b\x32\x19.fedleak.v1.GaussianClaim\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\rGaussianClaim\x12\x11\n\tclip_norm\x18\x01 \x01(\x01\x12\x11\n\tnoise_std\x18\x02 \x01(\x01\"N\n\x0bUpdateChunk\x12!\n\x05piece\x18\x01 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x32\x91\x01\n\x0e\x44\x65\x66\x65nseService\x12?\n\x04Info\x12\x1e.fedleak.v1.DefenseInfoRequest\x1a\x17.fedleak.v1.DefenseInfo\x12>\n\x06\x44\x65\x66\x65nd\x12\x17.fedleak.v1.UpdateChunk\x1a\x17.fedleak.v1.UpdateChunk(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x66\x65\x64leak/v1/defense.proto\x12\nfedleak.v1\x1a\x17\x66\x65\x64leak/v1/victim.proto\"\x14\n\x12\x44\x65\x66\x65nseInfoRequest\"\xc9\x01\n\x0b\x44\x65\x66\x65nseInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\x06params\x18\x02 \x03(\x0b\x32#.fedleak.v1.DefenseInfo.ParamsEntry\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12(\n\x05\x63laim\x18\x32 \x01(\x0b\x32\x19.fedleak.v1.GaussianClaim\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x97\x02\n\rGaussianClaim\x12\x11\n\tclip_norm\x18\x01 \x01(\x01\x12\x11\n\tnoise_std\x18\x02 \x01(\x01\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x15\n\rclip_geometry\x18\x04 \x01(\t\x12\x18\n\x10group_clip_norms\x18\x05 \x03(\x01\x12\r\n\x05noise\x18\x06 \x01(\t\x12\x10\n\x08sampling\x18\x07 \x01(\t\x12\x13\n\x0bsample_rate\x18\x08 \x01(\x01\x12\x12\n\naccountant\x18\t \x01(\t\x12\r\n\x05\x64\x65lta\x18\n \x01(\x01\x12\x0e\n\x06shares\x18\x0b \x01(\r\x12\x0f\n\x07\x64ropout\x18\x0c \x01(\t\x12\x0c\n\x04unit\x18\r \x01(\t\x12\x18\n\x10user_sample_rate\x18\x0e \x01(\x01\"k\n\x0bUpdateChunk\x12!\n\x05piece\x18\x01 \x01(\x0b\x32\x12.fedleak.v1.Tensor\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x1b\n\x13\x65xpected_batch_size\x18\x04 \x01(\r2\x91\x01\n\x0e\x44\x65\x66\x65nseService\x12?\n\x04Info\x12\x1e.fedleak.v1.DefenseInfoRequest\x1a\x17.fedleak.v1.DefenseInfo\x12>\n\x06\x44\x65\x66\x65nd\x12\x17.fedleak.v1.UpdateChunk\x1a\x17.fedleak.v1.UpdateChunk(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,10 +40,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEFENSEINFO']._serialized_end=289
   _globals['_DEFENSEINFO_PARAMSENTRY']._serialized_start=244
   _globals['_DEFENSEINFO_PARAMSENTRY']._serialized_end=289
-  _globals['_GAUSSIANCLAIM']._serialized_start=291
-  _globals['_GAUSSIANCLAIM']._serialized_end=344
-  _globals['_UPDATECHUNK']._serialized_start=346
-  _globals['_UPDATECHUNK']._serialized_end=424
-  _globals['_DEFENSESERVICE']._serialized_start=427
-  _globals['_DEFENSESERVICE']._serialized_end=572
+  _globals['_GAUSSIANCLAIM']._serialized_start=292
+  _globals['_GAUSSIANCLAIM']._serialized_end=571
+  _globals['_UPDATECHUNK']._serialized_start=573
+  _globals['_UPDATECHUNK']._serialized_end=680
+  _globals['_DEFENSESERVICE']._serialized_start=683
+  _globals['_DEFENSESERVICE']._serialized_end=828
 # @@protoc_insertion_point(module_scope)

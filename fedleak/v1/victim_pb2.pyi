@@ -596,7 +596,7 @@ class ReleaseProgress(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., max_epochs: _Optional[int] = ..., loss: _Optional[float] = ..., train_accuracy: _Optional[float] = ..., release: _Optional[_Union[ReleasedModel, _Mapping]] = ...) -> None: ...
 
 class BeginAuditRequest(_message.Message):
-    __slots__ = ("parameters", "buffers", "protocol", "canary", "direction", "canary_seed", "canary_norm", "coordinate", "trials", "delta", "confidence", "threshold_rule", "threshold", "calibration_fraction")
+    __slots__ = ("parameters", "buffers", "protocol", "canary", "direction", "canary_seed", "canary_norm", "coordinate", "trials", "delta", "confidence", "threshold_rule", "threshold", "calibration_fraction", "detect_shortfall", "power", "false_alarm", "single_canary", "max_chosen_trials")
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     BUFFERS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
@@ -611,6 +611,11 @@ class BeginAuditRequest(_message.Message):
     THRESHOLD_RULE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     CALIBRATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    DETECT_SHORTFALL_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
+    FALSE_ALARM_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_CANARY_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHOSEN_TRIALS_FIELD_NUMBER: _ClassVar[int]
     parameters: _containers.RepeatedCompositeFieldContainer[Tensor]
     buffers: _containers.RepeatedCompositeFieldContainer[Tensor]
     protocol: ProtocolSpec
@@ -625,24 +630,31 @@ class BeginAuditRequest(_message.Message):
     threshold_rule: str
     threshold: float
     calibration_fraction: float
-    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_seed: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., trials: _Optional[int] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., calibration_fraction: _Optional[float] = ...) -> None: ...
+    detect_shortfall: float
+    power: float
+    false_alarm: float
+    single_canary: bool
+    max_chosen_trials: int
+    def __init__(self, parameters: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_seed: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., trials: _Optional[int] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., calibration_fraction: _Optional[float] = ..., detect_shortfall: _Optional[float] = ..., power: _Optional[float] = ..., false_alarm: _Optional[float] = ..., single_canary: _Optional[bool] = ..., max_chosen_trials: _Optional[int] = ...) -> None: ...
 
 class AuditClaim(_message.Message):
-    __slots__ = ("epsilon", "delta", "mechanism", "accountant", "mu")
+    __slots__ = ("epsilon", "delta", "mechanism", "accountant", "mu", "reported_epsilon")
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTANT_FIELD_NUMBER: _ClassVar[int]
     MU_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_EPSILON_FIELD_NUMBER: _ClassVar[int]
     epsilon: float
     delta: float
     mechanism: str
     accountant: str
     mu: float
-    def __init__(self, epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., mechanism: _Optional[str] = ..., accountant: _Optional[str] = ..., mu: _Optional[float] = ...) -> None: ...
+    reported_epsilon: float
+    def __init__(self, epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., mechanism: _Optional[str] = ..., accountant: _Optional[str] = ..., mu: _Optional[float] = ..., reported_epsilon: _Optional[float] = ...) -> None: ...
 
 class BeginAuditResponse(_message.Message):
-    __slots__ = ("audit_id", "trials", "canary", "direction", "canary_direction", "canary_image", "canary_label", "canary_norm", "coordinate", "claim", "threat_model", "delta", "confidence", "update_kind", "protocol", "secure_aggregation", "canary_user", "score_sign", "expected_shift", "threshold_rule", "threshold", "max_trials_per_call")
+    __slots__ = ("audit_id", "trials", "canary", "direction", "canary_direction", "canary_image", "canary_label", "canary_norm", "coordinate", "claim", "threat_model", "delta", "confidence", "update_kind", "protocol", "secure_aggregation", "canary_user", "score_sign", "expected_shift", "threshold_rule", "threshold", "max_trials_per_call", "coverage", "canaries", "false_alarm", "power", "detect_shortfall")
     AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
     TRIALS_FIELD_NUMBER: _ClassVar[int]
     CANARY_FIELD_NUMBER: _ClassVar[int]
@@ -665,6 +677,11 @@ class BeginAuditResponse(_message.Message):
     THRESHOLD_RULE_FIELD_NUMBER: _ClassVar[int]
     THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MAX_TRIALS_PER_CALL_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
+    CANARIES_FIELD_NUMBER: _ClassVar[int]
+    FALSE_ALARM_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
+    DETECT_SHORTFALL_FIELD_NUMBER: _ClassVar[int]
     audit_id: str
     trials: int
     canary: str
@@ -687,7 +704,12 @@ class BeginAuditResponse(_message.Message):
     threshold_rule: str
     threshold: float
     max_trials_per_call: int
-    def __init__(self, audit_id: _Optional[str] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_direction: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., canary_image: _Optional[_Union[Tensor, _Mapping]] = ..., canary_label: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., threat_model: _Optional[str] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., secure_aggregation: _Optional[bool] = ..., canary_user: _Optional[int] = ..., score_sign: _Optional[float] = ..., expected_shift: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., max_trials_per_call: _Optional[int] = ...) -> None: ...
+    coverage: str
+    canaries: int
+    false_alarm: float
+    power: float
+    detect_shortfall: float
+    def __init__(self, audit_id: _Optional[str] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., direction: _Optional[str] = ..., canary_direction: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., canary_image: _Optional[_Union[Tensor, _Mapping]] = ..., canary_label: _Optional[int] = ..., canary_norm: _Optional[float] = ..., coordinate: _Optional[int] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., threat_model: _Optional[str] = ..., delta: _Optional[float] = ..., confidence: _Optional[float] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., secure_aggregation: _Optional[bool] = ..., canary_user: _Optional[int] = ..., score_sign: _Optional[float] = ..., expected_shift: _Optional[float] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., max_trials_per_call: _Optional[int] = ..., coverage: _Optional[str] = ..., canaries: _Optional[int] = ..., false_alarm: _Optional[float] = ..., power: _Optional[float] = ..., detect_shortfall: _Optional[float] = ...) -> None: ...
 
 class AuditTrialsRequest(_message.Message):
     __slots__ = ("audit_id", "count")
@@ -733,7 +755,7 @@ class AuditScoresRequest(_message.Message):
     def __init__(self, audit_id: _Optional[str] = ..., scores: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class AuditBound(_message.Message):
-    __slots__ = ("estimator", "epsilon", "is_estimate", "confidence", "trials_in", "trials_out", "delta", "canary", "threat_model", "threshold_rule", "threshold", "lower_threshold", "fpr_upper", "fnr_upper", "mu", "reference")
+    __slots__ = ("estimator", "epsilon", "is_estimate", "confidence", "trials_in", "trials_out", "delta", "canary", "threat_model", "threshold_rule", "threshold", "lower_threshold", "fpr_upper", "fnr_upper", "mu", "reference", "group", "interval_low", "interval_high", "interval_level", "note")
     ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     IS_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
@@ -750,6 +772,11 @@ class AuditBound(_message.Message):
     FNR_UPPER_FIELD_NUMBER: _ClassVar[int]
     MU_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_LOW_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_HIGH_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     estimator: str
     epsilon: float
     is_estimate: bool
@@ -766,7 +793,42 @@ class AuditBound(_message.Message):
     fnr_upper: float
     mu: float
     reference: str
-    def __init__(self, estimator: _Optional[str] = ..., epsilon: _Optional[float] = ..., is_estimate: _Optional[bool] = ..., confidence: _Optional[float] = ..., trials_in: _Optional[int] = ..., trials_out: _Optional[int] = ..., delta: _Optional[float] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., lower_threshold: _Optional[float] = ..., fpr_upper: _Optional[float] = ..., fnr_upper: _Optional[float] = ..., mu: _Optional[float] = ..., reference: _Optional[str] = ...) -> None: ...
+    group: str
+    interval_low: float
+    interval_high: float
+    interval_level: float
+    note: str
+    def __init__(self, estimator: _Optional[str] = ..., epsilon: _Optional[float] = ..., is_estimate: _Optional[bool] = ..., confidence: _Optional[float] = ..., trials_in: _Optional[int] = ..., trials_out: _Optional[int] = ..., delta: _Optional[float] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ..., threshold_rule: _Optional[str] = ..., threshold: _Optional[float] = ..., lower_threshold: _Optional[float] = ..., fpr_upper: _Optional[float] = ..., fnr_upper: _Optional[float] = ..., mu: _Optional[float] = ..., reference: _Optional[str] = ..., group: _Optional[str] = ..., interval_low: _Optional[float] = ..., interval_high: _Optional[float] = ..., interval_level: _Optional[float] = ..., note: _Optional[str] = ...) -> None: ...
+
+class AuditTest(_message.Message):
+    __slots__ = ("test", "group", "p_value", "rejected", "statement", "samples_in", "samples_out", "ratio", "ratio_lower", "detectable_noise", "power", "epsilon_lb", "level")
+    TEST_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_IN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_OUT_FIELD_NUMBER: _ClassVar[int]
+    RATIO_FIELD_NUMBER: _ClassVar[int]
+    RATIO_LOWER_FIELD_NUMBER: _ClassVar[int]
+    DETECTABLE_NOISE_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_LB_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    test: str
+    group: str
+    p_value: float
+    rejected: bool
+    statement: str
+    samples_in: int
+    samples_out: int
+    ratio: float
+    ratio_lower: float
+    detectable_noise: float
+    power: float
+    epsilon_lb: float
+    level: float
+    def __init__(self, test: _Optional[str] = ..., group: _Optional[str] = ..., p_value: _Optional[float] = ..., rejected: _Optional[bool] = ..., statement: _Optional[str] = ..., samples_in: _Optional[int] = ..., samples_out: _Optional[int] = ..., ratio: _Optional[float] = ..., ratio_lower: _Optional[float] = ..., detectable_noise: _Optional[float] = ..., power: _Optional[float] = ..., epsilon_lb: _Optional[float] = ..., level: _Optional[float] = ...) -> None: ...
 
 class AuditScoreHistogram(_message.Message):
     __slots__ = ("edges", "canary_in", "canary_out")
@@ -779,7 +841,7 @@ class AuditScoreHistogram(_message.Message):
     def __init__(self, edges: _Optional[_Iterable[float]] = ..., canary_in: _Optional[_Iterable[int]] = ..., canary_out: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AuditReport(_message.Message):
-    __slots__ = ("audit_id", "bounds", "claim", "violation", "verdict", "histogram", "trials", "canary", "threat_model")
+    __slots__ = ("audit_id", "bounds", "claim", "violation", "verdict", "histogram", "trials", "canary", "threat_model", "tests", "power_statement", "detectable_noise", "false_alarm", "coverage")
     AUDIT_ID_FIELD_NUMBER: _ClassVar[int]
     BOUNDS_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
@@ -789,6 +851,11 @@ class AuditReport(_message.Message):
     TRIALS_FIELD_NUMBER: _ClassVar[int]
     CANARY_FIELD_NUMBER: _ClassVar[int]
     THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TESTS_FIELD_NUMBER: _ClassVar[int]
+    POWER_STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    DETECTABLE_NOISE_FIELD_NUMBER: _ClassVar[int]
+    FALSE_ALARM_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
     audit_id: str
     bounds: _containers.RepeatedCompositeFieldContainer[AuditBound]
     claim: AuditClaim
@@ -798,4 +865,9 @@ class AuditReport(_message.Message):
     trials: int
     canary: str
     threat_model: str
-    def __init__(self, audit_id: _Optional[str] = ..., bounds: _Optional[_Iterable[_Union[AuditBound, _Mapping]]] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., violation: _Optional[bool] = ..., verdict: _Optional[str] = ..., histogram: _Optional[_Union[AuditScoreHistogram, _Mapping]] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ...) -> None: ...
+    tests: _containers.RepeatedCompositeFieldContainer[AuditTest]
+    power_statement: str
+    detectable_noise: float
+    false_alarm: float
+    coverage: str
+    def __init__(self, audit_id: _Optional[str] = ..., bounds: _Optional[_Iterable[_Union[AuditBound, _Mapping]]] = ..., claim: _Optional[_Union[AuditClaim, _Mapping]] = ..., violation: _Optional[bool] = ..., verdict: _Optional[str] = ..., histogram: _Optional[_Union[AuditScoreHistogram, _Mapping]] = ..., trials: _Optional[int] = ..., canary: _Optional[str] = ..., threat_model: _Optional[str] = ..., tests: _Optional[_Iterable[_Union[AuditTest, _Mapping]]] = ..., power_statement: _Optional[str] = ..., detectable_noise: _Optional[float] = ..., false_alarm: _Optional[float] = ..., coverage: _Optional[str] = ...) -> None: ...

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedleak.auditing import AuditBound, format_epsilon
+from fedleak.auditing import AuditBound, DeclarationTest, format_epsilon
+from fedleak.auditing.result import format_confidence
 from fedleak.defenses.secagg import SecAggAbort
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import defense_specs
@@ -52,12 +53,19 @@ class AuditSettings:
     seed: int = 0
     norm: float = 0.0
     coordinate: int | None = None
-    trials: int = 2000
+    #: 0: as many as catch noise ``detect_shortfall``·σ with ``power`` (the victim chooses)
+    trials: int = 0
     delta: float = 0.0
     confidence: float = 0.95
-    threshold_rule: str = "split"
+    threshold_rule: str = "half-shift"
     threshold: float = 0.0
     calibration_fraction: float = 0.2
+    detect_shortfall: float = 0.9
+    power: float = 0.99
+    false_alarm: float = 1e-4
+    #: canaries over every parameter tensor and the clip geometry (False: the primary alone)
+    coverage: bool = True
+    max_chosen_trials: int = 0
     #: trials asked for per RunAuditTrials call (the victim may send fewer)
     batch: int = 256
     show_progress: bool = True
@@ -67,7 +75,10 @@ class AuditSettings:
             canary=self.canary, direction=self.direction, canary_seed=self.seed,
             canary_norm=self.norm, trials=self.trials, delta=self.delta,
             confidence=self.confidence, threshold_rule=self.threshold_rule,
-            threshold=self.threshold, calibration_fraction=self.calibration_fraction)
+            threshold=self.threshold, calibration_fraction=self.calibration_fraction,
+            detect_shortfall=self.detect_shortfall, power=self.power,
+            false_alarm=self.false_alarm, single_canary=not self.coverage,
+            max_chosen_trials=self.max_chosen_trials)
         if self.coordinate is not None:
             request.coordinate = self.coordinate
         return request
@@ -92,6 +103,11 @@ class AuditRecord:
     wall_time_s: float
     aborted_rounds: int = 0
     files: dict[str, str] = field(default_factory=dict)
+    tests: list[DeclarationTest] = field(default_factory=list)
+    power_statement: str = ""
+    detectable_noise: float | None = None
+    false_alarm: float = 0.0
+    coverage: str = ""
 
     @property
     def claimed_epsilon(self) -> float:
@@ -103,6 +119,7 @@ class AuditRecord:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["bounds"] = [b.to_json() for b in self.bounds]
+        data["tests"] = [t.to_json() for t in self.tests]
         return data
 
     def write(self, out: Path) -> Path:
@@ -115,21 +132,34 @@ class AuditRecord:
         return path
 
     def summary_lines(self) -> list[str]:
-        """What a person reads: ε_LB per estimator beside the accountant's ε, and the verdict."""
+        """What a person reads: the bounds beside the claim, the tests of every group, the
+        one-shot estimate apart with its interval, the verdict with its power."""
         claim = self.claim
+        reported = claim.get("reported_epsilon")
+        also = f"; its accountant reports ε {format_epsilon(reported)}" if reported else ""
         lines = [f"audit {self.audit_id[:16]}: {self.trials} trials of the {self.canary['text']}",
                  f"threat model: {self.threat_model}",
+                 f"coverage: {self.coverage or 'the primary canary alone'}",
                  f"claimed: ε {format_epsilon(claim['epsilon'])} at δ = {claim['delta']:g} "
-                 f"({claim['accountant']}; {claim['mechanism']})"]
-        header = f"  {'estimator':<16} {'ε':>8}  {'kind':<12} {'conf.':>6}  {'in/out':>11}"
-        lines += [header]
+                 f"({claim['accountant']}; {claim['mechanism']}{also})"]
+        lines += bounds_table([b for b in self.bounds if not b.is_estimate])
+        rule = next((b.threshold_rule for b in self.bounds if not b.is_estimate
+                     and b.threshold is not None), "")
+        if rule:
+            lines.append(f"threshold: {rule}")
+        lines += tests_table(self.tests, self.false_alarm)
+        for t in self.tests:
+            if t.ratio is None and t.test not in ("clopper-pearson", "gaussian-dp", "one-run",
+                                                  "subsampled-gaussian"):
+                lines.append(f"  {t.test} ({t.group}): {t.statement} (p = {t.p_value:.2g})"
+                             + ("  VIOLATION" if t.rejected else ""))
         for b in self.bounds:
-            kind = "estimate" if b.is_estimate else "lower bound"
-            conf = "–" if b.confidence is None else f"{b.confidence:.0%}"
-            lines.append(f"  {b.estimator:<16} {format_epsilon(b.epsilon):>8}  {kind:<12} "
-                         f"{conf:>6}  {b.trials_in:>5}/{b.trials_out:<5}")
-        rule = next((b.threshold_rule for b in self.bounds if not b.is_estimate), "")
-        lines.append(f"threshold: {rule}")
+            if b.is_estimate:
+                interval = "" if b.interval_low is None else \
+                    (f" [{format_epsilon(b.interval_low)}, {format_epsilon(b.interval_high)}] "
+                     f"({b.interval_level or 0:.0%} interval)")
+                lines.append(f"{b.estimator} estimate (not a bound): ε ≈ "
+                             f"{format_epsilon(b.epsilon)}{interval}; {b.note}")
         if self.aborted_rounds:
             lines.append(f"{self.aborted_rounds} secure-aggregation round(s) aborted "
                          "(scored 0)")
@@ -137,6 +167,54 @@ class AuditRecord:
         lines.append(f"{self.trials} trials in {self.trial_seconds:.1f} s "
                      f"({self.wall_time_s:.1f} s in all)")
         return lines
+
+
+def tests_table(tests: list[DeclarationTest], false_alarm: float) -> list[str]:
+    """The tests of the declaration as rows: the noise as a factor f of the declared std (the
+    noise-ratio test: as if the noise were f× — 1/r), its upper bound, p, and the factor each
+    would have caught with its power."""
+    rows = [t for t in tests if t.ratio is not None]
+    if not rows:
+        return []
+    out = [f"tests of the declared mechanism (f = 1: as declared; false-alarm rate "
+           f"{false_alarm:g} over {len(tests)} tests, Holm):",
+           f"  {'test':<16} {'group':<26} {'f':>7} {'f ≤':>7} {'p':>9}  {'catches':>8}"]
+    for t in sorted(rows, key=lambda t: (t.p_value, t.test)):
+        mark = "  VIOLATION" if t.rejected else ""
+        catches = "–" if not t.detectable_noise else f"<{t.detectable_noise:.3f}"
+        out.append(f"  {t.test:<16} {t.group[:26]:<26} {_number(_flip(t.ratio)):>7} "
+                   f"{_number(_flip(t.ratio_lower)):>7} {t.p_value:>9.2g}  {catches:>8}{mark}")
+    return out
+
+
+def _flip(value: float | None) -> float | None:
+    if value is None:
+        return None
+    return 0.0 if math.isinf(value) else math.inf if value == 0 else 1 / value
+
+
+def bounds_table(bounds: list[AuditBound]) -> list[str]:
+    """The bounds as rows (estimates never appear here); per-group bounds by their worst."""
+    header = f"  {'estimator':<22} {'ε_LB':>8}  {'conf.':>8}  {'in/out':>13}"
+    rows = [header]
+    grouped = [b for b in bounds if b.group]
+    for b in [b for b in bounds if not b.group]:
+        rows.append(f"  {b.estimator:<22} {format_epsilon(b.epsilon):>8}  "
+                    f"{format_confidence(b.confidence or 0):>8}  "
+                    f"{b.trials_in:>6}/{b.trials_out:<6}")
+    if grouped:
+        worst = max(grouped, key=lambda b: b.epsilon)
+        name = f"{worst.estimator} (worst)"
+        rows.append(f"  {name:<22} {format_epsilon(worst.epsilon):>8}  "
+                    f"{format_confidence(worst.confidence or 0):>8}  "
+                    f"{worst.trials_in:>6}/{worst.trials_out:<6}  {worst.group}")
+    return rows
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return "∞" if math.isinf(value) else f"{value:.3g}"
 
 
 def _flat(tensors: list[torch.Tensor]) -> np.ndarray:
@@ -224,7 +302,23 @@ def bounds_from_report(report: pb.AuditReport) -> list[AuditBound]:
         trials_out=b.trials_out, delta=b.delta, canary=b.canary, threat_model=b.threat_model,
         threshold_rule=b.threshold_rule, threshold=value(b.threshold),
         lower_threshold=value(b.lower_threshold), fpr_upper=value(b.fpr_upper),
-        fnr_upper=value(b.fnr_upper), mu=value(b.mu)) for b in report.bounds]
+        fnr_upper=value(b.fnr_upper), mu=value(b.mu), group=b.group,
+        interval_low=value(b.interval_low), interval_high=value(b.interval_high),
+        interval_level=value(b.interval_level), note=b.note) for b in report.bounds]
+
+
+def tests_from_report(report: pb.AuditReport) -> list[DeclarationTest]:
+    """The report's tests of the declaration (NaN fields → None)."""
+
+    def value(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return [DeclarationTest(
+        test=t.test, group=t.group, p_value=t.p_value, rejected=t.rejected,
+        statement=t.statement, samples_in=t.samples_in, samples_out=t.samples_out,
+        ratio=value(t.ratio), ratio_lower=value(t.ratio_lower),
+        detectable_noise=value(t.detectable_noise), power=value(t.power),
+        epsilon_lb=value(t.epsilon_lb), level=value(t.level)) for t in report.tests]
 
 
 def _record(client: VictimClient, described: pb.DescribeResponse, settings: AuditSettings,
@@ -237,7 +331,8 @@ def _record(client: VictimClient, described: pb.DescribeResponse, settings: Audi
               "expected_shift": begin.expected_shift, "text": report.canary}
     claim = {"epsilon": report.claim.epsilon, "delta": report.claim.delta,
              "mechanism": report.claim.mechanism, "accountant": report.claim.accountant,
-             "mu": report.claim.mu or None}
+             "mu": report.claim.mu or None,
+             "reported_epsilon": report.claim.reported_epsilon or None}
     victim = {"address": client.address, "model": described.model.name,
               "model_options": dict(described.model.options),
               "dataset": described.data.dataset, "defenses": defense_specs(described),
@@ -252,4 +347,8 @@ def _record(client: VictimClient, described: pb.DescribeResponse, settings: Audi
                        threat_model=report.threat_model, claim=claim, trials=report.trials,
                        bounds=bounds_from_report(report), violation=report.violation,
                        verdict=report.verdict, histogram=histogram,
-                       trial_seconds=trial_seconds, wall_time_s=wall, aborted_rounds=aborted)
+                       trial_seconds=trial_seconds, wall_time_s=wall, aborted_rounds=aborted,
+                       tests=tests_from_report(report), power_statement=report.power_statement,
+                       detectable_noise=None if math.isnan(report.detectable_noise)
+                       else report.detectable_noise, false_alarm=report.false_alarm,
+                       coverage=report.coverage)

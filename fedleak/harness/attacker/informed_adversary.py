@@ -28,6 +28,7 @@ from fedleak.attacks.prior_aware import InformedObservation, PriorAwareAttack
 from fedleak.auditing.game_statistics import SuccessRate, success_rate
 from fedleak.auditing.reconstruction_bounds import ReconstructionBound, reconstruction_bound
 from fedleak.defenses import DefenseChain, build_chain
+from fedleak.defenses.mechanism import DECLARED_PREFIX
 from fedleak.harness.attacker.bound_pictures import plot_game
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import (
@@ -142,7 +143,8 @@ def noise_free_chain(described: pb.DescribeResponse) -> DefenseChain:
             raise ValueError(f"the game is played by one user; {d.name} aggregates several")
         if d.name == "vet":
             continue
-        params = {**dict(d.params), **_NOISE_FREE.get(d.name, {})}
+        params = {**{k: v for k, v in d.params.items() if not k.startswith(DECLARED_PREFIX)},
+                  **_NOISE_FREE.get(d.name, {})}
         pairs.append((d.name, params))
     try:
         return build_chain(pairs)
@@ -164,8 +166,8 @@ def noise_free_replay(described: pb.DescribeResponse, model: torch.nn.Module,
     for defense in chain.update:
         defense.bind(list(parameters))
     protocol = protocol_from_pb(trial.protocol)
-    poisson = any(d.name == "dpsgd" and d.params.get("poisson", "").lower() == "true"
-                  for d in described.defenses)
+    poisson = any(d.stage == "per-example" and d.params.get(DECLARED_PREFIX + "sampling") ==
+                  "poisson" for d in described.defenses)
     if poisson and protocol.kind == FEDAVG:
         steps = int(trial.metadata.get("dp_steps", trial.local_steps) or 1)
         protocol = dataclasses.replace(protocol, local_epochs=steps, batch_size=0)

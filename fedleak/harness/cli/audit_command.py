@@ -1,7 +1,7 @@
 """``fedleak audit``: a measured ε lower bound for a victim's defenses, beside the accountant's ε.
 
-    fedleak audit --victim 127.0.0.1:50051 --trials 2000 --out runs/audit
-    fedleak audit --defense noise:sigma=1 --trials 2000 --threshold half-shift
+    fedleak audit --victim 127.0.0.1:50051 --out runs/audit
+    fedleak audit --defense dpsgd:noise-multiplier=1 --detect-shortfall 0.9
 
 Registered on the ``fedleak`` group by :mod:`fedleak.harness.cli.main`.
 """
@@ -32,8 +32,11 @@ defense chain, so clipping, DP-SGD, noise, pruning, secure aggregation and remot
 defenses act on it as on real data. This process (the server) scores every trial
 from what it received, submits the scores once, and the victim — which alone
 holds the coins — answers with ε lower bounds (Clopper–Pearson, Gaussian-DP route,
-one-run bound; Andrew et al.'s one-shot estimate, an estimate only), the ε its
-accountant claims for one trial, and whether a bound exceeds the claim.
+one-run bound, and per parameter group the noise-ratio tests of the declared
+mechanism over many canaries), the ε the chain declares for one trial, whether a
+test rejects the declaration (a VIOLATION, at --false-alarm over all tests), what a
+verdict without one could have caught (the noise shortfall, at --power), and
+Andrew et al.'s one-shot estimate apart, with its interval (an estimate only).
 
 \b
 What ε_LB means: with the stated confidence, no mechanism that really were
@@ -69,19 +72,41 @@ the claimed ε).
 @click.option("--coordinate", default=None, type=click.IntRange(0),
               help="Dirac canaries: the flat parameter index (default: the victim picks the "
                    "coordinate a public synthetic batch moves least).")
-@click.option("--trials", default=2000, show_default=True, type=click.IntRange(4),
-              help="Trials (coins); about half carry the canary.")
+@click.option("--trials", default=None, type=click.IntRange(4),
+              help="Trials (coins); about half carry each canary. Default: as many as "
+                   "--detect-shortfall needs (at most --max-trials), or 2000 when the chain "
+                   "claims nothing.")
+@click.option("--detect-shortfall", default=0.9, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Without --trials: choose the trials that catch noise this factor of the "
+                   "declared std (0.9: 10 %% short) with --power probability.")
+@click.option("--power", default=0.99, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="The probability --detect-shortfall asks for, and that every verdict "
+                   "states its detectable shortfall at.")
+@click.option("--max-trials", default=None, type=click.IntRange(4),
+              help="At most this many trials when they are chosen by power (default 4,000; "
+                   "1,000 secure-aggregation rounds; never more than the victim's "
+                   "--max-audit-trials).")
+@click.option("--false-alarm", default=1e-4, show_default=True,
+              type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
+              help="The verdict's family-wise false-alarm rate: a correct mechanism is "
+                   "called a violation with at most this probability (Holm over every test).")
+@click.option("--coverage/--single-canary", default=True, show_default=True,
+              help="Canaries over every parameter tensor and the declared clip geometry, "
+                   "each tested (default), or the primary canary alone.")
 @click.option("--delta", default=0.0, show_default=True, type=click.FloatRange(0, 1,
                                                                              max_open=True),
               help="δ of the bounds (0: the chain's δ, else 1e-5).")
 @click.option("--confidence", default=0.95, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Confidence of every bound.")
-@click.option("--threshold", "threshold", default="split", show_default=True,
-              help="How the decision threshold is chosen without the scored trials: split (a "
-                   "random --calibration share chooses it), half-shift (fixed before the "
-                   "trials at half the canary's expected score shift, from public settings), "
-                   "or a number (declared before the trials).")
+@click.option("--threshold", "threshold", default="half-shift", show_default=True,
+              help="How the decision threshold is chosen without the scored trials: "
+                   "half-shift (fixed before the trials at half the canary's expected score "
+                   "shift, from public settings; split where they do not fix it), split (a "
+                   "random --calibration share chooses it), or a number (declared before "
+                   "the trials).")
 @click.option("--calibration", default=0.2, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="split: the share of trials that chooses the threshold.")
@@ -112,7 +137,10 @@ the claimed ε).
 @click.option("--seed", default=0, show_default=True, help="Started victim: model seed.")
 @protocol_options(victim=True)
 def audit(address: str | None, canary: str, direction: str | None, canary_seed: int,
-          canary_norm: float, coordinate: int | None, trials: int, delta: float,
+          canary_norm: float, coordinate: int | None, trials: int | None,
+          detect_shortfall: float, power: float, max_trials: int | None,
+          false_alarm: float,
+          coverage: bool, delta: float,
           confidence: float, threshold: str, calibration: float, batch: int, out: str | None,
           fail_on_violation: bool, quiet: bool, tokens: TokenOptions, dataset: str, model: str,
           images: str, batch_size: int, users: int, defenses: tuple[str, ...],
@@ -124,10 +152,11 @@ def audit(address: str | None, canary: str, direction: str | None, canary_seed: 
     rule, value = _threshold(threshold)
     settings = AuditSettings(
         canary=canary, direction=direction or "", seed=canary_seed,
-        norm=canary_norm, coordinate=coordinate, trials=trials,
+        norm=canary_norm, coordinate=coordinate, trials=trials or 0,
         delta=delta, confidence=confidence, threshold_rule=rule, threshold=value,
-        calibration_fraction=calibration, batch=batch,
-        show_progress=not quiet)
+        calibration_fraction=calibration, detect_shortfall=detect_shortfall, power=power,
+        false_alarm=false_alarm, coverage=coverage, max_chosen_trials=max_trials or 0,
+        batch=batch, show_progress=not quiet)
     run_dir = Path(out) if out else \
         Path("runs") / f"audit-{datetime.now():%Y%m%d-%H%M%S}"
     token, score_token = tokens.read()

@@ -10,7 +10,8 @@ has ⌈1/q⌉ steps over batches that hold each image independently with probabi
 An audit trial may carry a :class:`TrialCanary`: one extra example after the user's n — a
 gradient canary (its per-example gradient is the canary c itself) or an input canary (its
 gradient is computed like any image's) — in the last batch of every epoch, or, under Poisson
-sampling, in each step's batch with probability q. Its row joins the per-example gradients
+sampling, in each step's batch with probability q; or several gradient canaries at once
+(``rows``, an audit's coverage), each sampled on its own. Its row joins the per-example gradients
 before the defense, so DP-SGD clips it and noises the sum as it does real data; the expected
 batch size stays that of the real data. FedAvg's
 steps are :func:`~fedleak.harness.federated.local_update.sgd_step`'s (momentum, weight decay,
@@ -45,6 +46,8 @@ class TrialCanary:
     gradient: list[torch.Tensor] | None = None
     image: torch.Tensor | None = None
     label: int | None = None
+    #: several gradient canaries at once, as per-example rows [K, *θ_l.shape] per parameter
+    rows: list[torch.Tensor] | None = None
 
 
 @dataclass
@@ -116,20 +119,16 @@ def private_local_update(
         for index, batch in enumerate(batches):
             check_cancelled(cancelled)
             expected = round(q * n) if q is not None else len(batch)
-            with_canary = canary is not None and (
-                bool(torch.rand(1, generator=generator) < q) if q is not None
-                else index == len(batches) - 1)
+            row = _step_canaries(model, params, buffers, canary, names, q, generator,
+                                 index == len(batches) - 1)
             if len(batch):
                 per_example = per_example_gradients(model, params, buffers, images[batch],
                                                     labels[batch])
-                if with_canary:
-                    assert canary is not None
-                    row = canary_rows(model, params, buffers, canary, names)
+                if row is not None:
                     per_example = [torch.cat([g, r]) for g, r in zip(per_example, row,
                                                                        strict=True)]
-            elif with_canary:
-                assert canary is not None
-                per_example = canary_rows(model, params, buffers, canary, names)
+            elif row is not None:
+                per_example = row
             else:  # an empty Poisson batch still releases noise
                 per_example = [torch.zeros(1, *params[k].shape, dtype=params[k].dtype,
                                            device=params[k].device) for k in names]
@@ -146,10 +145,36 @@ def private_local_update(
     return PrivateUpdate(update=update, steps=steps, sample_rate=rate)
 
 
+def _step_canaries(model: nn.Module, params: Mapping[str, torch.Tensor],
+                   buffers: Mapping[str, torch.Tensor], canary: TrialCanary | None,
+                   names: list[str], q: float | None, generator: torch.Generator,
+                   last: bool) -> list[torch.Tensor] | None:
+    """The canary rows that join this step: under Poisson sampling each canary with
+    probability q (one draw per canary), otherwise every canary in the epoch's last batch."""
+    if canary is None:
+        return None
+    rows = canary_rows(model, params, buffers, canary, names)
+    if q is None:
+        return rows if last else None
+    keep = torch.rand(rows[0].shape[0], generator=generator) < q
+    if not bool(keep.any()):
+        return None
+    return [r[keep.to(r.device)] for r in rows]
+
+
 def canary_rows(model: nn.Module, params: Mapping[str, torch.Tensor],
                 buffers: Mapping[str, torch.Tensor], canary: TrialCanary,
                 names: list[str]) -> list[torch.Tensor]:
-    """The canary's per-example gradient as one [1, *θ_l.shape] row per parameter."""
+    """The canaries' per-example gradients as rows [K, *θ_l.shape] per parameter (one row for
+    a single gradient or input canary)."""
+    if canary.rows is not None:
+        rows = [r.to(params[k].device, params[k].dtype) for k, r in zip(names, canary.rows,
+                                                                         strict=True)]
+        if canary.image is None:
+            return rows
+        image = canary_rows(model, params, buffers, TrialCanary(image=canary.image,
+                                                                label=canary.label), names)
+        return [torch.cat([i, r]) for i, r in zip(image, rows, strict=True)]
     if canary.gradient is not None:
         return [g.to(params[k].device, params[k].dtype)[None]
                 for k, g in zip(names, canary.gradient, strict=True)]

@@ -27,8 +27,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
 from torch import nn
 
+from fedleak.defenses.accounting import epsilon, make_accountant
 from fedleak.defenses.chain import build_chain, parse_defense_spec
-from fedleak.defenses.dpsgd import epsilon, make_accountant
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
 from fedleak.harness.flower.procedure import (
@@ -165,7 +165,7 @@ def _privacy_metrics(metadata: Mapping[str, str], defense: Any, context: Context
     """ε of this round and, over every round this node served, ε total (Opacus accountant)."""
     out = {"epsilon-round": float(metadata["epsilon_round"]),
            "epsilon-total": float(metadata["epsilon_total"]), "delta": float(metadata["delta"])}
-    sigma = getattr(getattr(defense, "config", None), "noise_multiplier", None)
+    sigma = metadata.get("noise_multiplier")  # the declaration's, as the accountant read it
     if context is None or sigma is None:
         return out
     record = context.state.get(DP_HISTORY)

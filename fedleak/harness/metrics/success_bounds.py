@@ -65,7 +65,9 @@ def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSN
 def round_mechanism(metadata: Mapping[str, str],
                     defenses: Iterable[tuple[str, Mapping[str, str]]],
                     target_steps: int = 1) -> Mechanism | None:
-    """The round's DP-SGD as it touched one image, or None without a published ``dpsgd``.
+    """The round's per-example Gaussian mechanism as it touched one image, read from the
+    published declaration (``declared.*``: σ = noise std / clip norm, the sampling), or None
+    without one.
 
     Poisson sampling (``poisson = true``): every one of the round's T steps (``dp_steps`` of the
     metadata) draws the image with probability q (``sample_rate``). In-order batches: the image
@@ -73,12 +75,27 @@ def round_mechanism(metadata: Mapping[str, str],
     other steps do not touch it, and the metadata's sample rate is then a batch fraction, not a
     sampling probability.
     """
-    dp = next((dict(params) for name, params in defenses if name == "dpsgd"), None)
-    if dp is None or "noise-multiplier" not in dp:
-        return None
+    declared = next((dict(params) for _, params in defenses
+                     if params.get("declared.stage") == "per-example"), None)
+    if declared is not None:  # what the per-example defense declares (any plug-in)
+        try:
+            std, clip = float(declared["declared.noise-std"]), float(declared["declared.clip-norm"])
+            if declared.get("declared.noise", "gaussian") != "gaussian" or not clip > 0:
+                return None
+            sigma, poisson = std / clip, declared.get("declared.sampling") == "poisson"
+        except (KeyError, ValueError):
+            return None
+    else:  # a victim older than declarations publishes dpsgd's own parameters
+        dp = next((dict(params) for name, params in defenses if name == "dpsgd"), None)
+        if dp is None or "noise-multiplier" not in dp:
+            return None
+        try:
+            sigma = float(dp["noise-multiplier"])
+        except ValueError:
+            return None
+        poisson = dp.get("poisson", "false").lower() == "true"
     try:
-        sigma = float(dp["noise-multiplier"])
-        if dp.get("poisson", "false").lower() != "true":
+        if not poisson:
             return Mechanism(sigma, 1.0, max(1, target_steps))
         return Mechanism(sigma, float(metadata.get("sample_rate", "1")),
                          int(metadata.get("dp_steps", "1")))

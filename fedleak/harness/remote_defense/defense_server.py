@@ -1,10 +1,13 @@
-"""``fedleak defense serve``: any registered update defense behind ``fedleak.v1.DefenseService``.
+"""``fedleak defense serve``: any registered update or per-example defense behind
+``fedleak.v1.DefenseService``.
 
     fedleak defense serve --port 50061 --defense clip:max-norm=1
     fedleak victim serve --defense remote:address=127.0.0.1:50061
 
-``Info`` names the defense, its public parameters and, when it claims to be a Gaussian
-mechanism (:meth:`~fedleak.defenses.stages.UpdateDefense.gaussian_claim`), that claim.
+``Info`` names the defense, its public parameters, its stage and its declared mechanism
+(:meth:`~fedleak.defenses.stages.Defense.mechanism`, as ``DefenseInfo.claim``). A per-example
+defense receives each local step's per-example gradients ([B, *θ_l.shape] per parameter,
+the expected batch size in the first chunk) and answers the step's gradient.
 ``Defend`` assembles the streamed update Δ, applies the defense with a generator seeded by the
 seed the victim sent, Δ' = D(Δ; s), and streams Δ' back in chunks of the same form, each tensor
 in the dtype it came in. Bad input (a malformed stream, tensors that are not floating point,
@@ -20,12 +23,16 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from typing import cast
 
 import grpc
 import torch
 
 from fedleak import __version__
-from fedleak.defenses import DefenseConfigError, UpdateDefense, create_defense
+from fedleak.defenses import Defense, DefenseConfigError, create_defense
+from fedleak.defenses.mechanism import PER_EXAMPLE, UPDATE
+from fedleak.defenses.stages import PerExampleDefense, UpdateDefense
+from fedleak.harness.remote_defense.declaration import mechanism_to_pb
 from fedleak.harness.remote_defense.wire import (
     DEFAULT_CHUNK_BYTES,
     UpdateStreamError,
@@ -50,14 +57,19 @@ SERVICE = dpb.DESCRIPTOR.services_by_name["DefenseService"]
 SERVICE_NAME = SERVICE.full_name
 
 
-def served_defense(name: str, params: dict[str, str]) -> UpdateDefense:
-    """The update defense ``name`` configured by ``params``; other stages are refused."""
+def served_defense(name: str, params: dict[str, str]) -> Defense:
+    """The update or per-example defense ``name`` configured by ``params`` (by the stage it
+    declares); parameter checks and transport defenses are refused."""
     defense = create_defense(name, params)
-    if not isinstance(defense, UpdateDefense):
+    if defense.stage not in SERVED_STAGES:
         raise DefenseConfigError(f"defense {name!r} acts at stage {defense.stage!r}; only "
-                                 "update defenses can be served out of process (per-example "
-                                 "ones need local training, transport ones several users)")
+                                 "update and per-example defenses can be served out of process "
+                                 "(transport ones run among several users, parameter checks "
+                                 "need the model)")
     return defense
+
+
+SERVED_STAGES = (UPDATE, PER_EXAMPLE)
 
 
 #: Default cap on the bytes of one ``Defend`` stream (``--max-update-mb``): a ResNet-152 update
@@ -79,7 +91,7 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
     is dropped at once, as it is when the client cancels.
     """
 
-    def __init__(self, defense: UpdateDefense, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    def __init__(self, defense: Defense, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
                  receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT) -> None:
         self.defense = defense
@@ -91,12 +103,11 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
     async def Info(
         self, request: dpb.DefenseInfoRequest, context: grpc.aio.ServicerContext
     ) -> dpb.DefenseInfo:
-        claim = self.defense.gaussian_claim()
+        declared = self.defense.declared()
         return dpb.DefenseInfo(
             name=self.defense.name, params=self.defense.public_params(),
             stage=self.defense.stage, version=f"fedleak {__version__}",
-            claim=None if claim is None else dpb.GaussianClaim(
-                clip_norm=claim.clip_norm or 0.0, noise_std=claim.noise_std))
+            claim=None if declared is None else mechanism_to_pb(declared))
 
     async def Defend(
         self, request_iterator: AsyncIterator[dpb.UpdateChunk],
@@ -168,10 +179,23 @@ class DefenseServicer(dpb_grpc.DefenseServiceServicer):
         if problem:
             raise DefendRefused(problem)
         generator = torch.Generator().manual_seed(received.seed)
+        per_example = self.defense.stage == PER_EXAMPLE
+        if per_example:
+            problem = _per_example_refusal(received.names, received.tensors,
+                                           received.expected_batch_size)
+            if problem:
+                raise DefendRefused(problem)
         try:
             with self._lock:
-                defended = self.defense.apply(received.tensors, generator)
-            defended = _as_received(received.tensors, defended)
+                if per_example:
+                    privatise = cast(PerExampleDefense, self.defense).privatise
+                    defended = privatise(received.tensors, received.expected_batch_size,
+                                         generator)
+                    defended = _as_received([t[0] for t in received.tensors], defended)
+                else:
+                    apply = cast(UpdateDefense, self.defense).apply
+                    defended = _as_received(received.tensors, apply(received.tensors,
+                                                                    generator))
         except Exception as err:  # noqa: BLE001 - the service must keep serving
             log.exception("defense %s failed", self.defense.name)
             raise DefendRefused(f"defense {self.defense.name!r} failed: {type(err).__name__}: "
@@ -225,6 +249,19 @@ def _refusal(names: list[str], tensors: list[torch.Tensor]) -> str:
     return ""
 
 
+def _per_example_refusal(names: list[str], tensors: list[torch.Tensor], batch: int) -> str:
+    """Why per-example gradients cannot be privatised ("" if they can): one row count across
+    every tensor, and the expected batch size in the first chunk."""
+    if batch < 1:
+        return ("a per-example service needs expected_batch_size >= 1 in the first chunk "
+                "(the batch size the step's sum is divided by)")
+    rows = {int(t.shape[0]) if t.dim() else -1 for t in tensors}
+    if len(rows) != 1 or -1 in rows:
+        return (f"per-example tensors {_listed(names)} must each hold one row per example, "
+                f"[B, *parameter shape], with the same B; got {sorted(rows)}")
+    return ""
+
+
 def _as_received(received: list[torch.Tensor], defended: list[torch.Tensor]) \
         -> list[torch.Tensor]:
     """The defended tensors in the dtypes they came in (a defense over the whole update may
@@ -239,7 +276,7 @@ def _as_received(received: list[torch.Tensor], defended: list[torch.Tensor]) \
 
 
 def start_defense_server(
-    defense: UpdateDefense, host: str = "127.0.0.1", port: int = 0, workers: int = 4,
+    defense: Defense, host: str = "127.0.0.1", port: int = 0, workers: int = 4,
     tls_cert: bytes | None = None, tls_key: bytes | None = None,
     max_update_bytes: int = DEFAULT_MAX_UPDATE_BYTES,
     receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT,

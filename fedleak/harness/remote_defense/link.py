@@ -1,6 +1,7 @@
-"""``remote``: an update defense that runs in another process, behind ``fedleak.v1.DefenseService``.
+"""``remote``: a defense that runs in another process, behind ``fedleak.v1.DefenseService``.
 
     fedleak victim serve --defense remote:address=127.0.0.1:50061
+    fedleak victim serve --defense remote:address=127.0.0.1:50062,stage=per-example
 
 The victim streams its finished update Δ = [Δ_l] to the service and sends the server what comes
 back, Δ' = D(Δ; s), where D is whatever mechanism the service implements and s a seed the victim
@@ -8,9 +9,15 @@ draws from its own secret generator for each call (so ``--defense-seed`` makes r
 reproducible and the server never learns the randomness). At start the victim asks the service
 for its ``Info`` (name, public parameters) and publishes it in ``Describe`` beside the address:
 the mechanism stays public (Kerckhoffs) even though its code lives elsewhere. A service may
-also claim to be a Gaussian mechanism (``DefenseInfo.claim``: clip to S, add N(0, s²)); the
-victim publishes the claim (``claim.*``), accounts for it and lets an audit test it
-(docs/audit.md) — a claim is what the service says, not what it does.
+also declare its mechanism (``DefenseInfo.claim``: stage, clip and geometry, noise, sampling,
+shares; :mod:`~fedleak.harness.remote_defense.declaration`); the victim publishes the
+declaration, accounts for it and lets an audit test it (docs/audit.md) exactly as it does a
+built-in's — a claim is what the service says, not what it does.
+
+With ``stage=per-example`` the service is a per-example defense (a DP-SGD of the user's own):
+every local step the victim streams the step's per-example gradients, one tensor
+``[B, *θ_l.shape]`` per parameter, with the expected batch size, and uses the gradient that comes
+back (:class:`RemotePerExampleDefense`).
 
 Everything the service returns is checked before it can leave the victim: the same tensors in
 the same order, names, dtypes and shapes as sent, finite values. A dead, slow or misbehaving
@@ -24,12 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import torch
 
 from fedleak.defenses.defense_registry import DefenseConfigError
-from fedleak.defenses.stages import GaussianClaim, UpdateDefense
+from fedleak.defenses.mechanism import PER_EXAMPLE, DeclarationError, Mechanism
+from fedleak.defenses.stages import GaussianClaim, PerExampleDefense, UpdateDefense
+from fedleak.harness.remote_defense.declaration import mechanism_from_pb
 from fedleak.harness.remote_defense.wire import (
     DEFAULT_CHUNK_BYTES,
     UpdateStreamError,
@@ -41,7 +51,7 @@ from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc
 
-REMOTE_STAGES = ("update",)
+REMOTE_STAGES = ("update", "per-example")
 REMOTE_PARAM_PREFIX = "remote."
 CLAIM_PARAM_PREFIX = "claim."
 
@@ -50,7 +60,9 @@ CLAIM_PARAM_PREFIX = "claim."
 class RemoteDefenseConfig:
     address: str = field(default="", metadata={"help": "HOST:PORT of a fedleak.v1."
                                                        "DefenseService (required)"})
-    stage: str = field(default="update", metadata={"help": "where it acts; only update"})
+    stage: str = field(default="update", metadata={
+        "help": "where it acts: update, or per-example (each local step's per-example "
+                "gradients)"})
     timeout: float = field(default=60.0, metadata={"help": "seconds for one Defend call"})
     connect_timeout: float = field(default=10.0, metadata={"help": "seconds to wait for the "
                                                                    "service at start"})
@@ -72,14 +84,14 @@ class RemoteDefenseConfig:
             raise ValueError("timeout and connect-timeout must be positive seconds")
 
 
-class RemoteDefense(UpdateDefense):
-    """Δ' = D(Δ; s) computed by the ``DefenseService`` at ``address`` (see the module doc)."""
+class RemoteLink:
+    """The connection to a ``DefenseService``: its channel, its ``Info``, its declaration."""
 
-    Config = RemoteDefenseConfig
+    config: RemoteDefenseConfig
+    chunk_bytes: int
+    info: dpb.DefenseInfo
 
-    def __init__(self, config: RemoteDefenseConfig | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
-        super().__init__(config)
+    def _connect(self, chunk_bytes: int) -> None:
         self.chunk_bytes = chunk_bytes
         self._ca = Path(self.config.tls_ca).read_bytes() if self.config.tls_ca else None
         if self._ca is not None:
@@ -115,34 +127,36 @@ class RemoteDefense(UpdateDefense):
         if not info.name:
             raise DefenseConfigError(f"the defense service at {address} reports no name in "
                                      "Info; it must name its mechanism")
-        if info.stage and info.stage != self.config.stage:
+        stage = info.stage or "update"
+        if stage != self.config.stage:
             raise DefenseConfigError(f"the defense service at {address} ({info.name}) acts at "
-                                     f"stage {info.stage!r}, not {self.config.stage!r}")
+                                     f"stage {stage!r}, not {self.config.stage!r}: link it "
+                                     f"with remote:address={address},stage={stage}")
         if info.HasField("claim"):
             try:
-                self._claim_of(info)
-            except ValueError as err:
+                declared = mechanism_from_pb(info.claim)
+            except (DeclarationError, ValueError) as err:
                 raise DefenseConfigError(f"the defense service at {address} ({info.name}) "
                                          f"publishes an impossible claim: {err}") from None
+            if declared.stage != stage:
+                raise DefenseConfigError(f"the defense service at {address} ({info.name}) "
+                                         f"acts at stage {stage!r} but declares a "
+                                         f"{declared.stage!r} mechanism")
         return info
 
-    @staticmethod
-    def _claim_of(info: dpb.DefenseInfo) -> GaussianClaim | None:
-        if not info.HasField("claim"):
-            return None
-        clip = info.claim.clip_norm
-        if not (clip >= 0 and info.claim.noise_std >= 0):
-            raise ValueError("clip_norm and noise_std must be >= 0")
-        return GaussianClaim(clip_norm=clip or None, noise_std=info.claim.noise_std)
+    def mechanism(self) -> Mechanism | None:
+        """What the service declares (``DefenseInfo.claim``): the victim accounts for it and
+        an audit tests it; None when the service declares nothing."""
+        return mechanism_from_pb(self.info.claim) if self.info.HasField("claim") else None
 
     def gaussian_claim(self) -> GaussianClaim | None:
-        """What the service says it does (``DefenseInfo.claim``): the victim accounts for it
-        and an audit tests it; None when the service claims nothing."""
-        return self._claim_of(self.info)
+        """The declaration's clip and noise (the shorthand of fields 1–2)."""
+        if not self.info.HasField("claim"):
+            return None
+        claim = self.info.claim
+        return GaussianClaim(clip_norm=claim.clip_norm or None, noise_std=claim.noise_std)
 
-    def public_params(self) -> dict[str, str]:
-        """Address and settings, the remote's name and version, and its params as ``remote.*``."""
-        params = super().public_params()
+    def _link_params(self, params: dict[str, str]) -> dict[str, str]:
         params["remote-name"] = self.info.name
         if self.info.version:
             params["remote-version"] = self.info.version
@@ -154,20 +168,6 @@ class RemoteDefense(UpdateDefense):
             params[CLAIM_PARAM_PREFIX + "noise-std"] = f"{claim.noise_std:g}"
         return params
 
-    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
-        names = list(self.parameter_names) if len(self.parameter_names) == len(update) \
-            else [str(i) for i in range(len(update))]  # unbound: tensors by position
-        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
-        chunks = update_chunks(update, names, seed, self.chunk_bytes)
-        try:
-            replies = self._stub.Defend(chunks, timeout=self.config.timeout)
-            defended = assemble_update(replies, f"reply of the {self.label}")
-        except grpc.RpcError as err:
-            raise FailedPrecondition(self._rpc_failure(err)) from None
-        except UpdateStreamError as err:
-            raise FailedPrecondition(f"{err}; fix the defense service") from None
-        return self._checked(update, names, defended.names, defended.tensors)
-
     def _rpc_failure(self, err: grpc.RpcError) -> str:
         code = err.code()
         if code == grpc.StatusCode.UNAVAILABLE:
@@ -178,13 +178,26 @@ class RemoteDefense(UpdateDefense):
                     "remote:timeout or check the service")
         return f"the {self.label} refused the update: {code.name}: {err.details()}"
 
-    def _checked(self, sent: list[torch.Tensor], names: list[str], got_names: list[str],
-                 got: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _defend(self, tensors: list[torch.Tensor], names: list[str], seed: int,
+                expected_batch_size: int = 0) -> tuple[list[str], list[torch.Tensor]]:
+        chunks = update_chunks(tensors, names, seed, self.chunk_bytes, expected_batch_size)
+        try:
+            replies = self._stub.Defend(chunks, timeout=self.config.timeout)
+            defended = assemble_update(replies, f"reply of the {self.label}")
+        except grpc.RpcError as err:
+            raise FailedPrecondition(self._rpc_failure(err)) from None
+        except UpdateStreamError as err:
+            raise FailedPrecondition(f"{err}; fix the defense service") from None
+        return defended.names, defended.tensors
+
+    def _checked_reply(self, expected: list[torch.Tensor], names: list[str],
+                       got_names: list[str], got: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The reply: the same tensors, names, dtypes and shapes as ``expected``, finite."""
         if got_names != names:
             raise FailedPrecondition(
                 f"the {self.label} returned tensors {_short(got_names)}, expected "
                 f"{_short(names)}: it must answer with the same tensors in the same order")
-        for name, before, after in zip(names, sent, got, strict=True):
+        for name, before, after in zip(names, expected, got, strict=True):
             if after.shape != before.shape or after.dtype != before.dtype:
                 raise FailedPrecondition(
                     f"the {self.label} returned {name!r} as {list(after.shape)} {after.dtype}, "
@@ -192,10 +205,65 @@ class RemoteDefense(UpdateDefense):
             if after.is_floating_point() and not torch.isfinite(after).all():
                 raise FailedPrecondition(f"the {self.label} returned NaN or infinite values "
                                          f"in {name!r}")
-        return [g.to(s.device) for g, s in zip(got, sent, strict=True)]
+        return [g.to(s.device) for g, s in zip(got, expected, strict=True)]
 
     def close(self) -> None:
         self._channel.close()
+
+
+class RemoteDefense(RemoteLink, UpdateDefense):
+    """Δ' = D(Δ; s) computed by the ``DefenseService`` at ``address`` (see the module doc);
+    with ``stage=per-example`` a :class:`RemotePerExampleDefense` instead."""
+
+    Config = RemoteDefenseConfig
+
+    def __new__(cls, config: RemoteDefenseConfig | None = None,
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Any:
+        if cls is RemoteDefense and config is not None and config.stage == PER_EXAMPLE:
+            link = object.__new__(RemotePerExampleDefense)
+            RemotePerExampleDefense.__init__(link, config, chunk_bytes)
+            return link
+        return object.__new__(cls)
+
+    def __init__(self, config: RemoteDefenseConfig | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        UpdateDefense.__init__(self, config)
+        self._connect(chunk_bytes)
+
+    def public_params(self) -> dict[str, str]:
+        """Address and settings, the remote's name and version, and its params as ``remote.*``."""
+        return self._link_params(super().public_params())
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        names = list(self.parameter_names) if len(self.parameter_names) == len(update) \
+            else [str(i) for i in range(len(update))]  # unbound: tensors by position
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
+        got_names, got = self._defend(update, names, seed)
+        return self._checked_reply(update, names, got_names, got)
+
+
+class RemotePerExampleDefense(RemoteLink, PerExampleDefense):
+    """Each local step's per-example gradients through the per-example ``DefenseService`` at
+    ``address``; the step uses the gradient it answers (module docstring)."""
+
+    Config = RemoteDefenseConfig
+    name = "remote"
+
+    def __init__(self, config: RemoteDefenseConfig | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        PerExampleDefense.__init__(self, config)
+        self._connect(chunk_bytes)
+
+    def public_params(self) -> dict[str, str]:
+        return self._link_params(super().public_params())
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        names = [str(i) for i in range(len(per_example))]
+        seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
+        got_names, got = self._defend(per_example, names, seed, max(expected_batch_size, 1))
+        shapes = [torch.empty(g.shape[1:], dtype=g.dtype) for g in per_example]
+        return self._checked_reply(shapes, names, got_names, got)
 
 
 def _short(names: list[str], limit: int = 4) -> str:

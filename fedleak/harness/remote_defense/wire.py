@@ -41,8 +41,10 @@ def update_chunks(
     names: Sequence[str],
     seed: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    expected_batch_size: int = 0,
 ) -> Iterator[dpb.UpdateChunk]:
-    """The chunks of ``update`` (tensor ``i`` named ``names[i]``); ``seed`` rides on the first."""
+    """The chunks of ``update`` (tensor ``i`` named ``names[i]``); ``seed`` (and, for a
+    per-example service, ``expected_batch_size``) ride on the first."""
     if len(update) != len(names):
         raise ValueError(f"{len(update)} tensors but {len(names)} names")
     if chunk_bytes < 1:
@@ -57,6 +59,8 @@ def update_chunks(
             chunk = dpb.UpdateChunk(piece=piece, offset=offset)
             if first and seed is not None:
                 chunk.seed = seed
+            if first and expected_batch_size:
+                chunk.expected_batch_size = expected_batch_size
             first = False
             yield chunk
 
@@ -68,6 +72,7 @@ class AssembledUpdate:
     names: list[str]
     tensors: list[torch.Tensor]
     seed: int = 0
+    expected_batch_size: int = 0
 
 
 class _Pending:
@@ -122,6 +127,7 @@ def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update") -> 
     for index, chunk in enumerate(chunks):
         if index == 0:
             out.seed = int(chunk.seed)
+            out.expected_batch_size = int(chunk.expected_batch_size)
         piece = chunk.piece
         if pending is not None and chunk.offset > 0:
             if not pending.same_tensor(piece):

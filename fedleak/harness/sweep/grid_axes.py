@@ -106,7 +106,9 @@ def parse_attacks(value: Any) -> list[tuple[str, dict[str, Any]]]:
 #: ``[sweep.audit]`` keys → the attacker's ``AuditSettings`` fields.
 AUDIT_KEYS = {"trials": "trials", "canary": "canary", "direction": "direction", "seed": "seed",
               "norm": "norm", "delta": "delta", "confidence": "confidence",
-              "calibration": "calibration_fraction", "threshold": "threshold"}
+              "calibration": "calibration_fraction", "threshold": "threshold",
+              "detect_shortfall": "detect_shortfall", "power": "power",
+              "false_alarm": "false_alarm", "coverage": "coverage"}
 
 
 def parse_audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
@@ -117,7 +119,7 @@ def parse_audit(value: Any, defenses: list[DefenseSetting]) -> dict[str, Any]:
     table = table_keys(value, "sweep.audit")
     no_unknown_keys(table, set(AUDIT_KEYS), "sweep.audit")
     out = {AUDIT_KEYS[k]: v for k, v in table.items() if k != "threshold"}
-    threshold = table.get("threshold", "split")
+    threshold = table.get("threshold", "half-shift")
     if isinstance(threshold, str) and threshold in ("split", "half-shift"):
         out["threshold_rule"] = threshold
     elif isinstance(threshold, int | float) and not isinstance(threshold, bool):

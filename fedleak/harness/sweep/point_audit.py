@@ -62,7 +62,8 @@ def audit_measurement(record: AuditRecord, run: str, seconds: float) -> AuditMea
     claimed = record.claimed_epsilon
     first = bounds[0] if bounds else None
     return AuditMeasurement(
-        epsilon_lb={b.estimator: b.epsilon for b in bounds},
+        epsilon_lb={name: max(b.epsilon for b in bounds if b.estimator == name)
+                    for name in dict.fromkeys(b.estimator for b in bounds)},
         estimates={b.estimator: b.epsilon for b in record.bounds if b.is_estimate},
         epsilon_claimed=claimed if math.isfinite(claimed) else None,
         confidence=first.confidence if first is not None and first.confidence else 0.0,

@@ -1,6 +1,11 @@
 """The audit game's public canary: built at the server's θ from its request (a gradient canary
 along a Dirac or random direction, an input canary, or a canary client), with its default norm
-and how a trial's score is expected to move when the secret coin puts it in.
+and how a trial's score is expected to move when the secret coin puts it in — all read from
+the chain's declarations, never from a defense's class.
+
+With coverage (the default) an update-stage Dirac canary spreads over the quietest coordinate
+of every parameter tensor (:mod:`~fedleak.harness.victim.audit_coverage`), so one canary
+probes every tensor and the clip's geometry.
 """
 
 from __future__ import annotations
@@ -17,17 +22,18 @@ from fedleak.auditing.canaries import (
     CLIENT,
     DIRAC,
     INPUT,
-    dirac,
     input_canary,
-    quiet_coordinate,
     random_direction,
+    split_flat,
 )
 from fedleak.defenses import DefenseChain
-from fedleak.defenses.dpsgd import DPSGD
+from fedleak.defenses.mechanism import TOTAL
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import TrialCanary, per_example_gradients
-from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
+from fedleak.harness.federated.protocol import FEDSGD, Protocol
+from fedleak.harness.victim.audit_coverage import declared_clip, quiet_order
 from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.victim.audit_steps import step_plan
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
@@ -51,6 +57,10 @@ class AuditCanary:
     label: int = -1
     score_sign: float = 1.0
     expected_shift: float = 0.0
+    #: Dirac canaries: the canary c as (flat coordinates, values), for the coverage
+    sparse: tuple[np.ndarray, np.ndarray] | None = None
+    #: |g| per flat coordinate of a public synthetic batch at θ (Dirac canaries)
+    quietness: np.ndarray | None = None
 
     def trial_canary(self, info: DatasetInfo) -> TrialCanary:
         """What a canary-in trial adds to the user's computation."""
@@ -66,6 +76,8 @@ def build_canary(request: AuditRequest, chain: DefenseChain, model: nn.Module,
     """The public canary of ``request`` at θ, its default norm, and the score's orientation and
     expected shift (0 where public settings do not determine it)."""
     shapes = [tuple(p.shape) for p in parameters.values()]
+    names = list(parameters)
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
     per_example = chain.per_example is not None and request.canary != CLIENT
     gradient_kind = protocol.kind == FEDSGD
     if request.canary == INPUT:
@@ -74,71 +86,81 @@ def build_canary(request: AuditRequest, chain: DefenseChain, model: nn.Module,
         y = torch.tensor([label], device=x.device)
         grads = per_example_gradients(model, dict(parameters), dict(buffers), x, y)
         unit = _unit([g[0] for g in grads])
+        quiet = _quietness(model, parameters, buffers, info, request.seed) \
+            if per_example and request.coverage else None
         return AuditCanary(INPUT, "", 0.0, unit, image=image, label=label,
-                           score_sign=1.0 if gradient_kind else -1.0)
-    coordinate = -1
+                           score_sign=1.0 if gradient_kind else -1.0, quietness=quiet)
+    norm = request.norm or default_norm(chain, per_example)
+    coordinate, sparse, quietness = -1, None, None
     if request.direction == DIRAC:
-        coordinate = request.coordinate if request.coordinate is not None else \
-            _quiet_coordinate(model, parameters, buffers, info, request.seed)
-        total = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
-        if not 0 <= coordinate < total:
+        quietness = _quietness(model, parameters, buffers, info, request.seed)
+        total = sum(sizes)
+        if request.coordinate is not None and not 0 <= request.coordinate < total:
             raise InvalidArgument(f"coordinate must lie in [0, {total}) (the model's "
-                                  f"parameter count), got {coordinate}")
-        unit = dirac(shapes, coordinate)
+                                  f"parameter count), got {request.coordinate}")
+        if per_example or request.coordinate is not None or not request.coverage \
+                or len(sizes) == 1:
+            coordinate = request.coordinate if request.coordinate is not None else \
+                int(np.argmin(quietness))
+            sparse = (np.array([coordinate]), np.array([norm]))
+        else:  # the update stage's one canary: the quietest coordinate of every tensor
+            coords = np.array([int(o[0]) for o in quiet_order(quietness, sizes)])
+            sparse = (coords, np.full(coords.size, norm / math.sqrt(coords.size)))
+            coordinate = int(coords[0])
+        flat = torch.zeros(total)
+        flat[torch.from_numpy(sparse[0])] = torch.from_numpy(sparse[1]).float()
+        unit = split_flat(flat / flat.norm(), shapes)
     else:
         unit = random_direction(shapes, request.seed)
     unit = [u.to(p.device, p.dtype) for u, p in zip(unit, parameters.values(), strict=True)]
-    norm = request.norm or default_norm(chain, per_example)
-    sign, shift = 1.0, norm
+    sign, shift = 1.0, _update_shift(chain, norm)
     if per_example:
         sign = 1.0 if gradient_kind else -1.0
-        shift = _per_example_shift(chain, norm, request.direction, len(shapes), protocol,
-                                   num_images)
+        shift = _per_example_shift(chain, norm, unit, names, sizes, protocol, num_images)
     return AuditCanary(request.canary, request.direction, norm, unit, coordinate,
-                       score_sign=sign, expected_shift=shift)
+                       score_sign=sign, expected_shift=shift, sparse=sparse,
+                       quietness=quietness)
 
 
 def default_norm(chain: DefenseChain, per_example: bool) -> float:
-    """‖c‖ when the request leaves it 0: DP-SGD's clip norm × 10 (clipping binds), else the
-    first clip norm an update defense claims, else 1."""
-    if per_example and isinstance(chain.per_example, DPSGD):
-        return PER_EXAMPLE_CANARY_FACTOR * chain.per_example.config.max_grad_norm
-    for defense in chain.update:
-        claim = defense.gaussian_claim()
-        if claim is not None and claim.clip_norm is not None:
-            return claim.clip_norm
+    """‖c‖ when the request leaves it 0: ten times the declared clip norm (per-example, or the
+    update stage's first), so the clip binds and is tested; 1 without a declared clip."""
+    if per_example:
+        declared = chain.per_example_mechanism
+        if declared is not None and declared.clip is not None:
+            return PER_EXAMPLE_CANARY_FACTOR * declared.clip.norm
+        return 1.0
+    for _, clip in chain.update_composition().clips:
+        return PER_EXAMPLE_CANARY_FACTOR * clip.norm
     return 1.0
 
 
-def _per_example_shift(chain: DefenseChain, norm: float, direction: str, layers: int,
-                       protocol: Protocol, num_images: int) -> float:
-    """How far a DP-SGD canary moves the score: min(‖c‖, C)/B per step holding it (× τ and
-    the steps holding it for FedAvg); 0 where it is not determined (per-layer clipping of a
-    random direction, another per-example defense)."""
-    defense = chain.per_example
-    if not isinstance(defense, DPSGD):
+def _update_shift(chain: DefenseChain, norm: float) -> float:
+    """The public (nominal) shift of an update-stage canary: its norm, at most the first
+    declared total clip's bound (the canary then dominates what is clipped)."""
+    for _, clip in chain.update_composition().clips:
+        if clip.geometry == TOTAL:
+            return min(norm, clip.norm)
+    return norm
+
+
+def _per_example_shift(chain: DefenseChain, norm: float, unit: list[torch.Tensor],
+                       names: list[str], sizes: list[int], protocol: Protocol,
+                       num_images: int) -> float:
+    """How far a per-example canary moves the score, by the declaration: its declared clip
+    along u over the expected batch size per step holding it, times the steps' weights in the
+    release (FedAvg: τ and momentum); 0 where nothing is declared."""
+    declared = chain.per_example_mechanism
+    if declared is None or declared.clip is None:
         return 0.0
-    c = defense.config
-    if c.clipping == "per-layer":
-        if direction != DIRAC:
-            return 0.0
-        clip = c.max_grad_norm / math.sqrt(layers)
-    else:
-        clip = c.max_grad_norm
-    q = defense.sample_rate(num_images, protocol.batch_size)
-    if q is not None:
-        batch = max(round(q * num_images), 1)
-    elif protocol.kind == FEDSGD:
-        batch = num_images
-    else:
-        last = local_batches(num_images, protocol.batch_size)[-1]
-        batch = last.stop - last.start
-    per_step = min(norm, clip) / batch
-    if protocol.kind == FEDSGD:
-        return per_step
-    steps = protocol.local_epochs if q is None else \
-        q * protocol.local_epochs * max(1, round(1 / q))
-    return protocol.learning_rate * steps * per_step
+    flat = torch.cat([u.detach().double().cpu().flatten() for u in unit])
+    coords = torch.nonzero(flat).flatten().numpy()
+    values = (norm * flat[coords]).numpy()
+    clipped = declared_clip(coords, values, declared.clip, names, sizes)
+    along = float(clipped @ (values / np.linalg.norm(values)))
+    plan = step_plan(protocol, num_images,
+                     declared.sampling.poisson_rate(num_images, protocol.batch_size))
+    return plan.shift(along / plan.batch)[0]
 
 
 def _unit(vectors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -149,14 +171,14 @@ def _unit(vectors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [(v / norm).detach() for v in vectors]
 
 
-def _quiet_coordinate(model: nn.Module, parameters: Mapping[str, torch.Tensor],
-                      buffers: Mapping[str, torch.Tensor], info: DatasetInfo, seed: int) -> int:
-    """The coordinate a public synthetic batch (seeded noise images, seeded labels) moves
-    least at θ: where a Dirac canary stands out from what data does."""
+def _quietness(model: nn.Module, parameters: Mapping[str, torch.Tensor],
+               buffers: Mapping[str, torch.Tensor], info: DatasetInfo, seed: int) -> np.ndarray:
+    """|g_j| of a public synthetic batch (seeded noise images, seeded labels) at θ, per flat
+    coordinate: where a Dirac canary stands out from what data does (small is quiet)."""
     generator = torch.Generator().manual_seed(seed)
     images = torch.rand((SYNTHETIC_BATCH, *info.shape), generator=generator)
     labels = torch.randint(0, info.num_classes, (SYNTHETIC_BATCH,), generator=generator)
     device = next(iter(parameters.values())).device
     gradient = local_update(model, parameters, {k: v.clone() for k, v in buffers.items()},
                             normalize(images, info).to(device), labels.to(device), Protocol())
-    return quiet_coordinate(gradient)
+    return torch.cat([g.detach().flatten().abs().double().cpu() for g in gradient]).numpy()

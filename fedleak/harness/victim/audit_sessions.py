@@ -18,7 +18,7 @@ server asks is :class:`~fedleak.harness.victim.audit_request.AuditRequest`; the 
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -28,21 +28,29 @@ import torch
 
 from fedleak.auditing import (
     AuditBound,
+    DeclarationTest,
     GameSettings,
     ScoreHistogram,
-    audit_bounds,
     calibration_split,
-    format_epsilon,
+    verdict_text,
 )
 from fedleak.auditing.canaries import CLIENT, DIRAC, INPUT
+from fedleak.auditing.verdict import power_statement
 from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import FEDSGD, Protocol
 from fedleak.harness.victim.audit_canary import AuditCanary
 from fedleak.harness.victim.audit_claim import TrialClaim, chain_delta, trial_claim
+from fedleak.harness.victim.audit_coverage import Coverage
 from fedleak.harness.victim.audit_histogram import released_histogram, withheld_rates
+from fedleak.harness.victim.audit_plan import (
+    choose_trials,
+    covered_groups,
+    plan_coverage,
+    verdict_game,
+)
 from fedleak.harness.victim.audit_request import AuditRequest
-from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
+from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.harness.zoo.datasets import DatasetInfo
 
 
@@ -59,6 +67,11 @@ class AuditOutcome:
     trials: int
     canary: str
     threat_model: str
+    tests: list[DeclarationTest] = field(default_factory=list)
+    power_statement: str = ""
+    detectable_noise: float | None = None
+    false_alarm: float = 0.0
+    coverage: str = ""
 
 
 @dataclass
@@ -79,6 +92,8 @@ class AuditSession:
     secagg: bool
     canary_user: int = -1
     threshold: float | None = None
+    coverage: Coverage | None = None
+    trials: int = 0
     served: int = 0
     answered: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -91,7 +106,7 @@ class AuditSession:
 
     @property
     def left(self) -> int:
-        return self.request.trials - self.served
+        return self.trials - self.served
 
     def reserve(self, count: int) -> range:
         """The next ``count`` trial indices (fewer when fewer are left); each runs once. The
@@ -102,7 +117,7 @@ class AuditSession:
                 raise FailedPrecondition(f"audit {self.audit_id[:16]} was already answered; "
                                          "begin a new audit")
             start = self.served
-            self.served = min(self.request.trials, start + count)
+            self.served = min(self.trials, start + count)
             return range(start, self.served)
 
     def settings(self) -> GameSettings:
@@ -116,39 +131,41 @@ class AuditSession:
         where = f"coordinate {c.coordinate}" if c.direction == DIRAC else \
             f"seed {self.request.seed}"
         what = "canary client" if c.kind == CLIENT else "gradient canary"
+        if c.sparse is not None and c.sparse[0].size > 1:
+            where = f"the quietest coordinate of each of {c.sparse[0].size} tensors"
         return f"{what}, {c.direction} direction ({where}), norm {c.norm:g}"
+
+    def canary_for(self, trial: int, parameters: dict[str, torch.Tensor]) \
+            -> TrialCanary | None:
+        """What trial ``trial`` adds before the chain (None: nothing)."""
+        from fedleak.harness.victim.audit_plan import trial_canary
+
+        return trial_canary(self.canary, self.coverage, self.trial_canary,
+                            bool(self.coins[trial]), trial, parameters)
 
 
 def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
-    """Bounds, verdict and histograms of an answered audit."""
+    """Bounds, tests, verdict and histograms of an answered audit."""
     served = scores.size
     coins = session.coins[:served]
     calibration = session.calibration[:served]
     if session.threshold is None and (calibration.all() or not calibration.any()):
         calibration = np.arange(served) < max(1, served // 5)  # too few trials to split
-    bounds = audit_bounds(scores, coins, calibration, session.settings(), session.threshold)
+    claim, request = session.claim, session.request
+    evaluation = verdict_game(scores, coins, calibration, session.settings(),
+                              session.threshold, claim, session.coverage, request)
+    verdict = verdict_text(evaluation, claim.epsilon, claim.delta, request.power)
     evaluated = ~calibration if session.threshold is None else np.ones(served, dtype=bool)
-    bounds = withheld_rates(bounds, scores, evaluated)
-    claim = session.claim
-    strongest = max((b for b in bounds if not b.is_estimate), key=lambda b: b.epsilon)
-    violation = strongest.epsilon > claim.epsilon * (1 + 1e-9)
-    if violation:
-        verdict = (f"VIOLATION: {strongest.estimator} ε_LB {format_epsilon(strongest.epsilon)} "
-                   f"exceeds the claimed ε {format_epsilon(claim.epsilon)} (δ = "
-                   f"{claim.delta:g}) at {strongest.confidence:.0%} confidence: the mechanism "
-                   "is not what the chain claims")
-    elif math.isinf(claim.epsilon):
-        verdict = (f"no claim to test: the chain claims no DP for this canary; ε_LB "
-                   f"{format_epsilon(strongest.epsilon)} ({strongest.estimator}) measures how "
-                   "far it is from private")
-    else:
-        verdict = (f"consistent: the largest ε_LB, {format_epsilon(strongest.epsilon)} "
-                   f"({strongest.estimator}), does not exceed the claimed ε "
-                   f"{format_epsilon(claim.epsilon)}; a gap is a weak canary or a loose "
-                   "accountant, never more privacy")
-    return AuditOutcome(session.audit_id, bounds, claim, violation, verdict,
-                        released_histogram(scores, coins), served, session.describe_canary(),
-                        session.threat_model)
+    return AuditOutcome(session.audit_id, withheld_rates(evaluation.bounds, scores, evaluated),
+                        claim, evaluation.violation, verdict,
+                        released_histogram(scores, coins), served,
+                        session.describe_canary(), session.threat_model,
+                        tests=evaluation.tests,
+                        power_statement=power_statement(evaluation, request.power)
+                        if claim.claims else "",
+                        detectable_noise=evaluation.detectable_noise(),
+                        false_alarm=request.false_alarm,
+                        coverage=covered_groups(session.coverage))
 
 
 def threat_model(secagg: bool, users: int, canary: str, protocol: Protocol) -> str:
@@ -165,31 +182,49 @@ def threat_model(secagg: bool, users: int, canary: str, protocol: Protocol) -> s
 def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
                 parameters: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
                 protocol: Protocol, info: DatasetInfo, describe: str, secagg: bool,
-                canary_user: int, rng: np.random.Generator) -> AuditSession:
-    """A session with its secret coins (fair, independent) and calibration split drawn from
-    ``rng`` (the victim's secret randomness)."""
-    coins = rng.random(request.trials) < 0.5
-    calibration = calibration_split(request.trials, request.calibration_fraction, rng) \
-        if request.threshold_rule == "split" else np.zeros(request.trials, dtype=bool)
+                canary_user: int, rng: np.random.Generator, chain: DefenseChain | None = None,
+                num_images: int = 0, noise_users: int = 1, max_trials: int = 0) \
+        -> AuditSession:
+    """A session with its coverage, its trials (asked for, or chosen for the requested power),
+    its secret coins (fair, independent) and calibration split, drawn from ``rng`` (the
+    victim's secret randomness)."""
+    names = list(parameters)
+    sizes = [int(p.numel()) for p in parameters.values()]
+    most = max_trials or request.trials or request.max_chosen_trials
+    trials = request.trials or most
+    coverage = None
+    if chain is not None:
+        coverage = plan_coverage(request, canary, chain, names, sizes, protocol, num_images,
+                                 noise_users, most, rng)
+        trials = choose_trials(request, coverage, claim, most, canary.expected_shift)
+    coins = coverage.coins[:trials, 0].copy() if coverage is not None else \
+        rng.random(trials) < 0.5
+    if coverage is not None:
+        coverage.coins = coverage.coins[:trials]
+        coverage.values = coverage.values[:trials]
+        coverage.strata = coverage.strata[:trials]
+    rule = request.threshold_rule
+    if rule == "half-shift" and not canary.expected_shift > 0:
+        rule = "split"  # the default where public settings do not fix the shift
+    calibration = calibration_split(trials, request.calibration_fraction, rng) \
+        if rule == "split" else np.zeros(trials, dtype=bool)
     threshold: float | None = None
-    if request.threshold_rule == "declared":
+    if rule == "declared":
         threshold = request.threshold
-    elif request.threshold_rule == "half-shift":
-        if not canary.expected_shift > 0:
-            raise InvalidArgument("threshold_rule half-shift needs the canary's expected "
-                                  "shift, which public settings do not determine here (input "
-                                  "canaries, per-layer clipping of a random direction); use "
-                                  "split or declared")
+    elif rule == "half-shift":
         threshold = canary.expected_shift / 2
+    if rule != request.threshold_rule:
+        request = dataclasses.replace(request, threshold_rule=rule)
     return AuditSession(secrets.token_hex(16), request, canary, canary.trial_canary(info), coins,
                         calibration, parameters, buffers, protocol, claim, describe,
-                        secagg, canary_user, threshold)
+                        secagg, canary_user, threshold, coverage, trials)
 
 
 def session_claim(request: AuditRequest, chain: DefenseChain, canary: AuditCanary,
-                  protocol: Protocol, num_images: int, users: int) -> TrialClaim:
+                  protocol: Protocol, num_images: int, users: int,
+                  names: list[str] | None = None) -> TrialClaim:
     """The chain's claim for one trial of this audit (δ: the request's, else the chain's)."""
     delta = request.delta or chain_delta(chain)
     noise_users = users + (1 if request.canary == CLIENT else 0)
     return trial_claim(chain, request.canary, canary.norm, protocol, num_images, noise_users,
-                       delta)
+                       delta, [str(n) for n in names or []])

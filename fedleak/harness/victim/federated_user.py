@@ -18,7 +18,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -187,12 +187,13 @@ class FederatedUser:
         cancelled: CancelCheck | None = None,
         account: bool = True,
         canary: TrialCanary | None = None,
+        observe: Callable[[list[torch.Tensor]], None] | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, str]]:
         """Local training (per-example defense inside it), then the update defenses in order."""
         try:
             return defended_update(self.model, params, buffers, images, labels, protocol,
                                    self.config.defenses, self._generator, cancelled,
-                                   account=account, canary=canary)
+                                   account=account, canary=canary, observe=observe)
         except ComputationCancelled as err:
             raise Cancelled(f"local training stopped: {err}") from err
         except ValueError as err:  # e.g. BatchNorm in training mode on a single value

@@ -8,6 +8,7 @@ informed-adversary game's trials (``BeginInformedTrial``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ from fedleak.harness.federated.local_update import CancelCheck
 from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges
 from fedleak.harness.victim.audit_book import AuditBook
 from fedleak.harness.victim.audit_canary import build_canary
+from fedleak.harness.victim.audit_plan import stratum
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.audit_sessions import (
     AuditOutcome,
@@ -146,7 +148,7 @@ class Victim(FederatedUser):
             if audit is not None:
                 reserved = self.audits.reserve(audit, 1)
                 if not reserved:
-                    raise FailedPrecondition(f"all {audit.request.trials} trials of this audit "
+                    raise FailedPrecondition(f"all {audit.trials} trials of this audit "
                                              "have run: submit the scores (SubmitAuditScores)")
                 trial = reserved.start
                 coin = bool(audit.coins[trial])
@@ -154,20 +156,27 @@ class Victim(FederatedUser):
                 images = normalize(self.data.images[indices], self.info).to(self.config.device)
                 labels = self.data.labels[indices].to(self.config.device)
                 first = user == min(user_indices)  # every user's ε is the same: account one
-                canary = audit.trial_canary if audit is not None and audit.canary_user < 0 \
-                    and coin and first else None
+                carries = audit is not None and audit.canary_user < 0 and first
+                canary = audit.canary_for(trial, params) \
+                    if carries and audit is not None and trial is not None else None
+                observe = self._observer(audit, trial) \
+                    if carries and audit is not None and trial is not None else None
                 with self._compute_lock:
                     update, user_metadata = self._defended_update(
                         params, bufs, images, labels, protocol, len(indices), cancelled,
-                        account=first, canary=canary)
+                        account=first, canary=canary, observe=observe)
                 if first:
                     metadata = user_metadata
                 check_finite(update)  # before any user keeps it: the round is never opened
                 updates[user] = torch.cat([u.flatten() for u in update]).double().cpu().numpy()
             if audit is not None and audit.canary_user >= 0:
                 with self._compute_lock:
-                    updates[audit.canary_user] = self._canary_client_update(audit, coin)
+                    updates[audit.canary_user] = self._canary_client_update(audit, coin,
+                                                                            trial or 0)
                 user_indices[audit.canary_user] = torch.zeros(0, dtype=torch.long)
+            if audit is not None and audit.coverage is not None and trial is not None:
+                audit.coverage.record(trial, torch.from_numpy(sum(updates.values())),
+                                      stratum(torch.cat(list(user_indices.values()))))
         config = secagg.session_config(len(updates), len(updates[0]), session_number)
         round_ = Round(uuid.uuid4().hex, torch.cat(list(user_indices.values())), protocol,
                        user_indices, SecAggSession(config, updates, self.config.secagg_drops))
@@ -190,16 +199,19 @@ class Victim(FederatedUser):
             raise InvalidArgument("an audit round runs at the audit's parameters, buffers and "
                                   "protocol: send the θ and protocol you began the audit with")
         if audit.left <= 0:
-            raise FailedPrecondition(f"all {audit.request.trials} trials of this audit have "
+            raise FailedPrecondition(f"all {audit.trials} trials of this audit have "
                                      "run: submit the scores (SubmitAuditScores)")
         return audit
 
-    def _canary_client_update(self, audit: AuditSession, coin: bool) -> np.ndarray:
+    def _canary_client_update(self, audit: AuditSession, coin: bool, trial: int) -> np.ndarray:
         """The canary client's defended update: c or 0 through the chain's update defenses
         (it has no data, so no per-example defense), flattened."""
         canary = audit.trial_canary.gradient
         assert canary is not None
         update = [c.clone() if coin else torch.zeros_like(c) for c in canary]
+        observe = self._observer(audit, trial)
+        if observe is not None:
+            observe(update)
         for defense in self.config.defenses.update:
             update = defense.apply(update, self._generator)
         return torch.cat([u.flatten() for u in update]).double().cpu().numpy()
@@ -247,12 +259,16 @@ class Victim(FederatedUser):
             canary = build_canary(request, chain, self.model, params, bufs, protocol, self.info,
                                   self.config.num_images)
             seed = int(torch.randint(0, 2**63 - 1, (1,), generator=self._generator))
+        users = self.config.num_users if secure else 1
+        noise_users = users + (1 if request.canary == "client" else 0)
         claim = session_claim(request, chain, canary, protocol, self.config.num_images,
-                              self.config.num_users if secure else 1)
+                              users, list(params))
         described = threat_model(secure, self.config.num_users, request.canary, protocol)
         canary_user = self.config.num_users if request.canary == "client" else -1
         session = new_session(request, canary, claim, params, bufs, protocol, self.info,
-                              described, secure, canary_user, np.random.default_rng(seed))
+                              described, secure, canary_user, np.random.default_rng(seed),
+                              chain, self.config.num_images, noise_users,
+                              self.audits.max_trials)
         self.audits.add(session, owner, evaluator)
         return session
 
@@ -266,7 +282,7 @@ class Victim(FederatedUser):
             raise FailedPrecondition("this victim's users aggregate securely: run each trial "
                                      "as a BeginSecAgg round with the audit_id")
         if audit.left <= 0:
-            raise FailedPrecondition(f"all {audit.request.trials} trials of this audit have "
+            raise FailedPrecondition(f"all {audit.trials} trials of this audit have "
                                      "run: submit the scores (SubmitAuditScores)")
         trials: list[tuple[int, list[torch.Tensor]]] = []
         with self.computation_slot(), self._compute_lock:
@@ -281,16 +297,35 @@ class Victim(FederatedUser):
                     indices = self._next_indices()
                 images = normalize(self.data.images[indices], self.info).to(self.config.device)
                 labels = self.data.labels[indices].to(self.config.device)
-                canary = audit.trial_canary if audit.coins[index] else None
+                canary = audit.canary_for(index, audit.parameters)
                 update, _ = self._defended_update(audit.parameters, audit.buffers, images,
                                                   labels, audit.protocol, len(indices),
-                                                  cancelled, account=False, canary=canary)
+                                                  cancelled, account=False, canary=canary,
+                                                  observe=self._observer(audit, index))
                 if not all(torch.isfinite(u).all() for u in update):
                     raise FailedPrecondition("an audit trial's update is not finite at these "
                                              "parameters; begin the audit at smaller ones")
+                if audit.coverage is not None:
+                    audit.coverage.record(index, torch.cat([u.flatten() for u in update]),
+                                          stratum(indices))
                 trials.append((index, [u.cpu() for u in update]))
             metadata = self._account_trials(audit.protocol, len(trials))
         return trials, audit, metadata
+
+    def _observer(self, audit: AuditSession, trial: int) \
+            -> Callable[[list[torch.Tensor]], None] | None:
+        """An update-stage coverage's hook: the declared shift of the trial's update."""
+        coverage = audit.coverage
+        if coverage is None or coverage.per_example:
+            return None
+        composition = self.config.defenses.update_composition()
+        names = list(audit.parameters)
+        coin = bool(audit.coins[trial])
+
+        def observe(update: list[torch.Tensor]) -> None:
+            coverage.observe_update(composition, update, names, coin)
+
+        return observe
 
     def _account_trials(self, protocol: Protocol, trials: int) -> dict[str, str]:
         """Charge ``trials`` rounds to the chain's accountants at once. No ε is computed here
@@ -300,20 +335,14 @@ class Victim(FederatedUser):
             return {}
         metadata: dict[str, str] = {"audit_trials_charged": str(trials)}
         chain, n = self.config.defenses, self.config.num_images
-        if chain.per_example is not None:
-            q = chain.per_example.sample_rate(n, protocol.batch_size)
-            if q is None:
-                steps = protocol.local_steps(n)
-                first = 1.0 if protocol.kind != FEDAVG else \
-                    min(protocol.batch_size or n, n) / n
-                rate = first
-            else:
-                steps = 1 if protocol.kind != FEDAVG else \
-                    protocol.local_epochs * max(1, round(1 / q))
-                rate = q
-            chain.per_example.account(steps * trials, rate, report=False)
-        for defense in chain.update:
-            defense.account_round(trials, report=False)
+        epochs = 1 if protocol.kind != FEDAVG else protocol.local_epochs
+        q = chain.per_example.sample_rate(n, protocol.batch_size) \
+            if chain.per_example is not None else None
+        steps_run = protocol.local_steps(n) if q is None else \
+            1 if protocol.kind != FEDAVG else protocol.local_epochs * max(1, round(1 / q))
+        chain.accountant.local_training(n, protocol.batch_size, epochs, steps_run,
+                                        report=False, trials=trials)
+        chain.accountant.rounds(trials, report=False)
         return metadata
 
     def submit_audit_scores(self, audit_id: str, scores: list[float]) -> AuditOutcome:

@@ -1,7 +1,9 @@
 """The Fisher-information PSNR ceiling of each private image of a round, computed inside the victim.
 
-For a round whose chain has DP-SGD (``dpsgd``: per-example clipping to C and noise σC on each
-step's sum), image i's Fisher information under one local step at the round's parameters θ is
+For a round whose chain declares a per-example Gaussian mechanism (``dpsgd``, or any plug-in
+declaring the same: per-example clipping to C and noise σC on each step's sum — read from the
+declaration, never the class), image i's Fisher information under one local step at the
+round's parameters θ is
 
     Tr I(x_i) = q · ‖∂ clip(∇_θ CE(f_θ(x_i), y_i)) / ∂x_i‖²_F / (σC)²
 
@@ -16,7 +18,6 @@ wrong parameters could be too low.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,7 @@ from torch.func import functional_call, grad
 
 from fedleak.auditing.fisher_information import FisherCeiling, gaussian_step_information
 from fedleak.defenses import DefenseChain
-from fedleak.defenses.dpsgd import DPSGD
+from fedleak.defenses.mechanism import GAUSSIAN, PER_COORDINATE, TOTAL
 from fedleak.harness.federated.local_update import set_training_mode, user_loss
 from fedleak.harness.federated.protocol import FEDSGD
 from fedleak.harness.victim import precision
@@ -47,9 +48,9 @@ class FisherAnswer:
 
 def dp_steps(chain: DefenseChain, round_: Round, n: int) -> tuple[int, float]:
     """(local DP-SGD steps, sample rate) of a round of ``n`` images, as the victim ran it."""
-    dp = chain.per_example
+    declared = chain.per_example_mechanism
     protocol = round_.protocol
-    q = dp.sample_rate(n, protocol.batch_size) if dp is not None else None
+    q = declared.sampling.poisson_rate(n, protocol.batch_size) if declared is not None else None
     if protocol.kind == FEDSGD:
         return 1, q if q is not None else 1.0
     if q is not None:
@@ -60,10 +61,13 @@ def dp_steps(chain: DefenseChain, round_: Round, n: int) -> tuple[int, float]:
 def fisher_ceilings(model: nn.Module, chain: DefenseChain, round_: Round, images: torch.Tensor,
                     labels: torch.Tensor, info: DatasetInfo) -> FisherAnswer:
     """The round's per-image ceilings (``images`` on [0, 1], the round's batch), or a note."""
-    dp = chain.per_example
-    if not isinstance(dp, DPSGD):
-        return FisherAnswer(None, "no Fisher ceiling: the chain has no DP-SGD (dpsgd), whose "
-                                  "Gaussian noise on each step's gradient it is computed for")
+    declared = chain.per_example_mechanism
+    clip, noise = (declared.clip, declared.noise) if declared is not None else (None, None)
+    if clip is None or noise is None or noise.distribution != GAUSSIAN or not noise.std > 0 \
+            or clip.geometry == PER_COORDINATE:
+        return FisherAnswer(None, "no Fisher ceiling: the chain declares no per-example "
+                                  "Gaussian mechanism (a clip and Gaussian noise on each "
+                                  "step's gradient, as dpsgd does), which it is computed for")
     if round_.parameters is None or round_.buffers is None:
         return FisherAnswer(None, "no Fisher ceiling: this round's parameters were forgotten "
                                   "(--feature-memory-mb); score right after the round")
@@ -75,12 +79,12 @@ def fisher_ceilings(model: nn.Module, chain: DefenseChain, round_: Round, images
     if dimension > MAX_DIMENSION:
         return FisherAnswer(None, f"no Fisher ceiling: {dimension} input values per image "
                                   f"(more than {MAX_DIMENSION} derivatives)")
-    c = dp.config
-    noise_std = c.noise_multiplier * c.max_grad_norm
+    noise_std = noise.std
     params = {k: v.detach() for k, v in round_.parameters.items()}
     buffers = round_.buffers
     set_training_mode(model, round_.protocol)
-    layers = len(params)
+    groups = clip.groups(list(params))
+    bounds = clip.group_bounds(len(groups)) if clip.geometry != TOTAL else [clip.norm]
 
     def clipped_gradient(x01: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         def loss(p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -88,12 +92,13 @@ def fisher_ceilings(model: nn.Module, chain: DefenseChain, round_: Round, images
             return user_loss(functional_call(model, {**p, **buffers}, (x,)), y[None])
 
         grads = list(grad(loss)(params).values())
-        if c.clipping == "flat":
-            flat = torch.cat([g.flatten() for g in grads])
-            return flat * torch.clamp(c.max_grad_norm / (flat.norm() + CLIP_EPS), max=1.0)
-        bound = c.max_grad_norm / math.sqrt(layers)
-        return torch.cat([(g * torch.clamp(bound / (g.norm() + CLIP_EPS), max=1.0)).flatten()
-                          for g in grads])
+        clipped = list(grads)
+        for members, bound in zip(groups, bounds, strict=True):
+            norm = torch.cat([grads[i].flatten() for i in members]).norm()
+            factor = torch.clamp(bound / (norm + CLIP_EPS), max=1.0)
+            for i in members:
+                clipped[i] = grads[i] * factor
+        return torch.cat([g.flatten() for g in clipped])
 
     ceilings = {}
     for i in range(len(labels)):
@@ -101,5 +106,6 @@ def fisher_ceilings(model: nn.Module, chain: DefenseChain, round_: Round, images
                                           images[i].float(), noise_std, q)
         ceilings[i] = precision.psnr(FisherCeiling(trace, dimension).psnr_ceiling)
     return FisherAnswer(ceilings, f"Fisher ceiling (Guo et al. 2022) of one DP-SGD step, σ = "
-                                  f"{c.noise_multiplier:g}, C = {c.max_grad_norm:g}, q = {q:g}; "
-                                  "binds unbiased reconstructions only")
+                                  f"{declared.noise_multiplier if declared else 0:g}, C = "
+                                  f"{clip.norm:g}, q = {q:g}; binds unbiased reconstructions "
+                                  "only")

@@ -10,8 +10,10 @@ training hyperparameters within the victim's budget; the victim owns everything 
 - **Training**: a copy of the victim's seeded model (``kkt-mlp``: one logit) trained by
   :func:`fedleak.harness.release_training.train_release` (full-batch GD on the mean logistic
   loss until a target loss or an epoch budget), inputs mapped [0, 1] → [−1, 1].
-- **Defense**: a ``dpsgd`` link in the victim's chain makes training differentially private
-  (per-sample clipping C, noise σ·C, full batch, RDP accounting of ε at δ); the chain is public
+- **Defense**: a per-example link in the victim's chain that declares a Gaussian mechanism
+  (``dpsgd``, or a plug-in declaring the same; read from the declaration, never the class)
+  makes training differentially private (per-sample clipping C, noise σ·C, full batch, RDP
+  accounting of ε at δ); the chain is public
   through ``Describe``. Update-level and transport defenses have no meaning for a release and
   are refused rather than silently skipped.
 - **Scoring** (``Score`` with the release id): App. B.3's nearest neighbours by NCC and voting
@@ -36,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.defenses.dpsgd import DPSGD
+from fedleak.defenses.mechanism import POISSON, TOTAL, Mechanism
 from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     ReleaseTrainingResult,
@@ -187,26 +189,32 @@ class ModelReleaser:
                 f"gives {self.output_width}; start the victim with --model kkt-mlp"
             )
 
-    def _dp(self) -> DPSGD | None:
+    def _dp(self) -> Mechanism | None:
+        """The declared per-example mechanism a DP release trains with (None: no DP)."""
         chain = self.defenses
         if chain.update or chain.transport is not None:
             names = [d.name for d in chain.defenses]
             raise FailedPrecondition(
-                f"a release can only be defended by dpsgd (DP training); this victim's chain is "
-                f"{names}: drop the update and transport defenses"
+                f"a release can only be defended by a per-example mechanism (DP training, such "
+                f"as dpsgd); this victim's chain is {names}: drop the update and transport "
+                "defenses"
             )
-        dp = chain.per_example
-        if dp is None:
+        if chain.per_example is None:
             return None
-        if not isinstance(dp, DPSGD):
-            raise FailedPrecondition(f"release training supports the dpsgd defense, not {dp.name}")
-        cfg = dp.config
-        if cfg.clipping != "flat" or cfg.poisson or cfg.accountant != "rdp":
+        declared = chain.per_example_mechanism
+        name = chain.per_example.name
+        if declared is None or not declared.gaussian or declared.clip is None:
+            raise FailedPrecondition(f"release training needs a per-example Gaussian "
+                                     f"mechanism; {name} declares none")
+        if declared.clip.geometry != TOTAL or declared.sampling.kind == POISSON \
+                or (declared.accountant or "rdp") != "rdp":
             raise FailedPrecondition(
-                "DP release training clips flat, uses the full batch and the RDP accountant: "
-                "start the victim with dpsgd:clipping=flat,poisson=false,accountant=rdp"
+                f"DP release training clips flat, uses the full batch and the RDP accountant; "
+                f"{name} declares {declared.words()} (accountant "
+                f"{declared.accountant or 'rdp'}): start the victim with e.g. "
+                "dpsgd:clipping=flat,poisson=false,accountant=rdp"
             )
-        return dp
+        return declared
 
     def training_set(self) -> tuple[Tensor, Tensor]:
         """Pool indices and labels y ∈ {±1} of the release's training set (fixed per victim)."""
@@ -244,8 +252,9 @@ class ModelReleaser:
         dp = self._dp()
         extra = {}
         if dp is not None:
-            extra = {"dp_noise_multiplier": dp.config.noise_multiplier,
-                     "dp_max_grad_norm": dp.config.max_grad_norm, "dp_delta": dp.config.delta}
+            extra = {"dp_noise_multiplier": dp.noise_multiplier,
+                     "dp_max_grad_norm": dp.clip.norm if dp.clip else 0.0,
+                     "dp_delta": dp.delta}
         return ReleaseTrainingConfig(
             lr=lr or s.lr, max_epochs=max_epochs or s.max_epochs,
             target_loss=target_loss or s.target_loss,

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 import grpc
 import torch
 
+from fedleak.auditing import DeclarationTest
 from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.victim.audit_claim import TrialClaim
+from fedleak.harness.victim.audit_plan import covered_groups
 from fedleak.harness.victim.audit_sessions import AuditOutcome, AuditSession
 from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.informed_game import ADJACENCY, THREAT_MODEL
@@ -75,8 +77,9 @@ def begin_audit_response(session: AuditSession, names: list[str], num_images: in
     """The ``BeginAudit`` answer: the public canary, the claim, the threat model and the
     rules the server plays by (``names``: the model's parameter names, in order)."""
     canary = session.canary
+    request = session.request
     reply = pb.BeginAuditResponse(
-        audit_id=session.audit_id, trials=session.request.trials, canary=canary.kind,
+        audit_id=session.audit_id, trials=session.trials, canary=canary.kind,
         direction=canary.direction,
         canary_direction=[encode_tensor(u.cpu(), n)
                           for n, u in zip(names, canary.unit, strict=True)],
@@ -89,7 +92,10 @@ def begin_audit_response(session: AuditSession, names: list[str], num_images: in
         score_sign=canary.score_sign, expected_shift=canary.expected_shift,
         threshold_rule=session.request.threshold_rule,
         threshold=session.threshold if session.threshold is not None else 0.0,
-        max_trials_per_call=max_trials_per_call)
+        max_trials_per_call=max_trials_per_call, coverage=covered_groups(session.coverage),
+        canaries=len(session.coverage.canaries) if session.coverage is not None else 1,
+        false_alarm=request.false_alarm, power=request.power,
+        detect_shortfall=request.detect_shortfall)
     if canary.image is not None:
         reply.canary_image.CopyFrom(encode_tensor(canary.image, "canary_image"))
     return reply
@@ -107,7 +113,21 @@ def game_spec(victim: Victim) -> pb.InformedGameSpec | None:
 
 def claim_pb(claim: TrialClaim) -> pb.AuditClaim:
     return pb.AuditClaim(epsilon=claim.epsilon, delta=claim.delta, mechanism=claim.mechanism,
-                         accountant=claim.accountant, mu=claim.mu or 0.0)
+                         accountant=claim.accountant, mu=claim.mu or 0.0,
+                         reported_epsilon=claim.reported_epsilon or 0.0)
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def audit_test_pb(test: DeclarationTest) -> pb.AuditTest:
+    return pb.AuditTest(
+        test=test.test, group=test.group, p_value=test.p_value, rejected=test.rejected,
+        statement=test.statement, samples_in=test.samples_in, samples_out=test.samples_out,
+        ratio=_or_nan(test.ratio), ratio_lower=_or_nan(test.ratio_lower),
+        detectable_noise=_or_nan(test.detectable_noise), power=_or_nan(test.power),
+        epsilon_lb=_or_nan(test.epsilon_lb), level=_or_nan(test.level))
 
 
 def audit_report_pb(outcome: AuditOutcome) -> pb.AuditReport:
@@ -123,13 +143,19 @@ def audit_report_pb(outcome: AuditOutcome) -> pb.AuditReport:
             lower_threshold=b.lower_threshold if b.lower_threshold is not None else nan,
             fpr_upper=b.fpr_upper if b.fpr_upper is not None else nan,
             fnr_upper=b.fnr_upper if b.fnr_upper is not None else nan,
-            mu=b.mu if b.mu is not None else nan, reference=b.reference)
+            mu=b.mu if b.mu is not None else nan, reference=b.reference, group=b.group,
+            interval_low=_or_nan(b.interval_low), interval_high=_or_nan(b.interval_high),
+            interval_level=_or_nan(b.interval_level), note=b.note)
             for b in outcome.bounds],
         claim=claim_pb(outcome.claim), violation=outcome.violation, verdict=outcome.verdict,
         histogram=pb.AuditScoreHistogram(edges=outcome.histogram.edges,
                                          canary_in=outcome.histogram.canary_in,
                                          canary_out=outcome.histogram.canary_out),
-        trials=outcome.trials, canary=outcome.canary, threat_model=outcome.threat_model)
+        trials=outcome.trials, canary=outcome.canary, threat_model=outcome.threat_model,
+        tests=[audit_test_pb(t) for t in outcome.tests],
+        power_statement=outcome.power_statement,
+        detectable_noise=_or_nan(outcome.detectable_noise), false_alarm=outcome.false_alarm,
+        coverage=outcome.coverage)
 
 
 def tensor_info(name: str, shape: Iterable[int], dtype: torch.dtype) -> pb.TensorInfo:

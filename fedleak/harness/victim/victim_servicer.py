@@ -215,7 +215,10 @@ class VictimServicer(pb_grpc.VictimServicer):
             coordinate=request.coordinate if request.HasField("coordinate") else None,
             trials=request.trials, delta=request.delta, confidence=request.confidence,
             threshold_rule=request.threshold_rule, threshold=request.threshold,
-            calibration_fraction=request.calibration_fraction)
+            calibration_fraction=request.calibration_fraction,
+            detect_shortfall=request.detect_shortfall, power=request.power,
+            false_alarm=request.false_alarm, coverage=not request.single_canary,
+            max_chosen_trials=request.max_chosen_trials)
         session = self.victim.begin_audit(
             params, buffers, changes, asked, owner=peer_host(context.peer()),
             evaluator=token_matches(context, SCORE_TOKEN_METADATA_KEY, self.score_token))

@@ -1,0 +1,229 @@
+"""A zoo of broken DP defenses, each written against fedleak's documented plug-in API, each
+declaring the correct mechanism and implementing it with one real bug. ``bench/audit_bugs.py``
+audits every one with the default ``fedleak audit``; docs/audit.md has the table.
+
+The classes of bug, from the literature and from incident reports:
+
+- **noise on a subset of tensors** (``dp-noise-weights-only``, ``noise-weights-only``): noise
+  added to weight matrices only, biases released clean — what a noise loop over "the
+  parameters that matter", or over one parameter group of an optimiser, does;
+- **scaled (short) noise** (``dp-short-noise``): std 10 % short of σC (a miscalibrated σ);
+- **std passed as a variance** (``dp-noise-as-variance``): N(0, σ²C²) drawn with std (σC)²;
+- **wrong normalisation** (``dp-noise-over-batch-twice``): the noise divided by the batch size
+  twice (once by hand, once by the averaging);
+- **clip of the wrong geometry** (``dp-clip-per-tensor``): each tensor clipped to C while the
+  accountant assumes one total clip to C (per-layer clipping accounted as flat);
+- **clip norm not the declared one** (``dp-clip-norm-default``): the clip uses a hard-coded
+  default 1.0 while noise and claim use the configured C;
+- **noise reused / fixed seed** (``dp-fixed-seed``): a generator seeded with 0 on every call,
+  so every release carries the same noise (and it cancels out of any difference);
+- **shuffled batches accounted as Poisson** (``dp-shuffle-as-poisson``; Chua et al. 2024):
+  the accountant assumes Poisson sampling at q = B/n while the batches are fixed slices;
+- **clipping after noising** (``noise-clip-after-noise``): an update defense that adds the
+  noise first and clips the noisy update, so the update itself is never bounded;
+- **noise of the wrong law** (``dp-uniform-noise``): uniform noise of the declared variance
+  (a hand-rolled sampler), bounded, so a canary that pushes a coordinate past its edge is
+  certain to show;
+- **per-batch instead of per-example clipping** (``dp-clip-the-batch``): the batch's summed
+  gradient is clipped to C, not each example's, so one example can move it by 2C, and by
+  anything the others' sum leaves room for.
+
+Put this folder on ``PYTHONPATH`` to install it (it is laid out as pip installs a package).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from fedleak.defenses import PerExampleDefense, UpdateDefense
+from fedleak.defenses.mechanism import Clip, Mechanism, Noise, Sampling
+
+
+@dataclass
+class DPConfig:
+    noise_multiplier: float = field(default=1.0, metadata={"help": "σ: noise std / C"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "per-example clip norm C"})
+    poisson: bool = field(default=False, metadata={"help": "declare Poisson sampling"})
+    shortfall: float = field(default=0.9, metadata={"help": "dp-short-noise: std factor"})
+
+    def __post_init__(self) -> None:
+        if not self.noise_multiplier > 0 or not self.max_grad_norm > 0:
+            raise ValueError("noise-multiplier and max-grad-norm must be > 0")
+
+
+def clip_total(per_example: list[torch.Tensor], bound: float) -> list[torch.Tensor]:
+    """Σ_i g_i · min(1, C / ‖g_i‖): the sum of per-example gradients clipped as a whole."""
+    norms = torch.stack([g.reshape(len(g), -1).norm(2, dim=-1) for g in per_example],
+                        dim=1).norm(2, dim=1)
+    factor = (bound / (norms + 1e-6)).clamp(max=1.0)
+    return [torch.einsum("i,i...", factor, g) for g in per_example]
+
+
+class DeclaredDPSGD(PerExampleDefense):
+    """What every per-example bug declares: per-example total clip to C, N(0, σ²C²) on each
+    step's sum, fixed (or Poisson) batches. Subclasses implement it wrong, one way each."""
+
+    Config = DPConfig
+
+    def mechanism(self) -> Mechanism:
+        c = self.config
+        return Mechanism("per-example", clip=Clip(c.max_grad_norm),
+                         noise=Noise(c.noise_multiplier * c.max_grad_norm),
+                         sampling=Sampling("poisson" if c.poisson else "fixed"),
+                         accountant="rdp", unit="example")
+
+    def std(self) -> float:
+        return self.config.noise_multiplier * self.config.max_grad_norm
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        summed = clip_total(per_example, self.config.max_grad_norm)
+        return [(s + self.noise(s, i, generator)) / expected_batch_size
+                for i, s in enumerate(summed)]
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        return torch.normal(0.0, self.std(), summed.shape, generator=generator)
+
+
+class NoiseWeightsOnly(DeclaredDPSGD):
+    """BUG: noise only on weight matrices; biases (1-D tensors) are released clean."""
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        noise = super().noise(summed, index, generator)
+        return noise if summed.dim() >= 2 else torch.zeros_like(summed)
+
+
+class ShortNoise(DeclaredDPSGD):
+    """BUG: the noise std is ``shortfall`` × σC."""
+
+    def std(self) -> float:
+        return self.config.shortfall * super().std()
+
+
+class NoiseAsVariance(DeclaredDPSGD):
+    """BUG: the variance (σC)² is passed where the std belongs."""
+
+    def std(self) -> float:
+        return super().std() ** 2
+
+
+class NoiseOverBatchTwice(DeclaredDPSGD):
+    """BUG: the noise is averaged by hand and then again with the sum."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        summed = clip_total(per_example, self.config.max_grad_norm)
+        return [(s + self.noise(s, i, generator) / expected_batch_size) / expected_batch_size
+                for i, s in enumerate(summed)]
+
+
+class ClipPerTensor(DeclaredDPSGD):
+    """BUG: each tensor is clipped to C on its own; the accountant assumes one total clip."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        out = []
+        for i, g in enumerate(per_example):
+            summed = clip_total([g], self.config.max_grad_norm)[0]
+            out.append((summed + self.noise(summed, i, generator)) / expected_batch_size)
+        return out
+
+
+class UniformNoise(DeclaredDPSGD):
+    """BUG: the noise has the declared std but is uniform: (U − ½)·√12·σC."""
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        uniform = torch.rand(summed.shape, generator=generator, dtype=summed.dtype) - 0.5
+        return uniform * math.sqrt(12) * self.std()
+
+
+class ClipTheBatch(DeclaredDPSGD):
+    """BUG: the sum of the batch's gradients is clipped to C instead of each example's."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        summed = clip_total([g.sum(0, keepdim=True) for g in per_example],
+                            self.config.max_grad_norm)
+        return [(s + self.noise(s, i, generator)) / expected_batch_size
+                for i, s in enumerate(summed)]
+
+
+class ClipNormDefault(DeclaredDPSGD):
+    """BUG: the clip uses a hard-coded 1.0, not the configured C (noise and claim use C)."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        summed = clip_total(per_example, 1.0)
+        return [(s + self.noise(s, i, generator)) / expected_batch_size
+                for i, s in enumerate(summed)]
+
+
+class FixedSeed(DeclaredDPSGD):
+    """BUG: the noise comes from a generator seeded with 0 on every call."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        return super().privatise(per_example, expected_batch_size,
+                                 torch.Generator().manual_seed(0))
+
+
+class ShuffleAsPoisson(DeclaredDPSGD):
+    """BUG: declares Poisson sampling (so the accountant amplifies by q) but asks the victim
+    for its fixed batches."""
+
+    def mechanism(self) -> Mechanism:
+        declared = super().mechanism()
+        return Mechanism(declared.stage, clip=declared.clip, noise=declared.noise,
+                         sampling=Sampling("poisson"), accountant="rdp", unit="example")
+
+    def sample_rate(self, num_images: int, batch_size: int) -> float | None:
+        return None
+
+
+@dataclass
+class UpdateNoiseConfig:
+    clip_norm: float = field(default=1.0, metadata={"help": "S: the update's L2 bound"})
+    sigma: float = field(default=1.0, metadata={"help": "noise std s"})
+
+
+class ClipAfterNoise(UpdateDefense):
+    """BUG: declares clip to S then N(0, s²); adds the noise first and clips the noisy update."""
+
+    Config = UpdateNoiseConfig
+
+    def gaussian_claim(self) -> None:
+        return None
+
+    def mechanism(self) -> Mechanism:
+        c = self.config
+        return Mechanism("update", clip=Clip(c.clip_norm), noise=Noise(c.sigma))
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        noisy = [u + self.config.sigma * torch.randn(u.shape, generator=generator,
+                                                      dtype=u.dtype) for u in update]
+        norm = math.sqrt(sum(float((u.double() ** 2).sum()) for u in noisy))
+        scale = min(1.0, self.config.clip_norm / max(norm, 1e-12))
+        return [u * scale for u in noisy]
+
+
+class UpdateNoiseWeightsOnly(UpdateDefense):
+    """BUG: declares clip to S then N(0, s²) on the update; noises weight matrices only."""
+
+    Config = UpdateNoiseConfig
+
+    def mechanism(self) -> Mechanism:
+        c = self.config
+        return Mechanism("update", clip=Clip(c.clip_norm), noise=Noise(c.sigma))
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        norm = math.sqrt(sum(float((u.double() ** 2).sum()) for u in update))
+        scale = min(1.0, self.config.clip_norm / max(norm, 1e-12))
+        return [u * scale + (self.config.sigma * torch.randn(u.shape, generator=generator,
+                                                             dtype=u.dtype)
+                             if u.dim() >= 2 else 0.0) for u in update]
