@@ -20,6 +20,7 @@ from fedleak.harness.victim.audit_book import (
     MAX_OPEN_PER_OWNER,
     AuditBook,
 )
+from fedleak.harness.victim.audit_claim import TrialClaim
 from fedleak.harness.victim.audit_histogram import MIN_TRIALS_PER_BIN, released_histogram
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.audit_sessions import AuditSession, outcome
@@ -37,9 +38,13 @@ def _answered(coins: np.ndarray, scores: np.ndarray, rule: str, threshold: float
               rng: np.random.Generator):  # noqa: ANN202
     n = coins.size
     calibration = calibration_split(n, 0.2, rng) if rule == "split" else np.zeros(n, bool)
+    request = AuditRequest(trials=n, delta=1e-5, confidence=0.95, threshold_rule=rule,
+                           threshold=threshold or 0.0, calibration_fraction=0.2,
+                           coverage=False).checked(max_trials=max(n, 4), secagg=False)
     session = types.SimpleNamespace(
         coins=coins, calibration=calibration, threshold=threshold, audit_id="a",
-        claim=types.SimpleNamespace(epsilon=1.0, delta=1e-5), threat_model="t",
+        claim=TrialClaim(epsilon=1.0, delta=1e-5, mechanism="gaussian", accountant="exact",
+                         mu=0.2), request=request, coverage=None, threat_model="t",
         describe_canary=lambda: "c", settings=lambda: GameSettings(1e-5, 0.95, "c", "t"))
     return outcome(session, scores)  # type: ignore[arg-type]
 
@@ -102,7 +107,7 @@ def test_large_audits_show_histograms_of_bins_of_at_least_a_hundred_trials() -> 
 def _session(audit_id: str, trials: int = 10) -> AuditSession:
     return AuditSession(audit_id, AuditRequest(trials=trials), None, None,  # type: ignore[arg-type]
                         np.zeros(trials, dtype=bool), np.zeros(trials, dtype=bool), {}, {},
-                        Protocol(), None, "", False)  # type: ignore[arg-type]
+                        Protocol(), None, "", False, trials=trials)  # type: ignore[arg-type]
 
 
 def test_a_client_without_the_token_cannot_evict_the_evaluators_audit() -> None:
