@@ -23,6 +23,7 @@ Exits non-zero unless at κ = 1/10 the attack reaches at least half the bound at
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -105,6 +106,17 @@ def print_row(row: Row) -> None:
           flush=True)
 
 
+def row_record(row: Row, seed: int) -> dict[str, object]:
+    """One row as the docs' table reads it (bench/doc_figures.py)."""
+    s = row.summary
+    return {"mode": row.mode, "candidates": row.candidates, "sigma": row.sigma,
+            "sample_rate": row.sample_rate, "steps": row.steps, "trials": s.trials,
+            "successes": s.successes, "success_rate": s.success_rate, "ci_low": s.ci_low,
+            "ci_high": s.ci_high, "kappa": s.kappa, "bound": s.bound,
+            "bound_standard_error": s.bound_standard_error, "ratio": s.ratio,
+            "exceeds_bound": s.exceeds_bound, "seed": seed, "seconds": row.seconds}
+
+
 def plot(rows: list[Row], path: Path) -> None:
     kappas = sorted({r.candidates for r in rows})
     fig, axes = plt.subplots(1, len(kappas), figsize=(max(7.0, 5.6 * len(kappas)), 5.0),
@@ -155,6 +167,9 @@ def main() -> int:
                         help="Monte Carlo samples of each Poisson bound")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bounds.png"), help="the figure")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every row here (JSON lines; docs/results/bounds-bench.jsonl "
+                             "is what docs/bounds.md's table is rendered from)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}; {args.trials} "
@@ -169,6 +184,9 @@ def main() -> int:
                 trials = args.poisson_trials if mode == "poisson" else args.trials
                 rows.append(measure(mode, n, sigma, trials, args.seed, args.samples))
                 print_row(rows[-1])
+                if args.json:
+                    with args.json.open("a") as handle:
+                        handle.write(json.dumps(row_record(rows[-1], args.seed)) + "\n")
     plot(rows, args.out)
     print(f"figure: {args.out}")
     best = max((r.ratio for r in rows if r.candidates == 10), default=0.0)
