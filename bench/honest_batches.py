@@ -19,12 +19,25 @@ setting (spear on a 64-image sum) is listed with its reason.
 Images are the first b (or U·n) of the train split from ``--start`` (photos: the 20 bundled
 photographs of its ``all`` split, so b ≤ 20). Results go to ``--out`` as JSON lines, one per
 (setting, attack), as they finish.
+
+**Selections nobody picked** (``--windows K --seeds 0,1``): instead of one ``--start``, K
+windows of the setting's size spread evenly over the split by a rule fixed before any run —
+window i starts at ``round(i · (N − size) / (K − 1))`` (faces, 160 training images, a 64-image
+sum, K = 5: 0, 24, 48, 72, 96) — each at every seed; the summary prints, per (data, setting,
+attack), the median and range of images at ≥ 20 dB and exact over all of them, and how many
+runs reach half the images at ≥ 20 dB. A run whose (data, setting, start, seed, attack) is
+already in ``--out`` is skipped, so a cut run resumes where it stopped:
+
+    OMP_NUM_THREADS=1 python bench/honest_batches.py --datasets faces --batches none \
+        --sums 4x16 --attacks cocktail-party --windows 5 --seeds 0,1 \
+        --out docs/results/cocktail-party-faces-windows.jsonl
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -107,6 +120,48 @@ def parse_sums(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def window_starts(total: int, size: int, windows: int) -> list[int]:
+    """The fixed rule: ``windows`` starts spread evenly over ``total`` images (module doc)."""
+    if windows <= 1 or total <= size:
+        return [0]
+    return sorted({round(i * (total - size) / (windows - 1)) for i in range(windows)})
+
+
+def done_keys(out: Path) -> set[tuple[str, int, int, int, int, str]]:
+    """(data, users, per user, start, seed, attack) of every run already in ``out``."""
+    if not out.exists():
+        return set()
+    keys = set()
+    for line in out.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            keys.add((r["dataset"], r["users"], r["per_user"], r["start"], r["seed"],
+                      r["attack"]))
+    return keys
+
+
+def summarise(out: Path) -> None:
+    """Median and range over the selections and seeds in ``out`` (module docstring)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for line in out.read_text().splitlines():
+        r = json.loads(line) if line.strip() else None
+        if r is None or "refused" in r:
+            continue
+        label = f"b={r['per_user']}" if r["users"] == 1 else f"sum {r['users']}x{r['per_user']}"
+        groups.setdefault((r["dataset"], label, r["attack"]), []).append(r)
+    click.echo("\nover selections and seeds: median [min, max]")
+    for (dataset, label, name), rows in groups.items():
+        n = rows[0]["images"]
+        at20 = [r["at_20db"] for r in rows]
+        exact = [r["exact"] for r in rows]
+        half = sum(a >= n / 2 for a in at20)
+        cut = sum(bool(r.get("truncated")) for r in rows)
+        click.echo(f"{dataset:<7} {label:<10} {name:<20} {len(rows)} runs: >=20 dB "
+                   f"{statistics.median(at20):g} [{min(at20)}, {max(at20)}] of {n}, exact "
+                   f"{statistics.median(exact):g} [{min(exact)}, {max(exact)}]; "
+                   f"{half} of {len(rows)} at >= half" + (f"; {cut} truncated" if cut else ""))
+
+
 @click.command()
 @click.option("--datasets", default="digits,photos", show_default=True)
 @click.option("--batches", default="4,8,16,32,64,128", show_default=True,
@@ -122,11 +177,14 @@ def parse_sums(text: str) -> list[tuple[int, int]]:
               help="safety cap in seconds (a cut run is marked truncated)")
 @click.option("--seed", default=0, show_default=True, help="model and attack seed")
 @click.option("--start", default=0, show_default=True, help="first image of the selection")
+@click.option("--windows", default=0, show_default=True,
+              help="K > 0: K evenly spaced selections instead of --start (module docstring)")
+@click.option("--seeds", default="", help="seeds to run at each selection (default: --seed)")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("bench_out/honest_batches.jsonl"), show_default=True)
 def main(datasets: str, batches: str, sums: str, attacks: str, iterations: int,
-         spear_samples: int, spear_time_limit: float, seed: int, start: int,
-         out: Path) -> None:
+         spear_samples: int, spear_time_limit: float, seed: int, start: int, windows: int,
+         seeds: str, out: Path) -> None:
     torch.set_num_threads(1)
     out.parent.mkdir(parents=True, exist_ok=True)
     options: dict[str, dict[str, Any]] = {
@@ -141,31 +199,53 @@ def main(datasets: str, batches: str, sums: str, attacks: str, iterations: int,
     settings = [(1, int(b)) for b in batches.split(",") if b not in ("", "none")] \
         if batches != "none" else []
     settings += parse_sums(sums)
-    click.echo(f"{'data':<7} {'setting':<10} {'attack':<20} {'exact':>9} {'mean dB':>8} "
-               f"{'>=20 dB':>8} {'labels':>7} {'time s':>8}")
+    click.echo(f"{'data':<7} {'setting @start seed':<18} {'attack':<20} {'exact':>9} "
+               f"{'mean dB':>8} {'>=20 dB':>8} {'labels':>7} {'time s':>8}")
+    seed_list = [int(v) for v in seeds.split(",") if v] or [seed]
+    done = done_keys(out)
     for dataset in [d for d in datasets.split(",") if d]:
+        total = load_dataset(dataset, SPLITS.get(dataset, "train")).images.shape[0]
         for users, per in settings:
             label = f"b={per}" if users == 1 else f"sum {users}x{per}"
-            built = setting_observation(dataset, users, per, start, seed)
-            if isinstance(built, str):
-                click.echo(f"{dataset:<7} {label:<10} skipped: {built}")
-                continue
-            observation, images, labels = built
-            for name in names:
-                got = run_attack(name, options[name], observation, images, labels, seed)
-                row = {"dataset": dataset, "model": MODEL, "users": users, "per_user": per,
-                       "images": users * per, "start": start, "seed": seed, "attack": name,
-                       "options": options[name], **got}
-                with out.open("a") as handle:
-                    handle.write(json.dumps(row) + "\n")
-                if "refused" in got:
-                    click.echo(f"{dataset:<7} {label:<10} {name:<20} refused: {got['refused']}")
-                    continue
-                accuracy = got["label_accuracy"]
-                click.echo(f"{dataset:<7} {label:<10} {name:<20} "
-                           f"{got['exact']:>4}/{users * per:<4} {got['mean_psnr']:>8.2f} "
-                           f"{got['at_20db']:>8} {accuracy:>7.0%} {got['seconds']:>8.1f}")
+            starts = window_starts(total, users * per, windows) if windows else [start]
+            for first in starts:
+                for run_seed in seed_list:
+                    run_setting(dataset, users, per, first, run_seed, names, options, out,
+                                done, label)
+    if windows or len(seed_list) > 1:
+        summarise(out)
 
+
+def run_setting(dataset: str, users: int, per: int, start: int, seed: int, names: list[str],
+                options: dict[str, dict[str, Any]], out: Path,
+                done: set[tuple[str, int, int, int, int, str]], label: str) -> None:
+    """Every attack on one selection at one seed, each row appended to ``out`` (runs already
+    there skipped)."""
+    todo = [n for n in names if (dataset, users, per, start, seed, n) not in done]
+    if not todo:
+        click.echo(f"{dataset:<7} {label:<10} start {start} seed {seed}: already in {out}")
+        return
+    built = setting_observation(dataset, users, per, start, seed)
+    if isinstance(built, str):
+        click.echo(f"{dataset:<7} {label:<10} skipped: {built}")
+        return
+    observation, images, labels = built
+    for name in todo:
+        got = run_attack(name, options[name], observation, images, labels, seed)
+        row = {"dataset": dataset, "model": MODEL, "users": users, "per_user": per,
+               "images": users * per, "start": start, "seed": seed, "attack": name,
+               "options": options[name], **got}
+        with out.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        where = f"{label} @{start} s{seed}"
+        if "refused" in got:
+            click.echo(f"{dataset:<7} {where:<18} {name:<20} refused: {got['refused']}")
+            continue
+        accuracy = got["label_accuracy"]
+        click.echo(f"{dataset:<7} {where:<18} {name:<20} "
+                   f"{got['exact']:>4}/{users * per:<4} {got['mean_psnr']:>8.2f} "
+                   f"{got['at_20db']:>8} {accuracy:>7.0%} {got['seconds']:>8.1f}"
+                   + ("  TRUNCATED" if got.get("truncated") else ""))
 
 if __name__ == "__main__":
     main()

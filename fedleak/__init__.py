@@ -7,7 +7,9 @@ zoo, federated learning's semantics, metrics) may import ``attacks``, ``defenses
 Short entry points, imported on first use:
 
 - :func:`fedleak.observe` (:func:`fedleak.harness.federated.observe.observe`): the attack's
-  threat model for one round in a notebook, without any process.
+  threat model for one round in a notebook, without any process;
+- :mod:`fedleak.flower` (``from fedleak.flower import LeakageAudit``): the Flower bridge's
+  public names (``flwr`` is imported only when one is asked for).
 """
 
 from __future__ import annotations

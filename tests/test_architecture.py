@@ -32,6 +32,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # the package's short entry points (``fedleak.observe``), imported lazily
     "fedleak": {"fedleak.harness.federated"},
     "fedleak.__main__": {"fedleak.harness.cli"},
+    # the Flower bridge's public names from a short path, imported lazily
+    "fedleak.flower": {"fedleak.harness.flower"},
     "fedleak.registry": set(),
     "fedleak.v1": set(),
     "fedleak.attacks": _BASE,

@@ -45,3 +45,26 @@ def test_every_registered_defense_has_an_api_page() -> None:
     missing = [DEFENSES.get(n).__module__ for n in defense_names()
                if not covered(DEFENSES.get(n).__module__)]
     assert not missing, f"defenses defined in modules no API page names: {missing}"
+
+
+def test_the_flower_bridge_has_a_short_path_and_an_api_page() -> None:
+    """``from fedleak.flower import LeakageAudit`` (and every other public Flower name) is
+    documented where it is defined, and ``import fedleak.flower`` imports no flwr."""
+    import subprocess
+    import sys
+
+    import fedleak.flower
+
+    modules, _ = documented()
+    assert "fedleak.flower" in modules
+    missing = [f"{name} ({fedleak.flower.WHERE[name]})" for name in fedleak.flower.__all__
+               if f"fedleak.harness.flower.{fedleak.flower.WHERE[name]}" not in modules]
+    assert not missing, "Flower names whose module no API page documents: " + ", ".join(missing)
+    quiet = subprocess.run(
+        [sys.executable, "-c", "import sys, fedleak, fedleak.flower; "
+         "print(any(m == 'flwr' or m.startswith('flwr.') for m in sys.modules))"],
+        capture_output=True, text=True, check=True)
+    assert quiet.stdout.strip() == "False"
+    from fedleak.flower import LeakageAudit
+    from fedleak.harness.flower.leakage_audit import LeakageAudit as defined
+    assert LeakageAudit is defined

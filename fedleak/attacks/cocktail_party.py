@@ -77,8 +77,6 @@ The attack's parts: its options (:mod:`~fedleak.attacks.cocktail_party_options`)
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -100,11 +98,14 @@ from fedleak.attacks.ica_unmixing import minmax_images, unmix
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.relu_deflation import relu_refinement
+from fedleak.attacks.replay_starts import ReplayStarts, next_layer_head
+from fedleak.attacks.safety_limit import SafetyLimit
 
 #: singular values below this fraction of the largest are the update's rounding, not a source
 RANK_TOLERANCE = 1e-6
-#: an unmixed image with more than this fraction of its pixels far outside the image box had a
-#: near-zero bias scale (a poor unmixing row): it is rescaled the paper's way instead
+#: an unmixed image (ICA's alone, no direction certified) with more than this fraction of its
+#: pixels far outside the image box had a near-zero bias scale (a poor unmixing row): it is
+#: rescaled the paper's way instead
 BLOWN_OUT = 0.2
 
 
@@ -116,8 +117,9 @@ class CocktailParty(Attack[Observation]):
     config: CocktailPartyConfig
 
     def budget(self) -> int | None:
-        """None: FastICA converges by its tolerance; the refinement and feature inversion
-        steps are options, not a gradient-matching budget."""
+        """None: no objective evaluations to count. The work budget is ``rounds`` of
+        certify-and-deflate and ``samples`` sampled sets (FastICA converges by its
+        tolerance; the refinement and feature inversion steps are options)."""
         return None
 
     @classmethod
@@ -138,7 +140,7 @@ class CocktailParty(Attack[Observation]):
     ) -> Reconstruction:
         """Unmix, resolve sign and scale, refine through the ReLU, invert features."""
         cfg = self.config
-        started = time.perf_counter()
+        limit = SafetyLimit(cfg.time_limit)
         layer = self.choose(observation)
         warnings = check_update(observation, "cocktail-party")
         n = observation.num_images
@@ -168,21 +170,32 @@ class CocktailParty(Attack[Observation]):
                                      "domain": cfg.domain if image_input else "features"}
         inputs = estimate.inputs
         weight, bias = layer_parameters(observation, layer)
+        truncated = None
         if cfg.relu == "auto" and relu_follows(observation, layer):
-            inputs, history = relu_refinement(
-                cfg, mixtures, totals, inputs, count, (weight.numpy(), bias.numpy()), shape, seed)
-            extras["certified"] = sum(history)
-            extras["certified_per_round"] = ",".join(map(str, history))
-            if sum(history) == count:
+            head = next_layer_head(observation, layer)
+            refined = relu_refinement(
+                cfg, mixtures, totals, inputs, count, (weight.numpy(), bias.numpy()), shape, seed,
+                replay=ReplayStarts.of(observation, layer) if image_input else None, head=head,
+                box=self.input_box(observation) if image_input else None, limit=limit)
+            inputs, truncated = refined.inputs, refined.truncated
+            extras.update(certified=refined.certified, rounds=refined.rounds,
+                          certified_per_round=",".join(map(str, refined.history)),
+                          sampled_sets=refined.sets, next_layer_form=head is not None)
+            if refined.solved:
                 extras["solved_exactly"] = True
         elif cfg.relu == "auto":
             extras["certified"] = 0
             warnings.append(f"no ReLU follows layer {layer.name}: the unmixing is ICA's alone")
-        extras["unmix_s"] = time.perf_counter() - started
+        extras["unmix_s"] = limit.elapsed()
+        if truncated:
+            warnings.append(truncated)
         if image_input:
-            return self.image_result(observation, inputs, count, device, extras, warnings)
-        return self.feature_result(observation, layer, inputs, mixtures, count, device, seed,
-                                   extras, warnings, progress)
+            result = self.image_result(observation, inputs, count, device, extras, warnings)
+        else:
+            result = self.feature_result(observation, layer, inputs, mixtures, count, device,
+                                         seed, extras, warnings, progress)
+        result.truncated = truncated
+        return result
 
     def choose(self, observation: Observation) -> LinearLayer:
         """``auto``: the first FC layer over the image when there is one, else the last
@@ -204,7 +217,10 @@ class CocktailParty(Attack[Observation]):
             rescaled = minmax_images(inputs, mean, std, shape)
             if self.config.scale == "minmax":
                 inputs = rescaled
-            else:  # a bias scale near zero (a poor unmixing row) blows the image out of the box
+            elif not extras.get("certified"):  # ICA's alone: a bias scale near zero (a poor
+                # unmixing row) blows the image out of the box. Inputs solved jointly with
+                # certified directions keep their scale: a saturated image (a white patch)
+                # lies far outside the box and clips back to itself
                 outside = self.outside_box(inputs, observation)
                 blown = outside > BLOWN_OUT
                 inputs = np.where(blown[:, None], rescaled, inputs)
@@ -220,6 +236,14 @@ class CocktailParty(Attack[Observation]):
         return Reconstruction(images=images, labels=labels.to(device), objective=0.0,
                               iterations=1, extras=extras, warnings=warnings,
                               padding=list(range(count, n)))
+
+    @staticmethod
+    def input_box(observation: Observation) -> tuple[np.ndarray, np.ndarray]:
+        """The image box per value of the flattened image, float64 ``([d], [d])``."""
+        low, high = observation.image_bounds("cpu")
+        count = int(np.prod(observation.image_shape[1:]))
+        return (np.repeat(low.double().view(-1).numpy(), count),
+                np.repeat(high.double().view(-1).numpy(), count))
 
     @staticmethod
     def outside_box(inputs: np.ndarray, observation: Observation) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from fedleak.attacks.safety_limit import DEFAULT_SAFETY_SECONDS, check_seconds
+
 DOMAINS = ("gradients", "pixels")
 CONTRASTS = ("logcosh", "exp", "cube")
 SCALES = ("bias", "minmax")
@@ -43,9 +45,17 @@ class CocktailPartyConfig:
     relu: str = field(default="auto", metadata={
         "help": "auto: certify and deflate inputs through the ReLU's exact zeros when one "
                 "follows the layer (exact recovery); off: the paper's unmixing alone"})
-    rounds: int = field(default=12, metadata={"help": "rounds of certify-and-deflate"})
-    time_limit: float = field(default=300.0, metadata={
-        "help": "seconds the certify-and-deflate rounds may take at most"})
+    rounds: int = field(default=16, metadata={
+        "help": "the budget: rounds of certify-and-deflate (each one FastICA unmixing and one "
+                "direction search from each estimate)"})
+    patience: int = field(default=2, metadata={
+        "help": "rounds in a row that certify nothing (each a restart with a new seed and the "
+                "other contrast) before the rounds stop"})
+    samples: int = field(default=1_000_000, metadata={
+        "help": "sets SPEAR's sampling may try for the last inputs of a small batch"})
+    time_limit: float = field(default=DEFAULT_SAFETY_SECONDS, metadata={
+        "help": "safety cap in seconds: a run it stops is marked truncated (not a "
+                "measurement); the budget is rounds and samples"})
     fi_iterations: int = field(default=1000, metadata={
         "help": "feature inversion steps (convolutional models)"})
     fi_lr: float = field(default=0.1, metadata={"help": "feature inversion step size"})
@@ -60,12 +70,12 @@ class CocktailPartyConfig:
                                      ("relu", self.relu, RELU_CHOICES)):
             if value not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-        if min(self.ica_iterations, self.rounds) < 1 or min(self.iterations,
-                                                              self.fi_iterations) < 0:
-            raise ValueError("ica-iterations and rounds must be at least 1; iterations and "
-                             "fi-iterations at least 0")
+        if min(self.ica_iterations, self.rounds, self.samples) < 1 or min(
+                self.iterations, self.fi_iterations, self.patience) < 0:
+            raise ValueError("ica-iterations, rounds and samples must be at least 1; "
+                             "iterations, fi-iterations and patience at least 0")
+        check_seconds(self.time_limit)
         for key, number in (("tolerance", self.tolerance), ("lr", self.lr),
-                            ("time-limit", self.time_limit),
                             ("fi-lr", self.fi_lr), ("temperature", self.temperature)):
             if not (number > 0 and math.isfinite(number)):
                 raise ValueError(f"{key} must be a positive number, got {number}")

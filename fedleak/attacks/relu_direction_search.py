@@ -3,9 +3,11 @@
 
 Four ways to a column of Q, each ending in :func:`~fedleak.attacks.relu_sparsity.certify`:
 from rows ranked most-likely-zero (:func:`direction_from_ranked_rows`), near an estimate
-(:func:`direction_near`), along one line once n − 1 are known (:func:`last_direction`), and
-SPEAR's random sampling of n − 1 live rows (:func:`sample_directions`). :class:`DirectionSet`
-holds the directions found, one per input.
+(:func:`direction_near`, from a start that :func:`shifted_start` may first move along the known
+directions), along one line once n − 1 are known (:func:`last_direction`), and SPEAR's random
+sampling of n − 1 live rows (:func:`sample_directions`). :class:`DirectionSet` holds the
+directions found, one per input. ``head`` (the classifier's weight, when the ReLU feeds it) is
+passed on to the certificate.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from fedleak.attacks.relu_sparsity import SAME_DIRECTION, Direction, FactoredGra
 
 def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margin: int,
                                layer: tuple[np.ndarray, np.ndarray] | None = None,
-                               pools: tuple[float, ...] = (1.0, 1.3, 1.8)
-                               ) -> Direction | None:
+                               pools: tuple[float, ...] = (1.0, 1.3, 1.8),
+                               head: np.ndarray | None = None) -> Direction | None:
     """A certified direction from rows ranked most-likely-zero first (an input estimate's most
     negative pre-activations): the null vector of the first n − 1 live rows, then of larger
     pools (``pools`` × n rows) trimmed of their worst row until one is exactly null."""
@@ -35,7 +37,7 @@ def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margi
             _, sv, vt = np.linalg.svd(grad.rows[pool], full_matrices=True)
             q = vt[-1]
             if len(pool) == n - 1 or sv[-1] < 1e-3 * sv[-2]:
-                found = certify(grad, q, margin, layer)
+                found = certify(grad, q, margin, layer, head=head)
                 if found is not None:
                     return found
                 if len(pool) == n - 1:
@@ -47,7 +49,7 @@ def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margi
 def direction_near(grad: FactoredGradient, start: np.ndarray, margin: int,
                    layer: tuple[np.ndarray, np.ndarray] | None = None,
                    known: np.ndarray | None = None, fraction: float = 0.25,
-                   iterations: int = 10) -> Direction | None:
+                   iterations: int = 10, head: np.ndarray | None = None) -> Direction | None:
     """A certified direction near ``start`` (an estimate of a column of Q, e.g. ``L⁺ a`` for
     an estimated mixing column ``a``): repeatedly take the ``fraction`` of live rows where
     ``L q`` is smallest — mostly the input's zeros when ``q`` is close — and move ``q`` to their
@@ -72,7 +74,32 @@ def direction_near(grad: FactoredGradient, start: np.ndarray, margin: int,
         q = moved
         if settled:
             break
-    return certify(grad, q, margin, layer)
+    return certify(grad, q, margin, layer, head=head)
+
+
+def shifted_start(grad: FactoredGradient, start: np.ndarray, estimate: np.ndarray,
+                  known: np.ndarray, layer: tuple[np.ndarray, np.ndarray],
+                  fraction: float = 0.8) -> np.ndarray:
+    """A start for an input estimated after the ``known`` directions were projected out.
+
+    The projected mixture's column ``start`` is input j's direction less its part along the
+    known ones: ``q_j = start + K s`` for some ``s``. ``q_j`` vanishes on j's inactive units,
+    which the estimate predicts (its most negative pre-activations ``W x̂ + b``): ``s`` is
+    the least-squares fit of ``(start + K s)`` to zero on the ``fraction`` of those units the
+    estimate is surest of. (Ranking the units by ``|start|`` instead, as :func:`direction_near`
+    does with ``known``, picks the start's small entries, not the input's zeros: on faces
+    96–159 with 40 directions known, it refined none of 24 exact estimates; this refines all.)
+    """
+    weight, bias = layer
+    pre = np.asarray(weight, dtype=np.float64) @ estimate + np.asarray(bias, dtype=np.float64)
+    live = np.flatnonzero(grad.live)
+    order = live[np.argsort(pre[live])]
+    inactive = int(np.sum(pre[live] < 0))
+    chosen = order[: max(int(fraction * inactive), known.shape[1] + 8)]
+    block = grad.rows[chosen]
+    shift = np.linalg.lstsq(block @ known, -(block @ start), rcond=None)[0]
+    moved: np.ndarray = start + known @ shift
+    return moved / max(float(np.linalg.norm(moved)), 1e-300)
 
 
 @dataclass
@@ -99,7 +126,8 @@ class DirectionSet:
 
 
 def last_direction(grad: FactoredGradient, columns: np.ndarray,
-                   layer: tuple[np.ndarray, np.ndarray], margin: int) -> Direction | None:
+                   layer: tuple[np.ndarray, np.ndarray], margin: int,
+                   head: np.ndarray | None = None) -> Direction | None:
     """The last column of Q once n − 1 are known, by a search along one line.
 
     The last input's row of Q⁻¹ is orthogonal to the n − 1 known columns, so the input is
@@ -127,7 +155,7 @@ def last_direction(grad: FactoredGradient, columns: np.ndarray,
             best, best_ratio = vt[-1], ratio
     if best is None:
         return None
-    return certify(grad, best, margin, layer)
+    return certify(grad, best, margin, layer, head=head)
 
 
 def sample_directions(
@@ -142,6 +170,7 @@ def sample_directions(
     batch: int = 2048,
     stop_at: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    head: np.ndarray | None = None,
 ) -> int:
     """SPEAR's search: null vectors of random sets of n − 1 live rows, each certified
     (:func:`~fedleak.attacks.relu_sparsity.certify`), until ``stop_at`` directions are held
@@ -169,7 +198,7 @@ def sample_directions(
         values = (rows @ null.T).abs()                            # [m, B]
         small = (values < 1e-4 * values.max(dim=0).values).sum(dim=0)
         for b in torch.nonzero(small >= n - 1 + margin).flatten().tolist():
-            directions.add(certify(grad, null[b].numpy(), margin, layer))
+            directions.add(certify(grad, null[b].numpy(), margin, layer, head=head))
             if len(directions.found) >= stop_at:
                 break
         tried += size

@@ -9,8 +9,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedleak.harness.flower.node_scoring import answer_score_queries
-from fedleak.harness.flower.train import remember_batch
+from fedleak.flower import answer_score_queries, remember_batch
 from pytorchexample.task import INFO, Net, load_data
 from pytorchexample.task import test as test_fn
 from pytorchexample.task import train as train_fn

@@ -21,6 +21,7 @@ from fedleak.harness.metrics.success_bounds import (
     SuccessPlacement,
     place,
     prior_kappa,
+    prior_mean_psnr,
     round_mechanism,
 )
 from fedleak.v1 import victim_pb2 as pb
@@ -124,7 +125,10 @@ def placement(run: UpdateRun, described: pb.DescribeResponse,
     counted = [r.successes for r in measured if r.images]
     successes = sum(c for c in counted if c is not None) \
         if counted and all(c is not None for c in counted) else None
-    return place(psnrs, baseline, mechanism, successes=successes)
+    placed = place(psnrs, baseline, mechanism, successes=successes)
+    if baseline is not None:
+        placed.prior_psnr = prior_mean_psnr(described.data.dataset, described.data.split)
+    return placed
 
 
 def iterations_used(attack: object, reconstruction: Reconstruction) -> tuple[int, int] | None:

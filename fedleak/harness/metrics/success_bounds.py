@@ -62,6 +62,23 @@ def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSN
     return prior_baseline(psnr.numpy(), threshold, "psnr")
 
 
+@functools.lru_cache(maxsize=16)
+def prior_mean_psnr(dataset: str, private_split: str,
+                    data_root: str | None = None) -> float | None:
+    """Mean PSNR of the public prior's mean image against the public prior's images (the
+    same subsample as :func:`prior_kappa`); None when there is no public split."""
+    split = public_split(private_split)
+    if split is None:
+        return None
+    images = load_dataset(dataset, split, data_root).images.double()
+    if len(images) > MAX_PRIOR:
+        keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+        images = images[keep[:MAX_PRIOR]]
+    flat = images.flatten(1)
+    mse = (flat - flat.mean(0, keepdim=True)).square().mean(1)
+    return float((10 * torch.log10(1 / mse.clamp_min(1e-12))).mean())
+
+
 def round_mechanism(metadata: Mapping[str, str],
                     defenses: Iterable[tuple[str, Mapping[str, str]]],
                     target_steps: int = 1) -> Mechanism | None:
@@ -114,6 +131,10 @@ class SuccessPlacement:
     kappa: float | None = None
     kappa_upper: float | None = None
     prior_images: int | None = None
+    #: the public prior's mean image scored against the public prior (mean PSNR): a biased
+    #: guess that reads nothing of the update — the baseline the Fisher ceiling, which binds
+    #: unbiased reconstructions only, is read against
+    prior_psnr: float | None = None
     bound: float | None = None
     bound_standard_error: float | None = None
     bound_method: str | None = None

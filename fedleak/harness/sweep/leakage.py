@@ -184,6 +184,7 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         measured.success_psnr, measured.successes = placed.success_psnr, placed.successes
         measured.success_rate = placed.success_rate
         measured.kappa, measured.kappa_upper = placed.kappa, placed.kappa_upper
+        measured.prior_psnr = placed.prior_psnr
         measured.reconstruction_bound = placed.bound
         measured.reconstruction_bound_se = placed.bound_standard_error
         measured.bound_method = placed.bound_method

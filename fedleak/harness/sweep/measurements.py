@@ -75,6 +75,9 @@ class AttackMeasurement:
     dp_steps: int | None = None
     #: mean Fisher-information PSNR ceiling of the attacked images (the victim's, Guo et al.)
     fisher_psnr_ceiling: float | None = None
+    #: the public prior's mean image scored on the public prior (mean PSNR): the biased
+    #: baseline the Fisher ceiling is read against (:mod:`~fedleak.harness.metrics.success_bounds`)
+    prior_psnr: float | None = None
     #: the rounds a safety time limit cut short, each with its reason: a point with any is
     #: truncated, not a measurement (left out of every chart, table figure and worst case)
     truncated: list[str] = field(default_factory=list)

@@ -52,7 +52,7 @@ CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "
                "epsilon", "delta", "epsilon_lb", "epsilon_lb_estimator", "audit_epsilon_claimed",
                "audit_violation", "audit_trials", "audit_canary", "status", "error",
                "success_psnr", "success_rate", "kappa", "reconstruction_bound",
-               "fisher_psnr_ceiling", "truncated")
+               "fisher_psnr_ceiling", "prior_psnr", "truncated")
 
 
 def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> Path:
@@ -138,7 +138,7 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "status": r.status, "error": r.error or "",
                 **{key: getattr(r.measured_attack, key) if r.measured_attack else None
                    for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
-                               "fisher_psnr_ceiling")},
+                               "fisher_psnr_ceiling", "prior_psnr")},
                 "truncated": "; ".join(r.attack.truncated) if r.attack else "",
             })
     return path

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,10 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fedleak.harness.metrics.chart_layout import keep_span, place_labels, wrapped  # noqa: E402
 from fedleak.harness.sweep.results import PointResult, format_epsilon  # noqa: E402
 from fedleak.harness.sweep.worst_case import attack_names  # noqa: E402
 
 REFERENCE_STYLE = dict(marker="*", color="black", markersize=16, linestyle="none", zorder=5)
+#: a PSNR axis spans at least this many dB: a spread of hundredths of a dB between points at
+#: the floor is not stretched to the panel's height
+MIN_PSNR_SPAN = 4.0
 
 
 def by_context(results: list[PointResult]) -> OrderedDict[str, list[PointResult]]:
@@ -59,12 +64,23 @@ def _point_note(r: PointResult) -> str:
     return ", ".join(parts)
 
 
+def epsilon_note(members: list[PointResult]) -> str:
+    """What the ε annotated on a chart is, and at what δ ('' when no point claims one)."""
+    deltas = {r.delta for r in members if r.epsilon is not None and r.delta is not None}
+    if not any(r.epsilon is not None for r in members):
+        return ""
+    at = f"δ = {deltas.pop():g}" if len(deltas) == 1 else "the δ of each accountant"
+    return (f"ε: the accountant's over the whole deployment (every round of the utility "
+            f"training), at {at}")
+
+
 def plot_privacy_utility(members: list[PointResult], path: Path, context: str) -> Path:
     """PSNR and SSIM of the attack against test accuracy, one curve per defense."""
     references, groups = _curves(members)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, metric, unit in ((axes[0], "psnr", "attack PSNR (dB)"),
-                             (axes[1], "ssim", "attack SSIM")):
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2), layout="constrained")
+    notes: dict[int, list[tuple[str, tuple[float, float], dict[str, object]]]] = {0: [], 1: []}
+    for index_ax, (ax, metric, unit) in enumerate(((axes[0], "psnr", "attack PSNR (dB)"),
+                                                   (axes[1], "ssim", "attack SSIM"))):
         for index, (name, points) in enumerate(groups.items()):
             curve = [r for r in (references[:1] + points)
                      if r.accuracy is not None and getattr(r, metric) is not None]
@@ -77,15 +93,16 @@ def plot_privacy_utility(members: list[PointResult], path: Path, context: str) -
             ax.plot(xs, ys, marker="o", color=color,
                     label=name + (f" ({param})" if param else ""))
             for r in curve:
-                if not r.reference:
-                    ax.annotate(_point_note(r), (r.accuracy, getattr(r, metric)),
-                                textcoords="offset points", xytext=(5, 5), fontsize=7,
-                                color=color)
+                if not r.reference and r.accuracy is not None:
+                    notes[index_ax].append((_point_note(r), (r.accuracy, getattr(r, metric)),
+                                            {"fontsize": 7, "color": color}))
         for r in references:
             if r.accuracy is not None and getattr(r, metric) is not None:
                 ax.plot([r.accuracy], [getattr(r, metric)], label="no defense (reference)",
                         **REFERENCE_STYLE)
         ax.margins(x=0.15, y=0.08)
+        if metric == "psnr":
+            keep_span(ax, MIN_PSNR_SPAN)
         ax.set_xlabel("test accuracy of the defended federated training")
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
@@ -93,10 +110,13 @@ def plot_privacy_utility(members: list[PointResult], path: Path, context: str) -
             ax.text(0.5, 0.5, "utility not measured", ha="center", transform=ax.transAxes)
     handles, labels = axes[0].get_legend_handles_labels()
     unique = OrderedDict(zip(labels, handles, strict=True))
-    axes[0].legend(unique.values(), unique.keys(), fontsize=8, loc="best")
-    fig.suptitle(f"privacy–utility: {context}\n(up and right leaks more; ε annotated where "
-                 "the defense accounts for it)", fontsize=10)
-    fig.tight_layout()
+    fig.legend(unique.values(), unique.keys(), fontsize=8, loc="outside lower center",
+               ncols=min(4, max(1, len(unique))))
+    note = epsilon_note(members)
+    fig.suptitle(wrapped(f"privacy–utility: {context}\n(up and right leaks more"
+                         + (f"; {note})" if note else ")"), fig, 10), fontsize=10)
+    for index_ax, ax in enumerate(axes):
+        place_labels(ax, notes[index_ax])
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -107,7 +127,9 @@ def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
     references, groups = _curves(members)
     reference = references[0] if references else None
     count = max(1, len(groups))
-    fig, axes = plt.subplots(1, count, figsize=(4.2 * count, 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, count, figsize=(max(6.5, 4.4 * count), 4.2), squeeze=False,
+                             layout="constrained")
+    notes: list[tuple[Any, list[tuple[str, tuple[float, float], dict[str, Any]]]]] = []
     for ax, (name, points) in zip(axes[0], groups.items(), strict=False):
         curve = ([reference] if reference else []) + points
         xs = np.arange(len(curve))
@@ -115,6 +137,7 @@ def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
         acc = [np.nan if r.accuracy is None else r.accuracy for r in curve]
         ax.plot(xs, psnr, marker="o", color="C0", label="attack PSNR")
         ax.set_ylabel("attack PSNR (dB)", color="C0")
+        keep_span(ax, MIN_PSNR_SPAN, psnr)
         twin = ax.twinx()
         twin.plot(xs, acc, marker="s", color="C1", label="test accuracy")
         twin.set_ylabel("test accuracy", color="C1")
@@ -127,20 +150,21 @@ def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
         ax.set_xlim(-0.4, len(curve) - 0.6)
         param = points[0].point.param or "setting"
         ax.set_xlabel(f"{name}: {param}")
-        for x, r in zip(xs, curve, strict=True):
-            if r.epsilon is not None and not r.reference:
-                twin.annotate(f"ε={format_epsilon(r.epsilon)}", (x, acc[x] if
-                              not math.isnan(acc[x]) else 0.05), textcoords="offset points",
-                              xytext=(0, 9), ha="center", fontsize=7, color="C1",
-                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none",
-                                        alpha=0.8))
+        notes.append((twin, [(f"ε={format_epsilon(r.epsilon)}",
+                              (float(x), acc[x] if not math.isnan(acc[x]) else 0.05),
+                              {"fontsize": 7, "color": "C1"})
+                             for x, r in zip(xs, curve, strict=True)
+                             if r.epsilon is not None and not r.reference]))
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
     if not groups:
         axes[0][0].text(0.5, 0.5, "no defense points", ha="center",
                         transform=axes[0][0].transAxes)
-    fig.suptitle(f"attack success and utility against defense strength: {context}", fontsize=10)
-    fig.tight_layout()
+    note = epsilon_note(members)
+    fig.suptitle(wrapped(f"attack success and utility against defense strength: {context}"
+                         + (f"\n({note})" if note else ""), fig, 10), fontsize=10)
+    for twin, items in notes:
+        place_labels(twin, items)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

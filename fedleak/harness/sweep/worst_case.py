@@ -12,6 +12,7 @@ only stops the honest server shows as such.
 
 from __future__ import annotations
 
+import textwrap
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fedleak.harness.metrics.chart_layout import keep_span, wrapped  # noqa: E402
 from fedleak.harness.sweep.results import PointResult  # noqa: E402
 
 ROLES = ("honest", "malicious")
-ROLE_MARKER = {"honest": "o", "malicious": "^"}
+#: one marker per attack (its name in the legend), in order of the names
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "h")
 ROLE_COLOR = {"honest": "C0", "malicious": "C3"}
 
 
@@ -106,28 +109,34 @@ def has_portfolio(results: list[PointResult]) -> bool:
 
 
 def plot_worst_case(rows: list[WorstCase], path: Path, setting: str) -> Path:
-    """Per defense setting: the strongest honest and malicious attack's PSNR, named."""
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.6))
+    """Per defense setting: the strongest honest and malicious attack's PSNR, each attack
+    named by its marker in the legend."""
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.15 * len(rows) + 3), 5.0), layout="constrained")
     xs = list(range(len(rows)))
+    names = sorted({s.attack for row in rows for s in row.strongest.values()})
+    shapes = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(names)}
+    values: list[float] = []
     for role in ROLES:
-        points = [(x, row.strongest[role]) for x, row in zip(xs, rows, strict=True)
-                  if role in row.strongest]
-        if not points:
-            continue
-        ax.plot([x for x, _ in points], [s.psnr for _, s in points], linestyle="none",
-                markersize=9, label=f"strongest {role} attack", marker=ROLE_MARKER[role],
-                color=ROLE_COLOR[role])
-        for x, s in points:
-            ax.annotate(s.attack, (x, s.psnr), textcoords="offset points", xytext=(6, 4),
-                        fontsize=7, rotation=20, color=ROLE_COLOR[role])
-    ax.set_xticks(xs, ["none" if r.reference else r.label for r in rows], rotation=30,
-                  ha="right", fontsize=8)
+        for name in names:
+            points = [(x, row.strongest[role]) for x, row in zip(xs, rows, strict=True)
+                      if role in row.strongest and row.strongest[role].attack == name]
+            if not points:
+                continue
+            values += [s.psnr for _, s in points]
+            ax.plot([x for x, _ in points], [s.psnr for _, s in points], linestyle="none",
+                    markersize=9, marker=shapes[name], color=ROLE_COLOR[role],
+                    label=f"strongest {role}: {name}")
+    per_column = 0.8 * fig.get_figwidth() * 72 / max(1, len(rows))
+    width = max(8, int(per_column / (0.62 * 8)))
+    ax.set_xticks(xs, [textwrap.fill("none" if r.reference else r.label, width) for r in rows],
+                  fontsize=8)
     ax.set_ylabel("attack PSNR (dB), strongest attack")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    fig.legend(fontsize=8, loc="outside lower center")
     ax.margins(x=0.08, y=0.12)
-    fig.suptitle(f"worst-case leakage per defense setting: {setting}", fontsize=10)
-    fig.tight_layout()
+    keep_span(ax, 4.0, values)
+    fig.suptitle(wrapped(f"worst-case leakage per defense setting: {setting}", fig, 10),
+                 fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
