@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from fedleak.harness.zoo.datasets import DatasetInfo
+from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
 from fedleak.harness.zoo.secret_sharer import canary_texts
 from fedleak.harness.zoo.text_corpus import MOODS, TEXT_CORPORA, Sentence, read_corpus
 from fedleak.harness.zoo.text_tokenizer import TextTokenizer, load_tokenizer
@@ -94,6 +94,10 @@ class TextDataset:
                        labels=self.labels[order].contiguous(),
                        texts=[self.texts[i] for i in rows], users=[self.users[i] for i in rows],
                        canary_rows=[k for k, _ in kept], secrets=[s for _, s in kept])
+
+
+#: a victim's private data: images, or token sequences
+PrivateData = ImageDataset | TextDataset
 
 
 def content_mask(ids: Tensor, pad_id: int) -> Tensor:

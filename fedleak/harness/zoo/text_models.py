@@ -37,7 +37,7 @@ from fedleak.harness.zoo.text_datasets import CLASSIFY, LANGUAGE_MODEL, TextInfo
 
 TEXT_MODELS = ("gpt2", "bert", "hf")
 _OPTIONS = {"gpt2": ("hidden", "layers", "heads", "tied", "positions"),
-            "bert": ("hidden", "layers", "heads", "positions"), "hf": ("path",)}
+            "bert": ("hidden", "layers", "heads", "positions"), "hf": ("path", "task")}
 _COMMON = ("lora", "lora-alpha", "opacus")
 _DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
              "attention_probs_dropout_prob", "classifier_dropout", "summary_first_dropout",
@@ -74,7 +74,7 @@ class TextModel(nn.Module):
     def __init__(self, net: nn.Module, architecture: str, task: str, pad_id: int,
                  family: str) -> None:
         super().__init__()
-        self.net = net
+        self.net: Any = net  # a transformers PreTrainedModel (or peft PeftModel)
         self.architecture = architecture
         self.task = task
         self.pad_id = pad_id
@@ -151,7 +151,7 @@ def build_text_model(spec: ModelSpec | str, info: TextInfo,
         net, family = _from_folder(options, info)
     else:
         net, family = _from_zoo(spec.name, options, info)
-    vocab = int(net.get_input_embeddings().num_embeddings)
+    vocab = int(net.get_input_embeddings().num_embeddings)  # type: ignore[operator]
     if vocab < tokenizer.vocab_size:
         raise ModelError(f"model {spec} embeds {vocab} tokens but tokenizer {tokenizer.name} "
                          f"has {tokenizer.vocab_size}; use the model's own tokenizer "
@@ -218,12 +218,13 @@ def _from_zoo(name: str, options: dict[str, str], info: TextInfo) -> tuple[nn.Mo
         return GPT2LMHeadModel(_quiet(config)), "gpt2"
     if info.task != CLASSIFY:
         raise ModelError("bert is a classifier: serve it with task classify")
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=4 * hidden,
-                        max_position_embeddings=positions, num_labels=info.num_classes,
-                        pad_token_id=tok.pad_id)
-    config._attn_implementation = "eager"
-    return BertForSequenceClassification(_quiet(config)), "bert"
+    encoder = BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads,
+                         intermediate_size=4 * hidden, max_position_embeddings=positions,
+                         pad_token_id=tok.pad_id)
+    encoder.num_labels = info.num_classes
+    encoder._attn_implementation = "eager"
+    return BertForSequenceClassification(_quiet(encoder)), "bert"
 
 
 def _auto_class(config: Any, task: str) -> Any:
@@ -279,7 +280,7 @@ def _with_lora(net: nn.Module, family: str, rank: int, alpha: int, task: str) ->
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets,
                         bias="none", modules_to_save=save,
                         fan_in_fan_out=family == "gpt2")  # GPT-2's Conv1D stores Wᵀ
-    return get_peft_model(net, config)  # type: ignore[arg-type]
+    return get_peft_model(net, config)
 
 
 def freeze_into_buffers(model: nn.Module) -> None:
