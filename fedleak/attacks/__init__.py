@@ -4,6 +4,7 @@ Importing this package registers the built-in attacks.
 """
 
 from fedleak.attacks import (  # noqa: F401  (registers the attacks)
+    text,
     analytic,
     cocktail_party,
     dlg,

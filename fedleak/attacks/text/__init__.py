@@ -4,3 +4,5 @@ The attacker's view is :class:`~fedleak.attacks.text.text_observation.TextObserv
 attack answers a :class:`~fedleak.attacks.text.text_observation.TextReconstruction`. Importing
 this package registers the built-in text attacks.
 """
+
+from fedleak.attacks.text import token_set  # noqa: F401  (registers token-set)
