@@ -4,7 +4,6 @@ Importing this package registers the built-in attacks.
 """
 
 from fedleak.attacks import (  # noqa: F401  (registers the attacks)
-    text,
     analytic,
     cocktail_party,
     dlg,
@@ -16,6 +15,7 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     kkt,
     qian,
     spear,
+    text,
     trap_weights,
 )
 from fedleak.attacks.attack_registry import (

@@ -207,18 +207,20 @@ def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None
         block, wte, wpe = gpt2[0], model.transformer.wte.weight, model.transformer.wpe.weight
 
         def gpt2_inputs(ids: torch.Tensor, position: int) -> torch.Tensor:
-            return block.ln_1(wte[ids] + wpe[position])  # type: ignore[no-any-return]
+            out: torch.Tensor = block.ln_1(wte[ids] + wpe[position])
+            return out
 
         return name, False, gpt2_inputs
     bert = getattr(model, "bert", None)
     name = "bert.encoder.layer.0.attention.self.value.weight"
     if bert is None or name not in target.parameter_names:
         return None
-    emb: nn.Module = bert.embeddings
+    emb: Any = bert.embeddings
 
     def bert_inputs(ids: torch.Tensor, position: int) -> torch.Tensor:
         e = emb.word_embeddings.weight[ids] + emb.position_embeddings.weight[position] \
             + emb.token_type_embeddings.weight[0]
-        return emb.LayerNorm(e)  # type: ignore[no-any-return]
+        out: torch.Tensor = emb.LayerNorm(e)
+        return out
 
     return name, True, bert_inputs
