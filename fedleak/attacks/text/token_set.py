@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
 
 from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
@@ -184,10 +183,12 @@ def span_basis(gradient: torch.Tensor, tolerance: float) -> torch.Tensor:
     u, s, _ = torch.linalg.svd(gradient, full_matrices=False)
     floor = float(s[0]) * tolerance
     usable = int((s > floor).sum())
-    if usable <= 1 or usable == len(s):
-        return u[:, :max(usable, 1)]
-    ratios = s[:usable] / s[1:usable + 1].clamp_min(1e-300)
-    return u[:, :int(ratios.argmax()) + 1]
+    rank = max(usable, 1)
+    if 1 < usable < len(s):
+        ratios = s[:usable] / s[1:usable + 1].clamp_min(1e-300)
+        rank = int(ratios.argmax()) + 1
+    basis: torch.Tensor = u[:, :rank]
+    return basis
 
 
 #: the inputs the first linear map sees for candidate token ids at one position
