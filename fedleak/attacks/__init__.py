@@ -15,7 +15,6 @@ from fedleak.attacks import (  # noqa: F401  (registers the attacks)
     kkt,
     qian,
     spear,
-    text,
     trap_weights,
 )
 from fedleak.attacks.attack_registry import (
@@ -28,6 +27,7 @@ from fedleak.attacks.attack_registry import (
 )
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.text import token_set  # noqa: F401  (registers the text attacks)
 
 __all__ = [
     "Attack",

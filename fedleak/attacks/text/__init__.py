@@ -2,7 +2,5 @@
 
 The attacker's view is :class:`~fedleak.attacks.text.text_observation.TextObservation`; an
 attack answers a :class:`~fedleak.attacks.text.text_observation.TextReconstruction`. Importing
-this package registers the built-in text attacks.
+``fedleak.attacks`` registers the built-in text attacks.
 """
-
-from fedleak.attacks.text import token_set  # noqa: F401  (registers token-set)
