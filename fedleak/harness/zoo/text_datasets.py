@@ -114,6 +114,20 @@ def language_model_labels(ids: Tensor, pad_id: int) -> Tensor:
     return labels
 
 
+def random_text_batch(info: DatasetInfo, count: int, generator: torch.Generator
+                      ) -> tuple[Tensor, Tensor]:
+    """``count`` public random sequences of ``info``'s layout (start token, uniformly drawn
+    text tokens, no padding) and their labels: a synthetic batch, as random images are."""
+    assert isinstance(info, TextInfo)
+    tok = info.checked_tokenizer
+    text = torch.tensor([i for i in range(tok.vocab_size) if i not in tok.special_ids])
+    ids = text[torch.randint(0, len(text), (count, info.seq_len), generator=generator)]
+    ids[:, 0] = tok.start_id
+    if info.task == LANGUAGE_MODEL:
+        return ids, language_model_labels(ids, tok.pad_id)
+    return ids, torch.randint(0, info.num_classes, (count,), generator=generator)
+
+
 def load_text_dataset(
     name: str,
     split: str = "train",
