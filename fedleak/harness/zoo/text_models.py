@@ -34,6 +34,7 @@ from torch import nn
 
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec
 from fedleak.harness.zoo.text_datasets import CLASSIFY, LANGUAGE_MODEL, TextInfo, content_mask
+from fedleak.harness.zoo.text_tokenizer import TEXT_EXTRA
 
 TEXT_MODELS = ("gpt2", "bert", "hf")
 _OPTIONS = {"gpt2": ("hidden", "layers", "heads", "tied", "positions"),
@@ -48,10 +49,16 @@ _PREFIX = "net."
 
 
 def offline() -> None:
-    """Forbid every download by ``transformers`` / ``huggingface_hub`` in this process."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    """Forbid every download by ``transformers`` / ``huggingface_hub`` in this process, and
+    say how to install them when they are missing."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    try:
+        import peft  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ModelError(f"text models need the text extra ({TEXT_EXTRA})") from None
 
 
 def is_text_model(spec: ModelSpec | str) -> bool:

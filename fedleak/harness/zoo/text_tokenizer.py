@@ -33,6 +33,10 @@ _END_NAMES = ("</s>", "[SEP]", "<|endoftext|>", "<eos>")
 _OTHER_NAMES = ("<unk>", "[UNK]", "<mask>", "[MASK]")
 
 
+#: how to install what text federations need
+TEXT_EXTRA = "pip install -c constraints.txt 'fedleak[text]'"
+
+
 class TokenizerError(ValueError):
     """A tokenizer that cannot be loaded or used; the message says what to change."""
 
@@ -102,7 +106,10 @@ def load_tokenizer(source: str | Path | None = None) -> TextTokenizer:
 
 def tokenizer_from_json(text: str, name: str) -> TextTokenizer:
     """A tokenizer from ``tokenizer.json`` text (what ``Describe`` publishes)."""
-    from tokenizers import Tokenizer
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizerError(f"text data needs the text extra ({TEXT_EXTRA})") from None
 
     try:
         backend = Tokenizer.from_str(text)
