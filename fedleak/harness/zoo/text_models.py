@@ -55,7 +55,6 @@ def offline() -> None:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     try:
-        import peft  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         raise ModelError(f"text models need the text extra ({TEXT_EXTRA})") from None
@@ -277,7 +276,10 @@ def _from_published(config_json: str, task: str) -> tuple[nn.Module, str]:
 
 
 def _with_lora(net: nn.Module, family: str, rank: int, alpha: int, task: str) -> nn.Module:
-    from peft import LoraConfig, get_peft_model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ModelError(f"lora needs peft, in the text extra ({TEXT_EXTRA})") from None
 
     targets = _LORA_TARGETS.get(family)
     if targets is None:
