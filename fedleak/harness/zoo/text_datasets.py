@@ -134,7 +134,7 @@ def load_text_dataset(
     *,
     task: str = LANGUAGE_MODEL,
     seq_len: int = DEFAULT_SEQ_LEN,
-    tokenizer: str | None = None,
+    tokenizer: str | TextTokenizer | None = None,
     data_root: str | None = None,
     canaries: int = 0,
     canary_seed: int = 0,
@@ -160,7 +160,7 @@ def load_text_dataset(
         for k, text in enumerate(texts):
             rows.append(k * step + k)
             sentences.insert(rows[-1], Sentence(text, "canary", -1))
-    tok = load_tokenizer(tokenizer)
+    tok = tokenizer if isinstance(tokenizer, TextTokenizer) else load_tokenizer(tokenizer)
     ids = tok.encode([s.text for s in sentences], seq_len)
     if task == LANGUAGE_MODEL:
         labels = language_model_labels(ids, tok.pad_id)
