@@ -118,7 +118,7 @@ class PointResult:
         files = []
         for r in self.attack.rounds:
             path = r.files.get(kind) or r.files.get("reconstruction")
-            if path:
+            if path and path.endswith(".png"):  # text rounds leave text (comparison.md)
                 files.append(path)
         return files
 
