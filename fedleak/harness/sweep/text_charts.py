@@ -68,7 +68,7 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
     for panel, ax in enumerate(axes):
         for index, (name, points) in enumerate(groups.items()):
             points = sorted(points, key=lambda r: r.point.strength or 0.0)
-            curve = references[:1] + points
+            curve = (references[:1] if panel == 0 else []) + points  # ∞ is no point
             xs, ys, notes = [], [], []
             for r in curve:
                 first, _, kind = leakage(r)
