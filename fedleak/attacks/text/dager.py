@@ -1,0 +1,186 @@
+"""DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large
+Language Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one
+FedSGD gradient of a transformer.
+
+**The rank condition.** A linear layer ``Z = X W`` over the b = B·T token vectors of a batch
+has ``∇_W L = Xᵀ ∂L/∂Z`` (eq. 2): rank ≤ b, and when ``b < d`` (the layer's input width) and
+``∂L/∂Z`` has rank b, ``colspan ∇_W L = span{x_t}`` (Theorem 3.2). So, with ``U_r`` the basis of
+the gradient's r leading singular vectors, ``d(x) = ‖x̂ − U_r U_rᵀ x̂‖`` is 0 for the layer's
+inputs and about ``√(1 − r/d)`` for anything else (:mod:`span_check`). DAGER is exact while the
+batch's distinct token vectors number fewer than d, i.e. ``B·T < d``; at ``B·T ≥ d`` the span
+is all of ℝᵈ and every token passes every check: the attack stops, and says so.
+
+**Two spans.** (1) The first attention's Q/K/V input at position i is a function of the token
+v there and i alone, ``x = LN(E_v + P_i)``, so the check filters the whole vocabulary position
+by position (Sec. 4.1, the token filter, threshold ``τ₁``). (2) A second layer's input depends
+on the sentence around the token (a decoder: its prefix; an encoder: all of it), so whole
+(partial) sentences are checked (Sec. 4.2, threshold ``τ₂``). Decoders are searched greedily,
+position by position (:mod:`dager_decoder`); encoders by a search over the filtered tokens of
+every position (:mod:`dager_encoder`). A causal language model's last token of each sentence
+has no loss after it, so its δ is zero and it is in no span: it is read from the final
+LayerNorm's gradient instead (:mod:`dager_last_token`).
+
+**Sharp edges.** The update must be one gradient of the model as it was sent (FedSGD), with
+dropout off; a FedAvg delta of several steps is not in any span exactly. At random
+initialisation the first LayerNorm has γ = 1, β = 0: ``LN(E_v + P_i)`` is then a rescaled
+linear function of ``E_v + P_i``, so ``E_a + P_i`` is in the span whenever ``a`` occurs at any
+position linked to i through tokens shared across positions (``(E_a+P_j) − (E_c+P_j) +
+(E_c+P_i)``): the token filter then returns the batch's token set at every position, and the
+second span does all the work (slower, still exact). A trained LayerNorm (β ≠ 0) breaks that
+closure and the filter returns about B tokens per position, as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fedleak.attacks.text.span_check import InputSpan, input_span
+from fedleak.attacks.text.transformer_layout import TransformerLayout, layout_of
+
+#: vocabulary rows run through the embedding at once
+VOCAB_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class DagerConfig:
+    """DAGER's settings. ``l1_threshold``/``l2_threshold`` are τ₁/τ₂ on the span distance (0 for
+    the inputs up to float32 rounding, 10⁻⁶–10⁻⁴ in practice; ≳ 10⁻² for other tokens while
+    B·T is well below d). ``max_candidates`` caps the tokens kept per position and
+    ``max_prefixes`` the decoder's live prefixes (a cap that bites marks the result
+    ``truncated``). ``end_token`` is the encoder's end-of-sentence id ([SEP]), ``None`` when
+    every sentence fills the batch length. ``max_evaluations`` caps the encoder search's
+    sentence evaluations, ``restarts`` its failed starts in a row per sentence length,
+    ``screen`` the moves its first-order screen passes to exact evaluation per step. ``ranks``
+    overrides the two spans' ranks (the paper's rank cutoff)."""
+
+    l1_threshold: float = 1e-3
+    l2_threshold: float = 1e-4
+    max_length: int | None = None
+    max_candidates: int = 2048
+    max_prefixes: int = 4096
+    end_token: int | None = None
+    max_evaluations: int = 2_000_000
+    restarts: int = 4
+    screen: int = 64
+    ranks: tuple[int | None, int | None] = (None, None)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("l1_threshold", "l2_threshold"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ValueError(f"{name} must lie in (0, 1) (a span distance); got {value}")
+        for name in ("max_candidates", "max_prefixes", "max_evaluations", "restarts", "screen"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be at least 1; got {self.max_length}")
+
+
+@dataclass
+class DagerResult:
+    """The recovered sentences (token ids, padding left out), each with its certificate:
+    ``certified[k]`` when every position of sentence k passed the second span check (an exact
+    recovery up to the check's threshold), ``scores[k]`` its largest span distance.
+    ``candidates`` is the token filter's count per position, ``ranks`` the two spans' ranks
+    against ``hidden_size``; ``evaluations`` counts the (partial) sentences whose second-layer
+    input was computed — the attack's work. ``truncated`` when a cap or budget cut the search
+    (then sentences may be missing); ``warnings`` say what a person must know."""
+
+    sentences: list[list[int]]
+    certified: list[bool]
+    scores: list[float]
+    candidates: list[int]
+    ranks: tuple[int, int]
+    hidden_size: int
+    evaluations: int = 0
+    truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+class Work:
+    """A counter of sentence evaluations against a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.count = 0
+        self.budget = budget
+
+    def add(self, n: int) -> None:
+        self.count += n
+
+    @property
+    def exhausted(self) -> bool:
+        return self.count >= self.budget
+
+
+def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
+                     threshold: float, cap: int) -> tuple[torch.Tensor, bool]:
+    """The token filter at ``position`` (Sec. 4.1): every vocabulary id v whose first-layer
+    input ``x(v, position)`` has span distance below ``threshold``, nearest first, at most
+    ``cap`` of them; and whether the cap cut some."""
+    distances = []
+    for start in range(0, layout.vocab_size, VOCAB_CHUNK):
+        ids = torch.arange(start, min(start + VOCAB_CHUNK, layout.vocab_size))[:, None]
+        x = layout.layer_inputs(0, ids, position_ids=torch.full_like(ids, position))
+        distances.append(span.distance(x[:, 0]).cpu())
+    d = torch.cat(distances)
+    keep = torch.nonzero(d < threshold).flatten()
+    keep = keep[torch.argsort(d[keep])]
+    return keep[:cap], keep.numel() > cap
+
+
+def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
+          batch_size: int, config: DagerConfig | None = None) -> DagerResult:
+    """Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by
+    parameter name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
+    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the
+    model's kind. ValueError for input it cannot use, naming what to change."""
+    from fedleak.attacks.text.dager_decoder import search_decoder
+    from fedleak.attacks.text.dager_encoder import search_encoder
+
+    config = config or DagerConfig()
+    layout = model if isinstance(model, TransformerLayout) else layout_of(model)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1; got {batch_size}")
+    spans = tuple(input_span(layout.layers[k].gradients(gradients), rank=config.ranks[k])
+                  for k in (0, 1))
+    result = DagerResult([], [], [], [], (spans[0].rank, spans[1].rank), layout.hidden_size)
+    if spans[0].full or spans[1].full:
+        result.warnings.append(
+            f"the gradient's span is full (ranks {spans[0].rank}, {spans[1].rank} of "
+            f"{spans[0].input_dim}, {spans[1].input_dim}): the batch holds at least as many "
+            "token vectors as the hidden size (B·T ≥ d), so every token passes the span check "
+            "and DAGER cannot tell the sentences; nothing recovered")
+        return result
+    limit = min(config.max_length or layout.max_positions, layout.max_positions)
+    candidates: list[torch.Tensor] = []
+    for position in range(limit):
+        found, cut = token_candidates(layout, spans[0], position, config.l1_threshold,
+                                      config.max_candidates)
+        if found.numel() == 0:
+            break
+        result.truncated |= cut
+        candidates.append(found)
+    result.candidates = [c.numel() for c in candidates]
+    if not candidates:
+        result.warnings.append("no token passed the first span check at position 0: the "
+                               "update is not this model's gradient of a text batch, or τ₁ "
+                               "is too small")
+        return result
+    if result.truncated:
+        result.warnings.append(f"more than max_candidates={config.max_candidates} tokens "
+                               "passed the token filter at some position (the span is nearly "
+                               "full): the nearest were kept")
+    work = Work(config.max_evaluations)
+    search = search_decoder if layout.kind == "decoder" else search_encoder
+    search(layout, spans[1], candidates, batch_size, config, work, result, gradients)
+    result.evaluations = work.count
+    if work.exhausted:
+        result.truncated = True
+        result.warnings.append(f"the search used its budget of {config.max_evaluations} "
+                               "sentence evaluations")
+    return result
