@@ -94,6 +94,10 @@ class TextObservation:
     defenses: tuple[PublishedDefense, ...] = ()
     #: whether the update trains LoRA adapters (peft) rather than every parameter
     lora: bool = False
+    #: public text the server holds, as token ids of the victim's tokenizer (sentences of the
+    #: corpus split the victim does not draw from): a language-model prior's counts; empty
+    #: when the server has none
+    public_sequences: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:

@@ -12,7 +12,7 @@ import torch
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import model_spec
 from fedleak.harness.zoo.models import load_checkpoint
-from fedleak.harness.zoo.text_datasets import TextInfo
+from fedleak.harness.zoo.text_datasets import TextInfo, load_text_dataset
 from fedleak.harness.zoo.text_models import TextModel, build_text_model
 from fedleak.harness.zoo.text_tokenizer import TokenizerError, tokenizer_from_json
 from fedleak.v1 import victim_pb2 as pb
@@ -73,3 +73,16 @@ def text_global_parameters(client: VictimClient, described: pb.DescribeResponse,
     if checkpoint:
         buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     return params, buffers
+
+
+def public_text(described: pb.DescribeResponse, info: TextInfo) -> list[list[int]]:
+    """Public text the server holds, tokenised with the victim's tokenizer: the bundled corpus's
+    split the victim does not draw from (train for a test victim, test for a train victim);
+    none for a victim on all of it or on the user's own text."""
+    other = {"train": "test", "test": "train"}.get(described.data.split)
+    if described.data.dataset != "shakespeare" or other is None:
+        return []
+    data = load_text_dataset("shakespeare", other, task=info.task, seq_len=info.seq_len,
+                             tokenizer=info.checked_tokenizer)
+    pad = info.checked_tokenizer.pad_id
+    return [[t for t in row if t != pad] for row in data.tokens.tolist()]

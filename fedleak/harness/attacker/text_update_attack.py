@@ -36,6 +36,7 @@ from fedleak.harness.attacker.described import (
 from fedleak.harness.attacker.records import RunHeader
 from fedleak.harness.attacker.secagg_rounds import as_received_update, run_secagg
 from fedleak.harness.attacker.text_described import (
+    public_text,
     text_global_parameters,
     text_info,
     text_server_model,
@@ -70,6 +71,7 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
         server_role=attack.server_role))
     run.write(out)
     tokenizer = info.checked_tokenizer
+    public = public_text(described, info)
     try:
         for index in range(settings.rounds):
             if secagg:
@@ -83,7 +85,8 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
                 model, params, buffers, received.update, received.protocol, info,
                 num_sequences=received.num_images, update_kind=received.update_kind,
                 local_steps=received.local_steps, metadata=received.metadata,
-                device=settings.device, defenses=published_defenses(described))
+                device=settings.device, defenses=published_defenses(described),
+                public_sequences=public)
             started = time.perf_counter()
             found = reconstruct_with_progress(attack, observation, device=settings.device,
                                               seed=settings.seed + index,

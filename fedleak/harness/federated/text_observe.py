@@ -36,6 +36,7 @@ def observe_text(
     *,
     defenses: DefenseChain | None = None,
     generator: torch.Generator | None = None,
+    public_sequences: list[list[int]] | None = None,
 ) -> TextObservation:
     """The server's view of one round in which the user trained ``model`` (its current
     parameters are θ) on ``tokens`` [n, T] with ``labels``, through ``defenses``."""
@@ -51,7 +52,8 @@ def observe_text(
                                        labels.to(device), protocol, chain, generator)
     return text_observation_from_update(
         model, parameters, buffers, update, protocol, info, num_sequences=int(tokens.shape[0]),
-        metadata=metadata, defenses=published(chain.describe()))
+        metadata=metadata, defenses=published(chain.describe()),
+        public_sequences=public_sequences)
 
 
 def text_observation_from_update(
@@ -68,6 +70,7 @@ def text_observation_from_update(
     metadata: Mapping[str, str] | None = None,
     device: torch.device | str | None = None,
     defenses: tuple[PublishedDefense, ...] = (),
+    public_sequences: list[list[int]] | None = None,
 ) -> TextObservation:
     """What a server holds after a text round, on ``device`` (default: where θ lives); the
     model's parameters and buffers are set to θ (``parameters``, ``buffers``) in place."""
@@ -110,4 +113,5 @@ def text_observation_from_update(
         metadata=dict(metadata or {}),
         defenses=tuple(defenses),
         lora=hasattr(model.net, "peft_config"),
+        public_sequences=list(public_sequences or []),
     )
