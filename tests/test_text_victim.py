@@ -63,6 +63,19 @@ def test_token_set_attack_over_the_wire(victim: VictimProcess, tmp_path: Path) -
     assert "token set: mean precision 1.0000, recall 1.0000" in done.stdout
 
 
+def test_dager_recovers_every_sentence_over_the_wire(victim: VictimProcess,
+                                                   tmp_path: Path) -> None:
+    out = tmp_path / "dager"
+    done = fedleak("attack", "--victim", victim.address, "--attack", "dager", "--out", str(out),
+                   "--quiet")
+    assert done.returncode == 0, done.stderr
+    entry = json.loads((out / "metrics.json").read_text())["rounds"][0]
+    assert entry["rouge1"] == entry["rouge2"] == entry["rougeL"] == 1.0
+    assert entry["exact"] == entry["num_sequences"] == 3
+    comparison = (out / entry["files"]["comparison"]).read_text()
+    assert "| yes |" in comparison and "private" in comparison  # revealed beside recovered
+
+
 def test_an_image_attack_is_refused_by_name(victim: VictimProcess, tmp_path: Path) -> None:
     done = fedleak("attack", "--victim", victim.address, "--attack", "dlg", "--out",
                    str(tmp_path / "x"), "--quiet")
