@@ -60,6 +60,13 @@ def offline() -> None:
         raise ModelError(f"text models need the text extra ({TEXT_EXTRA})") from None
 
 
+def text_model_options(name: str) -> tuple[str, ...]:
+    """The ``key=value`` options text model ``name`` takes."""
+    if name not in TEXT_MODELS:
+        raise ModelError(f"unknown text model {name!r}; choose one of {', '.join(TEXT_MODELS)}")
+    return (*_OPTIONS[name], *_COMMON)
+
+
 def is_text_model(spec: ModelSpec | str) -> bool:
     name = spec.name if isinstance(spec, ModelSpec) else ModelSpec.parse(spec).name
     return name in TEXT_MODELS
