@@ -10,7 +10,10 @@ batch size × length (where DAGER stops: B·T against the hidden size).
 
     OMP_NUM_THREADS=2 python bench/text_attacks.py --model gpt2:hidden=768,heads=12,layers=2 \\
         --attacks token-set,dager --rounds 10
-    python bench/text_attacks.py --model bert:hidden=768,heads=12,layers=2 --attacks dager
+    fedleak train-model --dataset shakespeare --model bert:hidden=768,heads=12,layers=2 \
+        --steps 150 --out bert768.pt
+    python bench/text_attacks.py --model bert:hidden=768,heads=12,layers=2 --attacks dager \
+        --checkpoint bert768.pt
     python bench/text_attacks.py --defense dpsgd:noise-multiplier=1.1 --audit-trials 1000
     python bench/text_attacks.py --attacks dager --rounds 3 --scan 8x32,16x32,32x32,24x64
 
@@ -43,6 +46,8 @@ def victim_args(args: argparse.Namespace, batch: int, length: int) -> list[str]:
                 "--lr", str(args.lr)]
     for spec in args.defense:
         out += ["--defense", spec]
+    if args.checkpoint:
+        out += ["--checkpoint", str(args.checkpoint)]
     return out
 
 
@@ -87,6 +92,8 @@ def main() -> None:
     parser.add_argument("--local-batch-size", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--defense", action="append", default=[])
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the global model: a state dict (fedleak train-model)")
     parser.add_argument("--audit-trials", type=int, default=0)
     parser.add_argument("--scan", default="", help="B×T sizes, e.g. 8x32,16x32")
     parser.add_argument("--out", type=Path, default=None)
