@@ -50,6 +50,9 @@ GONE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
                     log: Callable[[str], None] = print) -> TextRun:
     """Attack ``settings.rounds`` rounds of the text victim behind ``client``; write them."""
+    if settings.pack > 1 or settings.flip_labels is not None:
+        raise ValueError("text attacks run their rounds one by one on the honest server's θ: "
+                         "leave --pack at 1 and drop --flip-labels")
     out.mkdir(parents=True, exist_ok=True)
     described = client.describe()
     info = text_info(described)
