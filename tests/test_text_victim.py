@@ -113,3 +113,23 @@ def test_secure_aggregation_of_text_users(tmp_path: Path) -> None:
     entry = json.loads((out / "metrics.json").read_text())["rounds"][0]
     assert entry["num_sequences"] == 4  # both users' sentences are in the sum
     assert entry["token_precision"] == 1.0 and entry["token_recall"] == 1.0
+
+
+def test_audit_a_dp_sgd_text_victim(tmp_path: Path) -> None:
+    """DP-SGD on the transformer (per-example gradients under vmap) audited with a gradient
+    canary: ε_LB beside the claim, no violation; an input canary is refused for text."""
+    args = ["--dataset", "shakespeare", "--split", "test", "--model", MODEL, "--seq-len", "12",
+            "--batch-size", "2", "--allow-audit", "--defense",
+            "dpsgd:noise-multiplier=1.0,max-grad-norm=1.0"]
+    with VictimProcess(args, token=TOKEN) as process:
+        done = fedleak("audit", "--victim", process.address, "--trials", "60", "--out",
+                       str(tmp_path / "audit"), "--quiet")
+        assert done.returncode == 0, done.stderr
+        refused = fedleak("audit", "--victim", process.address, "--canary", "input",
+                          "--trials", "10", "--out", str(tmp_path / "input"), "--quiet")
+        assert refused.returncode != 0 and "gradient canary" in refused.stderr
+    report = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert 4.0 < report["claim"]["epsilon"] < 5.5  # σ = 1, one full-batch step, δ = 1e-5
+    assert not report["violation"]
+    assert all(b["epsilon"] <= report["claim"]["epsilon"] for b in report["bounds"]
+               if not b["is_estimate"])
