@@ -49,7 +49,6 @@ from fedleak.attacks.text.text_observation import (
 )
 from fedleak.attacks.text.token_set import TokenSet
 
-
 #: published defenses whose noise fills every embedding row (no token set to restrict to)
 NOISY_DEFENSES = frozenset({"dpsgd", "client-dp", "noise"})
 
