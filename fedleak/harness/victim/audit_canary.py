@@ -30,6 +30,7 @@ from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.text_datasets import is_text, random_text_batch
 
 #: Images of the public synthetic batch that picks a Dirac canary's coordinate.
 SYNTHETIC_BATCH = 16
@@ -69,6 +70,9 @@ def build_canary(request: AuditRequest, chain: DefenseChain, model: nn.Module,
     per_example = chain.per_example is not None and request.canary != CLIENT
     gradient_kind = protocol.kind == FEDSGD
     if request.canary == INPUT:
+        if is_text(info):
+            raise InvalidArgument("input canaries are crafted images; audit a text victim "
+                                  "with a gradient canary (or a client canary under secagg)")
         image, label = input_canary(info.shape, info.num_classes, request.seed)
         x = normalize(image[None], info).to(next(iter(parameters.values())).device)
         y = torch.tensor([label], device=x.device)
@@ -154,9 +158,13 @@ def _quiet_coordinate(model: nn.Module, parameters: Mapping[str, torch.Tensor],
     """The coordinate a public synthetic batch (seeded noise images, seeded labels) moves
     least at θ: where a Dirac canary stands out from what data does."""
     generator = torch.Generator().manual_seed(seed)
-    images = torch.rand((SYNTHETIC_BATCH, *info.shape), generator=generator)
-    labels = torch.randint(0, info.num_classes, (SYNTHETIC_BATCH,), generator=generator)
+    if is_text(info):  # seeded random token sequences (text: random sentences)
+        inputs, labels = random_text_batch(info, SYNTHETIC_BATCH, generator)
+    else:
+        inputs = normalize(torch.rand((SYNTHETIC_BATCH, *info.shape), generator=generator),
+                           info)
+        labels = torch.randint(0, info.num_classes, (SYNTHETIC_BATCH,), generator=generator)
     device = next(iter(parameters.values())).device
     gradient = local_update(model, parameters, {k: v.clone() for k, v in buffers.items()},
-                            normalize(images, info).to(device), labels.to(device), Protocol())
+                            inputs.to(device), labels.to(device), Protocol())
     return quiet_coordinate(gradient)

@@ -67,13 +67,18 @@ def model_options(name: str) -> tuple[str, ...]:
     return _OPTIONS[name]
 
 
-def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Module:
+def build_model(spec: ModelSpec | str, shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Build the model ``spec`` for inputs of ``shape`` = (C, H, W) and ``num_classes`` classes.
 
-    Raises :class:`ModelError` naming the valid models or options when ``spec`` is unknown.
+    Raises :class:`ModelError` naming the valid models or options when ``spec`` is unknown,
+    and when ``shape`` is not an image's (text models: :mod:`fedleak.harness.zoo.text_models`).
     """
     if isinstance(spec, str):
         spec = ModelSpec.parse(spec)
+    if len(shape) != 3:
+        raise ModelError(f"model {spec.name!r} takes images (C, H, W), but the data's shape is "
+                         f"{tuple(shape)} (text: token sequences); choose a text model "
+                         "(gpt2, bert, hf) for text data")
     if spec.name not in _BUILDERS:
         raise ModelError(f"unknown model {spec.name!r}; choose one of {', '.join(_BUILDERS)}")
     options = dict(spec.options)
