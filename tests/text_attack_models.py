@@ -46,12 +46,15 @@ def sentences(count: int, length: int, start: int = 0, step: int = 7) -> torch.T
 
 def gpt2(hidden: int = 64, layers: int = 2, vocab: int | None = None, seed: int = 0,
          classifier: bool = False) -> nn.Module:
-    """A random GPT-2 (language model, or two-class classifier) without dropout."""
+    """A random GPT-2 (language model, or two-class classifier) without dropout, with eager
+    attention (PyTorch's fused CPU attention has no second derivative, which gradient
+    matching needs)."""
     torch.manual_seed(seed)
     config = transformers.GPT2Config(
         n_embd=hidden, n_layer=layers, n_head=4, n_positions=64,
         vocab_size=vocab or len(vocabulary()), resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, num_labels=2, pad_token_id=PAD, bos_token_id=CLS, eos_token_id=SEP)
+        attn_pdrop=0.0, num_labels=2, pad_token_id=PAD, bos_token_id=CLS, eos_token_id=SEP,
+        attn_implementation="eager")
     model = transformers.GPT2ForSequenceClassification(config) if classifier else \
         transformers.GPT2LMHeadModel(config)
     return model.eval()
@@ -59,13 +62,14 @@ def gpt2(hidden: int = 64, layers: int = 2, vocab: int | None = None, seed: int 
 
 def bert(hidden: int = 64, layers: int = 2, vocab: int | None = None, seed: int = 0
          ) -> nn.Module:
-    """A random two-class BERT classifier without dropout."""
+    """A random two-class BERT classifier without dropout, with eager attention."""
     torch.manual_seed(seed)
     config = transformers.BertConfig(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
         intermediate_size=4 * hidden, vocab_size=vocab or len(vocabulary()),
         max_position_embeddings=64, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, num_labels=2, pad_token_id=PAD)
+        attention_probs_dropout_prob=0.0, num_labels=2, pad_token_id=PAD,
+        attn_implementation="eager")
     return transformers.BertForSequenceClassification(config).eval()
 
 
@@ -96,10 +100,18 @@ def gradients(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor | None =
     return dict(zip(names, torch.autograd.grad(loss, params), strict=True))
 
 
+def matched(model: nn.Module) -> list[str]:
+    """The parameters gradient matching compares: all but the input embedding (whose gradient
+    a replay on continuous embeddings cannot give; its rows are the token-set attack's)."""
+    embedding = model.get_input_embeddings().weight
+    return [n for n, p in model.named_parameters() if p.requires_grad and p is not embedding]
+
+
 def replay(model: nn.Module):  # type: ignore[no-untyped-def]
-    """``replay(inputs_embeds, attention_mask, labels) -> gradients`` with a graph, in the
-    order of ``model.parameters()``."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """``replay(inputs_embeds, attention_mask, labels) -> gradients`` with a graph, of the
+    :func:`matched` parameters in model order."""
+    names = set(matched(model))
+    params = [p for n, p in model.named_parameters() if n in names]
 
     def run(embeds: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor
             ) -> list[torch.Tensor]:
@@ -110,5 +122,5 @@ def replay(model: nn.Module):  # type: ignore[no-untyped-def]
 
 
 def ordered(model: nn.Module, named: dict[str, torch.Tensor]) -> Sequence[torch.Tensor]:
-    """``named`` in the order of ``model.parameters()``."""
-    return [named[n] for n, p in model.named_parameters() if p.requires_grad]
+    """The :func:`matched` gradients of ``named``, in model order."""
+    return [named[n] for n in matched(model)]

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import torch
 
 from fedleak.attacks.text.causal_extension import extension_inputs
-from fedleak.attacks.text.dager import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager_settings import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout
 

@@ -15,16 +15,16 @@ is minimised by local search over single-token replacements (``s_j ← c``, c �
 transpositions (``s_j ↔ s_k``): a first-order screen ranks every move by
 ``⟨∇_{e_j} f, E_c − E_{s_j}⟩`` (one backward pass through the embeddings, as HotFlip / GCG do),
 the ``screen`` best are evaluated exactly, the best one is taken while it lowers f; when none
-does, the next ``3·screen`` are, then (for a sentence within 10·τ₂ of its certificate) every
-move, and then the start ends. ``f`` is 0 exactly at the batch's
+does, the next ``3·screen`` are, then (for a sentence within 10·τ₂ of its certificate but not
+certified) every move, and then the start ends. ``f`` is 0 exactly at the batch's
 sentences; a sentence mixing several of them has the context (the attention over the sentence)
 of none, so its distance falls as it becomes purer, and the search slides to the sentence most
 of its tokens came from. A sentence is certified when the median of its positions' distances
 is below τ₂ (the median, not the largest: in a classifier a few tokens, [SEP] often, get a δ so
 small that their direction drowns in the gradient's rounding noise, and their distance stays
 near 10⁻²; a wrong token moves the context of every position). Each start draws its tokens
-from those no certified sentence uses at that position (so it lands on a new sentence); a start
-that ends uncertified is a failed start.
+from those no certified sentence holds (so it lands on a new sentence); a start that ends
+uncertified is a failed start.
 Sentences end with ``end_token`` ([SEP]) where it passes the token filter; the longest lengths
 are searched first, and the search stops at ``batch_size`` certified sentences, after
 ``restarts`` failed starts in a row at every length, or at ``max_evaluations`` sentence
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 import torch
 
-from fedleak.attacks.text.dager import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager_settings import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 
@@ -126,12 +126,16 @@ def _ends(candidates: list[torch.Tensor], end_token: int | None) -> list[int]:
 
 def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator
            ) -> torch.Tensor:
-    """A random sentence over the sets, avoiding the tokens found sentences hold there."""
+    """A random sentence over the sets, drawn from the tokens no found sentence holds anywhere
+    (else from those no found sentence holds at that position; else from all): the search
+    slides to the sentence most of the start's tokens came from, so a start without the found
+    sentences' tokens lands on a new one."""
+    anywhere = {t for s in found for t in s}
     tokens = []
     for j, options in enumerate(sets):
-        used = {s[j] for s in found}
-        fresh = [int(t) for t in options if int(t) not in used] or options.tolist()
-        tokens.append(fresh[int(torch.randint(len(fresh), (1,), generator=generator))])
+        pool = [int(t) for t in options if int(t) not in anywhere] or \
+            [int(t) for t in options if int(t) not in {s[j] for s in found}] or options.tolist()
+        tokens.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
     return torch.tensor(tokens)
 
 
@@ -179,7 +183,7 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         variants, gains = _moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
-        if float(distances.median()) < POLISH * threshold:
+        if threshold <= float(distances.median()) < POLISH * threshold:
             stages.append(order[WIDEN * screen:])
         improved = False
         for chosen in stages:

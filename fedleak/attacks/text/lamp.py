@@ -89,12 +89,13 @@ def tag_config(**changes: float | int | str) -> LampConfig:
 @dataclass
 class TextInversionResult:
     """The projected tokens [B, T] (masked positions hold 0), the embeddings they came from,
-    the final reconstruction distance, and the work: continuous ``iterations`` and replay
-    ``evaluations``."""
+    the reconstruction distance at the end and at the chosen random start, and the work:
+    continuous ``iterations`` and replay ``evaluations``."""
 
     tokens: torch.Tensor
     embeddings: torch.Tensor
     objective: float
+    start_objective: float
     iterations: int
     evaluations: int
 
@@ -148,7 +149,8 @@ def invert_text(replay: TextReplay, observed: Sequence[torch.Tensor],
     starts = [torch.randn(count, length, vocabulary.shape[1], generator=generator) * sigma
               for _ in range(config.initialisations)]
     scores = [float(reconstruction(s).detach()) for s in starts]
-    x = starts[min(range(len(starts)), key=scores.__getitem__)].to(vocabulary.dtype)
+    chosen = min(range(len(starts)), key=scores.__getitem__)
+    x = starts[chosen].to(vocabulary.dtype)
     x = x.to(vocabulary.device).requires_grad_(True)
     optimiser = torch.optim.Adam([x], lr=config.learning_rate)
     for step in range(config.iterations):
@@ -173,7 +175,7 @@ def invert_text(replay: TextReplay, observed: Sequence[torch.Tensor],
             with torch.no_grad():
                 x.copy_(best)
     final = float(reconstruction(x).detach())
-    return TextInversionResult(tokens_of(x.detach()), full(x.detach()), final,
+    return TextInversionResult(tokens_of(x.detach()), full(x.detach()), final, scores[chosen],
                                config.iterations, evaluations)
 
 
