@@ -19,8 +19,9 @@ position ``t_b = n_b − 1``. Subtracting the known part ``A`` (the same formula
 
 a sum of B known 2d-vectors, one chosen per sentence among V. Coordinate descent picks each
 ``y_b`` as the minimiser of the remaining residual (in closed form for the whole vocabulary at
-once); the residual left, relative to the target's norm, certifies the choice (0 up to float32
-rounding when every prefix is right).
+once), and exchanges two sentences' tokens where that lowers it (two tokens found but crossed
+is a fixed point of the single changes); the residual left, relative to the target's norm,
+certifies the choice (0 up to float32 rounding when every prefix is right).
 """
 
 from __future__ import annotations
@@ -109,23 +110,41 @@ def _feature(row: torch.Tensor, normalised: torch.Tensor) -> torch.Tensor:
 
 def _pursuit(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.Tensor
              ) -> list[int]:
-    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²`` over one token per sentence."""
+    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²`` over one token per sentence, with
+    exchanges of two sentences' tokens when no single change helps (two sentences' tokens
+    found but crossed is a fixed point of the single changes)."""
     d = head.shape[1]
     squares = head * head
     row_norms = squares.sum(dim=1)
-    chosen: list[int | None] = [None] * len(normalised)
+    chosen: list[int] = [-1] * len(normalised)
+
+    def residual(choice: list[int]) -> float:
+        fitted = sum((_feature(head[y], n) for y, n in zip(choice, normalised, strict=True)
+                      if y >= 0), torch.zeros_like(target))
+        return float((target - fitted).norm())
+
     for _ in range(SWEEPS):
         changed = False
         for b, n in enumerate(normalised):
             rest = target.clone()
             for other, y in enumerate(chosen):
-                if other != b and y is not None:
+                if other != b and y >= 0:
                     rest -= _feature(head[y], normalised[other])
             inner = head @ (rest[:d] * n) + head @ rest[d:]
             energy = squares @ (n * n) + row_norms
             best = int(torch.argmin(energy - 2 * inner))
             if best != chosen[b]:
                 chosen[b], changed = best, True
+        current = residual(chosen)
+        for a in range(len(chosen)):
+            for b in range(a + 1, len(chosen)):
+                if chosen[a] == chosen[b]:
+                    continue
+                trial = list(chosen)
+                trial[a], trial[b] = trial[b], trial[a]
+                value = residual(trial)
+                if value < current:
+                    chosen, current, changed = trial, value, True
         if not changed:
             break
-    return [int(y) for y in chosen if y is not None]
+    return chosen
