@@ -213,8 +213,9 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
     anywhere = {t for s in found for t in s}
     tokens = []
     for j, options in enumerate(sets):
+        here = {s[j] for s in found if j < len(s)}
         pool = [int(t) for t in options if int(t) not in anywhere] or \
-            [int(t) for t in options if int(t) not in {s[j] for s in found}] or options.tolist()
+            [int(t) for t in options if int(t) not in here] or options.tolist()
         tokens.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
     return torch.tensor(tokens)
 
