@@ -72,6 +72,16 @@ def test_dager_recovers_a_padded_decoder_batch_of_several_lengths() -> None:
     assert all(result.certified)
 
 
+def test_dager_reads_one_local_step_as_a_gradient() -> None:
+    """A FedAvg delta of one step is −τ∇L: the spans are the same; the last tokens' fit finds
+    the scale τ."""
+    model = tm.gpt2(hidden=64)
+    ids = tm.sentences(3, 8, start=30)
+    step = {k: 0.05 * v for k, v in tm.gradients(model, ids).items()}
+    result = dager(model, step, 3)
+    assert sorted(result.sentences) == sorted(ids.tolist()) and all(result.certified)
+
+
 def test_dager_recovers_a_decoder_classifier_batch_exactly() -> None:
     """A pooled classifier's last token has a δ: it is found by the span check itself."""
     model = tm.gpt2(hidden=64, classifier=True)

@@ -21,7 +21,10 @@ a sum of B known 2d-vectors, one chosen per sentence among V. Coordinate descent
 ``y_b`` as the minimiser of the remaining residual (in closed form for the whole vocabulary at
 once), and exchanges two sentences' tokens where that lowers it (two tokens found but crossed
 is a fixed point of the single changes); the residual left, relative to the target's norm,
-certifies the choice (0 up to float32 rounding when every prefix is right).
+certifies the choice (0 up to float32 rounding when every prefix is right). When the update is
+a multiple of the gradient (a FedAvg delta of one local step, −τ∇L) the fit is poor at scale
+1; the scale s of ``N(A − s·update)`` is then refitted by least squares against the decoded
+tokens, and the decoding repeated.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from fedleak.attacks.text.transformer_layout import LayoutError, TransformerLayo
 
 #: coordinate-descent sweeps over the sentences
 SWEEPS = 8
+#: a fit this good (relative residual) is the exact answer; else the update's scale is fitted
+FITTED = 1e-4
+#: decodings with a refitted scale at most
+SCALE_FITS = 4
 
 
 def last_tokens(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
@@ -47,18 +54,28 @@ def last_tokens(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor]
         if name not in gradients:
             raise LayoutError(f"the update has no gradient for {name!r}: the last tokens of a "
                               "causal LM are read from the final LayerNorm's gradient")
-    target, normalised = _target(layout, gradients, prefixes)
+    known, observed, normalised = _target(layout, gradients, prefixes)
     head = layout.head.detach().to(torch.float64).cpu()
-    chosen = _pursuit(target, normalised, head)
-    fitted = sum((_feature(head[y], n) for y, n in zip(chosen, normalised, strict=True)),
-                 torch.zeros_like(target))
-    fit = float((target - fitted).norm() / target.norm().clamp_min(1e-30))
-    return chosen, fit
+    best: tuple[list[int], float] = ([], float("inf"))
+    scale = 1.0
+    for _ in range(SCALE_FITS):
+        target = known - scale * observed
+        chosen = _pursuit(target, normalised, head)
+        fitted = sum((_feature(head[y], n) for y, n in zip(chosen, normalised, strict=True)),
+                     torch.zeros_like(target))
+        fit = float((target - fitted).norm() / target.norm().clamp_min(1e-30))
+        if fit < best[1]:
+            best = (chosen, fit)
+        if fit < FITTED:
+            break
+        # the update may be a multiple of the gradient (one local step: −τ∇L): fit the scale
+        scale = float((known - fitted) @ observed / (observed @ observed).clamp_min(1e-300))
+    return best
 
 
 def _target(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
-            prefixes: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """``N (A − ∇L)`` over (γ, β) and each sentence's ``n̂_{t_b}``."""
+            prefixes: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """``N A`` and ``N ∇L`` over (γ, β), and each sentence's ``n̂_{t_b}``."""
     assert layout.final_norm is not None and layout.final_norm_weights is not None
     norm = layout.final_norm
     lengths = [len(p) for p in prefixes]
@@ -93,15 +110,15 @@ def _target(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
         loss = loss + torch.logsumexp(z[-1], dim=0)
     known = torch.autograd.grad(loss / count, [weight, bias])
     observed = [gradients[name].detach() for name in layout.final_norm_weights]
-    target = torch.cat([(k.detach() - o.to(k.device)).to(torch.float64).cpu() * count
-                        for k, o in zip(known, observed, strict=True)])
+    known_part = torch.cat([k.detach().to(torch.float64).cpu() * count for k in known])
+    observed_part = torch.cat([o.to(torch.float64).cpu() * count for o in observed])
     u = captured[0].to(torch.float64).cpu()
     eps = float(getattr(norm, "eps", 1e-5))
     normalised = []
     for row, n in enumerate(lengths):
         v = u[row, n - 1]
         normalised.append((v - v.mean()) / torch.sqrt(v.var(unbiased=False) + eps))
-    return target, normalised
+    return known_part, observed_part, normalised
 
 
 def _feature(row: torch.Tensor, normalised: torch.Tensor) -> torch.Tensor:
