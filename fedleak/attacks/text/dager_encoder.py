@@ -1,4 +1,4 @@
-"""DAGER's search for encoders (Petrov et al. 2024, Sec. 4.3), by local search.
+"""DAGER's search for encoders (Petrov et al. 2024), by local search.
 
 In an encoder every position sees the whole sentence, so the second span's input
 ``h_j(s)`` of a candidate sentence ``s`` is known only once all of ``s`` is fixed: no greedy
