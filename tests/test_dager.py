@@ -60,6 +60,28 @@ def test_dager_recovers_a_decoder_batch_exactly(count: int, length: int) -> None
     assert result.evaluations > 0
 
 
+def test_dager_recovers_a_padded_decoder_batch_of_several_lengths() -> None:
+    """Padding has no δ: each sentence ends where no extension passes; the last tokens of
+    sentences of different lengths come from the final LayerNorm's gradient together."""
+    model = tm.gpt2(hidden=64)
+    rows = [tm.sentences(1, length, start=5 + 11 * k)[0].tolist() + [tm.PAD] * (9 - length)
+            for k, length in enumerate((9, 7, 5, 7))]
+    ids = torch.tensor(rows)
+    result = dager(model, tm.gradients(model, ids, mask=(ids != tm.PAD).long()), 4)
+    assert sorted(result.sentences) == sorted([t for t in r if t != tm.PAD] for r in rows)
+    assert all(result.certified)
+
+
+def test_dager_reads_one_local_step_as_a_gradient() -> None:
+    """A FedAvg delta of one step is −τ∇L: the spans are the same; the last tokens' fit finds
+    the scale τ."""
+    model = tm.gpt2(hidden=64)
+    ids = tm.sentences(3, 8, start=30)
+    step = {k: 0.05 * v for k, v in tm.gradients(model, ids).items()}
+    result = dager(model, step, 3)
+    assert sorted(result.sentences) == sorted(ids.tolist()) and all(result.certified)
+
+
 def test_dager_recovers_a_decoder_classifier_batch_exactly() -> None:
     """A pooled classifier's last token has a δ: it is found by the span check itself."""
     model = tm.gpt2(hidden=64, classifier=True)
@@ -78,6 +100,21 @@ def test_dager_recovers_an_encoder_batch_exactly(count: int, length: int) -> Non
     assert sorted(result.sentences) == sorted(ids.tolist())
     assert all(result.certified)
     assert all(score < 1e-4 for score in result.scores)
+
+
+def test_dager_recovers_an_encoder_batch_of_several_lengths() -> None:
+    """Sentences ending with [SEP] at different places, padded: the lengths are searched."""
+    model = tm.bert(hidden=64)
+    rows = []
+    for k, length in enumerate((8, 6, 4)):
+        row = tm.with_markers(tm.sentences(1, length, start=10 + 9 * k))[0].tolist()
+        rows.append(row + [tm.PAD] * (10 - len(row)))
+    ids = torch.tensor(rows)
+    mask = (ids != tm.PAD).long()
+    grads = tm.gradients(model, ids, torch.tensor([0, 1, 0]), mask)
+    result = dager(model, grads, 3, DagerConfig(end_token=tm.SEP, max_length=10))
+    truth = [[t for t in row if t != tm.PAD] for row in rows]
+    assert sorted(result.sentences) == sorted(truth)
 
 
 def test_dager_stops_where_the_batch_fills_the_hidden_size() -> None:

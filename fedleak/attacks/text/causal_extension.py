@@ -1,6 +1,6 @@
 """The second span's input at position i for every one-token extension of causal prefixes.
 
-DAGER's decoder search (Petrov et al. 2024, Sec. 4.2) extends each recovered prefix
+DAGER's decoder search (Petrov et al. 2024) extends each recovered prefix
 ``x_{<i}`` by every token c of the position's candidate set and keeps the extensions whose
 second-layer input at position i, ``h_i(x_{<i} c)``, lies in the span. In a causal model
 ``h_i`` depends on the prefix only through the first layer's keys and values at positions < i,

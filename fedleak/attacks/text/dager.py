@@ -3,18 +3,19 @@ Language Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactl
 FedSGD gradient of a transformer.
 
 **The rank condition.** A linear layer ``Z = X W`` over the b = B·T token vectors of a batch
-has ``∇_W L = Xᵀ ∂L/∂Z`` (eq. 2): rank ≤ b, and when ``b < d`` (the layer's input width) and
-``∂L/∂Z`` has rank b, ``colspan ∇_W L = span{x_t}`` (Theorem 3.2). So, with ``U_r`` the basis of
-the gradient's r leading singular vectors, ``d(x) = ‖x̂ − U_r U_rᵀ x̂‖`` is 0 for the layer's
-inputs and about ``√(1 − r/d)`` for anything else (:mod:`span_check`). DAGER is exact while the
-batch's distinct token vectors number fewer than d, i.e. ``B·T < d``; at ``B·T ≥ d`` the span
-is all of ℝᵈ and every token passes every check: the attack stops, and says so.
+has ``∇_W L = Xᵀ ∂L/∂Z``: rank ≤ b (the paper's low-rank lemma), and when ``b < d`` (the
+layer's input width) and ``∂L/∂Z`` has rank b, ``colspan ∇_W L = span{x_t}`` (its span
+theorem). So, with ``U_r`` the basis of the gradient's r leading singular vectors,
+``d(x) = ‖x̂ − U_r U_rᵀ x̂‖`` is 0 for the layer's inputs and about ``√(1 − r/d)`` for anything
+else (:mod:`span_check`). DAGER is exact while the batch's distinct token vectors number fewer
+than d, i.e. ``B·T < d``; at ``B·T ≥ d`` the span is all of ℝᵈ and every token passes every
+check: the attack stops, and says so.
 
 **Two spans.** (1) The first attention's Q/K/V input at position i is a function of the token
 v there and i alone, ``x = LN(E_v + P_i)``, so the check filters the whole vocabulary position
-by position (Sec. 4.1, the token filter, threshold ``τ₁``). (2) A second layer's input depends
+by position (the token filter, threshold ``τ₁``). (2) A second layer's input depends
 on the sentence around the token (a decoder: its prefix; an encoder: all of it), so whole
-(partial) sentences are checked (Sec. 4.2, threshold ``τ₂``). Decoders are searched greedily,
+(partial) sentences are checked (threshold ``τ₂``). Decoders are searched greedily,
 position by position (:mod:`dager_decoder`); encoders by a search over the filtered tokens of
 every position (:mod:`dager_encoder`). A causal language model's last token of each sentence
 has no loss after it, so its δ is zero and it is in no span: it is read from the final
@@ -51,7 +52,7 @@ VOCAB_CHUNK = 8192
 
 def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
                      threshold: float, cap: int) -> tuple[torch.Tensor, bool]:
-    """The token filter at ``position`` (Sec. 4.1): every vocabulary id v whose first-layer
+    """The token filter at ``position``: every vocabulary id v whose first-layer
     input ``x(v, position)`` has span distance below ``threshold``, nearest first, at most
     ``cap`` of them; and whether the cap cut some."""
     distances = []

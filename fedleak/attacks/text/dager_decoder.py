@@ -1,4 +1,4 @@
-"""DAGER's greedy search for decoders (Petrov et al. 2024, Sec. 4.2, Algorithm 1).
+"""DAGER's greedy search for decoders (Petrov et al. 2024).
 
 In a causal model the second span's input at position i, ``h_i(x_{≤i})``, depends on the
 prefix only. Starting from the empty prefix, every live prefix ``x_{<i}`` is extended by every

@@ -1,4 +1,4 @@
-"""DAGER's search for encoders (Petrov et al. 2024, Sec. 4.3), by local search.
+"""DAGER's search for encoders (Petrov et al. 2024), by local search.
 
 In an encoder every position sees the whole sentence, so the second span's input
 ``h_j(s)`` of a candidate sentence ``s`` is known only once all of ``s`` is fixed: no greedy
@@ -25,10 +25,16 @@ small that their direction drowns in the gradient's rounding noise, and their di
 near 10⁻²; a wrong token moves the context of every position). Each start draws its tokens
 from those no certified sentence holds (so it lands on a new sentence); a start that ends
 uncertified is a failed start.
-Sentences end with ``end_token`` ([SEP]) where it passes the token filter; the longest lengths
-are searched first, and the search stops at ``batch_size`` certified sentences, after
-``restarts`` failed starts in a row at every length, or at ``max_evaluations`` sentence
-evaluations.
+**Lengths.** A sentence either fills every position or ends with ``end_token`` ([SEP]) where
+that token passes the token filter (then padding, which has no δ). At random initialisation the
+filter passes [SEP] nearly everywhere, so the length is searched too: a start takes a random
+allowed length (the first start the longest), descends, and then tries its content at every
+allowed length (cut, or continued with the content it had or random candidates); it descends
+again at a length that fits better. A descent that sticks above τ₂ is kicked: the
+worse-fitting half of its positions (largest distance) is redrawn and the descent repeated,
+kept when it ends lower (iterated local search), ``KICKS`` times. The search stops at
+``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
+``max_evaluations`` sentence evaluations.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ CHUNK = 256
 WIDEN = 4
 #: and then every move, when the sentence's certificate is within POLISH·τ₂
 POLISH = 10.0
+#: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
+KICKS = 3
 
 
 class _Objective:
@@ -79,6 +87,44 @@ class _Objective:
         return grad[0].detach().to(torch.float64).cpu()
 
 
+class _Shapes:
+    """The sentence shapes the token filter allows: a length ℓ, ending with ``end`` at ℓ − 1
+    (a text shorter than the batch's length) or filling every position without it; and each
+    shape's candidate sets."""
+
+    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
+        self.candidates, self.end = candidates, end
+        self.options: list[tuple[int, bool]] = []
+        if full or end is None:
+            self.options.append((len(candidates), False))
+        if end is not None:
+            self.options += [(i + 1, True) for i, c in enumerate(candidates)
+                             if i > 0 and bool((c == end).any())]
+        self.options = sorted((o for o in self.options
+                               if all(c.numel() for c in self.sets(*o))), reverse=True)
+
+    def sets(self, length: int, ends: bool) -> list[torch.Tensor]:
+        content = [c if self.end is None else c[c != self.end]
+                   for c in self.candidates[:length]]
+        if ends and self.end is not None:
+            content[-1] = torch.tensor([self.end])
+        return content
+
+    def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
+        """The sentence at every allowed shape: its content cut, or continued from ``filler``
+        (a longer content seen before, or random candidates)."""
+        ends = self.end is not None and int(sentence[-1]) == self.end
+        content = sentence[:-1] if ends else sentence
+        out = []
+        for length, closed in self.options:
+            body = length - 1 if closed else length
+            tokens = torch.cat([content[:body], filler[content.numel():body]])
+            if closed:
+                tokens = torch.cat([tokens, torch.tensor([int(self.end or 0)])])
+            out.append(tokens)
+        return out
+
+
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
                    gradients: Mapping[str, torch.Tensor]) -> None:
@@ -86,27 +132,22 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     del gradients
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
+    full = config.max_length is None or len(candidates) >= config.max_length
+    shapes = _Shapes(candidates, config.end_token, full)
     found: list[tuple[list[int], float]] = []
-    for end in _ends(candidates, config.end_token):
-        sets = [c for c in candidates[:end + 1]]
-        if config.end_token is not None:
-            sets = [c[c != config.end_token] for c in sets[:-1]] + \
-                [torch.tensor([config.end_token])]
-        if any(s.numel() == 0 for s in sets):
-            continue
-        failures = 0
-        while len(found) < batch_size and failures < config.restarts and not work.exhausted:
-            start = _start(sets, [s for s, _ in found if len(s) == end + 1], generator)
-            sentence, score = _descend(objective, sets, start, config.screen,
-                                       config.l2_threshold)
-            tokens = sentence.tolist()
-            if score < config.l2_threshold and all(tokens != s for s, _ in found):
-                found.append((tokens, score))
-                failures = 0
-            else:
-                failures += 1
-        if len(found) >= batch_size or work.exhausted:
-            break
+    failures = 0
+    while len(found) < batch_size and failures < config.restarts and not work.exhausted \
+            and shapes.options:
+        pick = int(torch.randint(len(shapes.options), (1,), generator=generator))
+        length, ends = shapes.options[0 if not found and failures == 0 else pick]
+        start = _start(shapes.sets(length, ends), [s for s, _ in found], generator)
+        sentence, score = _search(objective, shapes, start, config, generator)
+        tokens = sentence.tolist()
+        if score < config.l2_threshold and all(tokens != s for s, _ in found):
+            found.append((tokens, score))
+            failures = 0
+        else:
+            failures += 1
     result.sentences = [s for s, _ in found]
     result.scores = [score for _, score in found]
     result.certified = [True] * len(found)
@@ -116,12 +157,51 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
                                "max_evaluations)")
 
 
-def _ends(candidates: list[torch.Tensor], end_token: int | None) -> list[int]:
-    """The last positions sentences may end at, longest first."""
-    if end_token is None:
-        return [len(candidates) - 1]
-    ends = [i for i, c in enumerate(candidates) if bool((c == end_token).any())]
-    return sorted(ends, reverse=True)
+def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
+            config: DagerConfig, generator: torch.Generator) -> tuple[torch.Tensor, float]:
+    """Descend at the sentence's shape, then move it to the allowed shape whose sentence fits
+    best (its content cut or continued), and descend again while the shape changes."""
+    pools = [c if c.numel() else raw for c, raw in
+             zip(shapes.sets(len(shapes.candidates), False), shapes.candidates, strict=True)]
+    filler = torch.stack([c[int(torch.randint(len(c), (1,), generator=generator))]
+                          for c in pools])
+    score = float("inf")
+    for _ in range(len(shapes.options) + 1):
+        ends = shapes.end is not None and int(sentence[-1]) == shapes.end
+        sets = shapes.sets(sentence.numel(), ends)
+        sentence, score = _descend(objective, sets, sentence, config.screen,
+                                   config.l2_threshold)
+        for _ in range(KICKS):
+            if score < config.l2_threshold or objective.work.exhausted:
+                break
+            fit = objective.distances(sentence[None])[0]
+            kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
+                                                                  generator),
+                                            config.screen, config.l2_threshold)
+            if kicked_score < score:
+                sentence, score = kicked, kicked_score
+        if score < config.l2_threshold or len(shapes.options) < 2:
+            break
+        content = sentence[:-1] if ends else sentence
+        filler = torch.cat([content, filler[content.numel():]])
+        variants = shapes.reshaped(sentence, filler)
+        values = [float(objective.distances(v[None])[0].mean()) for v in variants]
+        best = variants[min(range(len(values)), key=values.__getitem__)]
+        if best.numel() == sentence.numel() and bool((best == sentence).all()):
+            break
+        sentence = best
+    return sentence, score
+
+
+def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
+          generator: torch.Generator) -> torch.Tensor:
+    """The sentence with the worse-fitting half of its positions (largest span distance)
+    redrawn at random: a stuck mixture keeps the tokens of the sentence it leans to."""
+    kicked = sentence.clone()
+    for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
+        options = sets[j]
+        kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
+    return kicked
 
 
 def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator
@@ -133,8 +213,9 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
     anywhere = {t for s in found for t in s}
     tokens = []
     for j, options in enumerate(sets):
+        here = {s[j] for s in found if j < len(s)}
         pool = [int(t) for t in options if int(t) not in anywhere] or \
-            [int(t) for t in options if int(t) not in {s[j] for s in found}] or options.tolist()
+            [int(t) for t in options if int(t) not in here] or options.tolist()
         tokens.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
     return torch.tensor(tokens)
 

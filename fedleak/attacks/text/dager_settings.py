@@ -24,7 +24,7 @@ class DagerConfig:
     max_prefixes: int = 4096
     end_token: int | None = None
     max_evaluations: int = 2_000_000
-    restarts: int = 4
+    restarts: int = 8
     screen: int = 64
     ranks: tuple[int | None, int | None] = (None, None)
     seed: int = 0
@@ -44,8 +44,9 @@ class DagerConfig:
 @dataclass
 class DagerResult:
     """The recovered sentences (token ids, padding left out), each with its certificate:
-    ``certified[k]`` when every position of sentence k passed the second span check (an exact
-    recovery up to the check's threshold), ``scores[k]`` its largest span distance.
+    ``certified[k]`` when sentence k passed the second span check (an exact recovery up to the
+    check's threshold), ``scores[k]`` the distance certified: a decoder's largest along the
+    sentence, an encoder's median over its positions (:mod:`dager_encoder`).
     ``candidates`` is the token filter's count per position, ``ranks`` the two spans' ranks
     against ``hidden_size``; ``evaluations`` counts the (partial) sentences whose second-layer
     input was computed — the attack's work. ``truncated`` when a cap or budget cut the search

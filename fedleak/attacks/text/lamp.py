@@ -6,9 +6,9 @@ Both optimise continuous token embeddings ``x`` [B, T, d] so that the replayed u
 the observed one, then project each ``x_t`` to its nearest token (:mod:`text_matching`):
 
     TAG:   min_x  Σ_l ‖∇'_l − ∇_l‖₂ + α‖∇'_l − ∇_l‖₁                     (Adam on x)
-    LAMP:  min_x  L_rec(x) + α_reg (mean‖x_t‖ − mean‖E_v‖)²                 (eqs. 3–5)
+    LAMP:  min_x  L_rec(x) + α_reg (mean‖x_t‖ − mean‖E_v‖)²
 
-LAMP alternates every ``discrete_every`` continuous steps with a discrete step (Sec. 4.2):
+LAMP alternates every ``discrete_every`` continuous steps with a discrete step:
 ``discrete_candidates`` reorderings of one sentence each (:mod:`lamp_moves`), scored by
 ``L_rec + α_lm L_lm`` with ``L_lm`` a language-model prior (here :class:`~fedleak.attacks.text
 .bigram_prior.BigramPrior`, counted from public text; the paper uses GPT-2, which cannot be

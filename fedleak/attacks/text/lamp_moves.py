@@ -1,4 +1,4 @@
-"""LAMP's discrete steps (Balunović et al. 2022, Sec. 4.2): candidate reorderings of one
+"""LAMP's discrete steps (Balunović et al. 2022): candidate reorderings of one
 sentence's embeddings, each scored by the gradient distance plus the language-model prior.
 
 A candidate permutes the free positions (unmasked, not a known token such as [CLS]) of one

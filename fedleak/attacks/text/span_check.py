@@ -1,14 +1,15 @@
 """DAGER's span check: is a vector one of a linear layer's inputs? (Petrov et al., "DAGER:
-Exact Gradient Inversion for Large Language Models", NeurIPS 2024, arXiv 2405.15586, Sec. 3).
+Exact Gradient Inversion for Large Language Models", NeurIPS 2024, arXiv 2405.15586).
 
 For a linear layer ``Z = X W`` applied to the b token vectors of a batch, ``X`` [b, n] (one row
 per token of every sentence; ``n`` the layer's input width), the weight gradient is
 
-    ∇_W L = Xᵀ ∂L/∂Z = Σ_t x_t δ_tᵀ                                     (paper, eq. 2)
+    ∇_W L = Xᵀ ∂L/∂Z = Σ_t x_t δ_tᵀ
 
-so its column space lies in ``span{x_t}`` and ``rank ∇_W L ≤ min(b, n, m)`` (Lemma 3.1).
-**Rank condition** (Theorem 3.2): when ``b < n`` and ``∂L/∂Z`` has rank b (generic; the rows
-of tokens whose δ_t is zero — padding, a causal model's last token — drop out of both sides),
+so its column space lies in ``span{x_t}`` and ``rank ∇_W L ≤ min(b, n, m)`` (the paper's
+low-rank lemma). **Rank condition** (its span theorem): when ``b < n`` and ``∂L/∂Z`` has rank b
+(generic; the rows of tokens whose δ_t is zero — padding, a causal model's last token — drop
+out of both sides),
 
     colspan(∇_W L) = span{x_t : δ_t ≠ 0},
 

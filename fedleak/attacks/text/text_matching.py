@@ -6,9 +6,9 @@ L(x, y)``; it is compared with the observed gradient ``∇`` parameter by parame
 
 * TAG (Deng et al., "TAG: Gradient Attack on Transformer-based Language Models", Findings of
   EMNLP 2021, arXiv 2103.06819): ``Σ_l ‖∇'_l − ∇_l‖₂ + α ‖∇'_l − ∇_l‖₁``;
-* LAMP's cosine (Balunović et al. 2022, eq. 3, after Geiping et al. 2020):
+* LAMP's cosine (Balunović et al. 2022, after Geiping et al. 2020):
   ``1 − ⟨∇', ∇⟩ / (‖∇'‖ ‖∇‖)`` over all parameters at once;
-* LAMP's regulariser (eq. 5): ``(mean_t ‖x_t‖ − mean_v ‖E_v‖)²``, which keeps the embeddings'
+* LAMP's regulariser: ``(mean_t ‖x_t‖ − mean_v ‖E_v‖)²``, which keeps the embeddings'
   lengths at the vocabulary's;
 * the projection: each ``x_t`` becomes the token of the nearest embedding row (Euclidean).
 """
