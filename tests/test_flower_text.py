@@ -32,6 +32,7 @@ def test_nodes_hold_whole_roles() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(900)  # Ray, two nodes and the attacks: minutes on a busy 2-core machine
 def test_a_text_federation_is_attacked_and_scored_on_its_nodes(tmp_path: Path) -> None:
     out = tmp_path / "sim"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
