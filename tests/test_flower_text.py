@@ -39,7 +39,7 @@ def test_a_text_federation_is_attacked_and_scored_on_its_nodes(tmp_path: Path) -
     result = subprocess.run(
         [sys.executable, "-m", "fedleak", "flower", "simulate", "--dataset", "shakespeare",
          "--model", MODEL, "--attack", "dager", "--nodes", "2", "--images", "2", "--rounds",
-         "1", "--allow-reveal", "--out", str(out)],
+         "1", "--lr", "1.0", "--allow-reveal", "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "2 node update(s) attacked: mean ROUGE-1 1.0, ROUGE-2 1.0" in result.stdout

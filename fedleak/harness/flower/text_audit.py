@@ -133,7 +133,9 @@ class TextLeakageAudit(LeakageAudit):
         metrics: dict[str, Any] = dict(answer.content.metric_records.get(SCORE_METRICS) or {})
         text = pb.TextScore(token_set_scored=True,
                             token_precision=float(metrics.get("token-precision", 0.0)),
-                            token_recall=float(metrics.get("token-recall", 0.0)))
+                            token_recall=float(metrics.get("token-recall", 0.0)),
+                            tokens_recovered=int(metrics.get("tokens-recovered", 0)),
+                            tokens_true=int(metrics.get("tokens-true", 0)))
         if "rouge1" in metrics:
             text.sequences_scored = True
             text.rouge1, text.rouge2 = float(metrics["rouge1"]), float(metrics["rouge2"])

@@ -152,7 +152,8 @@ def text_score(msg: Message, context: Context, data: TextDataset,
                                   for t in row})
     tokens = token_set_score(truth, [t for t in recovered if t not in tok.special_ids])
     metrics.update({"token-precision": precision.unit(tokens.precision),
-                    "token-recall": precision.unit(tokens.recall)})
+                    "token-recall": precision.unit(tokens.recall),
+                    "tokens-recovered": tokens.recovered, "tokens-true": tokens.true})
     out = RecordDict({SCORE_METRICS: MetricRecord(metrics)})
     if allow_reveal or context.node_config.get("fedleak-allow-reveal") is True:
         out[REVEALED] = record_of({"images": tensors(truth_record)["images"]})
