@@ -24,7 +24,7 @@ else
 	$(PIP) install -c constraints.txt 'torch==2.13.0+cpu' \
 	  || $(PIP) install -c constraints.txt --extra-index-url $(TORCH_CPU_INDEX) 'torch==2.13.0+cpu'
 endif
-	$(PIP) install -c constraints.txt -e '.[dev,flower,docs]'
+	$(PIP) install -c constraints.txt -e '.[dev,flower,docs,text]'
 	$(PIP) check
 	# PyPI's torchvision (a CUDA build) beside torch+cpu cannot `import torchvision` alone:
 	# a .pth installs fedleak's import hook in every Python of this venv (docs/flower.md)

@@ -62,7 +62,8 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "name": ("string", "names the run folder runs/sweep-NAME (one plain path component); "
                            "default: the spec file's stem"),
         "dataset": ("string", "data set by name: digits, faces, photos, cifar10, cifar100, "
-                              "imagefolder"),
+                              "imagefolder; text: shakespeare, textfile (docs/text.md)"),
+        "seq_len": ("integer ≥ 1", "text data sets: tokens per sequence T (default 32)"),
         "split": ("string", "the split the attacked images come from: train, test or all"),
         "data_root": ("string", "folder of the torchvision data sets (cifar10, cifar100, "
                                 "imagefolder)"),

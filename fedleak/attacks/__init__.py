@@ -28,6 +28,11 @@ from fedleak.attacks.attack_registry import (
 )
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.observation import Observation, Reconstruction
+from fedleak.attacks.text import (  # noqa: F401  (registers the text attacks)
+    dager_attack,
+    lamp_attack,
+    token_set,
+)
 
 __all__ = [
     "Attack",

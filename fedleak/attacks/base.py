@@ -19,12 +19,14 @@ import torch
 
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.release import ReleasedModel
+from fedleak.attacks.text.text_observation import TextObservation
 
 #: ``progress(iteration, total, objective)`` — called now and then while an attack runs.
 Progress = Callable[[int, int, float], None]
 
 #: Threat model name → the type of what the server holds in it.
-THREAT_MODELS: dict[str, type] = {"update": Observation, "release": ReleasedModel}
+THREAT_MODELS: dict[str, type] = {"update": Observation, "release": ReleasedModel,
+                                  "text-update": TextObservation}
 
 #: What the server may do, weakest first: send the real global model (``honest``, the
 #: honest-but-curious server), craft the *values* of θ it sends (``malicious-parameters``:
@@ -32,7 +34,7 @@ THREAT_MODELS: dict[str, type] = {"update": Observation, "release": ReleasedMode
 #: (``malicious-architecture``: an imprint block in front of the model).
 SERVER_ROLES = ("honest", "malicious-parameters", "malicious-architecture")
 
-Target = TypeVar("Target", Observation, ReleasedModel)
+Target = TypeVar("Target", Observation, ReleasedModel, TextObservation)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class Attack(ABC, Generic[Target]):
         if not isinstance(target, expected):
             raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) takes a "
                             f"target of type {expected.__name__}, got {type(target).__name__}")
-        if isinstance(target, Observation):
+        if isinstance(target, Observation | TextObservation):
             check_device(target, device)
 
     def recover_many(

@@ -69,7 +69,7 @@ class ModelSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., options: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DataSpec(_message.Message):
-    __slots__ = ("dataset", "shape", "num_classes", "mean", "std", "class_names", "split")
+    __slots__ = ("dataset", "shape", "num_classes", "mean", "std", "class_names", "split", "text")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class DataSpec(_message.Message):
     STD_FIELD_NUMBER: _ClassVar[int]
     CLASS_NAMES_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     num_classes: int
@@ -84,7 +85,44 @@ class DataSpec(_message.Message):
     std: _containers.RepeatedScalarFieldContainer[float]
     class_names: _containers.RepeatedScalarFieldContainer[str]
     split: str
-    def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ...) -> None: ...
+    text: TextSpec
+    def __init__(self, dataset: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., mean: _Optional[_Iterable[float]] = ..., std: _Optional[_Iterable[float]] = ..., class_names: _Optional[_Iterable[str]] = ..., split: _Optional[str] = ..., text: _Optional[_Union[TextSpec, _Mapping]] = ...) -> None: ...
+
+class TextSpec(_message.Message):
+    __slots__ = ("seq_len", "vocab_size", "task", "architecture", "pad_id", "start_id", "end_id", "special_ids", "tokenizer", "tokenizer_sha256", "tokenizer_json", "model_config", "embedding", "tied_head", "lora", "secrets")
+    SEQ_LEN_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    PAD_ID_FIELD_NUMBER: _ClassVar[int]
+    START_ID_FIELD_NUMBER: _ClassVar[int]
+    END_ID_FIELD_NUMBER: _ClassVar[int]
+    SPECIAL_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_SHA256_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_JSON_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    TIED_HEAD_FIELD_NUMBER: _ClassVar[int]
+    LORA_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    seq_len: int
+    vocab_size: int
+    task: str
+    architecture: str
+    pad_id: int
+    start_id: int
+    end_id: int
+    special_ids: _containers.RepeatedScalarFieldContainer[int]
+    tokenizer: str
+    tokenizer_sha256: str
+    tokenizer_json: str
+    model_config: str
+    embedding: str
+    tied_head: bool
+    lora: bool
+    secrets: int
+    def __init__(self, seq_len: _Optional[int] = ..., vocab_size: _Optional[int] = ..., task: _Optional[str] = ..., architecture: _Optional[str] = ..., pad_id: _Optional[int] = ..., start_id: _Optional[int] = ..., end_id: _Optional[int] = ..., special_ids: _Optional[_Iterable[int]] = ..., tokenizer: _Optional[str] = ..., tokenizer_sha256: _Optional[str] = ..., tokenizer_json: _Optional[str] = ..., model_config: _Optional[str] = ..., embedding: _Optional[str] = ..., tied_head: _Optional[bool] = ..., lora: _Optional[bool] = ..., secrets: _Optional[int] = ...) -> None: ...
 
 class ProtocolSpec(_message.Message):
     __slots__ = ("kind", "num_images", "local_epochs", "batch_size", "learning_rate", "batchnorm", "momentum", "weight_decay", "nesterov", "shuffle")
@@ -289,7 +327,7 @@ class ComputeUpdateResponse(_message.Message):
     def __init__(self, round_id: _Optional[str] = ..., update: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., update_kind: _Optional[str] = ..., protocol: _Optional[_Union[ProtocolSpec, _Mapping]] = ..., num_images: _Optional[int] = ..., local_steps: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., buffers: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim", "padding")
+    __slots__ = ("round_id", "images", "labels", "user_ids", "features", "feature_layer", "recovered_ssim", "padding", "tokens", "token_set", "token_counts")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +336,9 @@ class ScoreRequest(_message.Message):
     FEATURE_LAYER_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_SSIM_FIELD_NUMBER: _ClassVar[int]
     PADDING_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SET_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     images: Tensor
     labels: _containers.RepeatedScalarFieldContainer[int]
@@ -306,7 +347,66 @@ class ScoreRequest(_message.Message):
     feature_layer: str
     recovered_ssim: float
     padding: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ..., recovered_ssim: _Optional[float] = ..., padding: _Optional[_Iterable[int]] = ...) -> None: ...
+    tokens: Tensor
+    token_set: _containers.RepeatedScalarFieldContainer[int]
+    token_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, round_id: _Optional[str] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., labels: _Optional[_Iterable[int]] = ..., user_ids: _Optional[_Iterable[int]] = ..., features: _Optional[_Union[Tensor, _Mapping]] = ..., feature_layer: _Optional[str] = ..., recovered_ssim: _Optional[float] = ..., padding: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Union[Tensor, _Mapping]] = ..., token_set: _Optional[_Iterable[int]] = ..., token_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SentenceScore(_message.Message):
+    __slots__ = ("index", "matched_index", "rouge1", "rouge2", "rouge_l", "exact", "padding")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ROUGE1_FIELD_NUMBER: _ClassVar[int]
+    ROUGE2_FIELD_NUMBER: _ClassVar[int]
+    ROUGE_L_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    matched_index: int
+    rouge1: float
+    rouge2: float
+    rouge_l: float
+    exact: bool
+    padding: bool
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., rouge1: _Optional[float] = ..., rouge2: _Optional[float] = ..., rouge_l: _Optional[float] = ..., exact: _Optional[bool] = ..., padding: _Optional[bool] = ...) -> None: ...
+
+class TextScore(_message.Message):
+    __slots__ = ("sequences_scored", "rouge1", "rouge2", "rouge_l", "exact", "sentences", "sentence_scores", "token_set_scored", "token_precision", "token_recall", "tokens_recovered", "tokens_true", "counts_scored", "count_precision", "count_recall", "secrets", "secrets_recovered")
+    SEQUENCES_SCORED_FIELD_NUMBER: _ClassVar[int]
+    ROUGE1_FIELD_NUMBER: _ClassVar[int]
+    ROUGE2_FIELD_NUMBER: _ClassVar[int]
+    ROUGE_L_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    SENTENCES_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_SCORES_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SET_SCORED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_PRECISION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_RECALL_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_TRUE_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_SCORED_FIELD_NUMBER: _ClassVar[int]
+    COUNT_PRECISION_FIELD_NUMBER: _ClassVar[int]
+    COUNT_RECALL_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    sequences_scored: bool
+    rouge1: float
+    rouge2: float
+    rouge_l: float
+    exact: int
+    sentences: int
+    sentence_scores: _containers.RepeatedCompositeFieldContainer[SentenceScore]
+    token_set_scored: bool
+    token_precision: float
+    token_recall: float
+    tokens_recovered: int
+    tokens_true: int
+    counts_scored: bool
+    count_precision: float
+    count_recall: float
+    secrets: int
+    secrets_recovered: int
+    def __init__(self, sequences_scored: _Optional[bool] = ..., rouge1: _Optional[float] = ..., rouge2: _Optional[float] = ..., rouge_l: _Optional[float] = ..., exact: _Optional[int] = ..., sentences: _Optional[int] = ..., sentence_scores: _Optional[_Iterable[_Union[SentenceScore, _Mapping]]] = ..., token_set_scored: _Optional[bool] = ..., token_precision: _Optional[float] = ..., token_recall: _Optional[float] = ..., tokens_recovered: _Optional[int] = ..., tokens_true: _Optional[int] = ..., counts_scored: _Optional[bool] = ..., count_precision: _Optional[float] = ..., count_recall: _Optional[float] = ..., secrets: _Optional[int] = ..., secrets_recovered: _Optional[int] = ...) -> None: ...
 
 class FeatureScore(_message.Message):
     __slots__ = ("index", "matched_index", "cosine", "relative_error")
@@ -347,7 +447,7 @@ class ImageScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ..., padding: _Optional[bool] = ..., exact: _Optional[bool] = ..., exact_index: _Optional[int] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling", "exact", "exact_psnr", "best_psnr", "best_scored", "successes", "success_psnr")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling", "exact", "exact_psnr", "best_psnr", "best_scored", "successes", "success_psnr", "text")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +469,7 @@ class ScoreResponse(_message.Message):
     BEST_SCORED_FIELD_NUMBER: _ClassVar[int]
     SUCCESSES_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_PSNR_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -390,7 +491,8 @@ class ScoreResponse(_message.Message):
     best_scored: bool
     successes: int
     success_psnr: float
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ..., exact: _Optional[int] = ..., exact_psnr: _Optional[float] = ..., best_psnr: _Optional[float] = ..., best_scored: _Optional[bool] = ..., successes: _Optional[int] = ..., success_psnr: _Optional[float] = ...) -> None: ...
+    text: TextScore
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ..., exact: _Optional[int] = ..., exact_psnr: _Optional[float] = ..., best_psnr: _Optional[float] = ..., best_scored: _Optional[bool] = ..., successes: _Optional[int] = ..., success_psnr: _Optional[float] = ..., text: _Optional[_Union[TextScore, _Mapping]] = ...) -> None: ...
 
 class BeginInformedTrialRequest(_message.Message):
     __slots__ = ("parameters", "buffers")

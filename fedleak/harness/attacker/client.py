@@ -189,6 +189,19 @@ class VictimClient:
             request.features.CopyFrom(encode_tensor(features.float(), "features"))
         return self._call("Score", request, scored=True)
 
+    def score_text(self, round_id: str, tokens: torch.Tensor | None,
+                   token_set: list[int] | None = None, token_counts: list[int] | None = None,
+                   padding: list[int] | None = None, user_ids: list[int] | None = None
+                   ) -> pb.ScoreResponse:
+        """Score recovered sentences (token ids ``[m, L]``, -1 after a sentence's end) and/or
+        a recovered token set (with counts) of a text round; the answer's ``text``."""
+        request = pb.ScoreRequest(round_id=round_id, token_set=token_set or [],
+                                  token_counts=token_counts or [], padding=padding or [],
+                                  user_ids=user_ids or [])
+        if tokens is not None:
+            request.tokens.CopyFrom(encode_tensor(tokens.to(torch.int64), "tokens"))
+        return self._call("Score", request, scored=True)
+
     def begin_secagg(
         self,
         parameters: Mapping[str, torch.Tensor],

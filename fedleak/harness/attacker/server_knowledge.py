@@ -16,7 +16,13 @@ from torch import nn
 
 from fedleak.attacks.malicious import ServerKnowledge
 from fedleak.harness.attacker.client import VictimError
-from fedleak.harness.zoo.datasets import DatasetError, DatasetInfo, load_dataset, normalize
+from fedleak.harness.zoo.datasets import (
+    DatasetError,
+    DatasetInfo,
+    image_shape,
+    load_dataset,
+    normalize,
+)
 from fedleak.v1 import victim_pb2 as pb
 
 BUNDLED = ("digits", "faces", "photos")
@@ -60,7 +66,7 @@ def server_knowledge(
     pool_per_user = max(described.num_private_images // max(users, 1), 1)
     return ServerKnowledge(
         model=model, parameters=parameters, buffers=buffers, public_images=images,
-        public_source=source, image_shape=info.shape, num_classes=info.num_classes,
+        public_source=source, image_shape=image_shape(info), num_classes=info.num_classes,
         update_kind=update_kind, images_per_user=images_per_user, users=users,
         same_data_each_round=pool_per_user <= images_per_user,
     ), warning

@@ -42,17 +42,22 @@ def list_names() -> None:
     from fedleak.attacks import attack_class, attack_names
     from fedleak.harness.zoo.datasets import DATASET_NAMES
     from fedleak.harness.zoo.models import model_names, model_options
+    from fedleak.harness.zoo.text_corpus import TEXT_CORPORA
+    from fedleak.harness.zoo.text_models import TEXT_MODELS, text_model_options
 
-    click.echo("data sets: " + ", ".join(DATASET_NAMES))
+    click.echo("data sets: " + ", ".join(DATASET_NAMES) + "; text: " + ", ".join(TEXT_CORPORA))
     click.echo("models (--model NAME[:key=value,...]):")
     for name in model_names():
         options = model_options(name)
         click.echo(f"  {name}" + (f"  options: {', '.join(options)}" if options else ""))
+    for name in TEXT_MODELS:
+        click.echo(f"  {name} (text)  options: {', '.join(text_model_options(name))}")
     click.echo("attacks [threat model] (options: `fedleak attack --help`):")
     for name in attack_names():
         cls = attack_class(name)
         role = getattr(cls, "server_role", "honest")
-        what = "released model" if cls.threat_model == "release" else "updates"
+        what = {"release": "released model", "text-update": "text updates"}.get(
+            cls.threat_model, "updates")
         click.echo(f"  {name} [{role} server, {what}]")
     click.echo("defenses (--defense NAME:key=value,...):")
     from fedleak.defenses import DEFENSES, defense_names

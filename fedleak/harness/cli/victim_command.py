@@ -28,6 +28,7 @@ from fedleak.harness.cli.options import (
     protocol_options,
     token_options,
 )
+from fedleak.harness.cli.text_options import DEFAULT_SEQ_LEN, TextOptions, text_options
 
 #: Default of --image-score-budget (fedleak.harness.victim.score_budget.DEFAULT_IMAGE_BUDGET; a
 #: literal here so the CLI starts without importing the victim).
@@ -61,14 +62,16 @@ def victim() -> None:
                    "the data, model, protocol and defense options below.")
 @click.option("--dataset", default="photos", show_default=True,
               help="Private data: digits, faces, photos (bundled) or cifar10, cifar100, "
-                   "imagefolder (under --data-root).")
+                   "imagefolder (under --data-root); text: shakespeare (bundled) or textfile "
+                   "(--data-root FILE or folder of .txt), with a text model (gpt2, bert, hf).")
 @click.option("--split", default="train", show_default=True, help="train, test or all.")
 @click.option("--images", default=None,
               help="Restrict the private pool to these indices of the split, e.g. 0-3,7.")
 @click.option("--shuffle/--no-shuffle", default=False, show_default=True,
               help="Shuffle the private pool with --seed.")
-@click.option("--data-root", type=click.Path(file_okay=False), default=None,
-              help="Folder holding cifar10/cifar100/imagefolder data.")
+@click.option("--data-root", type=click.Path(), default=None,
+              help="Folder holding cifar10/cifar100/imagefolder data; textfile: a .txt file "
+                   "or a folder of them.")
 @click.option("--image-size", type=click.IntRange(8), default=None,
               help="imagefolder: resize and centre-crop your images to N×N (e.g. 224) "
                    "instead of 32×32.")
@@ -87,6 +90,7 @@ def victim() -> None:
               help="Private images per round (n).")
 @click.option("--seed", default=0, show_default=True, help="Seeds model init and shuffling.")
 @protocol_options(victim=True)
+@text_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind; 0 picks a free one (the bound address is printed).")
@@ -203,8 +207,8 @@ def victim_serve(
     ctx: click.Context, settings_file: str | None, dataset: str, split: str,
     images: str | None, shuffle: bool, data_root: str | None, image_size: int | None,
     normalization: str | None, download: bool, model: str,
-    checkpoint: str | None, batch_size: int, seed: int,
-    protocol: ProtocolOptions, host: str,
+    checkpoint: str | None, batch_size: int, seed: int, protocol: ProtocolOptions,
+    text: TextOptions, host: str,
     port: int, tokens: TokenOptions, return_buffers: str, allow_reveal: bool,
     allow_audit: bool, audit_budget: int, max_audit_trials: int, max_message_mb: int | None,
     request_memory_mb: int | None, max_calls_per_peer: int, max_connections_per_peer: int,
@@ -246,7 +250,7 @@ def victim_serve(
             max_local_epochs=max_local_epochs, max_local_steps=max_local_steps, max_lr=max_lr,
             secagg_memory_mb=secagg_memory_mb, feature_memory_mb=feature_memory_mb,
             release_memory_mb=release_memory_mb, audit_budget=audit_budget,
-            max_audit_trials=max_audit_trials)
+            max_audit_trials=max_audit_trials, text=text)
     except (ValueError, SetupError) as err:  # ProtocolError, ReleaseSettings, SetupError
         raise click.UsageError(str(err)) from None
     check_device(settings.device)  # --device cuda on a torch without CUDA: a usage error
@@ -284,7 +288,8 @@ def victim_serve(
         click.echo(warning, err=True)
     chain = v.config.defenses
     click.echo(f"fedleak victim listening on {host_port(host, bound)} "
-               f"({v.info.name}, {len(v.data.labels)} private images, {v.config.model}, "
+               f"({v.info.name}, {len(v.data.labels)} private "
+               f"{'images' if v.info.mean else 'sentences'}, {v.config.model}, "
                f"{settings.protocol.kind}, n={v.config.num_images}, defenses: "
                f"{', '.join(d.name for d in chain.defenses) or 'none'})", err=False)
     sys.stdout.flush()
@@ -365,6 +370,7 @@ def victim_settings(
     image_score_budget: int, max_local_epochs: int, max_local_steps: int, max_lr: float,
     secagg_memory_mb: int, feature_memory_mb: int, release_memory_mb: int,
     audit_budget: int = DEFAULT_AUDIT_BUDGET, max_audit_trials: int = DEFAULT_MAX_AUDIT_TRIALS,
+    text: TextOptions | None = None,
 ) -> Any:
     """The victim the command-line options describe."""
     from fedleak.harness.federated.protocol import Protocol
@@ -372,7 +378,9 @@ def victim_settings(
     from fedleak.harness.victim.model_release import ReleaseSettings
     from fedleak.harness.victim.victim_settings import VictimSettings
 
+    text = text or TextOptions(DEFAULT_SEQ_LEN, None, 0)
     return VictimSettings(
+        seq_len=text.seq_len, tokenizer=text.tokenizer, canaries=text.canaries,
         dataset=dataset, model=model, split=split, images=images,
         shuffle=shuffle, data_root=data_root, download=download,
         checkpoint=checkpoint, batch_size=batch_size, seed=seed,

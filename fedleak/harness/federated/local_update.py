@@ -165,7 +165,9 @@ def _gradient(
 ) -> list[torch.Tensor]:
     logits = functional_call(model, {**params, **buffers}, (images,))
     loss = user_loss(logits, labels)
-    return list(torch.autograd.grad(loss, list(params.values()), create_graph=create_graph))
+    # allow_unused: a text replay from embeddings never looks its token embedding up (zero)
+    return list(torch.autograd.grad(loss, list(params.values()), create_graph=create_graph,
+                                    allow_unused=True, materialize_grads=True))
 
 
 def _functional_gradient(

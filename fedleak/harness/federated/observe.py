@@ -30,7 +30,7 @@ from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.local_update import UpdateSimulator
 from fedleak.harness.federated.protocol import FEDAVG, Protocol
-from fedleak.harness.zoo.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.datasets import DatasetInfo, image_shape, normalize
 
 
 def observe(
@@ -113,7 +113,7 @@ def observation_from_update(
         update=[u.to(device) for u in update],
         update_kind=update_kind or protocol.update_kind(),
         num_images=num_images,
-        image_shape=info.shape,
+        image_shape=image_shape(info),
         num_classes=info.num_classes,
         mean=info.mean,
         std=info.std,

@@ -105,7 +105,7 @@ def train(
     buffers = {k: b.clone() for k, b in buffers.items()}  # local training moves them
     protocol = procedure.protocol
     generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
-    x = normalize(images.float(), info)
+    x = normalize(images.float() if images.is_floating_point() else images, info)  # text: ids
     update, metadata = defended_update(model, params, buffers, x, labels, protocol, chain,
                                        generator)
     new_state = {**state_carrying(state, update, list(params), protocol), **buffers}
@@ -123,14 +123,17 @@ def train(
 
 def remember_batch(context: Context, server_round: int, images: torch.Tensor,
                    labels: torch.Tensor) -> None:
-    """Keep this round's batch (images on [0, 1], labels) in the node's state for scoring,
+    """Keep this round's batch (images on [0, 1], labels; text: token ids) in the node's state
+    for scoring,
     beside the batches of the node's last ``fedleak-keep-rounds`` (node config, default
     :data:`KEEP_ROUNDS`) rounds: the audit scores after the federation, not between rounds.
     Images that are whole multiples of 1/255 (8-bit data) are kept as uint8, exactly."""
-    pixels = images.detach().float().cpu()
-    levels = pixels * 255
-    if bool((levels - levels.round()).abs().max() <= 1e-3) if pixels.numel() else False:
-        pixels = levels.round().clamp(0, 255).to(torch.uint8)
+    pixels = images.detach().cpu()
+    if pixels.is_floating_point():  # token ids (text) are kept as they are
+        pixels = pixels.float()
+        levels = pixels * 255
+        if bool((levels - levels.round()).abs().max() <= 1e-3) if pixels.numel() else False:
+            pixels = levels.round().clamp(0, 255).to(torch.uint8)
     context.state[f"{TRUTH_RECORD}.{server_round}"] = record_of({"images": pixels,
                                                                  "labels": labels})
     kept = [r for r in held_rounds(context) if r != server_round] + [server_round]
@@ -150,7 +153,8 @@ def held_rounds(context: Context) -> list[int]:
 
 
 def held_batch(context: Context, server_round: int) -> dict[str, torch.Tensor] | None:
-    """Round ``server_round``'s batch (images float on [0, 1], labels), or None."""
+    """Round ``server_round``'s batch (images float on [0, 1], or token ids; labels), or
+    None."""
     record = context.state.get(f"{TRUTH_RECORD}.{server_round}")
     if not isinstance(record, ArrayRecord):
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedleak.harness.sweep.points import Point
+from fedleak.harness.victim.text_pool import is_text_dataset
 
 
 def checkpoint_path(point: Point, run_dir: Path) -> str | None:
@@ -38,6 +39,9 @@ def ensure_checkpoint(point: Point, run_dir: Path, echo: Callable[[str], Any] = 
 
     echo(f"training {point.model} on {point.dataset} for {point.train_epochs} epochs "
          f"(checkpoint for trained points)")
+    if is_text_dataset(point.dataset):
+        text_checkpoint(point, path, echo)
+        return
     train = load_dataset(point.dataset, "train", point.data_root)
     test = load_dataset(point.dataset, "test", point.data_root)
     torch.manual_seed(point.seed)
@@ -48,3 +52,28 @@ def ensure_checkpoint(point: Point, run_dir: Path, echo: Callable[[str], Any] = 
     torch.save({k: v.cpu() for k, v in model.state_dict().items()}, partial)
     partial.replace(path)
     echo(f"checkpoint {path}: test accuracy {result.test_accuracy:.1%}")
+
+
+def text_checkpoint(point: Point, path: str, echo: Callable[[str], Any]) -> None:
+    """Train a text point's model briefly on the train split (Adam, the user's loss)."""
+    import dataclasses
+
+    import torch
+
+    from fedleak.harness.federated.text_training import text_utility, train_text_model
+    from fedleak.harness.victim.text_pool import load_text_pool
+    from fedleak.harness.zoo.text_models import build_text_model
+
+    settings = point.victim_settings()
+    train = load_text_pool(dataclasses.replace(settings, split="train"))
+    test = load_text_pool(dataclasses.replace(settings, split="test"))
+    torch.manual_seed(point.seed)
+    model = build_text_model(point.model, train.info)
+    train_text_model(model, train, epochs=point.train_epochs, seed=point.seed)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(path + ".partial")
+    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, partial)
+    partial.replace(path)
+    score = text_utility(model, test.select(torch.arange(min(256, len(test)))))
+    echo(f"checkpoint {path}: test accuracy {score.accuracy:.1%}" + (
+        f", perplexity {score.perplexity:.1f}" if score.perplexity is not None else ""))

@@ -49,15 +49,17 @@ def positive_int(value: Any, where: str) -> int:
 
 def parse_dataset(name: Any) -> str:
     from fedleak.harness.zoo.datasets import DATASET_NAMES
+    from fedleak.harness.zoo.text_corpus import TEXT_CORPORA
 
-    if name not in DATASET_NAMES:
+    if name not in DATASET_NAMES + TEXT_CORPORA:
         raise SpecError(f"sweep.dataset: unknown data set {name!r}; choose one of "
-                        f"{', '.join(DATASET_NAMES)}")
+                        f"{', '.join(DATASET_NAMES + TEXT_CORPORA)}")
     return str(name)
 
 
 def parse_models(sweep: dict[str, Any]) -> list[str]:
     from fedleak.harness.zoo.models import ModelSpec, model_names
+    from fedleak.harness.zoo.text_models import TEXT_MODELS
 
     if "model" in sweep and "models" in sweep:
         raise SpecError("sweep: give model or models, not both")
@@ -69,9 +71,9 @@ def parse_models(sweep: dict[str, Any]) -> list[str]:
             spec = ModelSpec.parse(str(text))
         except ValueError as err:
             raise SpecError(f"sweep.models: {err}") from None
-        if spec.name not in model_names():
+        if spec.name not in model_names() + TEXT_MODELS:
             raise SpecError(f"sweep.models: unknown model {spec.name!r}; choose one of "
-                            f"{', '.join(model_names())}")
+                            f"{', '.join(model_names() + TEXT_MODELS)}")
         out.append(str(spec))
     if not out:
         raise SpecError("sweep.models: list at least one model")

@@ -31,6 +31,7 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import defense_specs
 from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.run import run_attack
+from fedleak.harness.attacker.text_records import TextRun
 from fedleak.harness.attacker.update_attack import attack_packed, open_server
 from fedleak.harness.sweep.measurements import (
     AttackMeasurement,
@@ -38,6 +39,7 @@ from fedleak.harness.sweep.measurements import (
     float_or_none,
 )
 from fedleak.harness.sweep.points import Point
+from fedleak.harness.sweep.text_measure import text_attack_measurement
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.victim_settings import VictimSettings
 from fedleak.v1 import victim_pb2 as pb
@@ -96,6 +98,9 @@ def measure_attack(point: Point, run_dir: Path, checkpoint: str | None, token: s
                 VictimClient(process.address, token=secret) as client:
             described = client.describe()
             record = run_attack(client, settings, out, log=on_round)
+    if isinstance(record, TextRun):
+        return text_attack_measurement(point, record, described, out, run_dir,
+                                       time.perf_counter() - started)
     if not isinstance(record, UpdateRun):
         raise _not_an_update_attack(point.attack)
     return attack_measurement(point, record, described, out, run_dir,

@@ -81,6 +81,14 @@ class AttackMeasurement:
     #: the rounds a safety time limit cut short, each with its reason: a point with any is
     #: truncated, not a measurement (left out of every chart, table figure and worst case)
     truncated: list[str] = field(default_factory=list)
+    #: text points: mean ROUGE-1/2/L over the attacked sentences (matched one-to-one),
+    #: sentences recovered exactly, and the token set's mean precision and recall
+    rouge1: float | None = None
+    rouge2: float | None = None
+    rougeL: float | None = None  # noqa: N815 - the metric's own name
+    exact_sentences: int | None = None
+    token_precision: float | None = None
+    token_recall: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,6 +118,10 @@ class UtilityMeasurement:
     test_images: int = 0
     training_time_s: float = 0.0
     node: str | None = None  # the Ray node that measured it (--ray)
+    #: language models: test perplexity (exp of the mean next-token cross-entropy) along the
+    #: same curve's ends; ``test_accuracy`` is then next-token accuracy
+    perplexity: float | None = None
+    initial_perplexity: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -185,10 +197,16 @@ def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
     if attack is not None and attack.truncated:
         parts = [f"TRUNCATED: {len(attack.truncated)} round(s) cut by the attack's safety "
                  "time limit, not a measurement"]
+    elif attack is not None and (attack.rouge1 is not None or attack.token_recall is not None):
+        parts = [f"ROUGE-1 {attack.rouge1:.3f}, ROUGE-2 {attack.rouge2:.3f}"
+                 if attack.rouge1 is not None and attack.rouge2 is not None else
+                 f"token set P {attack.token_precision:.3f} R {attack.token_recall:.3f}"]
     elif attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
         parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
     if utility is not None:
         parts.append(f"test accuracy {utility.test_accuracy:.1%}")
+        if utility.perplexity is not None:
+            parts.append(f"perplexity {utility.perplexity:.1f}")
     eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
     if eps is not None:
         parts.append(f"ε {eps:.4g}")

@@ -9,6 +9,7 @@ A point starts its victims from typed settings (:meth:`Point.victim_settings`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -129,6 +130,8 @@ class Point:
     users: int = 1
     #: the audit game to play against the point's victim (``[sweep.audit]``), or None
     audit: dict[str, Any] | None = None
+    #: text data sets: tokens per sequence (None: the victim's default)
+    seq_len: int | None = None
 
     def measured(self) -> dict[str, Any]:
         """Everything that determines the measurement, as plain JSON values (the protocol by
@@ -142,6 +145,8 @@ class Point:
             data.pop("users")
         if data.get("audit") is None:
             data.pop("audit", None)
+        if data.get("seq_len") is None:
+            data.pop("seq_len", None)
         return data
 
     def _json(self) -> dict[str, Any]:
@@ -195,6 +200,9 @@ class Point:
         if self.protocol is None:
             raise ValueError(f"point {self.label!r} measures a victim the user runs "
                              f"({self.victim}); fedleak does not start it")
-        return VictimSettings(dataset=self.dataset, model=self.model, seed=self.seed,
-                              protocol=self.protocol, data_root=self.data_root,
-                              defenses=self.defenses, users=self.users)
+        settings = VictimSettings(dataset=self.dataset, model=self.model, seed=self.seed,
+                                  protocol=self.protocol, data_root=self.data_root,
+                                  defenses=self.defenses, users=self.users)
+        if self.seq_len is not None:
+            settings = dataclasses.replace(settings, seq_len=self.seq_len)
+        return settings

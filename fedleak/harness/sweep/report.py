@@ -37,6 +37,11 @@ from fedleak.harness.sweep.report_charts import (
 from fedleak.harness.sweep.report_page import REPORT_FOLDER, report_page
 from fedleak.harness.sweep.results import PointResult, load_results
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
+from fedleak.harness.sweep.text_charts import (
+    TEXT_CHART,
+    is_text_result,
+    plot_text_privacy_utility,
+)
 from fedleak.harness.sweep.worst_case import (
     ROLES,
     WorstCase,
@@ -52,7 +57,8 @@ CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "
                "epsilon", "delta", "epsilon_lb", "epsilon_lb_estimator", "audit_epsilon_claimed",
                "audit_violation", "audit_trials", "audit_canary", "status", "error",
                "success_psnr", "success_rate", "kappa", "reconstruction_bound",
-               "fisher_psnr_ceiling", "prior_psnr", "truncated")
+               "fisher_psnr_ceiling", "prior_psnr", "truncated", "rouge1", "rouge2", "rougeL",
+               "exact_sentences", "token_precision", "token_recall", "perplexity")
 
 
 def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> Path:
@@ -68,9 +74,14 @@ def write_report(run_dir: Path, audited: Mapping[str, float] | None = None) -> P
     folder = run_dir / REPORT_FOLDER
     (folder / "grids").mkdir(parents=True, exist_ok=True)
     contexts = by_context(results)
-    charts = []
+    charts: list[tuple[str, Path, Path | None]] = []
     for index, (context, members) in enumerate(contexts.items()):
         suffix = "" if len(contexts) == 1 else f"-{index + 1}"
+        if all(is_text_result(r) for r in members):
+            pu = plot_text_privacy_utility(
+                members, folder / f"{TEXT_CHART}privacy-utility{suffix}.png", context)
+            charts.append((context, pu, None))
+            continue
         pu = plot_privacy_utility(members, folder / f"privacy-utility{suffix}.png", context)
         st = plot_strength(members, folder / f"strength{suffix}.png", context)
         charts.append((context, pu, st))
@@ -138,8 +149,11 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "status": r.status, "error": r.error or "",
                 **{key: getattr(r.measured_attack, key) if r.measured_attack else None
                    for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
-                               "fisher_psnr_ceiling", "prior_psnr")},
+                               "fisher_psnr_ceiling", "prior_psnr", "rouge1", "rouge2",
+                               "rougeL", "exact_sentences", "token_precision",
+                               "token_recall")},
                 "truncated": "; ".join(r.attack.truncated) if r.attack else "",
+                "perplexity": r.utility.perplexity if r.utility else None,
             })
     return path
 

@@ -26,7 +26,7 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 
 def report_page(name: str, run_dir: Path, results: list[PointResult],
-          charts: list[tuple[str, Path, Path]], grids: dict[str, Path | None],
+          charts: list[tuple[str, Path, Path | None]], grids: dict[str, Path | None],
           worst: tuple[list[WorstCase], list[tuple[str, Path]]] | None = None,
           bounds: tuple[list[BoundsRow], Path] | None = None) -> str:
     e = html.escape
@@ -53,6 +53,14 @@ def report_page(name: str, run_dir: Path, results: list[PointResult],
         "docs/audit.md).</p>",
     ]
     for context, pu, st in charts:
+        if st is None:  # a text context (fedleak.harness.sweep.text_charts)
+            parts += [f"<h2>Privacy–utility: {e(context)}</h2>",
+                      f'<figure><img src="{_rel(pu, run_dir)}" alt="attack ROUGE against '
+                      f'utility and ε, {e(context)}"><figcaption>Attack ROUGE-1 (token-set '
+                      "recall for token-set) against the defended training's test perplexity "
+                      "(or accuracy), and against the claimed ε; ★ is the no-defense "
+                      "reference.</figcaption></figure>"]
+            continue
         parts += [
             f"<h2>Privacy–utility: {e(context)}</h2>",
             f'<figure><img src="{_rel(pu, run_dir)}" alt="attack PSNR and SSIM against test '

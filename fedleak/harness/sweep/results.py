@@ -134,7 +134,7 @@ class PointResult:
         files = []
         for r in self.attack.rounds:
             path = r.files.get(kind) or r.files.get("reconstruction")
-            if path:
+            if path and path.endswith(".png"):  # text rounds leave text (comparison.md)
                 files.append(path)
         return files
 
@@ -179,15 +179,25 @@ def format_audit(result: PointResult) -> str:
 def summary_table(results: list[PointResult]) -> str:
     """A plain-text table: one line per point with PSNR, SSIM, labels, accuracy, ε, the
     audited ε_LB (``!``: above the claimed ε, a violation), status."""
-    header = (f"{'point':<16}  {'defense':<34}  {'PSNR dB':>7}  {'SSIM':>6}  {'labels':>6}  "
+    text = bool(results) and all(r.attack is None or r.psnr is None for r in results) and any(
+        r.attack is not None and (r.attack.rouge1 is not None or r.attack.token_recall
+                                  is not None) for r in results)
+    first, second, third = ("ROUGE-1", "ROUGE-2", "tokR") if text else \
+        ("PSNR dB", "SSIM", "labels")
+    header = (f"{'point':<16}  {'defense':<34}  {first:>7}  {second:>7}  {third:>6}  "
               f"{'test acc':>8}  {'ε':>8}  {'ε_LB':>7}  status")
     lines = [header, "-" * len(header)]
     for r in results:
         psnr = "–" if r.psnr is None else f"{r.psnr:.2f}"
         ssim = "–" if r.ssim is None else f"{r.ssim:.3f}"
         labels = "–" if r.label_accuracy is None else f"{r.label_accuracy:.0%}"
+        if text:
+            a = r.attack
+            psnr, ssim, labels = ("–" if a is None or v is None else f"{v:.3f}" for v in (
+                None if a is None else a.rouge1, None if a is None else a.rouge2,
+                None if a is None else a.token_recall))
         acc = "–" if r.accuracy is None else f"{r.accuracy:.1%}"
-        lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>6}  "
+        lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>7}  "
                      f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  "
                      f"{format_audit(r):>7}  {r.shown_status}")
     for r in results:

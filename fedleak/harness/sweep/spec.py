@@ -12,6 +12,7 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
     rounds = 3                      # K: private batches attacked per point
     batch_size = 1                  # n: private images per batch
     seed = 0
+    seq_len = 32                    # text data sets only: tokens per sequence
     portfolio = false               # true: every point is attacked by each listed attack
                                     # applicable to it, at one budget; the report shows the
                                     # strongest per defense setting (worst case)
@@ -104,7 +105,7 @@ PRESETS_FOLDER = "presets"
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
-             "defense", "portfolio", "audit"}
+             "defense", "portfolio", "audit", "seq_len"}
 
 
 @dataclass
@@ -129,6 +130,7 @@ class SweepSpec:
     resources: PointResources = field(default_factory=PointResources)
     portfolio: bool = False
     audit: dict[str, Any] | None = None
+    seq_len: int | None = None
     source: str = field(default="", repr=False)
 
     def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
@@ -141,7 +143,7 @@ class SweepSpec:
         common: dict[str, Any] = dict(split=self.split, images=images, rounds=self.rounds,
                       batch_size=self.batch_size, seed=self.seed,
                       utility=asdict(self.utility), data_root=self.data_root,
-                      train_epochs=self.train_epochs, audit=self.audit)
+                      train_epochs=self.train_epochs, audit=self.audit, seq_len=self.seq_len)
         out: dict[str, Point] = {}
         if victims:
             for attack, options in self.attacks:
@@ -274,12 +276,18 @@ def parse_spec(text: str, source: str = "spec", max_points: int | None = None) -
         raise SpecError("sweep: list at least one [[sweep.defense]] (reference = true for the "
                         "no-defense point)")
     audit = parse_audit(sweep["audit"], defenses) if "audit" in sweep else None
+    attacks = parse_attacks(sweep.get("attack", [{"name": "inverting-gradients"}]))
+    misfits = [name for name, _ in attacks if not fits_data(name, dataset)]
+    if misfits:
+        raise SpecError(f"sweep.attack: {', '.join(misfits)} cannot attack {dataset} (text "
+                        "attacks such as token-set and dager attack text data sets; the others "
+                        "images)")
     return SweepSpec(
         name=name,
         dataset=dataset,
         split=split,
         models=parse_models(sweep),
-        attacks=parse_attacks(sweep.get("attack", [{"name": "inverting-gradients"}])),
+        attacks=attacks,
         protocols=parse_protocols(sweep.get("protocol", [{}]), batch_size),
         trained=parse_trained(sweep.get("trained", [False])),
         defenses=defenses,
@@ -293,6 +301,7 @@ def parse_spec(text: str, source: str = "spec", max_points: int | None = None) -
         resources=parse_resources(sweep.get("resources", {})),
         portfolio=_portfolio(sweep),
         audit=audit,
+        seq_len=positive_int(sweep["seq_len"], "sweep.seq_len") if "seq_len" in sweep else None,
         source=text,
     )
 
@@ -307,9 +316,19 @@ def applicable(attack: str, protocol: Protocol, setting: UpdateSetting | None = 
 
     cls = attack_class(attack)
     kinds = getattr(cls, "update_kinds", None)
-    if cls.threat_model != "update" or not (kinds is None or protocol.update_kind() in kinds):
+    if cls.threat_model not in ("update", "text-update") or not (
+            kinds is None or protocol.update_kind() in kinds):
         return False
     return setting is None or cls.unsuited(setting) is None
+
+
+def fits_data(attack: str, dataset: str) -> bool:
+    """Whether ``attack`` attacks the kind of data ``dataset`` holds: text attacks
+    (threat model ``text-update``) text corpora, the others images."""
+    from fedleak.attacks import attack_class
+    from fedleak.harness.zoo.text_corpus import TEXT_CORPORA
+
+    return (attack_class(attack).threat_model == "text-update") == (dataset in TEXT_CORPORA)
 
 
 def _portfolio(sweep: dict[str, Any]) -> bool:
@@ -324,10 +343,13 @@ def _portfolio(sweep: dict[str, Any]) -> bool:
     from fedleak.attacks import create_attack
 
     attacks = parse_attacks(sweep.get("attack", [{"name": "inverting-gradients"}]))
+    dataset = str(sweep.get("dataset", "digits"))
     for protocol in parse_protocols(sweep.get("protocol", [{}])):
-        if not any(applicable(name, protocol) for name, _ in attacks):
+        if not any(applicable(name, protocol) and fits_data(name, dataset)
+                   for name, _ in attacks):
             raise SpecError(f"sweep.portfolio: no listed attack can attack a {protocol.kind} "
-                            "victim's updates; add one (inverting-gradients attacks both)")
+                            f"victim's updates of {dataset}; add one (inverting-gradients "
+                            "attacks both kinds of image update, token-set any text update)")
     budgets = {name + str(options): create_attack(name, split_architecture(options)[0]).budget()
                for name, options in attacks}
     known = {b for b in budgets.values() if b is not None}

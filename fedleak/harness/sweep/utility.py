@@ -35,9 +35,11 @@ from fedleak.harness.attacker.secagg_rounds import (
     as_received_update,
     run_secagg,
 )
+from fedleak.harness.attacker.text_described import is_text_victim
 from fedleak.harness.federated.training import accuracy
 from fedleak.harness.sweep.measurements import UtilityMeasurement, float_or_none
 from fedleak.harness.sweep.points import Point, UtilitySettings
+from fedleak.harness.sweep.text_measure import text_federated_training
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.victim_settings import VictimSettings
 from fedleak.harness.zoo.datasets import load_dataset
@@ -73,6 +75,12 @@ def federated_training(
     """
     started = time.perf_counter()
     described = client.describe()
+    if is_text_victim(described):
+        secure = any(d.name == "secagg" for d in described.defenses)
+        return text_federated_training(
+            client, settings, described, lambda r: learning_rate(settings, r),
+            lambda p, b: aggregated_update(client, p, b) if secure else
+            client.compute_update(p, b), on_round, data_root)
     model = server_model(described)
     params, buffers = client.global_model()
     test = load_dataset(described.data.dataset, "test", data_root)

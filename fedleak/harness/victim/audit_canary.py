@@ -36,6 +36,7 @@ from fedleak.harness.victim.audit_request import AuditRequest
 from fedleak.harness.victim.audit_steps import step_plan
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.text_datasets import is_text, random_text_batch
 
 #: Images of the public synthetic batch that picks a Dirac canary's coordinate.
 SYNTHETIC_BATCH = 16
@@ -81,6 +82,9 @@ def build_canary(request: AuditRequest, chain: DefenseChain, model: nn.Module,
     per_example = chain.per_example is not None and request.canary != CLIENT
     gradient_kind = protocol.kind == FEDSGD
     if request.canary == INPUT:
+        if is_text(info):
+            raise InvalidArgument("input canaries are crafted images; audit a text victim "
+                                  "with a gradient canary (or a client canary under secagg)")
         image, label = input_canary(info.shape, info.num_classes, request.seed)
         x = normalize(image[None], info).to(next(iter(parameters.values())).device)
         y = torch.tensor([label], device=x.device)
@@ -176,9 +180,13 @@ def _quietness(model: nn.Module, parameters: Mapping[str, torch.Tensor],
     """|g_j| of a public synthetic batch (seeded noise images, seeded labels) at θ, per flat
     coordinate: where a Dirac canary stands out from what data does (small is quiet)."""
     generator = torch.Generator().manual_seed(seed)
-    images = torch.rand((SYNTHETIC_BATCH, *info.shape), generator=generator)
-    labels = torch.randint(0, info.num_classes, (SYNTHETIC_BATCH,), generator=generator)
+    if is_text(info):  # seeded random token sequences (text: random sentences)
+        inputs, labels = random_text_batch(info, SYNTHETIC_BATCH, generator)
+    else:
+        inputs = normalize(torch.rand((SYNTHETIC_BATCH, *info.shape), generator=generator),
+                           info)
+        labels = torch.randint(0, info.num_classes, (SYNTHETIC_BATCH,), generator=generator)
     device = next(iter(parameters.values())).device
     gradient = local_update(model, parameters, {k: v.clone() for k, v in buffers.items()},
-                            normalize(images, info).to(device), labels.to(device), Protocol())
+                            inputs.to(device), labels.to(device), Protocol())
     return torch.cat([g.detach().flatten().abs().double().cpu() for g in gradient]).numpy()

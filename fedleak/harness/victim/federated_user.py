@@ -42,7 +42,8 @@ from fedleak.harness.wire.request_errors import (
     InvalidArgument,
     ResourceExhausted,
 )
-from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset, normalize
+from fedleak.harness.zoo.datasets import DatasetInfo, normalize
+from fedleak.harness.zoo.text_datasets import PrivateData
 
 
 @dataclass
@@ -66,7 +67,7 @@ class FederatedUser:
     def __init__(
         self,
         config: VictimConfig,
-        data: ImageDataset,
+        data: PrivateData,
         model: nn.Module,
         generator: torch.Generator | None = None,
     ) -> None:

@@ -37,7 +37,8 @@ from fedleak.harness.wire.request_errors import (
     InvalidArgument,
     ResourceExhausted,
 )
-from fedleak.harness.zoo.datasets import ImageDataset, normalize
+from fedleak.harness.zoo.datasets import normalize
+from fedleak.harness.zoo.text_datasets import PrivateData
 
 
 class Victim(FederatedUser):
@@ -47,7 +48,7 @@ class Victim(FederatedUser):
     def __init__(
         self,
         config: VictimConfig,
-        data: ImageDataset,
+        data: PrivateData,
         model: nn.Module,
         generator: torch.Generator | None = None,
         game: InformedGame | None = None,

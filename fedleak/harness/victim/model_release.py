@@ -56,7 +56,7 @@ from fedleak.harness.wire.request_errors import (
     quoted,
 )
 from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset, binary_task
-from fedleak.harness.zoo.datasets import ImageDataset
+from fedleak.harness.zoo.text_datasets import PrivateData
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8
@@ -64,8 +64,10 @@ MAX_REMEMBERED_RELEASES = 8
 MAX_CANDIDATES = 200_000
 
 
-def output_width(model: nn.Module, input_shape: tuple[int, ...], device: str = "cpu") -> int:
-    """How many outputs ``model`` gives per input of ``input_shape`` (C, H, W).
+def output_width(model: nn.Module, input_shape: tuple[int, ...], device: str = "cpu",
+                 dtype: torch.dtype = torch.float32) -> int:
+    """How many outputs ``model`` gives per input of ``input_shape`` (C, H, W; text: (T,) of
+    ``dtype`` int64, token ids).
 
     One forward pass in evaluation mode, the mode restored after: in training mode the pass
     would update BatchNorm's running statistics, which are part of the public global model.
@@ -74,7 +76,7 @@ def output_width(model: nn.Module, input_shape: tuple[int, ...], device: str = "
     model.eval()
     try:
         with torch.no_grad():
-            return model(torch.zeros((1, *input_shape), device=device)).numel()
+            return model(torch.zeros((1, *input_shape), device=device, dtype=dtype)).numel()
     finally:
         model.train(was_training)
 
@@ -135,7 +137,7 @@ class ModelReleaser:
 
     def __init__(
         self,
-        data: ImageDataset,
+        data: PrivateData,
         model: nn.Module,
         defenses: DefenseChain,
         settings: ReleaseSettings,
@@ -159,7 +161,8 @@ class ModelReleaser:
         self._training_set: tuple[Tensor, Tensor] | None = None
         #: Outputs of the model per input, probed once here: a probe while serving would race
         #: with local training for the model's train/eval mode.
-        self.output_width = output_width(model, tuple(data.info.shape), device)
+        self.output_width = output_width(model, tuple(data.info.shape), device,
+                                         data.images.dtype)
         #: Bytes one remembered release holds (its model's parameters and buffers).
         self.model_bytes = sum(t.numel() * t.element_size()
                                for t in (*model.parameters(), *model.buffers()))

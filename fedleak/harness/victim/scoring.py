@@ -36,7 +36,8 @@ from fedleak.harness.victim.fisher_scoring import FisherAnswer, fisher_ceilings
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
 from fedleak.harness.victim.score_budget import ScoreBudget
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
-from fedleak.harness.zoo.datasets import ImageDataset, normalize
+from fedleak.harness.zoo.datasets import normalize
+from fedleak.harness.zoo.text_datasets import PrivateData
 
 
 @dataclass
@@ -66,7 +67,7 @@ class SubmissionScore:
 class RoundScorer:
     """Scores submissions against the private images of the victim's remembered rounds."""
 
-    def __init__(self, data: ImageDataset, model: nn.Module, rounds: RoundBook,
+    def __init__(self, data: PrivateData, model: nn.Module, rounds: RoundBook,
                  budget: ScoreBudget, device: str = "cpu",
                  defenses: DefenseChain | None = None) -> None:
         self.data = data

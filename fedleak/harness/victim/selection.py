@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.harness.zoo.datasets import ImageDataset
+from fedleak.harness.zoo.text_datasets import PrivateData, TextDataset
 
 
 class SelectionError(ValueError):
@@ -31,14 +32,15 @@ def parse_indices(text: str, count: int) -> list[int]:
     return indices
 
 
-def private_pool(
-    data: ImageDataset, images: str | None, shuffle: bool, seed: int
-) -> ImageDataset:
-    """A selection of the split (``images``), optionally shuffled by ``seed``."""
+def private_pool(data: PrivateData, images: str | None, shuffle: bool, seed: int) -> PrivateData:
+    """A selection of the split (``images``: for text, sentence indices), optionally shuffled
+    by ``seed``."""
     order = torch.arange(len(data.labels))
     if images:
         order = torch.tensor(parse_indices(images, len(data.labels)))
     if shuffle:
         generator = torch.Generator().manual_seed(seed)
         order = order[torch.randperm(len(order), generator=generator)]
+    if isinstance(data, TextDataset):
+        return data.select(order)
     return ImageDataset(images=data.images[order], labels=data.labels[order], info=data.info)

@@ -23,6 +23,8 @@ from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.informed_game import THREAT_MODEL
 from fedleak.harness.victim.release_rpc import release_stream, score_release
 from fedleak.harness.victim.scoring import Submission
+from fedleak.harness.victim.text_describe import text_spec
+from fedleak.harness.victim.text_scoring import score_text
 from fedleak.harness.victim.victim_messages import (
     audit_report_pb,
     begin_audit_response,
@@ -42,6 +44,7 @@ from fedleak.harness.wire.request_errors import (
     Unauthenticated,
     answer_errors,
 )
+from fedleak.harness.zoo.text_datasets import is_text
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
 
@@ -83,6 +86,7 @@ class VictimServicer(pb_grpc.VictimServicer):
                 std=list(info.std),
                 class_names=list(info.class_names),
                 split=v.config.split,
+                text=text_spec(v.data, v.model),
             ),
             protocol=protocol_to_pb(v.config.protocol, v.config.num_images),
             defenses=[pb.DefenseSpec(name=name, params=params, stage=stage)
@@ -282,6 +286,11 @@ class VictimServicer(pb_grpc.VictimServicer):
                                   "BeginSecAgg returned, or the release_id of Release")
         if self.victim.releaser.get(request.round_id) is not None:  # KKT candidates
             return score_release(self.victim.releaser, request)
+        if is_text(self.victim.info):
+            return score_text(self.victim, request)
+        if request.HasField("tokens") or request.token_set:
+            raise InvalidArgument("this victim holds images: submit the reconstruction as "
+                                  "images, not tokens")
         scorer = self.victim.scorer
         user_ids = list(request.user_ids)
         submission = Submission(labels=list(request.labels), user_ids=user_ids,
@@ -347,8 +356,9 @@ class VictimServicer(pb_grpc.VictimServicer):
     @answer_errors
     def Reveal(self, request: pb.RevealRequest, context: grpc.ServicerContext) -> Any:
         self._require_token(context)
-        images, labels = self.victim.reveal(request.round_id)
-        return pb.RevealResponse(images=encode_tensor(images, "images"), labels=labels.tolist())
+        images, labels = self.victim.reveal(request.round_id)  # text: token ids
+        return pb.RevealResponse(images=encode_tensor(images, "images"),
+                                 labels=labels.tolist() if labels.dim() == 1 else [])
 
     def _require_token(self, context: grpc.ServicerContext) -> None:
         if not self.token:

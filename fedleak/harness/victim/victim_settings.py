@@ -33,9 +33,12 @@ from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.model_release import ReleaseSettings
 from fedleak.harness.victim.secagg_session import parse_drops
 from fedleak.harness.victim.selection import private_pool
+from fedleak.harness.victim.text_pool import is_text_dataset, load_text_pool
 from fedleak.harness.victim.victim_config import VictimConfig
 from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.harness.zoo.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
+from fedleak.harness.zoo.text_datasets import TextDataset
+from fedleak.harness.zoo.text_models import build_text_model
 
 
 class SetupError(ValueError):
@@ -78,6 +81,10 @@ class VictimSettings:
     informed_known: int = 0
     #: whether the victim plays the audit game (``--allow-audit``; docs/audit.md)
     audit: bool = False
+    #: text data sets: tokens per sequence, the tokenizer (None: bundled) and canaries
+    seq_len: int = 32
+    tokenizer: str | None = None
+    canaries: int = 0
 
     def to_json(self) -> str:
         """The settings as JSON (what ``--settings FILE`` reads)."""
@@ -135,8 +142,13 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
     ``chain`` is the already-built defense chain of ``settings`` (built here when None).
     """
     s = settings
-    data = private_pool(load_dataset(s.dataset, s.split, s.data_root, s.download), s.images,
-                        s.shuffle, s.seed)
+    text = is_text_dataset(s.dataset)
+    if text and s.informed_candidates:
+        raise SetupError("the informed-adversary game draws image candidates; text victims "
+                         "do not play it (drop --informed-candidates)")
+    raw = load_text_pool(s) if text else load_dataset(s.dataset, s.split, s.data_root,
+                                                      s.download)
+    data = private_pool(raw, s.images, s.shuffle, s.seed)
     if s.batch_size * s.users > len(data.labels):
         raise SetupError(f"{s.users} user(s) × --batch-size {s.batch_size} exceed the "
                          f"{len(data.labels)} private images; lower them or select more with "
@@ -146,7 +158,11 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
     if chain.per_example is not None:  # per-example gradients need Opacus-compatible layers
         spec = ModelSpec(spec.name, {**spec.options, OPACUS_OPTION: "true"})
     torch.manual_seed(s.seed)
-    net = build_model(spec, data.info.shape, data.info.num_classes)
+    net: torch.nn.Module
+    if isinstance(data, TextDataset):
+        net = build_text_model(spec, data.info)
+    else:
+        net = build_model(spec, data.info.shape, data.info.num_classes)
     if s.checkpoint is not None:
         load_checkpoint(net, str(s.checkpoint))
     config = VictimConfig(

@@ -66,7 +66,7 @@ class DatasetInfo:
     """What a model and an attacker may know about a data set: shape, classes, normalisation."""
 
     name: str
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]  # (C, H, W) for images, (T,) for text
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -180,15 +180,30 @@ def dataset_info(name: str, data_root: str | Path | None = None) -> DatasetInfo:
 
 
 def normalize(x: Tensor, info: DatasetInfo) -> Tensor:
-    """Standardise per channel: ``(x - mean[c]) / std[c]`` for ``[N, C, H, W]`` or ``[C, H, W]``."""
+    """Standardise per channel: ``(x - mean[c]) / std[c]`` for ``[N, C, H, W]`` or ``[C, H, W]``.
+
+    Data without channel statistics (text: token ids) is the model's input as it is.
+    """
+    if not info.mean:
+        return x
     mean, std = _channel_stats(x, info)
     return (x - mean) / std
 
 
 def denormalize(x: Tensor, info: DatasetInfo) -> Tensor:
     """Undo :func:`normalize`: ``x * std[c] + mean[c]``, back to the [0, 1] image scale."""
+    if not info.mean:
+        return x
     mean, std = _channel_stats(x, info)
     return x * std + mean
+
+
+def image_shape(info: DatasetInfo) -> tuple[int, int, int]:
+    """``info.shape`` as (C, H, W); :class:`DatasetError` for data that is not images."""
+    if len(info.shape) != 3:
+        raise DatasetError(f"{info.name} holds token sequences of shape {tuple(info.shape)}, "
+                           "not images (C, H, W); this needs an image data set")
+    return (int(info.shape[0]), int(info.shape[1]), int(info.shape[2]))
 
 
 # --------------------------------------------------------------------------- helpers

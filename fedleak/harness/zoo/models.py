@@ -68,14 +68,19 @@ def model_options(name: str) -> tuple[str, ...]:
     return _OPTIONS[name]
 
 
-def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Module:
+def build_model(spec: ModelSpec | str, shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Build the model ``spec`` for inputs of ``shape`` = (C, H, W) and ``num_classes`` classes.
 
-    Raises :class:`ModelError` naming the valid models or options when ``spec`` is unknown.
+    Raises :class:`ModelError` naming the valid models or options when ``spec`` is unknown,
+    and when ``shape`` is not an image's (text models: :mod:`fedleak.harness.zoo.text_models`).
     """
     if isinstance(spec, str):
         spec = ModelSpec.parse(spec)
     if spec.name == FACTORY:  # the user's own module:factory (user_models)
+        if len(shape) != 3:
+            raise ModelError(f"a module:factory model takes images (C, H, W), but the data's "
+                             f"shape is {tuple(shape)} (text: token sequences); choose a text "
+                             "model (gpt2, bert, hf) for text data")
         model = build_factory(spec.options.get("path", ""))
         chw = (int(shape[0]), int(shape[1]), int(shape[2]))
         logits = _check_forward(model, spec, chw)
@@ -84,6 +89,10 @@ def build_model(spec: ModelSpec | str, shape: Shape, num_classes: int) -> nn.Mod
                              f"{list(logits.shape)} for one input of {list(chw)}; the data has "
                              f"{num_classes} classes: it must give [1, {num_classes}]")
         return model
+    if len(shape) != 3:
+        raise ModelError(f"model {spec.name!r} takes images (C, H, W), but the data's shape is "
+                         f"{tuple(shape)} (text: token sequences); choose a text model "
+                         "(gpt2, bert, hf) for text data")
     if spec.name not in _BUILDERS:
         raise ModelError(f"unknown model {spec.name!r}; choose one of {', '.join(_BUILDERS)}")
     options = dict(spec.options)

@@ -1,0 +1,153 @@
+"""Text reconstruction quality: ROUGE-1/2/L, exact sentences and token sets, sentences matched
+one-to-one, padding never counted.
+
+The private batch is n sentences of token ids; a reconstruction is m sentences (in any order)
+and/or a set of token ids. Before anything is compared, padding and special tokens (start,
+end, unknown, mask) are dropped from both sides, and a submitted sentence the attack marked as
+padding (a placeholder slot) scores as empty.
+
+- **ROUGE** (Lin 2004) through Google's ``rouge-score`` (the reference implementation behind
+  ``evaluate``'s ``rouge``, as DAGER and LAMP report it): the F-measure of ROUGE-1 (unigrams),
+  ROUGE-2 (bigrams) and ROUGE-L (longest common subsequence) of each private sentence's decoded
+  text against its match, with the library's tokenizer (lowercased alphanumeric words, no
+  stemming). Sentences are matched one-to-one by the Hungarian assignment maximising the sum
+  of the three F-measures; a private sentence left without a match (m < n) scores 0. Batch
+  figures are the means over the n private sentences.
+- **Exact sequences**: a private sentence is recovered exactly when a non-padding submitted
+  sentence has the same text token ids; the count is the largest one-to-one matching of such
+  pairs (a multiset intersection), not read off the ROUGE assignment.
+- **Token sets**: precision and recall of the set of submitted text-token ids (the attack's
+  stated set, else the union of its sentences) against the batch's set; with stated counts,
+  precision and recall of the multisets as well.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+@dataclass
+class SentenceScore:
+    """Private sentence ``index`` against submitted sentence ``matched_index`` (-1: none)."""
+
+    index: int
+    matched_index: int
+    rouge1: float
+    rouge2: float
+    rougeL: float  # noqa: N815 - the metric's own name
+    exact: bool = False
+    padding: bool = False
+
+
+@dataclass
+class TokenSetScore:
+    """Set (and, when counts were stated, multiset) precision and recall of recovered ids."""
+
+    precision: float
+    recall: float
+    recovered: int
+    true: int
+    count_precision: float | None = None
+    count_recall: float | None = None
+
+
+@dataclass
+class TextBatchScore:
+    """Per-sentence scores and their means over the private sentences."""
+
+    sentences: list[SentenceScore] = field(default_factory=list)
+    rouge1: float = 0.0
+    rouge2: float = 0.0
+    rougeL: float = 0.0  # noqa: N815
+    exact: int = 0
+    tokens: TokenSetScore | None = None
+    secrets: int = 0
+    secrets_recovered: int = 0
+
+
+def rouge_scorer() -> object:
+    """Google's ``rouge_score`` scorer for ROUGE-1/2/L (imported here: it takes seconds)."""
+    from rouge_score import rouge_scorer as module
+
+    return module.RougeScorer(list(ROUGE_TYPES), use_stemmer=False)
+
+
+def rouge_matrix(truth: Sequence[str], submitted: Sequence[str]) -> np.ndarray:
+    """``[n, m, 3]``: ROUGE-1/2/L F-measures of every private text against every submitted."""
+    scorer = rouge_scorer()
+    out = np.zeros((len(truth), len(submitted), len(ROUGE_TYPES)))
+    for i, target in enumerate(truth):
+        for j, prediction in enumerate(submitted):
+            if not target.strip() or not prediction.strip():
+                continue
+            scores = scorer.score(target, prediction)  # type: ignore[attr-defined]
+            out[i, j] = [scores[k].fmeasure for k in ROUGE_TYPES]
+    return out
+
+
+def exact_count(truth: Sequence[Sequence[int]], submitted: Sequence[Sequence[int]],
+                padding: Sequence[int] = ()) -> tuple[int, dict[int, int]]:
+    """The largest one-to-one matching of private to non-padding submitted sentences with the
+    same ids: its size and, per private index, the submitted index it takes."""
+    free: dict[tuple[int, ...], list[int]] = {}
+    for j, sentence in enumerate(submitted):
+        if j not in set(padding):
+            free.setdefault(tuple(sentence), []).append(j)
+    pairs: dict[int, int] = {}
+    for i, sentence in enumerate(truth):
+        bucket = free.get(tuple(sentence))
+        if bucket:
+            pairs[i] = bucket.pop(0)
+    return len(pairs), pairs
+
+
+def token_set_score(truth: Sequence[Sequence[int]], recovered: Sequence[int],
+                    counts: Sequence[int] | None = None) -> TokenSetScore:
+    """Precision/recall of the ``recovered`` ids (and multiset ones with ``counts``)."""
+    true_counts = Counter(t for sentence in truth for t in sentence)
+    got = set(recovered)
+    hit = len(got & set(true_counts))
+    score = TokenSetScore(precision=hit / len(got) if got else 0.0,
+                          recall=hit / len(true_counts) if true_counts else 1.0,
+                          recovered=len(got), true=len(true_counts))
+    if counts is not None:
+        stated = Counter({t: c for t, c in zip(recovered, counts, strict=True) if c > 0})
+        common = sum((stated & true_counts).values())
+        total, wanted = sum(stated.values()), sum(true_counts.values())
+        score.count_precision = common / total if total else 0.0
+        score.count_recall = common / wanted if wanted else 1.0
+    return score
+
+
+def score_sentences(truth: Sequence[Sequence[int]], submitted: Sequence[Sequence[int]],
+                    decode: Callable[[list[int]], str], padding: Sequence[int] = ()
+                    ) -> TextBatchScore:
+    """ROUGE and exact scores of ``submitted`` sentences against the private ``truth`` (both
+    text-token ids only); ``padding`` marks submitted placeholder slots (module docstring)."""
+    from scipy.optimize import linear_sum_assignment
+
+    pads = set(padding)
+    truth_text = [decode(list(s)) for s in truth]
+    sub_text = ["" if j in pads else decode(list(s)) for j, s in enumerate(submitted)]
+    matrix = rouge_matrix(truth_text, sub_text) if submitted else np.zeros((len(truth), 0, 3))
+    rows, cols = linear_sum_assignment(matrix.sum(-1), maximize=True) if submitted else ([], [])
+    match = dict(zip((int(r) for r in rows), (int(c) for c in cols), strict=True))
+    count, exact = exact_count(truth, submitted, padding)
+    scores = []
+    for i in range(len(truth)):
+        j = match.get(i, -1)
+        f = matrix[i, j] if j >= 0 else np.zeros(3)
+        scores.append(SentenceScore(i, j, float(f[0]), float(f[1]), float(f[2]),
+                                    exact=i in exact, padding=j in pads))
+    batch = TextBatchScore(scores, exact=count)
+    if scores:
+        batch.rouge1 = float(np.mean([s.rouge1 for s in scores]))
+        batch.rouge2 = float(np.mean([s.rouge2 for s in scores]))
+        batch.rougeL = float(np.mean([s.rougeL for s in scores]))
+    return batch
