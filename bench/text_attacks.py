@@ -59,7 +59,42 @@ def attack_once(address: str, token: str, attack: str, options: dict[str, str],
     with VictimClient(address, token=token, max_message_bytes=512 << 20) as client:
         record = run_attack(client, settings, out, log=lambda line: print("   ", line))
     summary = record.summary() if callable(getattr(record, "summary", None)) else {}
-    return {"attack": attack, "wall_s": round(time.perf_counter() - started, 1), **summary}
+    rounds = getattr(record, "rounds", [])
+    per_round = [{"rouge1": r.rouge1, "rouge2": r.rouge2, "exact": r.exact,
+                  "token_precision": r.token_precision, "token_recall": r.token_recall,
+                  "work": r.iterations, "attack_s": round(r.wall_time_s, 2),
+                  "ranks": (r.attack_extras or {}).get("ranks"),
+                  "epsilon": (r.privacy or {}).get("epsilon_round")} for r in rounds]
+    return {"attack": attack, "wall_s": round(time.perf_counter() - started, 1), **summary,
+            "per_round": per_round}
+
+
+def scan_chart(rows: list[dict[str, object]], hidden: int, path: Path) -> None:
+    """ROUGE-1/2 against the batch's first-layer rank (distinct token vectors) over d."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(r["ranks"][0], r["rouge1"], r["rouge2"], f"{row['batch']}x{row['seq_len']}")
+              for row in rows if row.get("attack") == "dager"
+              for r in row["per_round"] if r.get("ranks")]  # type: ignore[union-attr]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.scatter([p[0] / hidden for p in points], [p[1] for p in points], label="ROUGE-1")
+    ax.scatter([p[0] / hidden for p in points], [p[2] for p in points], marker="x",
+               label="ROUGE-2")
+    for x, y, _, label in points:
+        ax.annotate(label, (x / hidden, y), textcoords="offset points", xytext=(4, 4),
+                    fontsize=7)
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel(f"first-layer rank (distinct token vectors) / hidden size {hidden}")
+    ax.set_ylabel("DAGER ROUGE")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def audit_once(address: str, trials: int, out: Path) -> dict[str, object]:
@@ -98,6 +133,8 @@ def main() -> None:
     parser.add_argument("--scan", default="", help="B×T sizes, e.g. 8x32,16x32")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the rows here too")
+    parser.add_argument("--chart", type=Path, default=None,
+                        help="with --scan: DAGER's ROUGE against the rank over d, as a PNG")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="fedleak-text-"))
     sizes = [tuple(int(v) for v in s.lower().split("x")) for s in args.scan.split(",") if s] \
@@ -129,6 +166,11 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} at the end; runs under {out}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    if args.chart:
+        hidden = int(dict(kv.split("=") for kv in args.model.split(":", 1)[1].split(","))
+                     .get("hidden", 256)) if ":" in args.model else 256
+        scan_chart(rows, hidden, args.chart)
+        print(f"chart: {args.chart}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ undefended, DAGER recovers every sentence (ROUGE-1 = ROUGE-2 = 1) and token-set 
 token set; the strongest DP-SGD point leaves less of both and a higher perplexity. Exits
 non-zero when the sweep fails, takes 10 minutes or more, or a trend is missing.
 
-    .venv/bin/python bench/text_quick.py [--out runs/sweep-text-quick] [--chart docs/img/text-quick.png]
+    .venv/bin/python bench/text_quick.py [--out runs/sweep-text-quick] \
+        [--chart docs/img/text-quick.png]
 
 The machine's load average is printed: on a shared 2-core machine other jobs stretch the time.
 """

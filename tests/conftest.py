@@ -45,7 +45,7 @@ def one_torch_thread() -> Iterator[None]:
 # at once. xdist's own `--dist loadgroup` cannot do it with pytest 9 (it renames `item._nodeid`,
 # which pytest 9 no longer reads), so this scheduler does: every other test is a scope of its
 # own (load balancing, as `--dist load`), and these files are one scope, sent to one worker.
-_ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_sweep_ray.py"})
+_ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_flower_text.py", "test_sweep_ray.py"})
 RAY_CLUSTER_SCOPE = "ray-cluster"
 
 

@@ -120,3 +120,24 @@ def test_a_local_hugging_face_folder_loads_without_a_network(tmp_path: Path) -> 
     loaded = build_text_model(f"hf:path={tmp_path}", data.info)
     for (name, p), q in zip(net.named_parameters(), loaded.parameters(), strict=True):
         assert torch.equal(p, q), name  # the folder's weights, not a fresh init
+
+
+def test_train_model_writes_a_text_checkpoint_a_victim_loads(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpt2.pt"
+    done = subprocess.run([sys.executable, "-m", "fedleak", "train-model", "--dataset",
+                           "shakespeare", "--model", f"gpt2:{TINY}", "--seq-len", "16",
+                           "--steps", "3", "--batch-size", "8", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["steps"] == 3 and record["test_perplexity"] > 1.0
+    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+
+    victim = create_victim(VictimSettings(dataset="shakespeare", model=f"gpt2:{TINY}",
+                                          seq_len=16, checkpoint=str(out)))
+    trained = torch.load(out, weights_only=True)
+    assert all(torch.equal(p, trained[n]) for n, p in victim.model.named_parameters())

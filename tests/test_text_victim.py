@@ -76,6 +76,18 @@ def test_dager_recovers_every_sentence_over_the_wire(victim: VictimProcess,
     assert "| yes |" in comparison and "private" in comparison  # revealed beside recovered
 
 
+def test_token_set_on_a_fedavg_round_the_server_asks_for(victim: VictimProcess,
+                                                        tmp_path: Path) -> None:
+    out = tmp_path / "fedavg"
+    done = fedleak("attack", "--victim", victim.address, "--attack", "token-set", "--protocol",
+                   "fedavg", "--local-epochs", "2", "--local-batch-size", "2", "--lr", "0.01",
+                   "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr
+    entry = json.loads((out / "metrics.json").read_text())["rounds"][0]
+    assert entry["update_kind"] == "delta" and entry["local_steps"] == 4
+    assert entry["token_precision"] == 1.0 and entry["token_recall"] == 1.0
+
+
 def test_an_image_attack_is_refused_by_name(victim: VictimProcess, tmp_path: Path) -> None:
     done = fedleak("attack", "--victim", victim.address, "--attack", "dlg", "--out",
                    str(tmp_path / "x"), "--quiet")

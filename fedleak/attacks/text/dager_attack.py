@@ -30,21 +30,24 @@ from fedleak.attacks.text.text_attack import TextAttack
 from fedleak.attacks.text.text_observation import ENCODER, TextObservation, TextReconstruction
 
 
+_DEFAULTS = DagerConfig()
+
+
 @dataclass
 class DagerAttackConfig:
-    l1_threshold: float = field(default=1e-3, metadata={
+    l1_threshold: float = field(default=_DEFAULTS.l1_threshold, metadata={
         "help": "τ₁: the token filter's largest span distance (first layer)"})
-    l2_threshold: float = field(default=1e-3, metadata={
+    l2_threshold: float = field(default=_DEFAULTS.l2_threshold, metadata={
         "help": "τ₂: the sentence check's largest span distance (second layer)"})
-    max_candidates: int = field(default=2048, metadata={
+    max_candidates: int = field(default=_DEFAULTS.max_candidates, metadata={
         "help": "tokens kept per position by the filter (a cap that bites: truncated)"})
-    max_prefixes: int = field(default=4096, metadata={
+    max_prefixes: int = field(default=_DEFAULTS.max_prefixes, metadata={
         "help": "the decoder's live prefixes (a cap that bites: truncated)"})
-    max_evaluations: int = field(default=2_000_000, metadata={
+    max_evaluations: int = field(default=_DEFAULTS.max_evaluations, metadata={
         "help": "budget: (partial) sentences whose second-layer input is computed"})
-    restarts: int = field(default=4, metadata={
+    restarts: int = field(default=_DEFAULTS.restarts, metadata={
         "help": "encoder: failed starts in a row per sentence length"})
-    screen: int = field(default=64, metadata={
+    screen: int = field(default=_DEFAULTS.screen, metadata={
         "help": "encoder: moves its first-order screen passes to exact evaluation per step"})
 
 

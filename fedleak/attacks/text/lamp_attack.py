@@ -16,7 +16,8 @@ what it holds:
 - the labels: a language model's are its own next tokens (recomputed from each projection);
   a classifier's are counted from its bias gradient (``fedleak.attacks.labels.count_labels``);
 - with ``restrict_tokens``, the projection is onto the batch's token set (the ``token-set``
-  attack's rows), the honest server's knowledge at no cost;
+  attack's rows), the honest server's knowledge at no cost — unless the published chain adds
+  noise (DP-SGD, client-level DP, noise), which fills every row;
 - LAMP's prior: a bigram model counted from the public text the server holds
   (``TextObservation.public_sequences``); without any, the discrete steps use the
   reconstruction loss alone, and the run says so.
@@ -47,6 +48,9 @@ from fedleak.attacks.text.text_observation import (
     TextReconstruction,
 )
 from fedleak.attacks.text.token_set import TokenSet
+
+#: published defenses whose noise fills every embedding row (no token set to restrict to)
+NOISY_DEFENSES = frozenset({"dpsgd", "client-dp", "noise"})
 
 
 @dataclass
@@ -122,7 +126,11 @@ class Lamp(TextAttack):
             template[:, 0] = target.start_id
         labels = self.labels(target, mask)
         allowed = None
-        if self.config.restrict_tokens and not target.lora:
+        noisy = {d.name for d in target.defenses} & NOISY_DEFENSES
+        if noisy and self.config.restrict_tokens:
+            warnings.append(f"the published chain adds noise ({', '.join(sorted(noisy))}): the "
+                            "token set is not read from it; the projection uses every token")
+        if self.config.restrict_tokens and not target.lora and not noisy:
             found = TokenSet().reconstruct(target, device=device)
             assert isinstance(found, TextReconstruction)
             ids = set(found.token_set or []) | {i for i in (target.start_id, target.end_id)

@@ -64,11 +64,14 @@ def federation_options(function: Any) -> Any:
         click.option("--rounds", default=1, show_default=True, type=click.IntRange(1),
                      help="Federated rounds; every node's reply is audited each round."),
         click.option("--dataset", default="digits", show_default=True,
-                     help="Bundled data set; node i holds images i::nodes of its train split."),
+                     help="Bundled data set; node i holds images i::nodes of its train split "
+                          "(shakespeare: the speaking roles r with r mod nodes = i, with a text "
+                          "model and attack; docs/text.md)."),
         click.option("--model", default="lenet-zhu", show_default=True,
                      help="fedleak model spec (NAME[:key=value,...])."),
         click.option("--images", default=1, show_default=True, type=click.IntRange(1),
-                     help="Images each node trains on per round (its batch n)."),
+                     help="Images (text: sentences) each node trains on per round (its "
+                          "batch n)."),
         protocol_options(victim=True),
         click.option("--defense", "defenses", multiple=True,
                      help="Update defense as a client mod, e.g. prune:p=0.9 (repeatable, in "
@@ -166,6 +169,7 @@ def check_settings(settings: Any) -> None:
     from fedleak.attacks import AttackConfigError, create_attack
     from fedleak.defenses import DefenseConfigError
     from fedleak.harness.flower.mods import DefenseModError, update_chain
+    from fedleak.harness.victim.text_pool import is_text_dataset
     from fedleak.harness.zoo.datasets import DatasetError, dataset_info
     from fedleak.harness.zoo.models import ModelError, build_model
 
@@ -179,8 +183,11 @@ def check_settings(settings: Any) -> None:
     except AttackConfigError as err:
         raise click.UsageError(str(err)) from None
     try:
-        info = dataset_info(settings.dataset)
-        build_model(settings.model, info.shape, info.num_classes)
+        if is_text_dataset(settings.dataset):  # a text federation (docs/text.md)
+            check_text_federation(settings)
+        else:
+            info = dataset_info(settings.dataset)
+            build_model(settings.model, info.shape, info.num_classes)
     except (DatasetError, ModelError) as err:
         raise click.UsageError(str(err)) from None
     if settings.secagg_plus:
@@ -192,6 +199,21 @@ def check_settings(settings: Any) -> None:
         settings.procedure()
     except ValueError as err:
         raise click.UsageError(str(err)) from None
+
+
+def check_text_federation(settings: Any) -> None:
+    """A text federation: a text model and attack, no SecAgg+ (its audit reads images)."""
+    from fedleak.attacks import attack_class
+    from fedleak.harness.zoo.text_datasets import load_text_dataset
+    from fedleak.harness.zoo.text_models import build_text_model
+
+    if attack_class(settings.attack).threat_model != "text-update":
+        raise click.UsageError(f"attack {settings.attack!r} reconstructs images; a text "
+                               "federation takes token-set, dager, lamp or tag")
+    if settings.secagg_plus or settings.record_only:
+        raise click.UsageError("a text federation is audited reply by reply: drop "
+                               "--secagg-plus and --record-only")
+    build_text_model(settings.model, load_text_dataset(settings.dataset, "test").info)
 
 
 def _flower() -> None:
@@ -232,8 +254,11 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
     from fedleak.harness.attacker.records import METRICS_NAME
     from fedleak.harness.flower.auditor import FolderInUse, claim_folder
     from fedleak.harness.flower.federation import simulate as run
+    from fedleak.harness.victim.text_pool import is_text_dataset
 
     settings = settings_of(federation, allow_reveal=allow_reveal)
+    if is_text_dataset(settings.dataset):
+        from fedleak.harness.flower.text_audit import simulate_text as run
     if settings.audit:
         try:  # before Flower starts: a refusal inside the ServerApp is a Ray traceback
             claim_folder(Path(settings.out), settings.overwrite)
@@ -261,7 +286,11 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
                     for r in metrics["rounds"] if r.get("parts")})
     if parts:
         click.echo(f"attack parts (objective / replay): {'; '.join(parts)}")
-    if summary.get("mean_psnr") is not None:
+    if summary.get("rouge1") is not None or summary.get("token_precision") is not None:
+        click.echo(f"{summary['rounds']} {what} attacked: mean ROUGE-1 {summary['rouge1']}, "
+                   f"ROUGE-2 {summary['rouge2']}, token set P {summary['token_precision']} "
+                   f"R {summary['token_recall']} (scored on the nodes)")
+    elif summary.get("mean_psnr") is not None:
         click.echo(f"{summary['rounds']} {what} attacked: mean PSNR "
                    f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
                    "(scored on the nodes)")

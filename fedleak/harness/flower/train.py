@@ -101,7 +101,7 @@ def train(
     buffers = {k: b.clone() for k, b in buffers.items()}  # local training moves them
     protocol = procedure.protocol
     generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
-    x = normalize(images.float(), info)
+    x = normalize(images.float() if images.is_floating_point() else images, info)  # text: ids
     update, metadata = defended_update(model, params, buffers, x, labels, protocol, chain,
                                        generator)
     new_state = {**state_carrying(state, update, list(params), protocol), **buffers}
@@ -119,8 +119,10 @@ def train(
 
 def remember_batch(context: Context, server_round: int, images: torch.Tensor,
                    labels: torch.Tensor) -> None:
-    """Keep this round's batch (images on [0, 1], labels) in the node's state for scoring."""
-    context.state[TRUTH_RECORD] = record_of({"images": images.float(), "labels": labels})
+    """Keep this round's batch (images on [0, 1], labels; text: token ids) in the node's
+    state for scoring."""
+    kept = images.float() if images.is_floating_point() else images
+    context.state[TRUTH_RECORD] = record_of({"images": kept, "labels": labels})
     context.state[TRUTH_ROUND] = ConfigRecord({"round": server_round})
 
 
