@@ -29,7 +29,6 @@ from fedleak.attacks.text.dager import DagerConfig, dager
 from fedleak.attacks.text.text_attack import TextAttack
 from fedleak.attacks.text.text_observation import ENCODER, TextObservation, TextReconstruction
 
-
 _DEFAULTS = DagerConfig()
 
 
