@@ -140,7 +140,8 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
             and shapes.options:
         pick = int(torch.randint(len(shapes.options), (1,), generator=generator))
         length, ends = shapes.options[0 if not found and failures == 0 else pick]
-        start = _start(shapes.sets(length, ends), [s for s, _ in found], generator)
+        start = _start(shapes.sets(length, ends), [s for s, _ in found], generator,
+                       2 * batch_size)
         sentence, score = _search(objective, shapes, start, config, generator)
         tokens = sentence.tolist()
         if score < config.l2_threshold and all(tokens != s for s, _ in found):
@@ -204,17 +205,20 @@ def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
     return kicked
 
 
-def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator
-           ) -> torch.Tensor:
-    """A random sentence over the sets, drawn from the tokens no found sentence holds anywhere
-    (else from those no found sentence holds at that position; else from all): the search
-    slides to the sentence most of the start's tokens came from, so a start without the found
-    sentences' tokens lands on a new one."""
+def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator,
+           prefer: int) -> torch.Tensor:
+    """A random sentence over the sets, each token drawn from the ``prefer`` nearest the first
+    span at its position (the filter's order: where the first LayerNorm is not exactly linear
+    the batch's own tokens come first) that no found sentence holds anywhere, else from those
+    no found sentence holds there, else from all: the search slides to the sentence most of the
+    start's tokens came from, so a start without the found sentences' tokens lands on a new
+    one."""
     anywhere = {t for s in found for t in s}
     tokens = []
     for j, options in enumerate(sets):
         here = {s[j] for s in found if j < len(s)}
-        pool = [int(t) for t in options if int(t) not in anywhere] or \
+        pool = [int(t) for t in options[:prefer] if int(t) not in anywhere] or \
+            [int(t) for t in options if int(t) not in anywhere] or \
             [int(t) for t in options if int(t) not in here] or options.tolist()
         tokens.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
     return torch.tensor(tokens)
