@@ -50,14 +50,19 @@ from fedleak.v1 import victim_pb2 as pb
 
 
 class TextLeakageAudit(LeakageAudit):
-    """Attack every node's reply of a text federation with a text attack (module docstring)."""
+    """Attack every node's reply of a text federation with a text attack (module docstring),
+    in the round (``background`` does not apply: the audit worker attacks images)."""
+
+    in_background = False
 
     def __init__(self, inner: Strategy, model: TextModel, info: Any, out: Path,
                  **audit: Unpack[AuditOptions]) -> None:
         if audit.get("record_only"):
             raise ValueError("record-only audits write image rounds; attack a text "
                              "federation's replies as they come")
-        audit = {**audit, "budget": None}  # a text attack's work is its own budget
+        # a text attack's work is its own budget; it runs in the round and the node scores
+        # it there (the worker process of image audits attacks images only)
+        audit = {**audit, "background": False}
         super().__init__(inner, model, info, out, **audit)
         if not isinstance(self.attack, TextAttack):
             raise ValueError(f"attack {self.attack_name!r} reconstructs images; a text "
@@ -68,7 +73,9 @@ class TextLeakageAudit(LeakageAudit):
     def _audit_update(self, server_round: int, label: str, folder: str,
                       received: ReceivedUpdate, params: dict[str, torch.Tensor],
                       buffers: dict[str, torch.Tensor], warnings: list[str],
-                      scorer: Scorer, inexact: Sequence[str] = ()) -> RoundRecord | None:
+                      scorer: Scorer | None, inexact: Sequence[str] = (), *,
+                      node: int | None = None, clipping_norm: float | None = None
+                      ) -> RoundRecord | None:
         assert isinstance(self.model, TextModel) and isinstance(self.info, TextInfo)
         observation = text_observation_from_update(
             self.model, params, buffers, received.update, received.protocol, self.info,
@@ -96,7 +103,7 @@ class TextLeakageAudit(LeakageAudit):
         entry.files["reconstruction"] = f"{folder}/reconstruction.json"
         self._token_set = found.token_set
         score, truth, unscored = scorer(padded(found.sequences), [], list(found.padding)) \
-            if self.score else (None, None, "scoring on the nodes is off")
+            if self.score and scorer is not None else (None, None, "scoring on the nodes is off")
         private = None
         if score is not None:
             entry.score(score)
