@@ -42,7 +42,7 @@ def test_a_text_federation_is_attacked_and_scored_on_its_nodes(tmp_path: Path) -
          "1", "--lr", "1.0", "--allow-reveal", "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "2 node update(s) attacked: mean ROUGE-1 1.0, ROUGE-2 1.0" in result.stdout
+    assert "2 node update(s) attacked and scored: mean ROUGE-1 1.0, ROUGE-2 1.0" in result.stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "finished" and len(metrics["rounds"]) == 2
     for entry in metrics["rounds"]:

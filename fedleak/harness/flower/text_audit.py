@@ -148,6 +148,12 @@ class TextLeakageAudit(LeakageAudit):
             text.rouge1, text.rouge2 = float(metrics["rouge1"]), float(metrics["rouge2"])
             text.rouge_l, text.exact = float(metrics["rouge-l"]), int(metrics["exact"])
             text.sentences = int(metrics["sentences"])
+            columns = [list(metrics.get(f"sentence-{k}") or []) for k in
+                       ("matched", "rouge1", "rouge2", "rouge-l", "exact", "padding")]
+            for i, (j, r1, r2, rl, exact, pad) in enumerate(zip(*columns, strict=False)):
+                text.sentence_scores.add(index=i, matched_index=int(j), rouge1=float(r1),
+                                         rouge2=float(r2), rouge_l=float(rl),
+                                         exact=bool(exact), padding=bool(pad))
         revealed = answer.content.array_records.get(REVEALED)
         truth = tensors(revealed)["images"] if revealed is not None else None
         return pb.ScoreResponse(text=text), truth, None

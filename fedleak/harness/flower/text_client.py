@@ -145,7 +145,14 @@ def text_score(msg: Message, context: Context, data: TextDataset,
         s = score_sentences(truth, submitted, tok.decode, padding)
         metrics.update({"rouge1": precision.unit(s.rouge1), "rouge2": precision.unit(s.rouge2),
                         "rouge-l": precision.unit(s.rougeL), "exact": s.exact,
-                        "sentences": len(truth)})
+                        "sentences": len(truth),
+                        # per private sentence, in order: what the comparison table shows
+                        "sentence-matched": [x.matched_index for x in s.sentences],
+                        "sentence-rouge1": [precision.unit(x.rouge1) for x in s.sentences],
+                        "sentence-rouge2": [precision.unit(x.rouge2) for x in s.sentences],
+                        "sentence-rouge-l": [precision.unit(x.rougeL) for x in s.sentences],
+                        "sentence-exact": [int(x.exact) for x in s.sentences],
+                        "sentence-padding": [int(x.padding) for x in s.sentences]})
     stated = [int(t) for t in config.get("token-set", [])]
     recovered = stated or sorted({t for j, row in enumerate(submitted) if j not in padding
                                   for t in row})
