@@ -13,7 +13,7 @@ the slots, π_e its permutation), so the replay family contains the truth: the o
 unknown, and modelled.
 
 **Estimating π from the output layer.** With every step's gradient taken at θ_k (first
-order), the last layer's bias moves by
+order), the last layer's bias moves by::
 
     Δb ≈ −τ Σ_s w_s (p̄_s − h_s),      h_s = (1/|B_s|) Σ_{i ∈ B_s} e_{ŷ_i},
 
@@ -21,12 +21,12 @@ with p̄_s the mean softmax of step s's batch and w_s the step's weight (momentu
 steps more: w_s = Σ_{m ≥ s} μ^{m−s}, :meth:`~fedleak.attacks.replay_contract.OrderedReplay.
 step_weights`). Replaying the current candidates (x, π) gives Δb(x, π); where their softmax is
 close to the user's (an untrained model predicts nearly the same for every image), the
-residual
+residual::
 
     r = (Δb* − Δb(x, π)) / τ  ≈  Σ_s w_s (h*_s − h_s)
 
 says how the label make-up of the batches must change. Exchanging slot i (label a, batch s)
-with slot j (label b, batch t) of one epoch changes Σ_s w_s h_s by
+with slot j (label b, batch t) of one epoch changes Σ_s w_s h_s by::
 
     v = (e_b − e_a) (w_s/|B_s| − w_t/|B_t|),
 
