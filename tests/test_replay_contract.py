@@ -24,14 +24,25 @@ ATTACKS = Path(__file__).resolve().parents[1] / "fedleak" / "attacks"
 OWN = {"self", "config", "self.config"}
 
 
+#: the one function that reads a Hugging Face model's parts by name (those classes share no
+#: typed interface); it reads the public model the server sent, never an observation
+MODEL_PARTS = ("text/transformer_layout.py", "part")
+
+
 def probes(path: Path) -> list[str]:
     """``file:line`` of every getattr/hasattr in ``path`` on anything but an object's own
-    fields or its configuration."""
+    fields or its configuration (or inside :data:`MODEL_PARTS`)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    allowed: set[int] = set()
+    if path.as_posix().endswith(MODEL_PARTS[0]):
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name == MODEL_PARTS[1]:
+                allowed |= {id(n) for n in ast.walk(fn)}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in {"getattr", "hasattr"} and node.args \
-                and ast.unparse(node.args[0]) not in OWN:
+                and ast.unparse(node.args[0]) not in OWN and id(node) not in allowed:
             found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
     return found
 

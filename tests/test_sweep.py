@@ -146,7 +146,7 @@ def test_quick_preset_covers_dpsgd_prune_and_noise_against_a_reference() -> None
     ('param = "noise-multiplier"', "has no option 'sigmaa'; valid: noise-multiplier"),
     ("values = [0.1, 1.0]", "noise-multiplier must be >= 0"),
     ('name = "inverting-gradients"',
-     "unknown attack 'ig'; choose one of analytic, cocktail-party, dlg"),
+     "unknown attack 'ig'; choose one of analytic, cocktail-party, dager, dlg"),
     ("iterations = 10", "has no option 'iterationz'; valid: iterations"),
     ('models = ["mlp:width=16,depth=1"]', "unknown model 'vgg'; choose one of lenet-zhu"),
     ('dataset = "digits"', "unknown data set 'mnist'; choose one of digits"),

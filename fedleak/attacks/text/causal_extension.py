@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
+from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input, part
 
 #: sequences run at once (a prefix's candidates are never split)
 CHUNK = 2048
@@ -50,8 +50,8 @@ def _extend(layout: TransformerLayout, prefixes: torch.Tensor,
             out = model(**layout.model_inputs(prefixes), use_cache=True)
     finally:
         model.train(training)
-    cache = getattr(out, "past_key_values", None)
-    repeat = getattr(cache, "batch_repeat_interleave", None)
+    cache = part(out, "past_key_values")
+    repeat = part(cache, "batch_repeat_interleave")
     module = layout.layers[1].module
     if cache is None or not callable(repeat):
         whole = torch.cat([prefixes.repeat_interleave(width, 0),

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from fedleak.attacks.text.transformer_layout import LayoutError, TransformerLayout
+from fedleak.attacks.text.transformer_layout import LayoutError, TransformerLayout, part
 
 #: coordinate-descent sweeps over the sentences
 SWEEPS = 8
@@ -90,7 +90,7 @@ def _target(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
     model = layout.model
     training = model.training
     model.eval()
-    weight, bias = (getattr(norm, "weight", None), getattr(norm, "bias", None))
+    weight, bias = (part(norm, "weight"), part(norm, "bias"))
     if not isinstance(weight, torch.Tensor) or not isinstance(bias, torch.Tensor):
         raise LayoutError("the final LayerNorm has no weight and bias")
     try:
@@ -98,7 +98,7 @@ def _target(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
     finally:
         handle.remove()
         model.train(training)
-    logits = getattr(out, "logits", None)
+    logits = part(out, "logits")
     if not isinstance(logits, torch.Tensor) or not captured:
         raise LayoutError("the model's forward returned no logits")
     count = sum(lengths)
@@ -113,7 +113,7 @@ def _target(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
     known_part = torch.cat([k.detach().to(torch.float64).cpu() * count for k in known])
     observed_part = torch.cat([o.to(torch.float64).cpu() * count for o in observed])
     u = captured[0].to(torch.float64).cpu()
-    eps = float(getattr(norm, "eps", 1e-5))
+    eps = float(part(norm, "eps", 1e-5))
     normalised = []
     for row, n in enumerate(lengths):
         v = u[row, n - 1]

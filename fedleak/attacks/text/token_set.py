@@ -51,6 +51,7 @@ from fedleak.attacks.text.text_observation import (
     TextObservation,
     TextReconstruction,
 )
+from fedleak.attacks.text.transformer_layout import part
 
 METHODS = ("auto", "rows", "span")
 
@@ -133,7 +134,7 @@ def language_model_head(target: TextObservation) -> str:
     if target.tied_head:
         return target.embedding_name
     model: Any = target.model
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = part(model, "get_output_embeddings", lambda: None)()
     if head is None:
         return ""
     names = [n for n, p in model.named_parameters() if p is head.weight]
@@ -200,7 +201,7 @@ def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None
     columns (``nn.Linear``: [out, in]) rather than its rows (GPT-2's ``Conv1D``: [in, out]),
     and its inputs for candidate tokens at a position; GPT-2 and BERT families, else None."""
     model: Any = target.model
-    gpt2 = getattr(getattr(model, "transformer", None), "h", None)
+    gpt2 = part(part(model, "transformer"), "h")
     if target.architecture == DECODER and gpt2 is not None:
         name = "transformer.h.0.attn.c_attn.weight"
         if name not in target.parameter_names:
@@ -212,7 +213,7 @@ def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None
             return out
 
         return name, False, gpt2_inputs
-    bert = getattr(model, "bert", None)
+    bert = part(model, "bert")
     name = "bert.encoder.layer.0.attention.self.value.weight"
     if bert is None or name not in target.parameter_names:
         return None

@@ -30,6 +30,15 @@ Kind = Literal["decoder", "encoder"]
 Second = Literal["feed-forward", "attention"]
 
 
+def part(obj: Any, name: str, default: Any = None) -> Any:
+    """The attribute ``name`` of a Hugging Face module, config or model output (``default``
+    where it has none). Those classes share no typed interface (GPT-2 keeps its blocks in
+    ``transformer.h``, BERT in ``bert.encoder.layer``; outputs carry ``logits`` or a cache or
+    not), so the text attacks read the public model's parts by name here, and only here: what
+    they read is the model the server sent, never the observation or its replay."""
+    return getattr(obj, name, default)
+
+
 class LayoutError(ValueError):
     """The model is not one DAGER knows how to read."""
 
@@ -85,7 +94,7 @@ class TransformerLayout:
     @property
     def token_embeddings(self) -> torch.Tensor:
         """The input token embedding matrix [V, d] (``get_input_embeddings().weight``)."""
-        getter = getattr(self.model, "get_input_embeddings", None)
+        getter = part(self.model, "get_input_embeddings")
         embedding = getter() if callable(getter) else None
         if not isinstance(embedding, nn.Embedding):
             raise LayoutError("the model has no get_input_embeddings() returning nn.Embedding")
@@ -156,8 +165,8 @@ def captured_input(model: nn.Module, module: nn.Module, inputs: Mapping[str, Any
 
 
 def _child(module: nn.Module, path: str) -> nn.Module | None:
-    for part in path.split("."):
-        nxt = getattr(module, part, None)
+    for step in path.split("."):
+        nxt = part(module, step)
         if not isinstance(nxt, nn.Module):
             return None
         module = nxt
@@ -172,9 +181,9 @@ def _prefix(model: nn.Module, module: nn.Module) -> str:
 
 
 def _config_int(model: nn.Module, *names: str) -> int:
-    config = getattr(model, "config", None)
+    config = part(model, "config")
     for name in names:
-        value = getattr(config, name, None)
+        value = part(config, name)
         if isinstance(value, int):
             return value
     raise LayoutError(f"the model's config has none of {names}")
@@ -217,7 +226,7 @@ def _gpt2_layout(model: nn.Module, blocks: nn.ModuleList, second: Second) -> Tra
     head: torch.Tensor | None = None
     final_norm: nn.Module | None = None
     norm_weights: tuple[str, str] | None = None
-    lm_head = getattr(model, "lm_head", None)
+    lm_head = part(model, "lm_head")
     if isinstance(lm_head, nn.Linear):
         head = lm_head.weight
         final_norm = _child(model, "transformer.ln_f")
