@@ -31,8 +31,8 @@ from fedleak.harness.cli.victim_command import (
     DEFAULT_MAX_CALLS_PER_PEER,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
     DEFAULT_RECEIVE_TIMEOUT,
-    required_score_token,
 )
+from fedleak.harness.cli.victim_serving import required_score_token
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
 from fedleak.harness.victim.victim_server import MIN_MESSAGE_BYTES, start_server
 from fedleak.harness.victim.victim_settings import VictimSettings, create_victim

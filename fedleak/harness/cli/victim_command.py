@@ -29,10 +29,13 @@ from fedleak.harness.cli.options import (
     token_options,
 )
 from fedleak.harness.cli.text_options import DEFAULT_SEQ_LEN, TextOptions, text_options
+from fedleak.harness.cli.victim_serving import (
+    DEFAULT_IMAGE_BUDGET,
+    required_score_token,
+    serving_limits,
+    start_warnings,
+)
 
-#: Default of --image-score-budget (fedleak.harness.victim.score_budget.DEFAULT_IMAGE_BUDGET; a
-#: literal here so the CLI starts without importing the victim).
-DEFAULT_IMAGE_BUDGET = 8
 #: Defaults of --audit-budget and --max-audit-trials (fedleak.harness.victim.limits).
 DEFAULT_AUDIT_BUDGET = 16
 DEFAULT_MAX_AUDIT_TRIALS = 20_000
@@ -298,65 +301,6 @@ def victim_serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # a computation that ignored the stop must not keep the process alive
-
-
-def required_score_token(host: str, given: str | None, open_score: bool) \
-        -> tuple[str | None, bool]:
-    """The score token Score will require, and whether it was made up here. Round ids are
-    bearer tokens: on a host other machines can reach, Score needs the evaluator's token unless
-    ``--open-score`` says otherwise, and one is made up when none was given."""
-    from fedleak.harness.wire.serving import is_loopback
-
-    if given or open_score or is_loopback(host):
-        return given, False
-    return secrets.token_hex(16), True
-
-
-def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int | None,
-                   max_calls_per_peer: int, max_connections_per_peer: int,
-                   max_calls_per_prefix: int | None = None,
-                   max_connections_per_prefix: int | None = None,
-                   receive_timeout: float) -> Any:
-    """What clients may hold of this victim, from the options (a bad combination is a usage
-    error naming the options)."""
-    from fedleak.harness.victim.victim_server import default_message_bytes
-    from fedleak.harness.wire.admission import ServingLimits
-
-    message = max_message_mb << 20 if max_message_mb else default_message_bytes(v)
-    memory = request_memory_mb << 20 if request_memory_mb else None
-    try:
-        return ServingLimits(max_message_bytes=message, request_memory_bytes=memory,
-                             max_calls_per_peer=max_calls_per_peer,
-                             max_connections_per_peer=max_connections_per_peer,
-                             max_calls_per_prefix=max_calls_per_prefix,
-                             max_connections_per_prefix=max_connections_per_prefix,
-                             receive_timeout=receive_timeout)
-    except ValueError as err:
-        raise click.UsageError(str(err)) from None
-
-
-def start_warnings(v: Any) -> list[str]:
-    """What a person starting this victim must read: unsafe settings they chose."""
-    from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING, UNSAFE_IMAGE_BUDGET_WARNING
-
-    warnings = []
-    budget = v.config.limits.score_budget
-    if budget > 1:
-        warnings.append(UNSAFE_BUDGET_WARNING.format(budget=budget))
-    image_budget = v.config.limits.image_score_budget
-    if image_budget > DEFAULT_IMAGE_BUDGET:
-        warnings.append(UNSAFE_IMAGE_BUDGET_WARNING.format(budget=image_budget))
-    transport = v.config.defenses.transport
-    if transport is not None:
-        minority = transport.minority_warning(v.config.num_users)
-        if minority:
-            warnings.append(minority)
-    for check in v.config.defenses.parameter_checks:
-        reason = check.refuses_model(v.model)
-        if reason:
-            warnings.append("warning: this victim will refuse every round "
-                            f"(FAILED_PRECONDITION), whatever θ a server sends: {reason}")
-    return warnings
 
 
 def victim_settings(
