@@ -147,7 +147,7 @@ def dp_floor(path: Path) -> str:
             f"{min(psnrs):.2f}–{max(psnrs):.2f} dB ({hits} images at 20 dB over the "
             f"{len(rows)} points) under DP bounds of "
             + " / ".join(_number(b, ".3f") for b in bounds)
-            + _against_prior(max(psnrs), prior) + "\n")
+            + _against_prior(max(psnrs), prior) + ".\n")
 
 
 def _against_prior(best: float, prior: set[str]) -> str:
