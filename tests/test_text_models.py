@@ -108,6 +108,17 @@ def test_brief_training_lowers_perplexity() -> None:
     assert after.perplexity < 0.5 * before.perplexity
 
 
+def test_a_diverged_model_has_infinite_perplexity_not_an_error() -> None:
+    """Client-level DP's noise on a single user's update can blow a model up (the text-quick
+    preset's client-dp point did): its perplexity is recorded as ∞, not an OverflowError."""
+    net = model(f"gpt2:{TINY}")
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(1e4)
+    score = text_utility(net, LM, limit=16)
+    assert score.perplexity == float("inf")
+
+
 def test_a_local_hugging_face_folder_loads_without_a_network(tmp_path: Path) -> None:
     from fedleak.harness.zoo.text_tokenizer import load_tokenizer
     from fedleak.harness.zoo.tokenizer_training import BUNDLED_TOKENIZER_FILE

@@ -20,6 +20,9 @@ from torch.nn import functional as F
 from fedleak.harness.federated.local_update import user_loss
 from fedleak.harness.zoo.text_datasets import IGNORE_INDEX, LANGUAGE_MODEL, TextDataset
 
+#: the largest mean loss whose exp a float holds (log of the largest double, rounded down)
+MAX_LOG = 709.0
+
 
 @dataclass
 class TextUtility:
@@ -50,7 +53,10 @@ def text_utility(model: nn.Module, data: TextDataset, batch_size: int = 64,
             if data.info.task == LANGUAGE_MODEL:
                 loss += float(F.cross_entropy(logits, y, reduction="sum"))
     model.train(was_training)
-    perplexity = math.exp(loss / max(count, 1)) if data.info.task == LANGUAGE_MODEL else None
+    mean = loss / max(count, 1)
+    # a training that diverged has a mean loss past exp's range: its perplexity is infinite
+    perplexity = (math.exp(mean) if mean < MAX_LOG else math.inf) \
+        if data.info.task == LANGUAGE_MODEL else None
     return TextUtility(correct / max(count, 1), perplexity)
 
 

@@ -48,8 +48,9 @@ def utility(r: PointResult) -> tuple[float | None, str]:
     u = r.utility
     if u is None:
         return None, "utility"
-    if u.perplexity is not None:
-        return u.perplexity, "test perplexity of the defended federated training (lower: better)"
+    if u.perplexity is not None:  # a diverged training (∞) has no place on the axis
+        return (u.perplexity if math.isfinite(u.perplexity) else None,
+                "test perplexity of the defended federated training (lower: better)")
     return u.test_accuracy, "test accuracy of the defended federated training"
 
 
