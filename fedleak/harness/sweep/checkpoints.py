@@ -76,4 +76,4 @@ def text_checkpoint(point: Point, path: str, echo: Callable[[str], Any]) -> None
     partial.replace(path)
     score = text_utility(model, test.select(torch.arange(min(256, len(test)))))
     echo(f"checkpoint {path}: test accuracy {score.accuracy:.1%}" + (
-        f", perplexity {score.perplexity:.1f}" if score.perplexity is not None else ""))
+        f", perplexity {score.perplexity:.4g}" if score.perplexity is not None else ""))

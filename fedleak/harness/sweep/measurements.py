@@ -206,7 +206,7 @@ def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
     if utility is not None:
         parts.append(f"test accuracy {utility.test_accuracy:.1%}")
         if utility.perplexity is not None:
-            parts.append(f"perplexity {utility.perplexity:.1f}")
+            parts.append(f"perplexity {utility.perplexity:.4g}")
     eps = (utility.epsilon if utility else None) or (attack.epsilon if attack else None)
     if eps is not None:
         parts.append(f"ε {eps:.4g}")

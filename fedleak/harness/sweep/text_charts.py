@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fedleak.harness.metrics.chart_layout import place_labels, wrapped  # noqa: E402
 from fedleak.harness.sweep.report_charts import REFERENCE_STYLE  # noqa: E402
 from fedleak.harness.sweep.results import PointResult, format_epsilon  # noqa: E402
 
@@ -66,6 +67,10 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
     infinity = 2 * max(finite) if finite else 10.0  # where "no DP" is drawn on the ε axis
     kind = "rouge"
     xlabel = "utility"
+    notes_of: list[list[tuple[str, tuple[float, float], dict[str, object]]]] = [[], []]
+    diverged = sorted({r.label for r in members if r.utility is not None and
+                       r.utility.perplexity is not None and
+                       not math.isfinite(r.utility.perplexity)})
     for panel, ax in enumerate(axes):
         for index, (name, points) in enumerate(groups.items()):
             points = sorted(points, key=lambda r: r.point.strength or 0.0)
@@ -84,10 +89,8 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
             param = points[0].point.param
             ax.plot(xs, ys, marker="o", color=f"C{index}",
                     label=name + (f" ({param})" if param else ""))
-            for x, y, note in zip(xs, ys, notes, strict=True):
-                if note:
-                    ax.annotate(note, (x, y), textcoords="offset points", xytext=(5, 5),
-                                fontsize=7, color=f"C{index}")
+            notes_of[panel] += [(note, (x, y), {"fontsize": 7, "color": f"C{index}"})
+                                for x, y, note in zip(xs, ys, notes, strict=True) if note]
         for r in references:
             first = leakage(r)[0]
             x = utility(r)[0] if panel == 0 else infinity
@@ -103,14 +106,19 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
         ax.margins(x=0.15)
-    if "perplexity" in xlabel and all(utility(r)[0] for r in members if r.utility):
-        axes[0].set_xscale("log")
+    drawn = [v for v in (utility(r)[0] for r in members if r.utility) if v is not None]
+    if "perplexity" in xlabel and drawn and all(v > 0 for v in drawn):
+        axes[0].set_xscale("log")  # perplexities span orders of magnitude
     handles, labels = axes[0].get_legend_handles_labels()
     unique = OrderedDict(zip(labels, handles, strict=True))
     axes[0].legend(unique.values(), unique.keys(), fontsize=8, loc="best")
-    fig.suptitle(f"text privacy–utility: {context}\n(up leaks more; ε annotated where the "
-                 "defense accounts for it)", fontsize=10)
+    note = f"; not drawn on the left, training diverged (∞ perplexity): {', '.join(diverged)}" \
+        if diverged else ""
+    fig.suptitle(wrapped(f"text privacy–utility: {context}\n(up leaks more; ε annotated where "
+                         f"the defense accounts for it{note})", fig, 10), fontsize=10)
     fig.tight_layout()
+    for panel, ax in enumerate(axes):
+        place_labels(ax, notes_of[panel])
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

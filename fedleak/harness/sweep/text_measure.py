@@ -90,7 +90,7 @@ def text_federated_training(client: VictimClient, settings: UtilitySettings,
             last = _evaluate(model, params, buffers, test)
             curve.append((r + 1, last.accuracy))
             text += f", test accuracy {last.accuracy:.1%}" + (
-                f", perplexity {last.perplexity:.1f}" if last.perplexity is not None else "")
+                f", perplexity {last.perplexity:.4g}" if last.perplexity is not None else "")
         if on_round is not None:
             on_round(r, text)
     return UtilityMeasurement(
