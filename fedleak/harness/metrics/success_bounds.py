@@ -44,10 +44,9 @@ def public_split(private_split: str) -> str | None:
     return {"train": "test", "test": "train"}.get(private_split)
 
 
-@functools.lru_cache(maxsize=16)
-def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSNR,
-                data_root: str | None = None) -> PriorBaseline | None:
-    """κ̂(η) of the public prior at PSNR threshold η; None when there is no public split."""
+def _public_prior(dataset: str, private_split: str, data_root: str | None) -> torch.Tensor | None:
+    """The public prior's images, flattened (float64; a fixed subsample of at most
+    :data:`MAX_PRIOR`), or None when the private split leaves no public one."""
     split = public_split(private_split)
     if split is None:
         return None
@@ -55,7 +54,16 @@ def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSN
     if len(images) > MAX_PRIOR:
         keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
         images = images[keep[:MAX_PRIOR]]
-    flat = images.flatten(1)
+    return images.flatten(1)
+
+
+@functools.lru_cache(maxsize=16)
+def prior_kappa(dataset: str, private_split: str, threshold: float = SUCCESS_PSNR,
+                data_root: str | None = None) -> PriorBaseline | None:
+    """κ̂(η) of the public prior at PSNR threshold η; None when there is no public split."""
+    flat = _public_prior(dataset, private_split, data_root)
+    if flat is None:
+        return None
     guesses = torch.cat([flat, flat.mean(0, keepdim=True)])
     mse = torch.cdist(guesses, flat).square() / flat.shape[1]
     psnr = 10 * torch.log10(1 / mse.clamp_min(1e-12))
@@ -67,14 +75,9 @@ def prior_mean_psnr(dataset: str, private_split: str,
                     data_root: str | None = None) -> float | None:
     """Mean PSNR of the public prior's mean image against the public prior's images (the
     same subsample as :func:`prior_kappa`); None when there is no public split."""
-    split = public_split(private_split)
-    if split is None:
+    flat = _public_prior(dataset, private_split, data_root)
+    if flat is None:
         return None
-    images = load_dataset(dataset, split, data_root).images.double()
-    if len(images) > MAX_PRIOR:
-        keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-        images = images[keep[:MAX_PRIOR]]
-    flat = images.flatten(1)
     mse = (flat - flat.mean(0, keepdim=True)).square().mean(1)
     return float((10 * torch.log10(1 / mse.clamp_min(1e-12))).mean())
 
