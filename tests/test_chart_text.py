@@ -135,3 +135,44 @@ def test_the_bench_and_game_pictures_are_whole_and_apart(tmp_path: Path,
               bound_error=0.0)
     for name in ("bench-bounds.png", "game.png"):
         assert checked[name] == [], (name, checked[name])
+
+
+def text_run(folder: Path) -> Path:
+    """A run folder of the text-quick preset's points: both attacks recover everything
+    undefended and nothing under DP (labels crowd at 0), one training diverges (∞)."""
+    spec = parse_spec(preset_text("text-quick"))
+    run = folder / "run"
+    run.mkdir()
+    with ResultStore(run / STORE_NAME) as store:
+        store.add_points(spec.points())
+        for index, point in enumerate(spec.points()):
+            sigma = float(point.strength) if point.strength else None
+            got = 1.0 if point.reference else 0.0
+            attack = AttackMeasurement(point.attack, point.model, point.dataset, "points/x",
+                                       defenses=list(point.defenses),
+                                       epsilon=None if sigma is None else 20.0 / sigma)
+            if point.attack == "dager":
+                attack.rouge1 = attack.rouge2 = attack.rougeL = got
+            attack.token_recall = attack.token_precision = got
+            store.record(point.point_id, "attack", attack.to_json(), 0.0)
+            if not store.done(point.point_id, "utility"):
+                perplexity = math.inf if point.group.startswith("client-dp") and \
+                    (sigma or 0) > 2 else 850.0 * (1 + index) ** 2
+                store.record(point.point_id, "utility", UtilityMeasurement(
+                    0.08, 0.0, [(0, 0.0), (20, 0.08)], 20, 16, 0.3, "constant", "fedsgd",
+                    epsilon=None if sigma is None else 20.0 / sigma,
+                    delta=None if sigma is None else 1e-5, perplexity=perplexity).to_json(), 0.0)
+            store.set_status(point.point_id, "done")
+        store.set_meta("name", "text-quick")
+    return run
+
+
+def test_the_text_charts_are_whole_and_apart(tmp_path: Path,
+                                             checked: dict[str, list[str]]) -> None:
+    write_report(text_run(tmp_path))
+    charts = [name for name in checked if name.startswith("text-") and name.endswith(".png")]
+    assert len(charts) == 2, list(checked)
+    problems = {name: checked[name] for name in charts if checked[name]}
+    assert not problems, problems
+    texts = " ".join(checked[charts[0] + " texts"])
+    assert "diverged" in texts  # a training with ∞ perplexity is named, not drawn
