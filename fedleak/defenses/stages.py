@@ -21,7 +21,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -33,6 +33,9 @@ from fedleak.defenses.mechanism import (
     Mechanism,
     Noise,
 )
+
+if TYPE_CHECKING:
+    from fedleak.defenses.accounting import DeclaredAccountant
 
 STAGES = ("parameters", "per-example", "update", "transport")
 
@@ -99,6 +102,20 @@ class Defense(ABC):
                                    f"declares a {mechanism.stage!r} mechanism")
         return mechanism
 
+    def own_accountant(self) -> DeclaredAccountant | None:
+        """This defense's own accountant over its declaration (made on first use), or None
+        when it declares no accounted mechanism: for direct use of one defense; the victim
+        accounts its whole chain (:class:`~fedleak.defenses.composition.ChainAccountant`)."""
+        from fedleak.defenses.accounting import DeclaredAccountant, accounted
+
+        mechanism = self.declared()
+        if mechanism is None or accounted(mechanism) is None:
+            return None
+        if getattr(self, "_own_accountant", None) is None:
+            self._own_accountant = DeclaredAccountant(mechanism)
+        own: DeclaredAccountant = self._own_accountant
+        return own
+
 
 class UpdateDefense(Defense):
     """Transforms the finished update ``[Δ_l]`` (one tensor per parameter) before it is sent."""
@@ -129,15 +146,8 @@ class UpdateDefense(Defense):
         if it declares no clipped Gaussian mechanism), by its declaration's accountant
         (:mod:`fedleak.defenses.accounting`). The victim accounts its whole chain instead
         (:class:`~fedleak.defenses.composition.ChainAccountant`); this is for direct use."""
-        from fedleak.defenses.accounting import DeclaredAccountant, accounted
-
-        mechanism = self.declared()
-        if accounted(mechanism) is None or mechanism is None:
-            return {}
-        if getattr(self, "_own_accountant", None) is None:
-            self._own_accountant = DeclaredAccountant(mechanism)
-        own: DeclaredAccountant = self._own_accountant
-        return own.charge(rounds, own.round_rate(), report)
+        own = self.own_accountant()
+        return {} if own is None else own.charge(rounds, own.round_rate(), report)
 
     def gaussian_claim(self) -> GaussianClaim | None:
         """Shorthand for a clip-then-Gaussian-noise declaration (:class:`GaussianClaim`), or
@@ -199,15 +209,8 @@ class PerExampleDefense(Defense):
         """Privacy spent by ``steps`` more steps at ``sample_rate`` by this defense alone
         (metadata entries; {} without a declared Gaussian mechanism), by its declaration's
         accountant; with ``report`` False the steps are only charged (no ε computed)."""
-        from fedleak.defenses.accounting import DeclaredAccountant, accounted
-
-        mechanism = self.declared()
-        if accounted(mechanism) is None or mechanism is None:
-            return {}
-        if getattr(self, "_own_accountant", None) is None:
-            self._own_accountant = DeclaredAccountant(mechanism)
-        own: DeclaredAccountant = self._own_accountant
-        return own.charge(steps, sample_rate, report)
+        own = self.own_accountant()
+        return {} if own is None else own.charge(steps, sample_rate, report)
 
 
 class TransportDefense(Defense):
