@@ -225,17 +225,26 @@ class ComposedInversion(Attack[Observation]):
                 "blind": type(self)(dataclasses.replace(
                     cfg, iterations=half, objective=BLIND[0], replay=BLIND[1]))}
 
-    def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
-                     seed: int, progress: Progress | None) -> Reconstruction:
-        """:meth:`recover` with the given objective and replay parts."""
-        cfg = self.config
+    def setup(self, observation: Observation, parts: Parts, device: torch.device) -> tuple[
+            torch.Tensor, int, Observation, torch.Tensor, Any, list[torch.Tensor], Any]:
+        """What every recovery starts from: the recovered labels, the epoch copies (shuffled
+        epochs: one copy of the n images per epoch, Dimitrov et al.), the observation over
+        those copies and its labels, the bound priors, the observed update on ``device`` and the
+        one-observation objective."""
         recovered = recover_labels(observation).to(device)
         copies = epoch_copies(observation)
-        # shuffled epochs: optimise one copy of the n images per epoch (Dimitrov et al.)
         target, labels = with_epoch_copies(observation, recovered, copies)
         priors = self.bind_priors(target)
         observed = [u.to(device) for u in observation.update]
         single = parts.objective.build(CosineObjective, observed, observation, rows=False)
+        return recovered, copies, target, labels, priors, observed, single
+
+    def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
+                     seed: int, progress: Progress | None) -> Reconstruction:
+        """:meth:`recover` with the given objective and replay parts."""
+        cfg = self.config
+        recovered, copies, target, labels, priors, observed, single = self.setup(
+            observation, parts, device)
         one_by_one = parts.replay.wrap(alone(observation), observation)
         one = self.problem(labels, one_by_one, single, priors, observation.image_bounds(device),
                            rows=False)

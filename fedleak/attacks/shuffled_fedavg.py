@@ -48,11 +48,10 @@ from fedleak.attacks.adaptive import Parts
 from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.batch_order import OrderModel
-from fedleak.attacks.epochs import epoch_copies, merge_epochs, with_epoch_copies
+from fedleak.attacks.epochs import merge_epochs
 from fedleak.attacks.fedavg import FedAvgConfig, FedAvgInversion
-from fedleak.attacks.gradient_matching import CosineObjective
 from fedleak.attacks.inversion.problem import ProgressSpan
-from fedleak.attacks.labels import last_layer_indices, recover_labels
+from fedleak.attacks.labels import last_layer_indices
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisers import LBFGSPart
 from fedleak.attacks.replay_contract import OrderedReplay, RestartsUpdateFn
@@ -96,12 +95,8 @@ class ShuffledFedAvg(FedAvgInversion):
             return super().recover_with(observation, parts, device=device, seed=seed,
                                         progress=progress)
         cfg = self.config
-        recovered = recover_labels(observation).to(device)
-        copies = epoch_copies(observation)
-        target, labels = with_epoch_copies(observation, recovered, copies)
-        priors = self.bind_priors(target)
-        observed = [u.to(device) for u in observation.update]
-        single = parts.objective.build(CosineObjective, observed, observation, rows=False)
+        recovered, copies, target, labels, priors, observed, single = self.setup(
+            observation, parts, device)
         lbfgs = isinstance(self.optimiser_part(), LBFGSPart)
         # at most one revision per REVISION_SPACING iterations: the revisions' replays come out
         # of the budget and never take more than a quarter of it
