@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -115,8 +116,9 @@ def audit_run(tmp_path: Path, app: ClientApp, *, config: dict[str, Any] | None =
     return json.loads((Path(s.out) / "metrics.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_the_worker_is_niced_and_runs_the_iterations_asked() -> None:
-    """A separate process, niceness +10 over ours; the job's budget is its iterations."""
+def test_the_worker_is_niced_and_runs_the_iterations_asked(tmp_path: Path) -> None:
+    """A separate process, niceness +10 over ours; the job's budget is its iterations; it
+    draws the reconstruction's files itself."""
     from fedleak.harness.attacker.client import ReceivedUpdate
     from fedleak.harness.federated.observe import observe
     from fedleak.harness.federated.protocol import Protocol
@@ -137,7 +139,7 @@ def test_the_worker_is_niced_and_runs_the_iterations_asked() -> None:
                                   metadata={}, defenses=())
         params = dict(model.named_parameters())
         job = AuditJob((1, 1), received, {k: v.detach() for k, v in params.items()}, {},
-                       "inverting-gradients", {"iterations": 7}, 0)
+                       "inverting-gradients", {"iterations": 7}, 0, tmp_path / "round")
         assert worker.submit(job) == 0
         assert worker.submit(AuditJob((1, 2), *list(vars(job).values())[1:])) is None
         results = worker.drain(timeout=300)
@@ -145,6 +147,10 @@ def test_the_worker_is_niced_and_runs_the_iterations_asked() -> None:
         worker.close()
     assert [r.key for r in results] == [(1, 1)] and results[0].error is None
     assert results[0].reconstruction.iterations == 7
+    assert results[0].drawn
+    drawn = np.load(tmp_path / "round" / "reconstruction.npy")
+    assert drawn.shape == (2, *data.info.shape) and 0 <= drawn.min() <= drawn.max() <= 1
+    assert (tmp_path / "round" / "reconstruction.png").stat().st_size > 0
     assert not worker.process.is_alive()
 
 
@@ -158,6 +164,7 @@ def test_a_full_queue_skips_and_records_the_rest_are_scored_after_the_round(
     assert entry["iterations"] == 4 and entry["budget"]["iterations_asked"] == 4
     assert entry["mean_psnr"] is not None and "unscored" not in entry
     assert entry["partition"] in (0, 1)
+    assert (tmp_path / "audit" / entry["files"]["reconstruction"]).is_file()
     assert metrics["summary"]["rounds"] == 1
     assert "off the round's critical path" in metrics["settings"]["audit"]
 

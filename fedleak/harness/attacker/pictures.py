@@ -9,7 +9,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+#: above this many images a grid is drawn as one tiled picture (no per-image axes: 600 axes
+#: take matplotlib seconds, and their captions could not be read anyway)
+TILED_ABOVE = 64
 
 
 def _show(ax: plt.Axes, image: torch.Tensor) -> None:
@@ -32,9 +37,12 @@ def save_grid(
     """Save images on [0, 1] as a grid: ground truth on top (if given), reconstruction below.
 
     ``truth`` and ``reconstruction`` must already be in matched order; ``captions`` label the
-    reconstruction row (e.g. per-image PSNR).
+    reconstruction row (e.g. per-image PSNR). Above :data:`TILED_ABOVE` images the grid is one
+    tiled picture, without captions or title.
     """
     n = reconstruction.shape[0]
+    if n > TILED_ABOVE:
+        return _save_tiled(path, reconstruction, truth)
     rows = 2 if truth is not None else 1
     cols = min(n, 10)
     blocks = (n + cols - 1) // cols
@@ -64,3 +72,34 @@ def save_grid(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _save_tiled(path: Path, reconstruction: torch.Tensor, truth: torch.Tensor | None,
+                cols: int = 20, gap: int = 2) -> Path:
+    """Many images as one picture: rows of ``cols`` images (a truth row above each
+    reconstruction row when ``truth`` is given), ``gap`` white pixels between them."""
+    n, channels, height, width = reconstruction.shape
+    sources = [reconstruction] if truth is None else [truth, reconstruction]
+    blocks = (n + cols - 1) // cols
+    rows = blocks * len(sources)
+    canvas = np.ones((rows * (height + gap) + gap, cols * (width + gap) + gap, 3),
+                     dtype=np.float32)
+    for block in range(blocks):
+        for s, source in enumerate(sources):
+            top = (block * len(sources) + s) * (height + gap) + gap
+            for col in range(min(cols, n - block * cols)):
+                image = source[block * cols + col].detach().cpu().clamp(0, 1)
+                tile = image.expand(3, height, width) if channels == 1 else image[:3]
+                left = col * (width + gap) + gap
+                canvas[top:top + height, left:left + width] = tile.permute(1, 2, 0).numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plt.imsave(path, canvas)
+    return path
+
+
+def save_reconstruction(folder: Path, images: torch.Tensor) -> Path:
+    """A reconstruction's files in ``folder``: ``reconstruction.npy`` (images on [0, 1]) and
+    ``reconstruction.png`` (their grid); returns the picture's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "reconstruction.npy", images.numpy())
+    return save_grid(folder / "reconstruction.png", images)

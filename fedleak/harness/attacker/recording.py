@@ -30,7 +30,7 @@ from fedleak.attacks.published import published
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
-from fedleak.harness.attacker.pictures import save_grid
+from fedleak.harness.attacker.pictures import save_reconstruction
 from fedleak.harness.attacker.records import RunHeader, UpdateRun, write_json
 from fedleak.harness.attacker.round_outcome import round_record
 from fedleak.harness.attacker.update_attack import observation_for
@@ -120,9 +120,7 @@ def attack_recording(recording: Path, attack_name: str, options: Mapping[str, An
         record.unscored = "attacked from a recording: the ground truth stayed on the node"
         if reconstruction.has_images:
             images = denormalize(reconstruction.images.detach().cpu(), info).clamp(0, 1)
-            (out / got.folder).mkdir(parents=True, exist_ok=True)
-            np.save(out / got.folder / "reconstruction.npy", images.numpy())
-            save_grid(out / got.folder / "reconstruction.png", images)
+            save_reconstruction(out / got.folder, images)
             record.files["reconstruction"] = f"{got.folder}/reconstruction.png"
         run.rounds.append(record)
         run.write(out)

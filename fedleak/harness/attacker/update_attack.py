@@ -44,7 +44,7 @@ from fedleak.harness.attacker.described import (
     server_model,
     victim_protocol,
 )
-from fedleak.harness.attacker.pictures import save_grid
+from fedleak.harness.attacker.pictures import save_reconstruction
 from fedleak.harness.attacker.records import RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import (
     iterations_used,
@@ -269,9 +269,8 @@ class Server:
         images = None
         if reconstruction.has_images:
             images = denormalize(reconstruction.images.detach().cpu(), self.info).clamp(0, 1)
-            np.save(round_dir / "reconstruction.npy", images.numpy())
-            save_grid(round_dir / "reconstruction.png", images)
-            files["reconstruction"] = str((round_dir / "reconstruction.png").relative_to(out))
+            picture = save_reconstruction(round_dir, images)
+            files["reconstruction"] = str(picture.relative_to(out))
         features = reconstruction.features
         if features is not None:
             np.save(round_dir / "features.npy", features.detach().cpu().numpy())

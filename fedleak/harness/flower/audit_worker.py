@@ -14,6 +14,9 @@ training the cores first and the attack what is left) and with ``threads`` torch
   objective evaluations, as the user set them — whatever the round's wall time.
 - **Behind.** :meth:`AuditWorker.submit` says how many updates were ahead of this one, so the
   record shows when the audit falls behind the federation.
+- **Pictures** are drawn in the worker: a reconstruction's ``reconstruction.npy`` and
+  ``reconstruction.png`` (a grid of hundreds of images takes seconds to draw) are written into
+  the job's folder there, never in the ServerApp's process between rounds.
 - **Results** come back as :class:`AuditResult` (the reconstruction on the CPU, or the error)
   when the caller asks (:meth:`AuditWorker.results`), and all of them at the end
   (:meth:`AuditWorker.drain`), after the federation's last round.
@@ -34,13 +37,15 @@ import queue
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
-from fedleak.harness.zoo.datasets import DatasetInfo
+from fedleak.harness.attacker.pictures import save_reconstruction
+from fedleak.harness.zoo.datasets import DatasetInfo, denormalize
 
 #: the worker's default niceness over the federation's processes, and queue bound
 DEFAULT_NICE = 10
@@ -58,18 +63,21 @@ class AuditJob:
     attack: str
     options: dict[str, Any]
     seed: int
+    #: the folder the worker writes the reconstruction's files into (None: it writes none)
+    pictures: Path | None = None
 
 
 @dataclass
 class AuditResult:
-    """The attack's outcome for :attr:`AuditJob.key`: the reconstruction (None with ``error``)
-    and its wall time in the worker."""
+    """The attack's outcome for :attr:`AuditJob.key`: the reconstruction (None with ``error``),
+    its wall time in the worker, and whether the worker wrote its files (``drawn``)."""
 
     key: tuple[int, int]
     reconstruction: Any = None
     wall_s: float = 0.0
     error: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    drawn: bool = False
 
 
 class WorkerUnavailable(RuntimeError):
@@ -98,7 +106,11 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
                            f"{type(err).__name__}: {err}")
     reconstruction.images = reconstruction.images.detach().cpu()
     reconstruction.labels = reconstruction.labels.detach().cpu()
-    return AuditResult(job.key, reconstruction, time.perf_counter() - started)
+    wall = time.perf_counter() - started
+    drawn = job.pictures is not None and reconstruction.has_images
+    if drawn:
+        save_reconstruction(job.pictures, denormalize(reconstruction.images, info).clamp(0, 1))
+    return AuditResult(job.key, reconstruction, wall, drawn=drawn)
 
 
 def _serve(info: DatasetInfo, device: str, nice: int, parent_nice: int, threads: int,

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack
 
-import numpy as np
 import torch
 from flwr.serverapp import Grid
 from torch import nn
@@ -35,7 +34,7 @@ from torch import nn
 from fedleak.attacks import Attack, Observation, create_attack
 from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
-from fedleak.harness.attacker.pictures import save_grid
+from fedleak.harness.attacker.pictures import save_grid, save_reconstruction
 from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
@@ -240,6 +239,7 @@ class Auditor:
         job = AuditJob(key, received, params, buffers, attack, self.options,
                        self.seed + server_round - 1)
         worker = self._start_worker() if self.background and node is not None else None
+        job.pictures = None if worker is None else self.out / folder  # drawn in the worker
         if worker is None:
             self._pending[key] = pending
             bar = f"round {server_round} {label} {attack}" if self.show_progress else None
@@ -297,8 +297,8 @@ class Auditor:
         files = {}
         if reconstruction.has_images:
             images = denormalize(reconstruction.images.detach().cpu(), self.info).clamp(0, 1)
-            np.save(round_dir / "reconstruction.npy", images.numpy())
-            save_grid(round_dir / "reconstruction.png", images)
+            if not result.drawn:  # the worker draws its own (seconds for a large batch)
+                save_reconstruction(round_dir, images)
             files["reconstruction"] = f"{pending.folder}/reconstruction.png"
         labels = [int(y) for y in reconstruction.labels.cpu().tolist()]
         entry = round_record(pending.received, reconstruction, None, result.wall_s)
