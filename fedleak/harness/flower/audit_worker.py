@@ -107,10 +107,10 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
     reconstruction.images = reconstruction.images.detach().cpu()
     reconstruction.labels = reconstruction.labels.detach().cpu()
     wall = time.perf_counter() - started
-    drawn = job.pictures is not None and reconstruction.has_images
-    if drawn:
-        save_reconstruction(job.pictures, denormalize(reconstruction.images, info).clamp(0, 1))
-    return AuditResult(job.key, reconstruction, wall, drawn=drawn)
+    if job.pictures is None or not reconstruction.has_images:
+        return AuditResult(job.key, reconstruction, wall)
+    save_reconstruction(job.pictures, denormalize(reconstruction.images, info).clamp(0, 1))
+    return AuditResult(job.key, reconstruction, wall, drawn=True)
 
 
 def _serve(info: DatasetInfo, device: str, nice: int, parent_nice: int, threads: int,
