@@ -157,3 +157,35 @@ def test_dager_refuses_what_it_cannot_read() -> None:
         DagerConfig(l2_threshold=2.0)
     with pytest.raises(ValueError, match="restarts"):
         DagerConfig(restarts=0)
+
+
+def test_an_encoder_batch_of_cut_and_closed_texts_is_recovered() -> None:
+    """A text cut at the batch length (no [SEP]) beside one closed by [SEP] at the last
+    position and a shorter one: the full shape's last position holds either."""
+    model = tm.bert(hidden=64)
+    cut = [tm.CLS, *tm.sentences(1, 9, start=40)[0].tolist()]
+    closed = tm.with_markers(tm.sentences(1, 8, start=60))[0].tolist()
+    short = tm.with_markers(tm.sentences(1, 5, start=80))[0].tolist()
+    rows = [cut, closed, short + [tm.PAD] * (10 - len(short))]
+    ids = torch.tensor(rows)
+    grads = tm.gradients(model, ids, torch.tensor([0, 1, 0]), (ids != tm.PAD).long())
+    result = dager(model, grads, 3, DagerConfig(end_token=tm.SEP, max_length=10))
+    assert sorted(result.sentences) == sorted([cut, closed, short])
+
+
+def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen() -> None:
+    from fedleak.attacks.text.dager_encoder import _repeats, _Shapes
+
+    end = 3
+    candidates = [torch.tensor([2]), torch.tensor([5, 6, end]), torch.tensor([7, end])]
+    shapes = _Shapes(candidates, end, full=True)
+    assert shapes.open_end
+    assert shapes.options == [(3, False), (2, True)]  # no separate (3, closed) shape
+    assert sorted(shapes.sets(3, False)[-1].tolist()) == [end, 7]
+    assert shapes.sets(2, True)[-1].tolist() == [end]
+    assert not _Shapes(candidates, end, full=False).open_end
+    found = [[2, 10, 11, 12, 13, 3]]
+    assert _repeats(torch.tensor([2, 10, 11, 12, 99, 3]), found)  # 3 of 4 inner positions
+    assert not _repeats(torch.tensor([2, 10, 11, 98, 99, 3]), found)
+    assert not _repeats(torch.tensor([2, 10, 11, 12, 13]), found)  # another length
+    assert not _repeats(torch.tensor([2, 5, 3]), [[2, 6, 3]])  # short texts one word apart

@@ -32,14 +32,20 @@ allowed length (the first start the longest), descends, and then tries its conte
 allowed length (cut, or continued with the content it had or random candidates); it descends
 again at a length that fits better. A descent that sticks above τ₂ is kicked: the
 worse-fitting half of its positions (largest distance) is redrawn and the descent repeated,
-kept when it ends lower (iterated local search), ``KICKS`` times. The search stops at
+kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at
+its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
+[SEP]: long speeches) and one closed at the last position are one shape a replacement moves
+between; a start still uncertified at a shorter length is last continued to the longest
+shape and descended there. A descent that comes to agree with a recovered sentence at
+``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts
+as a failed start. The search stops at
 ``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
 ``max_evaluations`` sentence evaluations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -55,6 +61,11 @@ WIDEN = 4
 POLISH = 10.0
 #: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
 KICKS = 3
+#: a descent whose sentence agrees with a recovered one at this share of its positions stops
+#: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
+SAME = 0.75
+#: the score of a start that slid onto a recovered sentence
+DUPLICATE = float("inf")
 
 
 class _Objective:
@@ -95,18 +106,26 @@ class _Shapes:
     def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
         self.candidates, self.end = candidates, end
         self.options: list[tuple[int, bool]] = []
+        longest = len(candidates)
+        #: the full shape's last position may hold the end token: a text of ``longest − 1``
+        #: tokens closed by ``end`` and one cut at ``longest`` tokens are then one shape, and
+        #: a single replacement moves between them
+        self.open_end = full and end is not None and bool((candidates[-1] == end).any())
         if full or end is None:
-            self.options.append((len(candidates), False))
+            self.options.append((longest, False))
         if end is not None:
             self.options += [(i + 1, True) for i, c in enumerate(candidates)
-                             if i > 0 and bool((c == end).any())]
+                             if i > 0 and bool((c == end).any())
+                             and not (self.open_end and i + 1 == longest)]
         self.options = sorted((o for o in self.options
                                if all(c.numel() for c in self.sets(*o))), reverse=True)
 
     def sets(self, length: int, ends: bool) -> list[torch.Tensor]:
         content = [c if self.end is None else c[c != self.end]
                    for c in self.candidates[:length]]
-        if ends and self.end is not None:
+        if self.open_end and length == len(self.candidates):
+            content[-1] = self.candidates[-1]
+        elif ends and self.end is not None:
             content[-1] = torch.tensor([self.end])
         return content
 
@@ -142,7 +161,8 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
         length, ends = shapes.options[0 if not found and failures == 0 else pick]
         start = _start(shapes.sets(length, ends), [s for s, _ in found], generator,
                        2 * batch_size)
-        sentence, score = _search(objective, shapes, start, config, generator)
+        sentence, score = _search(objective, shapes, start, config, generator,
+                                  [s for s, _ in found])
         tokens = sentence.tolist()
         if score < config.l2_threshold and all(tokens != s for s, _ in found):
             found.append((tokens, score))
@@ -159,9 +179,13 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
 
 
 def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
-            config: DagerConfig, generator: torch.Generator) -> tuple[torch.Tensor, float]:
+            config: DagerConfig, generator: torch.Generator, found: list[list[int]]
+            ) -> tuple[torch.Tensor, float]:
     """Descend at the sentence's shape, then move it to the allowed shape whose sentence fits
-    best (its content cut or continued), and descend again while the shape changes."""
+    best (its content cut or continued), and descend again while the shape changes; a start
+    still uncertified below the longest shape is last continued to it and descended there
+    (a text cut at the batch's length whose start fitted a shorter shape). A descent that
+    slides onto a ``found`` sentence ends at once (:func:`_descend`), uncertified."""
     pools = [c if c.numel() else raw for c, raw in
              zip(shapes.sets(len(shapes.candidates), False), shapes.candidates, strict=True)]
     filler = torch.stack([c[int(torch.randint(len(c), (1,), generator=generator))]
@@ -171,17 +195,17 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
         ends = shapes.end is not None and int(sentence[-1]) == shapes.end
         sets = shapes.sets(sentence.numel(), ends)
         sentence, score = _descend(objective, sets, sentence, config.screen,
-                                   config.l2_threshold)
+                                   config.l2_threshold, found)
         for _ in range(KICKS):
-            if score < config.l2_threshold or objective.work.exhausted:
+            if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
             kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
                                                                   generator),
-                                            config.screen, config.l2_threshold)
+                                            config.screen, config.l2_threshold, found)
             if kicked_score < score:
                 sentence, score = kicked, kicked_score
-        if score < config.l2_threshold or len(shapes.options) < 2:
+        if score < config.l2_threshold or len(shapes.options) < 2 or score == DUPLICATE:
             break
         content = sentence[:-1] if ends else sentence
         filler = torch.cat([content, filler[content.numel():]])
@@ -191,7 +215,31 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
         if best.numel() == sentence.numel() and bool((best == sentence).all()):
             break
         sentence = best
+    longest, closed = shapes.options[0]
+    if config.l2_threshold <= score < DUPLICATE and sentence.numel() < longest \
+            and not objective.work.exhausted:
+        ends = shapes.end is not None and int(sentence[-1]) == shapes.end
+        content = sentence[:-1] if ends else sentence
+        extended = torch.cat([content, filler[content.numel():longest]])
+        if closed:
+            extended[-1] = int(shapes.end or 0)
+        grown, grown_score = _descend(objective, shapes.sets(longest, closed), extended,
+                                      config.screen, config.l2_threshold, found)
+        if grown_score < score:
+            sentence, score = grown, grown_score
     return sentence, score
+
+
+def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
+    """Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME`
+    of the positions between its first and its last (the first is [CLS] in every text and the
+    last often the end token: short texts differing in one word stay apart)."""
+    tokens = sentence.tolist()
+    inner = len(tokens) - 2
+    return inner > 0 and any(
+        len(f) == len(tokens) and
+        sum(a == b for a, b in zip(f[1:-1], tokens[1:-1], strict=True)) >= SAME * inner
+        for f in found)
 
 
 def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
@@ -257,13 +305,19 @@ def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
 
 
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
-             screen: int, threshold: float) -> tuple[torch.Tensor, float]:
+             screen: int, threshold: float, found: Sequence[list[int]] = ()
+             ) -> tuple[torch.Tensor, float]:
     """Local search from ``sentence`` until no screened move helps (a sentence that passes
     ``threshold`` is still improved: a transposed pair may pass the median); the sentence
-    reached and its certificate, the median span distance of its positions."""
+    reached and its certificate, the median span distance of its positions — or
+    :data:`DUPLICATE` as soon as the sentence agrees with a ``found`` one of its length at
+    :data:`SAME` of its positions (the descent is sliding onto a sentence already recovered:
+    the rest of it would be wasted work)."""
     distances = objective.distances(sentence[None])[0]
     value = float(distances.mean())
     while not objective.work.exhausted and float(distances.max()) >= threshold / 100:
+        if _repeats(sentence, found):
+            return sentence, DUPLICATE
         grad = objective.gradient(sentence)
         variants, gains = _moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)

@@ -24,7 +24,7 @@ class DagerConfig:
     max_prefixes: int = 4096
     end_token: int | None = None
     max_evaluations: int = 2_000_000
-    restarts: int = 8
+    restarts: int = 16
     screen: int = 64
     ranks: tuple[int | None, int | None] = (None, None)
     seed: int = 0
