@@ -189,3 +189,25 @@ def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen
     assert not _repeats(torch.tensor([2, 10, 11, 98, 99, 3]), found)
     assert not _repeats(torch.tensor([2, 10, 11, 12, 13]), found)  # another length
     assert not _repeats(torch.tensor([2, 5, 3]), [[2, 6, 3]])  # short texts one word apart
+
+
+def test_the_search_reports_its_work_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedleak.attacks.text import dager_settings
+    from fedleak.attacks.text.dager_settings import Work
+
+    calls: list[tuple[int, int, float]] = []
+    work = Work(5000, lambda *a: calls.append(a))
+    work.add(1500)
+    assert calls == []
+    work.found = 2
+    work.add(600)
+    assert calls == [(2100, 5000, 2.0)]
+    monkeypatch.setattr(dager_settings, "REPORT_EVERY", 1)
+    model = tm.bert(hidden=64)
+    ids = tm.with_markers(tm.sentences(2, 6, start=3))
+    calls.clear()
+    result = dager(model, tm.gradients(model, ids, torch.tensor([0, 1])), 2,
+                   DagerConfig(end_token=tm.SEP), progress=lambda *a: calls.append(a))
+    assert calls and calls[-1][0] <= result.evaluations
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
+    assert calls[-1][2] <= 2

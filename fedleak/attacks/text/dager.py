@@ -33,7 +33,7 @@ closure and the filter returns about B tokens per position, as in the paper.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -67,11 +67,13 @@ def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
 
 
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
-          batch_size: int, config: DagerConfig | None = None) -> DagerResult:
+          batch_size: int, config: DagerConfig | None = None,
+          progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
     """Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by
     parameter name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
     :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the
-    model's kind. ValueError for input it cannot use, naming what to change."""
+    model's kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError
+    for input it cannot use, naming what to change."""
     config = config or DagerConfig()
     layout = model if isinstance(model, TransformerLayout) else layout_of(model)
     if batch_size < 1:
@@ -105,7 +107,7 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
         result.warnings.append(f"more than max_candidates={config.max_candidates} tokens "
                                "passed the token filter at some position (the span is nearly "
                                "full): the nearest were kept")
-    work = Work(config.max_evaluations)
+    work = Work(config.max_evaluations, progress)
     search = search_decoder if layout.kind == "decoder" else search_encoder
     search(layout, spans[1], candidates, batch_size, config, work, result, gradients)
     result.evaluations = work.count

@@ -86,7 +86,7 @@ class Dager(TextAttack):
             restarts=c.restarts, screen=c.screen, seed=seed,
             end_token=target.end_id if target.architecture == ENCODER else None)
         gradients = {n: g.to(device) for n, g in target.named_gradients().items()}
-        result = dager(target.model, gradients, target.num_sequences, config)
+        result = dager(target.model, gradients, target.num_sequences, config, progress)
         if progress is not None:
             progress(result.evaluations, c.max_evaluations, float(len(result.sentences)))
         extras = {"certified": sum(result.certified), "sentences": len(result.sentences),

@@ -166,6 +166,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
         tokens = sentence.tolist()
         if score < config.l2_threshold and all(tokens != s for s, _ in found):
             found.append((tokens, score))
+            work.found = len(found)
             failures = 0
         else:
             failures += 1

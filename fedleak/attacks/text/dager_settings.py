@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -63,15 +64,28 @@ class DagerResult:
     warnings: list[str] = field(default_factory=list)
 
 
-class Work:
-    """A counter of sentence evaluations against a budget."""
+#: evaluations between two progress reports
+REPORT_EVERY = 2000
 
-    def __init__(self, budget: int) -> None:
+
+class Work:
+    """A counter of sentence evaluations against a budget; ``report(count, budget, found)``
+    is called every :data:`REPORT_EVERY` evaluations (``found``: the sentences recovered so
+    far, which the search keeps in :attr:`found`)."""
+
+    def __init__(self, budget: int,
+                 report: Callable[[int, int, float], None] | None = None) -> None:
         self.count = 0
         self.budget = budget
+        self.found = 0
+        self.report = report
+        self._next = REPORT_EVERY
 
     def add(self, n: int) -> None:
         self.count += n
+        if self.report is not None and self.count >= self._next:
+            self.report(self.count, self.budget, float(self.found))
+            self._next = self.count + REPORT_EVERY
 
     @property
     def exhausted(self) -> bool:
