@@ -45,7 +45,7 @@ class DagerAttackConfig:
     max_evaluations: int = field(default=_DEFAULTS.max_evaluations, metadata={
         "help": "budget: (partial) sentences whose second-layer input is computed"})
     restarts: int = field(default=_DEFAULTS.restarts, metadata={
-        "help": "encoder: failed starts in a row per sentence length"})
+        "help": "encoder: failed starts in a row before the search stops"})
     screen: int = field(default=_DEFAULTS.screen, metadata={
         "help": "encoder: moves its first-order screen passes to exact evaluation per step"})
 

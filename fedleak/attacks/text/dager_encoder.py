@@ -129,19 +129,26 @@ class _Shapes:
             content[-1] = torch.tensor([self.end])
         return content
 
+    def closes(self, sentence: torch.Tensor) -> bool:
+        """Whether ``sentence`` ends with the end token."""
+        return self.end is not None and int(sentence[-1]) == self.end
+
+    def content(self, sentence: torch.Tensor) -> torch.Tensor:
+        """``sentence`` without its closing end token."""
+        return sentence[:-1] if self.closes(sentence) else sentence
+
+    def shaped(self, sentence: torch.Tensor, filler: torch.Tensor, length: int, closed: bool
+               ) -> torch.Tensor:
+        """The sentence at shape (``length``, ``closed``): its content cut, or continued
+        from ``filler`` (a longer content seen before, or random candidates)."""
+        content = self.content(sentence)
+        body = length - 1 if closed else length
+        tokens = torch.cat([content[:body], filler[content.numel():body]])
+        return torch.cat([tokens, torch.tensor([int(self.end or 0)])]) if closed else tokens
+
     def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
-        """The sentence at every allowed shape: its content cut, or continued from ``filler``
-        (a longer content seen before, or random candidates)."""
-        ends = self.end is not None and int(sentence[-1]) == self.end
-        content = sentence[:-1] if ends else sentence
-        out = []
-        for length, closed in self.options:
-            body = length - 1 if closed else length
-            tokens = torch.cat([content[:body], filler[content.numel():body]])
-            if closed:
-                tokens = torch.cat([tokens, torch.tensor([int(self.end or 0)])])
-            out.append(tokens)
-        return out
+        """The sentence at every allowed shape (:meth:`shaped`)."""
+        return [self.shaped(sentence, filler, *option) for option in self.options]
 
 
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
@@ -193,8 +200,7 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
                           for c in pools])
     score = float("inf")
     for _ in range(len(shapes.options) + 1):
-        ends = shapes.end is not None and int(sentence[-1]) == shapes.end
-        sets = shapes.sets(sentence.numel(), ends)
+        sets = shapes.sets(sentence.numel(), shapes.closes(sentence))
         sentence, score = _descend(objective, sets, sentence, config.screen,
                                    config.l2_threshold, found)
         for _ in range(KICKS):
@@ -208,7 +214,7 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
                 sentence, score = kicked, kicked_score
         if score < config.l2_threshold or len(shapes.options) < 2 or score == DUPLICATE:
             break
-        content = sentence[:-1] if ends else sentence
+        content = shapes.content(sentence)  # after the descent: the open end may have moved
         filler = torch.cat([content, filler[content.numel():]])
         variants = shapes.reshaped(sentence, filler)
         values = [float(objective.distances(v[None])[0].mean()) for v in variants]
@@ -219,12 +225,8 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
     longest, closed = shapes.options[0]
     if config.l2_threshold <= score < DUPLICATE and sentence.numel() < longest \
             and not objective.work.exhausted:
-        ends = shapes.end is not None and int(sentence[-1]) == shapes.end
-        content = sentence[:-1] if ends else sentence
-        extended = torch.cat([content, filler[content.numel():longest]])
-        if closed:
-            extended[-1] = int(shapes.end or 0)
-        grown, grown_score = _descend(objective, shapes.sets(longest, closed), extended,
+        grown, grown_score = _descend(objective, shapes.sets(longest, closed),
+                                      shapes.shaped(sentence, filler, longest, closed),
                                       config.screen, config.l2_threshold, found)
         if grown_score < score:
             sentence, score = grown, grown_score

@@ -14,9 +14,9 @@ class DagerConfig:
     ``max_prefixes`` the decoder's live prefixes (a cap that bites marks the result
     ``truncated``). ``end_token`` is the encoder's end-of-sentence id ([SEP]), ``None`` when
     every sentence fills the batch length. ``max_evaluations`` caps the encoder search's
-    sentence evaluations, ``restarts`` its failed starts in a row per sentence length,
-    ``screen`` the moves its first-order screen passes to exact evaluation per step. ``ranks``
-    overrides the two spans' ranks (the paper's rank cutoff)."""
+    sentence evaluations, ``restarts`` its failed starts in a row (a start sliding onto a
+    recovered sentence fails), ``screen`` the moves its first-order screen passes to exact
+    evaluation per step. ``ranks`` overrides the two spans' ranks (the paper's rank cutoff)."""
 
     l1_threshold: float = 1e-3
     l2_threshold: float = 1e-4
@@ -71,7 +71,8 @@ REPORT_EVERY = 2000
 class Work:
     """A counter of sentence evaluations against a budget; ``report(count, budget, found)``
     is called every :data:`REPORT_EVERY` evaluations (``found``: the sentences recovered so
-    far, which the search keeps in :attr:`found`)."""
+    far, :attr:`found`, which the encoder's search keeps; the decoder's, seconds long, leaves it
+    0 and its sentences are reported at the end)."""
 
     def __init__(self, budget: int,
                  report: Callable[[int, int, float], None] | None = None) -> None:

@@ -236,10 +236,10 @@ class Auditor:
         key = (server_round, self._count)
         pending = PendingUpdate(server_round, label, folder, received, warnings, scorer,
                                 inexact, node, attack, clipping_norm=clipping_norm)
-        job = AuditJob(key, received, params, buffers, attack, self.options,
-                       self.seed + server_round - 1)
         worker = self._start_worker() if self.background and node is not None else None
-        job.pictures = None if worker is None else self.out / folder  # drawn in the worker
+        job = AuditJob(key, received, params, buffers, attack, self.options,
+                       self.seed + server_round - 1,
+                       pictures=None if worker is None else self.out / folder)  # drawn there
         if worker is None:
             self._pending[key] = pending
             bar = f"round {server_round} {label} {attack}" if self.show_progress else None
