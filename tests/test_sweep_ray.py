@@ -89,7 +89,11 @@ def _sweep(spec: Path, out: Path, *args: str) -> list[str]:
 
 
 def _measurements(out: Path) -> list[tuple[str, str, dict]]:
+    """The stored measurements; none while the driver has made the file but not its tables."""
     with sqlite3.connect(out / "results.sqlite") as db:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'measurements'").fetchone() \
+                is None:
+            return []
         rows = db.execute("SELECT point_id, kind, metrics FROM measurements").fetchall()
     return [(p, k, json.loads(m)) for p, k, m in rows]
 

@@ -99,7 +99,8 @@ class ResultStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        # the tables in one transaction: a reader sees all of them or none
+        self._db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
         self._allow_audits()
 
     def close(self) -> None:
