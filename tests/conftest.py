@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 
@@ -12,6 +13,12 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.victim.process import VictimProcess
 
 TOKEN = secrets.token_hex(8)
+
+#: Ray's workers (the Ray sweep tests' cluster, Flower's simulation actors) run at the tests'
+#: niceness, not Ray's default +15: at +15 a task gets about 0.2 % of a core beside 18 busy
+#: processes at 0 (scheduler weights 36 against 1,024 each), so on a machine at a load average
+#: of 20 a Ray test is starved, not slowed. Read by every raylet the tests start.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 @pytest.fixture(scope="module")

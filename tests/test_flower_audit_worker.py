@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,12 @@ from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from fedleak.harness.flower.audit_worker import AuditJob, AuditWorker  # noqa: E402
+from fedleak.harness.flower.audit_worker import (  # noqa: E402
+    RAY_WORKER_NICENESS,
+    AuditJob,
+    AuditWorker,
+    federation_niceness,
+)
 from fedleak.harness.flower.federation import FederationSettings, node_batch  # noqa: E402
 from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
 from fedleak.harness.flower.node_scoring import (  # noqa: E402
@@ -116,8 +123,28 @@ def audit_run(tmp_path: Path, app: ClientApp, *, config: dict[str, Any] | None =
     return json.loads((Path(s.out) / "metrics.json").read_text())  # type: ignore[no-any-return]
 
 
+def test_under_a_ray_simulation_the_worker_is_niced_below_the_nodes_actors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Flower's simulation engine (Ray running in the ServerApp's process) the nodes
+    train in Ray actors at Ray's worker niceness: the worker's base is that, not ours."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    half_built = types.ModuleType("ray")  # the engine may still be inside `import ray`
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    assert federation_niceness() == own
+    monkeypatch.setitem(sys.modules, "ray", half_built)
+    assert federation_niceness() == max(own, RAY_WORKER_NICENESS) == max(own, 15)
+    monkeypatch.setenv("RAY_worker_niceness", "3")
+    assert federation_niceness() == max(own, 3)
+    monkeypatch.setenv("RAY_worker_niceness", "not a number")
+    assert federation_niceness() == max(own, RAY_WORKER_NICENESS)
+    monkeypatch.delitem(sys.modules, "ray")
+    assert federation_niceness() == own
+
+
 def test_the_worker_is_niced_and_runs_the_iterations_asked(tmp_path: Path) -> None:
-    """A separate process, niceness +10 over ours; the job's budget is its iterations; it
+    """A separate process, niceness +10 over the federation's (ours, or Ray's workers' when a
+    simulation in this process loaded Ray); the job's budget is its iterations; it
     draws the reconstruction's files itself."""
     from fedleak.harness.attacker.client import ReceivedUpdate
     from fedleak.harness.federated.observe import observe
@@ -132,7 +159,7 @@ def test_the_worker_is_niced_and_runs_the_iterations_asked(tmp_path: Path) -> No
     try:
         assert worker.process.pid != os.getpid()
         assert os.getpriority(os.PRIO_PROCESS, worker.process.pid or 0) == \
-            min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10) or not worker.process.is_alive()
+            min(19, federation_niceness() + 10) or not worker.process.is_alive()
         received = ReceivedUpdate(round_id="1/node-1", names=observation.parameter_names,
                                   update=observation.update, update_kind="delta",
                                   protocol=protocol, num_images=2, local_steps=1,

@@ -26,7 +26,8 @@ ray = pytest.importorskip("ray", reason="Ray is the optional extra fedleak[ray]"
 #: three sweeps of a Ray cluster per test: past pyproject's hang guard at a load average of 20
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(3600)]
 RAY = str(Path(sys.executable).with_name("ray"))
-#: Every process of the test cluster shares a fresh token (Ray's token authentication).
+#: Every process of the test cluster shares a fresh token (Ray's token authentication); its
+#: workers run at the tests' niceness (``RAY_worker_niceness``, set in conftest.py).
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
        "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 TASK_TITLE = "ray::measure_on_node"

@@ -5,8 +5,10 @@ tensor copies), hands the update to an :class:`AuditWorker` and passes the repli
 worker attacks them in a process of its own, started once per federation with
 ``multiprocessing``'s *spawn* (a fresh interpreter: nothing of the ServerApp's gRPC or thread
 state is inherited), at a lower CPU priority than the federation's processes
-(``os.nice(nice)``, default +10: on a machine the nodes share, the scheduler gives the nodes'
-training the cores first and the attack what is left) and with ``threads`` torch threads.
+(``nice``, default +10 over the nodes' niceness — :func:`federation_niceness`: under Flower's
+simulation engine the nodes are Ray actors at Ray's +15, so the worker goes to 19, the lowest;
+on a machine the nodes share, the scheduler gives the nodes' training the cores first and the
+attack what is left) and with ``threads`` torch threads.
 
 - **Bounded queue.** At most ``queue`` updates wait or run at once; an update that finds it
   full is *skipped* (the caller records it, with the reason), never queued without bound.
@@ -34,6 +36,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,6 +53,27 @@ from fedleak.harness.zoo.datasets import DatasetInfo, denormalize
 #: the worker's default niceness over the federation's processes, and queue bound
 DEFAULT_NICE = 10
 DEFAULT_QUEUE = 8
+#: the niceness Ray gives its workers when ``RAY_worker_niceness`` is not set (Ray's default)
+RAY_WORKER_NICENESS = 15
+
+
+def federation_niceness() -> int:
+    """The niceness of the processes that train the federation, the base the worker's
+    ``nice`` is added to: this process's own, or — when Ray is loaded in this process, as under
+    Flower's simulation engine, whose ServerApp shares the process with the Ray backend and
+    whose SuperNodes are Ray actors — the niceness Ray starts its workers at
+    (``RAY_worker_niceness``, default +15), if higher. Without it the worker at +10 would
+    outrank nodes at +15 and take the cores from their training. Only the presence of the
+    module is read: the simulation engine may still be inside ``import ray`` (its module
+    half-built) when the first update arrives."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if "ray" not in sys.modules:
+        return own
+    try:
+        workers = int(os.environ.get("RAY_worker_niceness", RAY_WORKER_NICENESS))
+    except ValueError:
+        workers = RAY_WORKER_NICENESS
+    return max(own, workers)
 
 
 @dataclass
@@ -113,12 +137,12 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
     return AuditResult(job.key, reconstruction, wall, drawn=True)
 
 
-def _serve(info: DatasetInfo, device: str, nice: int, parent_nice: int, threads: int,
+def _serve(info: DatasetInfo, device: str, nice: int, base: int, threads: int,
            jobs: Any, results: Any) -> None:
-    """The worker process: lower its priority, take the model (the first item), then attack
-    jobs until ``None`` arrives."""
-    if nice and os.getpriority(os.PRIO_PROCESS, 0) < min(19, parent_nice + nice):
-        os.setpriority(os.PRIO_PROCESS, 0, min(19, parent_nice + nice))
+    """The worker process: lower its priority to ``base + nice`` (at most 19), take the model
+    (the first item), then attack jobs until ``None`` arrives."""
+    if nice and os.getpriority(os.PRIO_PROCESS, 0) < min(19, base + nice):
+        os.setpriority(os.PRIO_PROCESS, 0, min(19, base + nice))
     torch.set_num_threads(max(1, threads))
     model = pickle.loads(jobs.get())  # noqa: S301 - our own parent's pickle, not the wire
     while True:
@@ -134,7 +158,8 @@ def _serve(info: DatasetInfo, device: str, nice: int, parent_nice: int, threads:
 class AuditWorker:
     """A niced worker process attacking :class:`AuditJob` s from a bounded queue (module doc).
 
-    ``nice`` raises the worker's niceness over this process's (0: same priority); ``threads``
+    ``nice`` raises the worker's niceness over the federation's (:func:`federation_niceness`;
+    0: same priority); ``threads``
     is its torch threads; ``queue`` bounds the updates waiting or running.
     """
 
@@ -153,15 +178,14 @@ class AuditWorker:
         self.jobs, self.done = context.Queue(), context.Queue()
         # small arguments: the child imports torch while it reads them, and a parent writing
         # more than a pipe holds would wait for that; the model follows through the queue
+        base = federation_niceness()
         self.process = context.Process(target=_serve, daemon=True, name="fedleak-audit",
-                                       args=(info, device, nice,
-                                             os.getpriority(os.PRIO_PROCESS, 0), threads,
+                                       args=(info, device, nice, base, threads,
                                              self.jobs, self.done))
         self.process.start()
         self.jobs.put(model_bytes)  # a feeder thread writes it: no waiting here
         try:  # at once from here (the worker also lowers itself when it starts)
-            os.setpriority(os.PRIO_PROCESS, self.process.pid or 0,
-                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+            os.setpriority(os.PRIO_PROCESS, self.process.pid or 0, min(19, base + nice))
         except OSError:
             pass
         self.limit, self.nice, self.threads = queue, nice, threads

@@ -146,7 +146,8 @@ class Auditor:
              "budget": None if budget is None else
              f"{budget} iterations x {getattr(self.attack.config, 'restarts', 1)} restart(s) "
              "per update (objective evaluations), whatever the round's time",
-             "audit": (f"off the round's critical path: a worker process niced +{self.nice}, "
+             "audit": (f"off the round's critical path: a worker process niced +{self.nice} "
+                       "over the nodes' processes (at most 19), "
                        f"{self.threads} torch thread(s), at most {self.queue} update(s) "
                        "waiting; scored on the nodes after the federation")
              if self.background else "in the round (background=False)",
