@@ -142,6 +142,28 @@ def test_under_a_ray_simulation_the_worker_is_niced_below_the_nodes_actors(
     assert federation_niceness() == own
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE policy")
+def test_a_worker_niced_past_19_runs_under_sched_idle() -> None:
+    """Niceness stops at 19 (weight 15, still 40 % of Ray's +15 actors' 36): a worker asked
+    to go further runs under SCHED_IDLE, on what the nodes leave."""
+    data = load_dataset("digits", "train")
+    model = build_model(MLP, data.info.shape, data.info.num_classes)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    worker = AuditWorker(model, data.info, queue=1, nice=20 - own)
+    try:
+        pid = worker.process.pid or 0
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    finally:
+        worker.close()
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the ServerApp's process keeps its own
+    plain = AuditWorker(model, data.info, queue=1, nice=min(10, 19 - own))
+    try:
+        assert os.sched_getscheduler(plain.process.pid or 0) == os.SCHED_OTHER
+    finally:
+        plain.close()
+
+
 def test_the_worker_is_niced_and_runs_the_iterations_asked(tmp_path: Path) -> None:
     """A separate process, niceness +10 over the federation's (ours, or Ray's workers' when a
     simulation in this process loaded Ray); the job's budget is its iterations; it

@@ -6,9 +6,9 @@ worker attacks them in a process of its own, started once per federation with
 ``multiprocessing``'s *spawn* (a fresh interpreter: nothing of the ServerApp's gRPC or thread
 state is inherited), at a lower CPU priority than the federation's processes
 (``nice``, default +10 over the nodes' niceness — :func:`federation_niceness`: under Flower's
-simulation engine the nodes are Ray actors at Ray's +15, so the worker goes to 19, the lowest;
-on a machine the nodes share, the scheduler gives the nodes' training the cores first and the
-attack what is left) and with ``threads`` torch threads.
+simulation engine the nodes are Ray actors at Ray's +15, so the worker goes past 19, where it
+runs at 19 under ``SCHED_IDLE``; on a machine the nodes share, the scheduler gives the nodes'
+training the cores first and the attack what is left) and with ``threads`` torch threads.
 
 - **Bounded queue.** At most ``queue`` updates wait or run at once; an update that finds it
   full is *skipped* (the caller records it, with the reason), never queued without bound.
@@ -137,12 +137,27 @@ def attack_job(model: nn.Module, info: DatasetInfo, device: str, job: AuditJob,
     return AuditResult(job.key, reconstruction, wall, drawn=True)
 
 
+def lower_priority(base: int, nice: int, pid: int = 0) -> None:
+    """Process ``pid`` (0: this one) at niceness ``base + nice``; past 19, the lowest niceness
+    there is, also Linux's ``SCHED_IDLE`` policy (run only on cores nothing else wants:
+    scheduler weight 3, against 15 at niceness 19 and 36 at Ray's +15), which a process may
+    choose for itself and its owner's processes without privileges."""
+    if not nice:
+        return
+    try:
+        if os.getpriority(os.PRIO_PROCESS, pid) < min(19, base + nice):
+            os.setpriority(os.PRIO_PROCESS, pid, min(19, base + nice))
+        if base + nice > 19 and hasattr(os, "SCHED_IDLE"):
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:  # gone, or a kernel without SCHED_IDLE: the niceness is what is left
+        pass
+
+
 def _serve(info: DatasetInfo, device: str, nice: int, base: int, threads: int,
            jobs: Any, results: Any) -> None:
-    """The worker process: lower its priority to ``base + nice`` (at most 19), take the model
-    (the first item), then attack jobs until ``None`` arrives."""
-    if nice and os.getpriority(os.PRIO_PROCESS, 0) < min(19, base + nice):
-        os.setpriority(os.PRIO_PROCESS, 0, min(19, base + nice))
+    """The worker process: lower its priority (:func:`lower_priority`), take the model (the
+    first item), then attack jobs until ``None`` arrives."""
+    lower_priority(base, nice)
     torch.set_num_threads(max(1, threads))
     model = pickle.loads(jobs.get())  # noqa: S301 - our own parent's pickle, not the wire
     while True:
@@ -184,10 +199,8 @@ class AuditWorker:
                                              self.jobs, self.done))
         self.process.start()
         self.jobs.put(model_bytes)  # a feeder thread writes it: no waiting here
-        try:  # at once from here (the worker also lowers itself when it starts)
-            os.setpriority(os.PRIO_PROCESS, self.process.pid or 0, min(19, base + nice))
-        except OSError:
-            pass
+        if self.process.pid:  # at once from here (the worker also lowers itself when it starts)
+            lower_priority(base, nice, self.process.pid)
         self.limit, self.nice, self.threads = queue, nice, threads
         self.outstanding: set[tuple[int, int]] = set()
 
