@@ -147,7 +147,7 @@ class Auditor:
              f"{budget} iterations x {getattr(self.attack.config, 'restarts', 1)} restart(s) "
              "per update (objective evaluations), whatever the round's time",
              "audit": (f"off the round's critical path: a worker process niced +{self.nice} "
-                       "over the nodes' processes (at most 19), "
+                       "over the nodes' processes (past 19: SCHED_IDLE), "
                        f"{self.threads} torch thread(s), at most {self.queue} update(s) "
                        "waiting; scored on the nodes after the federation")
              if self.background else "in the round (background=False)",
