@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from round_timer import timed_rounds  # bench/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower_quickstart"
 ORDERS: list[list[int]] = []
@@ -109,34 +111,18 @@ def example(args: argparse.Namespace, out: Path, *, audit: bool, rounds: int
               "images-per-node": args.images, "out": str(out), "iterations": args.iterations,
               "overwrite": True, "queue": args.queue}
     grid = Nodes(client_app.app, args.nodes, config)
-    times: list[float] = []
-    started = {"t": 0.0}
-    from flwr.serverapp.strategy import FedAvg
-
-    configure, aggregate = FedAvg.configure_train, FedAvg.aggregate_train
-
-    def timed_configure(self: Any, *a: Any, **k: Any) -> Any:
-        started["t"] = time.perf_counter()
-        return configure(self, *a, **k)
-
-    def timed_aggregate(self: Any, *a: Any, **k: Any) -> Any:
-        result = aggregate(self, *a, **k)
-        times.append(time.perf_counter() - started["t"])
-        return result
-
-    FedAvg.configure_train, FedAvg.aggregate_train = timed_configure, timed_aggregate
     if not audit:
         server_app.LeakageAudit = lambda inner, *a, **k: inner  # the unaudited federation
     try:
         import torch
 
         torch.manual_seed(0)
-        whole = time.perf_counter()
-        server_app.main(grid, Context(run_id=1, node_id=0, node_config={},
-                                      state=RecordDict(), run_config=config))
-        whole = time.perf_counter() - whole
+        with timed_rounds() as times:
+            whole = time.perf_counter()
+            server_app.main(grid, Context(run_id=1, node_id=0, node_config={},
+                                          state=RecordDict(), run_config=config))
+            whole = time.perf_counter() - whole
     finally:
-        FedAvg.configure_train, FedAvg.aggregate_train = configure, aggregate
         import importlib
 
         importlib.reload(server_app)

@@ -26,9 +26,9 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
-from typing import Any
+
+from round_timer import timed_rounds  # bench/, this script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,8 +57,6 @@ def _niceness(stop: threading.Event, seen: dict[str, set[str]]) -> None:
 
 def federation(args: argparse.Namespace, out: Path, mode: str) -> tuple[list[float], dict]:
     """One simulated federation; each round's seconds and the niceness seen."""
-    from flwr.serverapp.strategy import FedAvg
-
     from fedleak.harness.flower import audit_worker
     from fedleak.harness.flower.federation import FederationSettings, simulate
 
@@ -67,21 +65,7 @@ def federation(args: argparse.Namespace, out: Path, mode: str) -> tuple[list[flo
         images=args.images, protocol="fedavg", local_epochs=args.local_epochs,
         local_batch_size=args.batch_size, lr=0.01, options=(f"iterations={args.iterations}",),
         out=str(out), audit=mode != "unaudited", score=False, overwrite=True)
-    times: list[float] = []
-    started = {"t": 0.0}
-    configure, aggregate = FedAvg.configure_train, FedAvg.aggregate_train
     rule = audit_worker.federation_niceness
-
-    def timed_configure(self: Any, *a: Any, **k: Any) -> Any:
-        started["t"] = time.perf_counter()
-        return configure(self, *a, **k)
-
-    def timed_aggregate(self: Any, *a: Any, **k: Any) -> Any:
-        result = aggregate(self, *a, **k)
-        times.append(time.perf_counter() - started["t"])
-        return result
-
-    FedAvg.configure_train, FedAvg.aggregate_train = timed_configure, timed_aggregate
     if mode == "base = ServerApp":
         audit_worker.federation_niceness = lambda: os.getpriority(os.PRIO_PROCESS, 0)
     seen: dict[str, set[str]] = {"actors": set(), "worker": set()}
@@ -89,10 +73,10 @@ def federation(args: argparse.Namespace, out: Path, mode: str) -> tuple[list[flo
     sampler = threading.Thread(target=_niceness, args=(stop, seen), daemon=True)
     sampler.start()
     try:
-        simulate(settings)
+        with timed_rounds() as times:
+            simulate(settings)
     finally:
         stop.set()
-        FedAvg.configure_train, FedAvg.aggregate_train = configure, aggregate
         audit_worker.federation_niceness = rule
     return times, seen
 

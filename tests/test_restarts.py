@@ -123,10 +123,18 @@ def test_training_mode_batchnorm_vectorises_with_correct_derivatives(protocol: P
 
 
 def test_batchnorm_models_vectorise_their_restarts():
+    """Batched and one-by-one restarts end at the same objectives. Few iterations on purpose:
+    signed Adam turns a float32 rounding difference in a gradient component near zero into a
+    full step of the other sign, and the trajectories part. With oneDNN held to AVX2
+    (``ONEDNN_MAX_CPU_ISA=AVX2``, as on a CPU without AVX-512) the batched and the single-image
+    convolutions round differently: after 25 iterations one restart's final objective moved
+    0.3 %; up to 10 iterations all three restarts agree to the last bit there and with the
+    default and AVX-512 kernels. The exact equivalence of each step is
+    test_training_mode_batchnorm_vectorises_with_correct_derivatives's, in float64."""
     observation = make_observation("convnet:width=4", SHAPE, 10, two_images(),
                                    torch.tensor([1, 2]))
     assert batched_replay(observation) is not None
-    options = {"iterations": 25, "restarts": 3, "tv": 1e-3}
+    options = {"iterations": 5, "restarts": 3, "tv": 1e-3}
     batched = create_attack("inverting-gradients", options).reconstruct(observation, seed=3)
     sequential = create_attack("inverting-gradients", {**options, "vectorised": False}) \
         .reconstruct(observation, seed=3)
