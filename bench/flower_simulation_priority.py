@@ -9,7 +9,7 @@ aggregated:
 
 - ``unaudited``: no audit;
 - ``base = ServerApp``: the worker niced +10 over the ServerApp's process (the rule before
-  0.4: niceness 10, above the actors' 15 in priority);
+  ``federation_niceness``: niceness 10, above the actors' 15 in priority);
 - ``base = nodes``: the worker niced over the nodes' niceness (15 + 10: past 19, so niceness
   19 under ``SCHED_IDLE``).
 

@@ -16,8 +16,9 @@ TOKEN = secrets.token_hex(8)
 
 #: Ray's workers (the Ray sweep tests' cluster, Flower's simulation actors) run at the tests'
 #: niceness, not Ray's default +15: at +15 a task gets about 0.4 % of a core beside 18 busy
-#: processes at 0 on 2 cores (scheduler weight 36 against 9 x 1,024 per core), so on a machine at a load average
-#: of 20 a Ray test is starved, not slowed. Read by every raylet the tests start.
+#: processes at 0 on 2 cores (scheduler weight 36 against 9 x 1,024 per core), so on a
+#: machine at a load average of 20 a Ray test is starved, not slowed. Read by every raylet
+#: the tests start.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 

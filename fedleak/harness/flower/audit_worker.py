@@ -174,8 +174,8 @@ class AuditWorker:
     """A niced worker process attacking :class:`AuditJob` s from a bounded queue (module doc).
 
     ``nice`` raises the worker's niceness over the federation's (:func:`federation_niceness`;
-    0: same priority); ``threads``
-    is its torch threads; ``queue`` bounds the updates waiting or running.
+    0: same priority); ``threads`` is its torch threads; ``queue`` bounds the updates waiting
+    or running.
     """
 
     def __init__(self, model: nn.Module, info: DatasetInfo, device: str = "cpu", *,
