@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -225,11 +226,28 @@ PORTABLE_NUMERICS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
 #: MKL's modes, and a 1 % change of an attack's learning rate moving them by 3.9e-3 or more: 2e-4
 #: passes on any x86-64 CPU and still fails on a change of behaviour (tests/test_presets.py).
 FIGURE_RTOL = 2e-4
+#: Names a QEMU CPU model (``EPYC-Rome-v2``, ``Haswell``, ...) to run the portable child under
+#: ``qemu-x86_64 -cpu MODEL``: the pinned-figure tests as on that CPU, whose CPUID (vendor,
+#: AVX-512 or not) decides MKL's, oneDNN's and ATen's kernels (bench/portable_figures.py --cpu).
+PORTABLE_CPU_VARIABLE = "FEDLEAK_PORTABLE_CPU"
+
+
+def emulator(model: str | None) -> list[str]:
+    """The command prefix that runs a program as on CPU ``model`` (QEMU's user-mode emulator,
+    Debian's ``qemu-user``); empty without a model."""
+    if not model:
+        return []
+    if shutil.which("qemu-x86_64") is None:
+        raise RuntimeError(f"CPU model {model!r} asked for, but qemu-x86_64 is not installed "
+                           "(apt-get install qemu-user)")
+    return ["qemu-x86_64", "-cpu", model]
 
 
 def portable_figures(module: str, function: str) -> object:
     """``module.function()`` run in a child Python under :data:`PORTABLE_NUMERICS`; its JSON
-    result. The child imports torch fresh, so the settings take effect before any kernel runs."""
+    result. The child imports torch fresh, so the settings take effect before any kernel runs.
+    With :data:`PORTABLE_CPU_VARIABLE` set the child runs emulated as on that CPU model (tens of
+    times slower: no time limit then)."""
     import json
     import subprocess
 
@@ -239,8 +257,9 @@ def portable_figures(module: str, function: str) -> object:
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, **PORTABLE_NUMERICS,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=600, check=False)
+    prefix = emulator(os.environ.get(PORTABLE_CPU_VARIABLE))
+    done = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=None if prefix else 600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{module}.{function} failed in the portable child:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -334,3 +334,19 @@ def test_packed_observations_with_their_own_objectives_match_runs_alone(options:
         assert together.extras["objective"] == single.extras["objective"]
         torch.testing.assert_close(together.images, single.images, rtol=1e-4, atol=1e-4)
         assert together.restart_objectives == pytest.approx(single.restart_objectives, rel=1e-4)
+
+
+def test_the_portable_child_runs_as_another_cpu_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FEDLEAK_PORTABLE_CPU`` puts QEMU's user-mode emulator in front of the child (the pinned
+    figures as on that CPU model); without it, or without QEMU, nothing runs emulated."""
+    import shutil
+
+    from tests.helpers import emulator
+
+    assert emulator(None) == [] and emulator("") == []
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert emulator("EPYC-Rome-v2") == ["qemu-x86_64", "-cpu", "EPYC-Rome-v2"]
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="apt-get install qemu-user"):
+        emulator("EPYC-Rome-v2")
