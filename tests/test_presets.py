@@ -20,6 +20,15 @@ per case; a case fails when any figure leaves the tolerance). :data:`~tests.help
 and catches a change of behaviour (raising every Adam/SGD step by 1 % fails 11 of the 13
 figure tests; L-BFGS's fails dlg-wolfe).
 
+**As on an AMD EPYC.** With ``FEDLEAK_PORTABLE_CPU=EPYC-Rome-v2`` the portable child runs under
+``qemu-x86_64 -cpu EPYC-Rome-v2``: CPUID says AuthenticAMD without AVX-512, and MKL takes the
+path it takes on AMD (MKL_VERBOSE: "Intel(R) Architecture processors", against AVX-512 natively).
+This module and test_attack_parts.py's pinned test passed so (32 tests, 2026-11-28); ig-1's sum
+came out 2.382181210909039, off this machine's by the same 4.1e-8 as the real EPYC's above but
+the other way (one float32 step of one pixel, whichever way its kernels round): the emulation
+reproduces the size of a CPU's difference, not its bits. ``bench/portable_figures.py --cpu
+EPYC-Milan-v1``: every case within its tolerance, the largest move 9.5e-6 (packed).
+
 dlg-2 runs L-BFGS to convergence on the true image (objectives ≈ 1e-9): its path is chaotic
 (its image sum moved 1.2e-3 across MKL modes, as far as a 1 % learning-rate change moves it),
 its end point is the truth whatever the path, so it is pinned as a convergence (objectives below
