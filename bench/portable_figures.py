@@ -22,8 +22,9 @@ under ``qemu-x86_64 -cpu MODEL`` (Debian's ``qemu-user``) instead: the child's C
 model's — an AMD EPYC says ``AuthenticAMD`` and has no AVX-512 (Rome) — so MKL, oneDNN and ATen
 pick their kernels as they would on that CPU, while the arithmetic stays IEEE (QEMU's soft
 float, fused multiply-add included). It is the pinned tests run as on another CPU without one;
-it is slow (tens of times the native run), and it is not a run on the silicon: a CPU's own
-microcode cannot differ in IEEE results, its kernel choice can, and that is what it covers.
+it is slow (about 8 times the native run), and it is not a run on the silicon: it covers the
+kernel choice a CPU's identity makes, not instructions whose results differ by vendor (the
+approximate reciprocals ``rcpps`` / ``rsqrtps``, which QEMU computes its own way).
 """
 
 from __future__ import annotations

@@ -229,6 +229,7 @@ FIGURE_RTOL = 2e-4
 #: Names a QEMU CPU model (``EPYC-Rome-v2``, ``Haswell``, ...) to run the portable child under
 #: ``qemu-x86_64 -cpu MODEL``: the pinned-figure tests as on that CPU, whose CPUID (vendor,
 #: AVX-512 or not) decides MKL's, oneDNN's and ATen's kernels (bench/portable_figures.py --cpu).
+#: The emulated child runs about 8 times slower than natively: add ``-o timeout=0`` to pytest.
 PORTABLE_CPU_VARIABLE = "FEDLEAK_PORTABLE_CPU"
 
 
@@ -246,8 +247,8 @@ def emulator(model: str | None) -> list[str]:
 def portable_figures(module: str, function: str) -> object:
     """``module.function()`` run in a child Python under :data:`PORTABLE_NUMERICS`; its JSON
     result. The child imports torch fresh, so the settings take effect before any kernel runs.
-    With :data:`PORTABLE_CPU_VARIABLE` set the child runs emulated as on that CPU model (tens of
-    times slower: no time limit then)."""
+    With :data:`PORTABLE_CPU_VARIABLE` set the child runs emulated as on that CPU model (about 8
+    times slower: no time limit on it then)."""
     import json
     import subprocess
 

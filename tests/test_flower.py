@@ -57,7 +57,7 @@ MLP = "mlp:width=16,depth=1"
 FAST = ("iterations=3", "restarts=1")
 ROOT = Path(__file__).resolve().parents[1]
 #: A simulated federation's upper limit, sized for a load average of 20 on 2 cores (a
-#: simulation that takes 26 s alone passed 300 s there): a condition's limit, never a sleep.
+#: simulation that takes 26 s alone took 578 s there): a condition's limit, never a sleep.
 FEDERATION_SECONDS = 1500
 
 

@@ -25,9 +25,9 @@ figure tests; L-BFGS's fails dlg-wolfe).
 path it takes on AMD (MKL_VERBOSE: "Intel(R) Architecture processors", against AVX-512 natively).
 This module and test_attack_parts.py's pinned test passed so (32 tests, 2026-11-28); ig-1's sum
 came out 2.382181210909039, off this machine's by the same 4.1e-8 as the real EPYC's above but
-the other way (one float32 step of one pixel, whichever way its kernels round): the emulation
-reproduces the size of a CPU's difference, not its bits. ``bench/portable_figures.py --cpu
-EPYC-Milan-v1``: every case within its tolerance, the largest move 9.5e-6 (packed).
+with the other sign: the emulation reproduces the size of a CPU's difference, not its bits.
+``bench/portable_figures.py --cpu EPYC-Milan-v1``: every case within its tolerance, the largest
+move 9.5e-6 (packed).
 
 dlg-2 runs L-BFGS to convergence on the true image (objectives ≈ 1e-9): its path is chaotic
 (its image sum moved 1.2e-3 across MKL modes, as far as a 1 % learning-rate change moves it),
