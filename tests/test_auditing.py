@@ -28,7 +28,7 @@ from fedleak.auditing.canaries import (
     quiet_coordinate,
     random_direction,
 )
-from fedleak.auditing.gaussian_dp import mu_lower_bound
+from fedleak.auditing.gaussian_dp import delta_from_mu, mu_lower_bound
 from fedleak.auditing.one_run import p_value
 from fedleak.auditing.one_shot import (
     CosineNull,
@@ -55,6 +55,47 @@ def test_clopper_pearson_ceiling_of_500_perfect_trials_per_side() -> None:
 def test_gaussian_dp_conversion_at_delta_1e5(mu: float, epsilon: float) -> None:
     assert epsilon_from_mu(mu, 1e-5) == pytest.approx(epsilon, abs=1e-3)
     assert mu_from_epsilon(epsilon_from_mu(mu, 1e-5), 1e-5) == pytest.approx(mu, rel=1e-6)
+
+
+@pytest.mark.parametrize("epsilon, mu", [(0.0, 1.0), (1.0, 1.0), (3.0, 2.0), (10.0, 5.0),
+                                         (50.0, 12.0), (0.5, 0.3)])
+def test_delta_of_mu_gdp_equals_the_corollary_where_that_form_is_finite(epsilon: float,
+                                                                        mu: float) -> None:
+    direct = norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon + norm.logcdf(-epsilon / mu
+                                                                            - mu / 2))
+    assert delta_from_mu(epsilon, mu) == pytest.approx(direct, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("mu", [1e3, 1e8, 1e15, 1e150])
+def test_gaussian_dp_at_a_huge_mu_is_finite_and_grows_as_mu_squared(mu: float) -> None:
+    """The direct form of δ(ε) overflowed (``e^ε``) or cancelled to garbage once ε passed a
+    few hundred: an audit of noise that never changes died with OverflowError on some CPUs.
+    For large μ, δ ≈ Φ(μ/2 − ε/μ), so ε(μ, δ) ≈ μ²/2 + μ·Φ⁻¹(1 − δ)."""
+    value = epsilon_from_mu(mu, 1e-5)
+    assert math.isfinite(value)
+    assert value == pytest.approx(mu * mu / 2 + mu * norm.isf(1e-5), rel=1e-4)
+    assert epsilon_from_mu(1e200, 1e-5) == math.inf
+
+
+def test_a_spread_of_float_rounding_is_no_spread() -> None:
+    """Noise that never changes, released in float32 and summed in another order on another
+    CPU, varies by a rounding residue only: the ratio test reads it as zero noise (r̂ = ∞),
+    not as a huge finite ratio that depends on the kernels."""
+    from fedleak.auditing.noise_ratio import StreamTable, ratio_test
+
+    rng = np.random.default_rng(0)
+    trials, streams = 400, 4
+    coins = rng.random((trials, streams)) < 0.5
+    fixed = rng.normal(size=streams)  # one noise draw, reused in every trial
+    values = fixed + 3.0 * coins + rng.normal(scale=1e-7, size=(trials, streams))
+    table = StreamTable(values, coins, ("w",) * streams, np.full(streams, 3.0),
+                        np.ones(streams), np.zeros(streams))
+    test = ratio_test(table, "w", np.arange(streams), 1e-4, 0.99)
+    assert test is not None and math.isinf(test.ratio) and test.p_value == 0.0
+    fresh = StreamTable(rng.normal(size=(trials, streams)) + 3.0 * coins, coins, ("w",) * streams,
+                        np.full(streams, 3.0), np.ones(streams), np.zeros(streams))
+    honest = ratio_test(fresh, "w", np.arange(streams), 1e-4, 0.99)
+    assert honest is not None and math.isfinite(honest.ratio) and 0.8 < honest.ratio < 1.25
 
 
 def test_mu_lower_bound_from_error_rates() -> None:

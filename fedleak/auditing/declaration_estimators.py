@@ -45,7 +45,7 @@ from fedleak.auditing.estimator_registry import (
     register_estimator,
 )
 from fedleak.auditing.noise_level import noise_test
-from fedleak.auditing.noise_ratio import cells, ratio_test
+from fedleak.auditing.noise_ratio import RatioTest, cells, ratio_test
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
     INTERFERENCE,
@@ -97,10 +97,7 @@ class GaussianScores(Estimator):
                 continue
             epsilon_lb = claim.epsilon_at(test.ratio_lower)
             found.tests.append(DeclarationTest(
-                GAUSSIAN_SCORES, group, test.p_value, False,
-                f"{group}: the canaries are told apart {_ratio(test.ratio)}× as well as "
-                f"declared (at least {_ratio(test.ratio_lower)}×), as if the noise were "
-                f"{_ratio(1 / test.ratio)}× the declared std",
+                GAUSSIAN_SCORES, group, test.p_value, False, _ratio_statement(group, test),
                 test.samples_in, test.samples_out, test.ratio, test.ratio_lower,
                 test.detectable_noise, game.power, epsilon_lb, level))
             found.bounds.append(AuditBound(
@@ -113,6 +110,17 @@ class GaussianScores(Estimator):
                                   "declared mechanism with its noise divided by the ratio's "
                                   "lower bound"))
         return found
+
+
+def _ratio_statement(group: str, test: RatioTest) -> str:
+    """What one noise-ratio test found, in words; a spread of zero is named as such."""
+    if math.isinf(test.ratio):
+        return (f"{group}: the noise did not change across trials (the released values "
+                f"without the canary varied by no more than float rounding: a fixed seed, "
+                f"noise reused, or none) — the canaries are told apart exactly, ε_LB = ∞")
+    return (f"{group}: the canaries are told apart {_ratio(test.ratio)}× as well as declared "
+            f"(at least {_ratio(test.ratio_lower)}×), as if the noise were "
+            f"{_ratio(1 / test.ratio)}× the declared std")
 
 
 def _ratio(value: float) -> str:

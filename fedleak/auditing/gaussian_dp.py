@@ -29,20 +29,29 @@ from __future__ import annotations
 import math
 
 from scipy.optimize import brentq
+from scipy.special import erfcx
 from scipy.stats import norm
 
 from fedleak.auditing.clopper_pearson import upper_bound
 
 
 def delta_from_mu(epsilon: float, mu: float) -> float:
-    """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong et al. 2019, Cor. 2.13)."""
+    """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong et al. 2019, Cor. 2.13).
+
+    Computed without e^ε: with t = ε/μ, e^ε φ(t + μ/2) = φ(t − μ/2) exactly, so the second
+    term is φ(μ/2 − t) · R(t + μ/2) with R(x) = Φ(−x)/φ(x) = √(π/2) · erfcx(x/√2) the Mills
+    ratio. Every factor stays finite for any ε and μ (the direct form overflows, or loses
+    every digit to cancellation, once ε reaches a few hundred).
+    """
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
         return 1.0
-    # e^ε Φ(x) computed as exp(ε + log Φ(x)) so large ε does not overflow
-    return float(norm.cdf(-epsilon / mu + mu / 2)
-                 - math.exp(epsilon + norm.logcdf(-epsilon / mu - mu / 2)))
+    t = epsilon / mu
+    mills = math.sqrt(math.pi / 2) * float(erfcx((t + mu / 2) / math.sqrt(2)))
+    x = mu / 2 - t
+    density = math.exp(-x * x / 2) / math.sqrt(2 * math.pi) if abs(x) < 40 else 0.0
+    return max(0.0, float(norm.cdf(x)) - density * mills)
 
 
 def epsilon_from_mu(mu: float, delta: float) -> float:
@@ -58,6 +67,8 @@ def epsilon_from_mu(mu: float, delta: float) -> float:
     high = 1.0
     while delta_from_mu(high, mu) > delta:
         high *= 2
+        if math.isinf(high):  # μ past ~1e154: ε ≈ μ²/2 is beyond a float
+            return math.inf
     return float(brentq(lambda e: delta_from_mu(e, mu) - delta, 0.0, high, xtol=1e-12))
 
 

@@ -27,6 +27,7 @@ from fedleak.auditing.estimator_registry import (
     register_estimator,
 )
 from fedleak.auditing.gaussian_dp import epsilon_from_mu, gdp_epsilon_lower_bound, mu_lower_bound
+from fedleak.auditing.noise_ratio import rounding_floor
 from fedleak.auditing.one_run import one_run_epsilon
 from fedleak.auditing.result import (
     CLOPPER_PEARSON,
@@ -231,7 +232,7 @@ def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
     dof = n1 + n0 - 2
     pooled = math.sqrt((((inside - inside.mean()) ** 2).sum()
                         + ((outside - outside.mean()) ** 2).sum()) / dof)
-    if not pooled > 0:
+    if not pooled > rounding_floor(scores):  # a rounding residue is no spread (any CPU)
         return None
     scale = math.sqrt(1 / n1 + 1 / n0)
     t = (inside.mean() - outside.mean()) / (pooled * scale)
