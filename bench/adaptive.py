@@ -6,8 +6,8 @@ untrained, model seed 0, one 32×32 bundled photo per round, FedSGD, defense ran
 1000 + photo) is attacked by two variants with the same optimiser, budget and attack seed 0:
 ``plain`` (``objective=cosine``, ``replay=plain``: the non-adaptive attack of the README's
 table) and ``aware`` (``objective=aware``, ``replay=aware``: the parts chosen from the
-published defense chain, :mod:`fedleak.attacks.adaptive`; ``--aware-objective SPEC`` replaces
-the objective; the default ``auto``, which weighs the two, is bench/adaptive_choice.py's).
+published defense chain, :mod:`fedleak.attacks.optimisation.adaptive`; ``--aware-objective SPEC``
+replaces the objective; the default ``auto``, which weighs the two, is bench/adaptive_choice.py's).
 ``none`` is the undefended ceiling at this budget.
 
 The optimiser (``--optimizer``) is Inverting Gradients' signed Adam (``inverting-gradients``,

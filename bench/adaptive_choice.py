@@ -2,8 +2,8 @@
 
 ``objective=auto`` / ``replay=auto`` (the default of every optimisation attack) spends half its
 iterations on the defense-aware parts and half on the blind ones and keeps the reconstruction
-that better explains the observed update (:mod:`fedleak.attacks.explained`, no ground truth).
-It must never be weaker than the blind attack it replaces. Two measurements:
+that better explains the observed update (:mod:`fedleak.attacks.optimisation.explained`, no ground
+truth). It must never be weaker than the blind attack it replaces. Two measurements:
 
 ``--sweep`` (default): the quick preset's points through ``fedleak sweep`` as a person runs it
 (its victims as processes, its images, seeds and budget: ``mlp:width=64,depth=1`` on digits, 3

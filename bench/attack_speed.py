@@ -39,7 +39,10 @@ from collections.abc import Callable
 import torch
 
 from fedleak.attacks import Observation, create_attack
-from fedleak.attacks.inverting_gradients import decay_milestones, total_variation
+from fedleak.attacks.optimisation.presets.inverting_gradients import (
+    decay_milestones,
+    total_variation,
+)
 from fedleak.harness.federated.local_update import UpdateSimulator, local_update
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.zoo.datasets import DatasetInfo

@@ -35,7 +35,7 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.text.text_observation import TextObservation, TextReconstruction
+from fedleak.attacks.text.observation import TextObservation, TextReconstruction
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.metrics.text_metrics import score_sentences
 from fedleak.harness.zoo.text_datasets import TextDataset, load_text_dataset

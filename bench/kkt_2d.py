@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from fedleak.attacks import Progress, Reconstruction, create_attack
-from fedleak.attacks.kkt_postprocess import remove_duplicates
+from fedleak.attacks.kkt.postprocess import remove_duplicates
 from fedleak.harness.federated.release_training import (
     EpochCallback,
     ReleaseTrainingConfig,

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.kkt_postprocess import scale_to_unit
+from fedleak.attacks.kkt.postprocess import scale_to_unit
 from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.federated.release_training import (

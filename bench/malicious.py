@@ -34,8 +34,8 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.imprint_guarantee import expected_single_bins, expected_trapped
-from fedleak.attacks.malicious import AttackRefused, MaliciousAttack, ServerKnowledge
+from fedleak.attacks.malicious.imprint_guarantee import expected_single_bins, expected_trapped
+from fedleak.attacks.malicious.server import AttackRefused, MaliciousAttack, ServerKnowledge
 from fedleak.defenses import DefenseChain, build_chain, create_defense, parse_defense_spec
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
-from fedleak.attacks.analytic import AnalyticInversionError, invert_linear_layer
+from fedleak.attacks.exact.analytic import AnalyticInversionError, invert_linear_layer
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
 from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features

@@ -16,14 +16,18 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.adaptive import choose_parts
-from fedleak.attacks.attack_registry import AttackConfigError
-from fedleak.attacks.gradient_matching import WeightedObjective
-from fedleak.attacks.interval_hinges import IntervalHinge, pruning_bounds, quantisation_bounds
-from fedleak.attacks.inverting_gradients import CosineObjective
-from fedleak.attacks.objectives import create_objective, kept_mask
+from fedleak.attacks.optimisation.adaptive import choose_parts
+from fedleak.attacks.optimisation.gradient_matching import WeightedObjective
+from fedleak.attacks.optimisation.interval_hinges import (
+    IntervalHinge,
+    pruning_bounds,
+    quantisation_bounds,
+)
+from fedleak.attacks.optimisation.objectives import create_objective, kept_mask
+from fedleak.attacks.optimisation.presets.inverting_gradients import CosineObjective
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
+from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
@@ -390,8 +394,8 @@ def test_the_true_images_explain_the_update_better_than_others(defense):
     """The selection criterion (no ground truth) ranks the user's own images above noise
     images, under each published mechanism; with published noise it is the discrepancy
     |log ρ| (ρ ≈ 1 for the truth)."""
-    from fedleak.attacks.composed import alone
-    from fedleak.attacks.explained import better, explain, mechanism_replay
+    from fedleak.attacks.optimisation.composed import alone
+    from fedleak.attacks.optimisation.explained import better, explain, mechanism_replay
     from fedleak.harness.zoo.datasets import normalize
 
     observation = digits_observation(2, defenses=[defense])

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks import AttackConfigError
-from fedleak.attacks.attack_registry import ENTRY_POINT_GROUP
+from fedleak.attacks.registry import ENTRY_POINT_GROUP
 from fedleak.registry import Registry
 from tests.helpers import make_observation
 

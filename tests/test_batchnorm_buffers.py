@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.batch_statistics import (
+from fedleak.attacks.optimisation.batch_statistics import (
     LayerStatistics,
     batch_norm_prior,
     layer_distance,

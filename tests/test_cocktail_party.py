@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from fedleak.attacks import attack_names, create_attack
-from fedleak.attacks.cocktail_party import CocktailParty
-from fedleak.attacks.fc_layer import ModelDoesNotFit
-from fedleak.attacks.ica_unmixing import minmax_images, transformed
+from fedleak.attacks.exact.cocktail_party.attack import CocktailParty
+from fedleak.attacks.exact.cocktail_party.unmixing import minmax_images, transformed
+from fedleak.attacks.exact.fc_layer import ModelDoesNotFit
 from fedleak.attacks.observation import Observation
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

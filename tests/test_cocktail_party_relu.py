@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.analytic import biased_linear_layers
-from fedleak.attacks.fc_layer import gradient_of, layer_parameters
-from fedleak.attacks.pattern_projection import project_certified
-from fedleak.attacks.relu_sparsity import FORM_TOLERANCE, factorise, form_residual
-from fedleak.attacks.replay_starts import next_layer_head, replayed_delta
+from fedleak.attacks.exact.analytic import biased_linear_layers
+from fedleak.attacks.exact.fc_layer import gradient_of, layer_parameters
+from fedleak.attacks.exact.relu.pattern_projection import project_certified
+from fedleak.attacks.exact.relu.replay_starts import next_layer_head, replayed_delta
+from fedleak.attacks.exact.relu.sparsity import FORM_TOLERANCE, factorise, form_residual
 from fedleak.harness.zoo.datasets import normalize
 from tests.test_cocktail_party import FACES, scored, summed_round
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
-from fedleak.attacks.dlg import gradient_distance
-from fedleak.attacks.inverting_gradients import gaussian_init
+from fedleak.attacks.optimisation.presets.dlg import gradient_distance
+from fedleak.attacks.optimisation.presets.inverting_gradients import gaussian_init
 from fedleak.harness.metrics.image_metrics import psnr_per_image
 from tests.helpers import make_observation, to_unit
 from tests.test_inverting_gradients import smooth_image
@@ -83,7 +83,7 @@ def test_dlg_options_are_checked():
 def test_the_graph_safe_closure_matches_the_eager_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """The evaluation a CUDA graph captures (objective and gradient into static buffers,
     copied out for L-BFGS) gives the eager trial's result on the CPU."""
-    import fedleak.attacks.composed as composed
+    import fedleak.attacks.optimisation.composed as composed
 
     shape = (1, 8, 8)
     observation = make_observation("lenet-zhu", shape, 10, torch.rand(1, *shape),

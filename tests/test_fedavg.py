@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
-from fedleak.attacks.fedavg import FedAvgObservationError
+from fedleak.attacks.optimisation.fedavg.unrolled import FedAvgObservationError
 from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import dataset_info, server_model

@@ -7,7 +7,7 @@ import torch
 
 from fedleak.attacks import AttackConfigError, create_attack, describe_options
 from fedleak.attacks.base import check_device
-from fedleak.attacks.inverting_gradients import (
+from fedleak.attacks.optimisation.presets.inverting_gradients import (
     CosineObjective,
     SignedAdam,
     decay_milestones,
@@ -290,9 +290,12 @@ def test_reconstruct_is_the_shared_template() -> None:
 
 def _optimised(device: str, graph_safe: bool, iterations: int = 40) -> torch.Tensor:
     """The one-restart loop from a fixed init, eager or with the graph-safe step."""
-    from fedleak.attacks.inversion.problem import ProgressSpan
-    from fedleak.attacks.inverting_gradients import InvertingGradients, InvertingGradientsConfig
     from fedleak.attacks.labels import recover_labels
+    from fedleak.attacks.optimisation.engine.problem import ProgressSpan
+    from fedleak.attacks.optimisation.presets.inverting_gradients import (
+        InvertingGradients,
+        InvertingGradientsConfig,
+    )
 
     image = smooth_image(SHAPE)
     observation = make_observation("lenet-zhu", SHAPE, 10, image, torch.tensor([3]),

@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedleak.attacks.epochs import assignment, epoch_consistency, merge_epochs
+from fedleak.attacks.optimisation.fedavg.epochs import assignment, epoch_consistency, merge_epochs
 from fedleak.harness.federated.local_update import UpdateSimulator, draw_order, local_update
 from fedleak.harness.federated.protocol import Protocol, ProtocolError
 from fedleak.harness.federated.replay_fidelity import inexact_reasons

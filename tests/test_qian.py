@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
-from fedleak.attacks.dlg import gradient_distance
-from fedleak.attacks.qian import (
+from fedleak.attacks.optimisation.presets.dlg import gradient_distance
+from fedleak.attacks.optimisation.presets.qian import (
     Qian,
     l2_regularizer,
     orthogonality_regularizer,
@@ -96,7 +96,7 @@ def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPa
                                                     options: dict) -> None:
     """The step a CUDA graph captures (device-side λ schedule, optimiser state and stop flag)
     gives the eager loop's result on the CPU, divergence included."""
-    import fedleak.attacks.composed as composed
+    import fedleak.attacks.optimisation.composed as composed
 
     shape = (1, 8, 8)
     observation = make_observation("lenet-zhu", shape, 10, torch.rand(n, *shape),

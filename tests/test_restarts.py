@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.inverting_gradients import CosineObjective, total_variation
-from fedleak.attacks.restarts import (
+from fedleak.attacks.optimisation.presets.inverting_gradients import (
+    CosineObjective,
+    total_variation,
+)
+from fedleak.attacks.optimisation.restarts import (
     RestartsCosineObjective,
     batched_replay,
     restart_total_variation,
@@ -166,8 +169,8 @@ def test_restart_objective_and_tv_are_the_per_restart_ones():
 
 def test_a_block_objective_is_each_observations_own_on_its_rows():
     """Rows p·R … p·R + R − 1 are compared by block p alone: value, cotangents and scales."""
-    from fedleak.attacks.gradient_matching import EuclideanObjective
-    from fedleak.attacks.inversion.packed import BlockObjective
+    from fedleak.attacks.optimisation.engine.packed import BlockObjective
+    from fedleak.attacks.optimisation.gradient_matching import EuclideanObjective
 
     gen = torch.Generator().manual_seed(1)
     observed = [[torch.randn(4, 3, generator=gen), torch.randn(4, generator=gen)]

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.batch_order import exchange, stratified_order
 from fedleak.attacks.labels import last_layer_indices
-from fedleak.attacks.shuffled_fedavg import identifiable
+from fedleak.attacks.optimisation.fedavg.batch_order import exchange, stratified_order
+from fedleak.attacks.optimisation.fedavg.shuffled import identifiable
 from fedleak.harness.federated.local_update import draw_order, local_update
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from fedleak.attacks import attack_names, create_attack
-from fedleak.attacks import relu_sparsity as rs
 from fedleak.attacks.base import UpdateSetting
-from fedleak.attacks.fc_layer import ModelDoesNotFit
+from fedleak.attacks.exact.fc_layer import ModelDoesNotFit
+from fedleak.attacks.exact.relu import sparsity as rs
+from fedleak.attacks.exact.relu.direction_search import DirectionSet, last_direction
+from fedleak.attacks.exact.relu.solve import activation_agreement, solve_inputs
+from fedleak.attacks.exact.spear import Spear
 from fedleak.attacks.published import PublishedDefense
-from fedleak.attacks.relu_direction_search import DirectionSet, last_direction
-from fedleak.attacks.relu_solve import activation_agreement, solve_inputs
-from fedleak.attacks.spear import Spear
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.metrics.image_metrics import score_reconstruction

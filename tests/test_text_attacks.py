@@ -8,8 +8,8 @@ import torch
 
 from fedleak.attacks import attack_class, create_attack
 from fedleak.attacks.base import UpdateSetting
-from fedleak.attacks.text.lamp_attack import sentence_length
-from fedleak.attacks.text.text_observation import TextObservation
+from fedleak.attacks.text.lamp.attack import sentence_length
+from fedleak.attacks.text.observation import TextObservation
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.metrics.text_metrics import score_sentences

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import pytest
 
-from fedleak.attacks.attack_registry import ATTACKS
-from fedleak.attacks.inverting_gradients import InvertingGradients
+from fedleak.attacks.optimisation.presets.inverting_gradients import InvertingGradients
+from fedleak.attacks.registry import ATTACKS
 from fedleak.harness.sweep.measurements import AttackMeasurement
 from fedleak.harness.sweep.results import PointResult
 from fedleak.harness.sweep.spec import SpecError, parse_spec

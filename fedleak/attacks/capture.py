@@ -9,10 +9,11 @@ launch. That needs a *graph-safe* step: every tensor it reads or writes keeps it
 Python number that changes between iterations or reads the device back to the host. So:
 
 - the step size is read on the device from a precomputed schedule, ``lr_t = schedule[t]``
-  (the ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋ decay of :func:`~fedleak.attacks.inverting_gradients.step_size`);
+  (the ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋ decay of
+  :func:`~fedleak.attacks.optimisation.presets.inverting_gradients.step_size`);
 - Adam's step counter t is a device tensor, and its bias corrections 1 − β₁ᵗ, 1 − β₂ᵗ are
   computed on the device (:class:`DeviceSignedAdam`, the same maths as
-  :class:`~fedleak.attacks.inverting_gradients.SignedAdam`);
+  :class:`~fedleak.attacks.optimisation.presets.inverting_gradients.SignedAdam`);
 - the objective is copied into a static buffer that the caller reads only every ``log_every``
   replays (the loop's one host synchronisation).
 

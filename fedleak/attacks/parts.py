@@ -1,13 +1,14 @@
 """A registered part of an optimisation attack: typed options, and a refusal that says why.
 
-An optimisation attack (eq. (1) of :mod:`fedleak.attacks.composed`) is composed of parts, each
-a small class found by name in its own registry — objectives J
-(:mod:`fedleak.attacks.objectives`), replays u (:mod:`fedleak.attacks.replays`), priors R_k
-(:mod:`fedleak.attacks.priors`), optimisers (:mod:`fedleak.attacks.optimisers`) — with a
-``Config`` dataclass of its options. Unknown names and options are refused when the attack is
-configured; a part that does not fit an observation (a mask without a pruning defense, a
-BatchNorm prior on a model without BatchNorm) refuses it before the first iteration. Both
-raise :class:`PartError` saying what to change.
+An optimisation attack (eq. (1) of :mod:`fedleak.attacks.optimisation.composed`) is composed of
+parts, each a small class found by name in its own registry — objectives J
+(:mod:`fedleak.attacks.optimisation.objectives`), replays u
+(:mod:`fedleak.attacks.optimisation.replays`), priors R_k
+(:mod:`fedleak.attacks.optimisation.priors`), optimisers
+(:mod:`fedleak.attacks.optimisation.optimisers`) — with a ``Config`` dataclass of its options.
+Unknown names and options are refused when the attack is configured; a part that does not fit an
+observation (a mask without a pruning defense, a BatchNorm prior on a model without BatchNorm)
+refuses it before the first iteration. Both raise :class:`PartError` saying what to change.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 ``Describe`` reports every defense of the user's chain with its public parameters and stage
 (``DefenseSpec``); the server keeps them in :attr:`Observation.defenses
 <fedleak.attacks.observation.Observation.defenses>` as :class:`PublishedDefense` values, so a
-defense-aware attack part (:mod:`fedleak.attacks.objectives`, :mod:`fedleak.attacks.replays`)
-can read the mechanism it models without ever seeing the defense's randomness.
+defense-aware attack part (:mod:`fedleak.attacks.optimisation.objectives`,
+:mod:`fedleak.attacks.optimisation.replays`) can read the mechanism it models without ever seeing
+the defense's randomness.
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ class OrderedReplay(Replay, Protocol):
     """A replay whose visiting order the attack sets: the model of a user that shuffles.
 
     A FedAvg user with ``shuffle`` visits its n images in a secret order every epoch; the
-    attack that models it (:mod:`fedleak.attacks.batch_order`) chooses the order itself —
-    epoch e visiting candidate rows ``order[e]`` in mini-batches — and needs the protocol's
+    attack that models it (:mod:`fedleak.attacks.optimisation.fedavg.batch_order`) chooses the order
+    itself — epoch e visiting candidate rows ``order[e]`` in mini-batches — and needs the protocol's
     public facts: E, one epoch's mini-batches and each local step's first-order weight in the
     delta (momentum weighs early steps more).
     """

@@ -42,11 +42,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.text.text_attack import TextAttack
-from fedleak.attacks.text.text_observation import (
+from fedleak.attacks.registry import register_attack
+from fedleak.attacks.text.base import TextAttack
+from fedleak.attacks.text.observation import (
     DECODER,
     TextObservation,
     TextReconstruction,

@@ -5,8 +5,8 @@ One run (``fedleak attack --attack kkt``):
 1. ``Describe`` → the architecture Φ (``kkt-mlp`` of the victim's spec), checked against the
    victim's parameter list.
 2. ``Release`` (server-streaming, tqdm bar over the victim's epochs) → θ, n, input box, ε.
-3. The attack (e.g. :class:`fedleak.attacks.kkt.KKT`) on the :class:`ReleasedModel`, with a bar
-   over its iterations → m candidates per run, pooled over the random search.
+3. The attack (e.g. :class:`fedleak.attacks.kkt.attack.KKT`) on the :class:`ReleasedModel`, with a
+   bar over its iterations → m candidates per run, pooled over the random search.
 4. Each candidate scaled to [0, 1] on its own (App. B.3 step 1), non-finite ones dropped, and
    ``Score`` with the release id: the victim matches them to its training set (NCC nearest
    neighbours and voting, SSIM per training sample) and returns each sample's margin
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from fedleak.attacks import Reconstruction, create_attack
-from fedleak.attacks.kkt_postprocess import scale_to_unit
+from fedleak.attacks.kkt.postprocess import scale_to_unit
 from fedleak.attacks.release import ReleasedModel
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.attack_settings import AttackSettings, jsonable

@@ -2,7 +2,7 @@
 
 One round is: ``ComputeUpdate`` with the global parameters (or a secure-aggregation round among
 the victim's users, attacking the survivors' sum or one masked vector) → a
-:class:`~fedleak.attacks.text.text_observation.TextObservation` built from what came back and
+:class:`~fedleak.attacks.text.observation.TextObservation` built from what came back and
 what ``Describe`` published → the text attack → ``Score`` with the recovered token ids (the
 victim decodes and scores them; its sentences stay there) → ``Reveal`` when the victim allows
 it and we hold its token, for the readable comparison.
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.text.text_attack import TextAttack
-from fedleak.attacks.text.text_observation import TextReconstruction
+from fedleak.attacks.text.base import TextAttack
+from fedleak.attacks.text.observation import TextReconstruction
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.attack_settings import AttackSettings, jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError

@@ -28,11 +28,11 @@ from fedleak.harness.cli.options import (
 
 def _attack_epilog() -> str:
     from fedleak.attacks import attack_class, attack_names, describe_options
-    from fedleak.attacks.composed import ComposedInversion
-    from fedleak.attacks.objectives import OBJECTIVES
-    from fedleak.attacks.optimisers import OPTIMISERS
-    from fedleak.attacks.priors import PRIORS
-    from fedleak.attacks.replays import REPLAYS
+    from fedleak.attacks.optimisation.composed import ComposedInversion
+    from fedleak.attacks.optimisation.objectives import OBJECTIVES
+    from fedleak.attacks.optimisation.optimisers import OPTIMISERS
+    from fedleak.attacks.optimisation.priors import PRIORS
+    from fedleak.attacks.optimisation.replays import REPLAYS
 
     lines = ["\b", "Attacks [threat model] and their options (-o key=value):"]
     for name in attack_names():

@@ -11,11 +11,11 @@ What no replay can know:
   (:meth:`~fedleak.harness.federated.protocol.Protocol.order_matters`), when the attack
   replays the images in a fixed order (wrong for every other order), or, as the composed
   attacks do, one copy of the images per epoch (Dimitrov et al. 2022,
-  :mod:`fedleak.attacks.epochs`), which still fixes which labels shared a mini-batch and in
-  which order the batches came. The ``fedavg-shuffled`` attack makes the order a variable
-  (:mod:`fedleak.attacks.batch_order`): where the output layer can tell the batches apart
-  (momentum weighs the steps differently) the round is **modelled** — "order unknown,
-  modelled", a measurement, in the headline beside the exact rounds; where it cannot (plain
+  :mod:`fedleak.attacks.optimisation.fedavg.epochs`), which still fixes which labels shared a
+  mini-batch and in which order the batches came. The ``fedavg-shuffled`` attack makes the order a
+  variable (:mod:`fedleak.attacks.optimisation.fedavg.batch_order`): where the output layer can tell
+  the batches apart (momentum weighs the steps differently) the round is **modelled** — "order
+  unknown, modelled", a measurement, in the headline beside the exact rounds; where it cannot (plain
   SGD) the order stays a guess and the round inexact;
 - a client whose reported number of local steps differs from the replay's.
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedleak.attacks.shuffled_fedavg import GUESSED as ORDER_GUESSED
-from fedleak.attacks.shuffled_fedavg import MODELLED as ORDER_SEARCHED
+from fedleak.attacks.optimisation.fedavg.shuffled import GUESSED as ORDER_GUESSED
+from fedleak.attacks.optimisation.fedavg.shuffled import MODELLED as ORDER_SEARCHED
 from fedleak.harness.federated.protocol import Protocol
 
 EXACT = "exact"

@@ -31,7 +31,7 @@ from fedleak.harness.federated.protocol import Protocol
 class TextReplay:
     """``replay(inputs_embeds [B, T, d], attention_mask [B, T], labels) -> update`` at fixed
     global parameters (the contract of
-    :data:`~fedleak.attacks.text.text_observation.TextReplayFn`), differentiable with
+    :data:`~fedleak.attacks.text.observation.TextReplayFn`), differentiable with
     respect to ``inputs_embeds``. Buffers are copied per call: the replay never moves them."""
 
     def __init__(self, model: nn.Module, parameters: Mapping[str, torch.Tensor],

@@ -4,7 +4,7 @@ leakage_audit` for a text federation, and the simulation that runs one.
 Every node's reply is read as for images (the θ the round sent, the update θ′ − θ or the
 one-step FedSGD gradient, the defenses the reply publishes, the procedure of the train
 config), then attacked as a server attacks a text victim: a
-:class:`~fedleak.attacks.text.text_observation.TextObservation` with the harness's replay
+:class:`~fedleak.attacks.text.observation.TextObservation` with the harness's replay
 (:func:`~fedleak.harness.federated.text_observe.text_observation_from_update`), any text attack
 (``token-set``, ``dager``, ``lamp``, ``tag``), the node scoring the recovered token ids against
 the batch it trained on (:func:`~fedleak.harness.flower.text_client.text_score`), and the run
@@ -26,8 +26,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
-from fedleak.attacks.text.text_attack import TextAttack
-from fedleak.attacks.text.text_observation import TextReconstruction
+from fedleak.attacks.text.base import TextAttack
+from fedleak.attacks.text.observation import TextReconstruction
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord

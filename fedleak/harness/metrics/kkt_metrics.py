@@ -17,7 +17,7 @@ Two matchings live here:
 
 SSIM is :func:`fedleak.harness.metrics.ssim_per_image` (pytorch_msssim, Gaussian window σ 1.5,
 11 wide shrunk to the image, valid filtering) on images in [0, 1]; candidates should already be
-scaled to [0, 1] (:func:`fedleak.attacks.kkt_postprocess.scale_to_unit`). On 8×8 digits the
+scaled to [0, 1] (:func:`fedleak.attacks.kkt.postprocess.scale_to_unit`). On 8×8 digits the
 window shrinks to 7×7 and SSIM averages only 2×2 positions, so it is a coarse, forgiving score
 there; compare against a held-out control before calling a sample recovered.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedleak.attacks.kkt_postprocess import normalized_cross_correlation
+from fedleak.attacks.kkt.postprocess import normalized_cross_correlation
 from fedleak.harness.metrics.image_metrics import mse_per_image, psnr_per_image, ssim_per_image
 
 #: SSIM above which a training sample counts as reconstructed (paper Sec. 5.3).

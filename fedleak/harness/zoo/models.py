@@ -20,8 +20,8 @@ Names:
   ``width``, default 256, ``depth``, default 2, ``bias``, default true). With ``bias=false`` it
   is the homogeneous MLP of the KKT attack.
 - ``imprint``: a server-designed imprint block (Fowl et al. 2022,
-  :mod:`fedleak.attacks.imprint_block`) of ``bins`` units (default 128) in front of the model
-  ``inner`` (default ``mlp``); options of the inner model as ``inner.KEY=VALUE``, e.g.
+  :mod:`fedleak.attacks.malicious.imprint_block`) of ``bins`` units (default 128) in front of the
+  model ``inner`` (default ``mlp``); options of the inner model as ``inner.KEY=VALUE``, e.g.
   ``imprint:bins=256,inner=convnet,inner.width=16``. A victim that runs it emulates a user who
   accepted an architecture the server distributed (the malicious-architecture threat model).
 - ``kkt-mlp``: Haim et al.'s (2022) binary classifier d–1000–1000–1 (:class:`KKTMLP`; options
@@ -198,7 +198,7 @@ INNER_PREFIX = "inner."
 @_register("imprint", options=("bins", "inner", INNER_PREFIX))
 def _imprint(shape: Shape, num_classes: int, options: dict[str, str]) -> nn.Module:
     """An imprint block of ``bins`` units in front of ``inner`` (its options as ``inner.KEY``)."""
-    from fedleak.attacks.imprint_block import ImprintedModel
+    from fedleak.attacks.malicious.imprint_block import ImprintedModel
 
     inner_name = options.get("inner", "mlp")
     if inner_name == "imprint":

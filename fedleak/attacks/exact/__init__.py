@@ -1,0 +1,3 @@
+"""Exact and closed-form attacks of an honest server: the analytic inversion of a biased linear
+layer, SPEAR, the Cocktail Party Attack, and the ReLU solving they share.
+"""

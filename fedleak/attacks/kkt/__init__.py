@@ -1,0 +1,2 @@
+"""Training-set reconstruction from a released model: the KKT attack of Haim et al. (NeurIPS
+2022)."""

@@ -1,0 +1,3 @@
+"""DAGER (Petrov et al., NeurIPS 2024): exact text from a transformer's gradient by span checks of
+its first layers.
+"""

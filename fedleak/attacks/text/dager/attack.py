@@ -1,0 +1,104 @@
+"""``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
+:class:`~fedleak.attacks.text.observation.TextObservation`.
+
+The algorithm is :func:`fedleak.attacks.text.dager.search.dager` (the span checks, the decoder's
+greedy search, the encoder's search; its docstring states the maths and where it stops:
+B·T ≥ d). This class only reads the observation — the ``transformers`` model with θ, the
+update by parameter name oriented like a gradient, the batch size n, the sequence length T and
+the end token of the published layout — and turns the result into a
+:class:`~fedleak.attacks.text.observation.TextReconstruction`: every recovered sentence,
+its certificate, the work spent (sentence evaluations, the attack's budget) and whether a cap
+cut the search (``truncated``).
+
+A FedAvg delta of one local step is −τ g: the same spans, so DAGER applies; over several steps
+no span holds the inputs exactly, and the attack says so (it still runs: what it recovers
+there is a lower bound). LoRA updates carry adapters, not the first layers' gradients: refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from fedleak.attacks.base import Progress, UpdateSetting
+from fedleak.attacks.observation import Reconstruction
+from fedleak.attacks.registry import register_attack
+from fedleak.attacks.text.base import TextAttack
+from fedleak.attacks.text.dager.search import DagerConfig, dager
+from fedleak.attacks.text.observation import ENCODER, TextObservation, TextReconstruction
+
+_DEFAULTS = DagerConfig()
+
+
+@dataclass
+class DagerAttackConfig:
+    l1_threshold: float = field(default=_DEFAULTS.l1_threshold, metadata={
+        "help": "τ₁: the token filter's largest span distance (first layer)"})
+    l2_threshold: float = field(default=_DEFAULTS.l2_threshold, metadata={
+        "help": "τ₂: the sentence check's largest span distance (second layer)"})
+    max_candidates: int = field(default=_DEFAULTS.max_candidates, metadata={
+        "help": "tokens kept per position by the filter (a cap that bites: truncated)"})
+    max_prefixes: int = field(default=_DEFAULTS.max_prefixes, metadata={
+        "help": "the decoder's live prefixes (a cap that bites: truncated)"})
+    max_evaluations: int = field(default=_DEFAULTS.max_evaluations, metadata={
+        "help": "budget: (partial) sentences whose second-layer input is computed"})
+    restarts: int = field(default=_DEFAULTS.restarts, metadata={
+        "help": "encoder: failed starts in a row before the search stops"})
+    screen: int = field(default=_DEFAULTS.screen, metadata={
+        "help": "encoder: moves its first-order screen passes to exact evaluation per step"})
+
+
+@register_attack("dager")
+class Dager(TextAttack):
+    """Exact sentences from the low rank of a transformer's attention gradients."""
+
+    Config = DagerAttackConfig
+    architectures: ClassVar[tuple[str, ...]] = ("decoder", "encoder")
+
+    @classmethod
+    def unsuited(cls, setting: UpdateSetting) -> str | None:
+        if setting.local_steps > 1:
+            return (f"DAGER reads one gradient; {setting.local_steps} local steps put the "
+                    "inputs in no span exactly")
+        return None
+
+    def budget(self) -> int | None:
+        return int(self.config.max_evaluations)
+
+    def recover(self, target: TextObservation, *, device: torch.device, seed: int,
+                progress: Progress | None) -> Reconstruction:
+        c: DagerAttackConfig = self.config
+        if target.lora:
+            raise ValueError("DAGER needs the gradients of the first two layers' projections; "
+                             "a LoRA update carries adapters only (attack the full model's "
+                             "updates, or use lamp)")
+        warnings = []
+        if target.local_steps > 1:
+            warnings.append(f"the update is {target.local_steps} local steps (FedAvg): DAGER's "
+                            "spans hold the inputs exactly only for one gradient, so what it "
+                            "recovers here is a lower bound")
+        config = DagerConfig(
+            l1_threshold=c.l1_threshold, l2_threshold=c.l2_threshold,
+            max_length=target.seq_len, max_candidates=c.max_candidates,
+            max_prefixes=c.max_prefixes, max_evaluations=c.max_evaluations,
+            restarts=c.restarts, screen=c.screen, seed=seed,
+            end_token=target.end_id if target.architecture == ENCODER else None)
+        gradients = {n: g.to(device) for n, g in target.named_gradients().items()}
+        result = dager(target.model, gradients, target.num_sequences, config, progress)
+        if progress is not None:
+            progress(result.evaluations, c.max_evaluations, float(len(result.sentences)))
+        extras = {"certified": sum(result.certified), "sentences": len(result.sentences),
+                  "ranks": list(result.ranks), "hidden_size": result.hidden_size,
+                  "candidates_per_position": result.candidates[:8],
+                  "evaluations": result.evaluations, "truncated": result.truncated}
+        padding = []
+        sequences = [list(s) for s in result.sentences]
+        while len(sequences) < target.num_sequences:  # placeholders where nothing came back
+            padding.append(len(sequences))
+            sequences.append([])
+        return TextReconstruction(
+            sequences=sequences, padding=padding, iterations=result.evaluations,
+            objective=max(result.scores, default=0.0), warnings=warnings + result.warnings,
+            extras=extras)

@@ -1,0 +1,343 @@
+"""DAGER's search for encoders (Petrov et al. 2024), by local search.
+
+In an encoder every position sees the whole sentence, so the second span's input
+``h_j(s)`` of a candidate sentence ``s`` is known only once all of ``s`` is fixed: no greedy
+order exists. The paper enumerates (or samples) the product of the filtered token sets of the
+positions and keeps the B sentences with the smallest mean second-span distance, which is
+exact for small B·T and hopeless for B = 8 sentences of 32 tokens (8³⁰ combinations; at random
+initialisation every position's set is the whole batch's token set, see :mod:`dager`).
+
+Here the same objective,
+
+    f(s) = (1/ℓ) Σ_j d₂(h_j(s)),      s_j ∈ S_j,   ℓ the sentence length,
+
+is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j) and
+transpositions (``s_j ↔ s_k``): a first-order screen ranks every move by
+``⟨∇_{e_j} f, E_c − E_{s_j}⟩`` (one backward pass through the embeddings, as HotFlip / GCG do),
+the ``screen`` best are evaluated exactly, the best one is taken while it lowers f; when none
+does, the next ``3·screen`` are, then (for a sentence within 10·τ₂ of its certificate but not
+certified) every move, and then the start ends. ``f`` is 0 exactly at the batch's
+sentences; a sentence mixing several of them has the context (the attention over the sentence)
+of none, so its distance falls as it becomes purer, and the search slides to the sentence most
+of its tokens came from. A sentence is certified when the median of its positions' distances
+is below τ₂ (the median, not the largest: in a classifier a few tokens, [SEP] often, get a δ so
+small that their direction drowns in the gradient's rounding noise, and their distance stays
+near 10⁻²; a wrong token moves the context of every position). Each start draws its tokens
+from those no certified sentence holds (so it lands on a new sentence); a start that ends
+uncertified is a failed start.
+**Lengths.** A sentence either fills every position or ends with ``end_token`` ([SEP]) where
+that token passes the token filter (then padding, which has no δ). At random initialisation the
+filter passes [SEP] nearly everywhere, so the length is searched too: a start takes a random
+allowed length (the first start the longest), descends, and then tries its content at every
+allowed length (cut, or continued with the content it had or random candidates); it descends
+again at a length that fits better. A descent that sticks above τ₂ is kicked: the
+worse-fitting half of its positions (largest distance) is redrawn and the descent repeated,
+kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at
+its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
+[SEP]: long speeches) and one closed at the last position are one shape a replacement moves
+between; a start still uncertified at a shorter length is last continued to the longest
+shape and descended there. A descent that comes to agree with a recovered sentence at
+``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts
+as a failed start. The search stops at
+``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
+``max_evaluations`` sentence evaluations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from fedleak.attacks.text.dager.settings import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.span_check import InputSpan
+from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
+
+#: sentences evaluated at once
+CHUNK = 256
+#: when the ``screen`` best moves do not help, the next ``(WIDEN − 1)·screen`` are tried
+WIDEN = 4
+#: and then every move, when the sentence's certificate is within POLISH·τ₂
+POLISH = 10.0
+#: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
+KICKS = 3
+#: a descent whose sentence agrees with a recovered one at this share of its positions stops
+#: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
+SAME = 0.75
+#: the score of a start that slid onto a recovered sentence
+DUPLICATE = float("inf")
+
+
+class _Objective:
+    """f(s) for sentences of one length, with its work counted."""
+
+    def __init__(self, layout: TransformerLayout, span: InputSpan, work: Work) -> None:
+        self.layout, self.span, self.work = layout, span, work
+        self.embeddings = layout.token_embeddings.detach()
+
+    def distances(self, sentences: torch.Tensor) -> torch.Tensor:
+        """d₂ per position, [N, ℓ]."""
+        out = []
+        for start in range(0, sentences.shape[0], CHUNK):
+            block = sentences[start:start + CHUNK]
+            h = captured_input(self.layout.model, self.layout.layers[1].module,
+                               self.layout.model_inputs(block))
+            out.append(self.span.distance(h).cpu())
+        self.work.add(sentences.shape[0])
+        return torch.cat(out)
+
+    def gradient(self, sentence: torch.Tensor) -> torch.Tensor:
+        """∇_e f at the sentence's token embeddings, [ℓ, d]."""
+        e = self.embeddings[sentence.to(self.embeddings.device)][None].clone()
+        e.requires_grad_(True)
+        h = captured_input(self.layout.model, self.layout.layers[1].module,
+                           self.layout.model_inputs(e), graph=True)
+        f = self.span.distance(h).mean()
+        (grad,) = torch.autograd.grad(f, e)
+        self.work.add(1)
+        return grad[0].detach().to(torch.float64).cpu()
+
+
+class _Shapes:
+    """The sentence shapes the token filter allows: a length ℓ, ending with ``end`` at ℓ − 1
+    (a text shorter than the batch's length) or filling every position without it; and each
+    shape's candidate sets."""
+
+    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
+        self.candidates, self.end = candidates, end
+        self.options: list[tuple[int, bool]] = []
+        longest = len(candidates)
+        #: the full shape's last position may hold the end token: a text of ``longest − 1``
+        #: tokens closed by ``end`` and one cut at ``longest`` tokens are then one shape, and
+        #: a single replacement moves between them
+        self.open_end = full and end is not None and bool((candidates[-1] == end).any())
+        if full or end is None:
+            self.options.append((longest, False))
+        if end is not None:
+            self.options += [(i + 1, True) for i, c in enumerate(candidates)
+                             if i > 0 and bool((c == end).any())
+                             and not (self.open_end and i + 1 == longest)]
+        self.options = sorted((o for o in self.options
+                               if all(c.numel() for c in self.sets(*o))), reverse=True)
+
+    def sets(self, length: int, ends: bool) -> list[torch.Tensor]:
+        content = [c if self.end is None else c[c != self.end]
+                   for c in self.candidates[:length]]
+        if self.open_end and length == len(self.candidates):
+            content[-1] = self.candidates[-1]
+        elif ends and self.end is not None:
+            content[-1] = torch.tensor([self.end])
+        return content
+
+    def closes(self, sentence: torch.Tensor) -> bool:
+        """Whether ``sentence`` ends with the end token."""
+        return self.end is not None and int(sentence[-1]) == self.end
+
+    def content(self, sentence: torch.Tensor) -> torch.Tensor:
+        """``sentence`` without its closing end token."""
+        return sentence[:-1] if self.closes(sentence) else sentence
+
+    def shaped(self, sentence: torch.Tensor, filler: torch.Tensor, length: int, closed: bool
+               ) -> torch.Tensor:
+        """The sentence at shape (``length``, ``closed``): its content cut, or continued
+        from ``filler`` (a longer content seen before, or random candidates)."""
+        content = self.content(sentence)
+        body = length - 1 if closed else length
+        tokens = torch.cat([content[:body], filler[content.numel():body]])
+        return torch.cat([tokens, torch.tensor([int(self.end or 0)])]) if closed else tokens
+
+    def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
+        """The sentence at every allowed shape (:meth:`shaped`)."""
+        return [self.shaped(sentence, filler, *option) for option in self.options]
+
+
+def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
+                   batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
+                   gradients: Mapping[str, torch.Tensor]) -> None:
+    """Fill ``result`` with the sentences the search recovers (module docstring)."""
+    del gradients
+    objective = _Objective(layout, span, work)
+    generator = torch.Generator().manual_seed(config.seed)
+    full = config.max_length is None or len(candidates) >= config.max_length
+    shapes = _Shapes(candidates, config.end_token, full)
+    found: list[tuple[list[int], float]] = []
+    failures = 0
+    while len(found) < batch_size and failures < config.restarts and not work.exhausted \
+            and shapes.options:
+        pick = int(torch.randint(len(shapes.options), (1,), generator=generator))
+        length, ends = shapes.options[0 if not found and failures == 0 else pick]
+        start = _start(shapes.sets(length, ends), [s for s, _ in found], generator,
+                       2 * batch_size)
+        sentence, score = _search(objective, shapes, start, config, generator,
+                                  [s for s, _ in found])
+        tokens = sentence.tolist()
+        if score < config.l2_threshold and all(tokens != s for s, _ in found):
+            found.append((tokens, score))
+            work.found = len(found)
+            failures = 0
+        else:
+            failures += 1
+    result.sentences = [s for s, _ in found]
+    result.scores = [score for _, score in found]
+    result.certified = [True] * len(found)
+    if len(found) < batch_size:
+        result.warnings.append(f"{len(found)} of {batch_size} sentences recovered: the "
+                               "search's starts ended above τ₂ (raise restarts or "
+                               "max_evaluations)")
+
+
+def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
+            config: DagerConfig, generator: torch.Generator, found: list[list[int]]
+            ) -> tuple[torch.Tensor, float]:
+    """Descend at the sentence's shape, then move it to the allowed shape whose sentence fits
+    best (its content cut or continued), and descend again while the shape changes; a start
+    still uncertified below the longest shape is last continued to it and descended there
+    (a text cut at the batch's length whose start fitted a shorter shape). A descent that
+    slides onto a ``found`` sentence ends at once (:func:`_descend`), uncertified."""
+    pools = [c if c.numel() else raw for c, raw in
+             zip(shapes.sets(len(shapes.candidates), False), shapes.candidates, strict=True)]
+    filler = torch.stack([c[int(torch.randint(len(c), (1,), generator=generator))]
+                          for c in pools])
+    score = float("inf")
+    for _ in range(len(shapes.options) + 1):
+        sets = shapes.sets(sentence.numel(), shapes.closes(sentence))
+        sentence, score = _descend(objective, sets, sentence, config.screen,
+                                   config.l2_threshold, found)
+        for _ in range(KICKS):
+            if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
+                break
+            fit = objective.distances(sentence[None])[0]
+            kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
+                                                                  generator),
+                                            config.screen, config.l2_threshold, found)
+            if kicked_score < score:
+                sentence, score = kicked, kicked_score
+        if score < config.l2_threshold or len(shapes.options) < 2 or score == DUPLICATE:
+            break
+        content = shapes.content(sentence)  # after the descent: the open end may have moved
+        filler = torch.cat([content, filler[content.numel():]])
+        variants = shapes.reshaped(sentence, filler)
+        values = [float(objective.distances(v[None])[0].mean()) for v in variants]
+        best = variants[min(range(len(values)), key=values.__getitem__)]
+        if best.numel() == sentence.numel() and bool((best == sentence).all()):
+            break
+        sentence = best
+    longest, closed = shapes.options[0]
+    if config.l2_threshold <= score < DUPLICATE and sentence.numel() < longest \
+            and not objective.work.exhausted:
+        grown, grown_score = _descend(objective, shapes.sets(longest, closed),
+                                      shapes.shaped(sentence, filler, longest, closed),
+                                      config.screen, config.l2_threshold, found)
+        if grown_score < score:
+            sentence, score = grown, grown_score
+    return sentence, score
+
+
+def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
+    """Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME`
+    of the positions between its first and its last (the first is [CLS] in every text and the
+    last often the end token: short texts differing in one word stay apart)."""
+    tokens = sentence.tolist()
+    inner = len(tokens) - 2
+    return inner > 0 and any(
+        len(f) == len(tokens) and
+        sum(a == b for a, b in zip(f[1:-1], tokens[1:-1], strict=True)) >= SAME * inner
+        for f in found)
+
+
+def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
+          generator: torch.Generator) -> torch.Tensor:
+    """The sentence with the worse-fitting half of its positions (largest span distance)
+    redrawn at random: a stuck mixture keeps the tokens of the sentence it leans to."""
+    kicked = sentence.clone()
+    for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
+        options = sets[j]
+        kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
+    return kicked
+
+
+def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator,
+           prefer: int) -> torch.Tensor:
+    """A random sentence over the sets, each token drawn from the ``prefer`` nearest the first
+    span at its position (the filter's order: where the first LayerNorm is not exactly linear
+    the batch's own tokens come first) that no found sentence holds anywhere, else from those
+    no found sentence holds there, else from all: the search slides to the sentence most of the
+    start's tokens came from, so a start without the found sentences' tokens lands on a new
+    one."""
+    anywhere = {t for s in found for t in s}
+    tokens = []
+    for j, options in enumerate(sets):
+        here = {s[j] for s in found if j < len(s)}
+        pool = [int(t) for t in options[:prefer] if int(t) not in anywhere] or \
+            [int(t) for t in options if int(t) not in anywhere] or \
+            [int(t) for t in options if int(t) not in here] or options.tolist()
+        tokens.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
+    return torch.tensor(tokens)
+
+
+def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
+           embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every replacement and transposition as (new sentences [M, ℓ], first-order gain [M])."""
+    e = embeddings.to(torch.float64).cpu()
+    current = e[sentence]
+    variants, gains = [], []
+    for j, options in enumerate(sets):
+        options = options[options != sentence[j]]
+        if options.numel() == 0:
+            continue
+        gains.append((e[options] - current[j]) @ grad[j])
+        block = sentence.repeat(options.numel(), 1)
+        block[:, j] = options
+        variants.append(block)
+    length = sentence.numel()
+    allowed = [set(s.tolist()) for s in sets]
+    pairs = [(j, k) for j in range(length) for k in range(j + 1, length)
+             if sentence[j] != sentence[k] and int(sentence[k]) in allowed[j]
+             and int(sentence[j]) in allowed[k]]
+    if pairs:
+        js, ks = torch.tensor(pairs).T
+        delta = current[ks] - current[js]
+        gains.append((delta * grad[js]).sum(1) - (delta * grad[ks]).sum(1))
+        block = sentence.repeat(len(pairs), 1)
+        rows = torch.arange(len(pairs))
+        block[rows, js], block[rows, ks] = sentence[ks], sentence[js]
+        variants.append(block)
+    if not variants:
+        return sentence[None, :0].long(), torch.zeros(0)
+    return torch.cat(variants), torch.cat(gains)
+
+
+def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
+             screen: int, threshold: float, found: Sequence[list[int]] = ()
+             ) -> tuple[torch.Tensor, float]:
+    """Local search from ``sentence`` until no screened move helps (a sentence that passes
+    ``threshold`` is still improved: a transposed pair may pass the median); the sentence
+    reached and its certificate, the median span distance of its positions — or
+    :data:`DUPLICATE` as soon as the sentence agrees with a ``found`` one of its length at
+    :data:`SAME` of its positions (the descent is sliding onto a sentence already recovered:
+    the rest of it would be wasted work)."""
+    distances = objective.distances(sentence[None])[0]
+    value = float(distances.mean())
+    while not objective.work.exhausted and float(distances.max()) >= threshold / 100:
+        if _repeats(sentence, found):
+            return sentence, DUPLICATE
+        grad = objective.gradient(sentence)
+        variants, gains = _moves(sentence, sets, grad, objective.embeddings)
+        order = torch.argsort(gains)
+        stages = [order[:screen], order[screen:WIDEN * screen]]
+        if threshold <= float(distances.median()) < POLISH * threshold:
+            stages.append(order[WIDEN * screen:])
+        improved = False
+        for chosen in stages:
+            if chosen.numel() == 0:
+                continue
+            d = objective.distances(variants[chosen])
+            values = d.mean(dim=1)
+            best = int(torch.argmin(values))
+            if float(values[best]) < value * (1 - 1e-9):
+                sentence, distances = variants[chosen[best]], d[best]
+                value, improved = float(values[best]), True
+                break
+        if not improved:
+            break
+    return sentence, float(distances.median())

@@ -1,0 +1,118 @@
+"""DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large
+Language Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one
+FedSGD gradient of a transformer.
+
+**The rank condition.** A linear layer ``Z = X W`` over the b = B·T token vectors of a batch
+has ``∇_W L = Xᵀ ∂L/∂Z``: rank ≤ b (the paper's low-rank lemma), and when ``b < d`` (the
+layer's input width) and ``∂L/∂Z`` has rank b, ``colspan ∇_W L = span{x_t}`` (its span
+theorem). So, with ``U_r`` the basis of the gradient's r leading singular vectors,
+``d(x) = ‖x̂ − U_r U_rᵀ x̂‖`` is 0 for the layer's inputs and about ``√(1 − r/d)`` for anything
+else (:mod:`span_check`). DAGER is exact while the batch's distinct token vectors number fewer
+than d, i.e. ``B·T < d``; at ``B·T ≥ d`` the span is all of ℝᵈ and every token passes every
+check: the attack stops, and says so.
+
+**Two spans.** (1) The first attention's Q/K/V input at position i is a function of the token
+v there and i alone, ``x = LN(E_v + P_i)``, so the check filters the whole vocabulary position
+by position (the token filter, threshold ``τ₁``). (2) A second layer's input depends
+on the sentence around the token (a decoder: its prefix; an encoder: all of it), so whole
+(partial) sentences are checked (threshold ``τ₂``). Decoders are searched greedily,
+position by position (:mod:`dager_decoder`); encoders by a search over the filtered tokens of
+every position (:mod:`dager_encoder`). A causal language model's last token of each sentence
+has no loss after it, so its δ is zero and it is in no span: it is read from the final
+LayerNorm's gradient instead (:mod:`dager_last_token`).
+
+**Sharp edges.** The update must be one gradient of the model as it was sent (FedSGD), with
+dropout off; a FedAvg delta of several steps is not in any span exactly. At random
+initialisation the first LayerNorm has γ = 1, β = 0: ``LN(E_v + P_i)`` is then a rescaled
+linear function of ``E_v + P_i``, so ``E_a + P_i`` is in the span whenever ``a`` occurs at any
+position linked to i through tokens shared across positions (``(E_a+P_j) − (E_c+P_j) +
+(E_c+P_i)``): the token filter then returns the batch's token set at every position, and the
+second span does all the work (slower, still exact). A trained LayerNorm (β ≠ 0) breaks that
+closure and the filter returns about B tokens per position, as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from fedleak.attacks.text.dager.decoder import search_decoder
+from fedleak.attacks.text.dager.encoder import search_encoder
+from fedleak.attacks.text.dager.settings import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.span_check import InputSpan, input_span
+from fedleak.attacks.text.transformer_layout import TransformerLayout, layout_of
+
+__all__ = ["DagerConfig", "DagerResult", "dager", "token_candidates"]
+
+#: vocabulary rows run through the embedding at once
+VOCAB_CHUNK = 8192
+
+
+def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
+                     threshold: float, cap: int) -> tuple[torch.Tensor, bool]:
+    """The token filter at ``position``: every vocabulary id v whose first-layer
+    input ``x(v, position)`` has span distance below ``threshold``, nearest first, at most
+    ``cap`` of them; and whether the cap cut some."""
+    distances = []
+    for start in range(0, layout.vocab_size, VOCAB_CHUNK):
+        ids = torch.arange(start, min(start + VOCAB_CHUNK, layout.vocab_size))[:, None]
+        x = layout.layer_inputs(0, ids, position_ids=torch.full_like(ids, position))
+        distances.append(span.distance(x[:, 0]).cpu())
+    d = torch.cat(distances)
+    keep = torch.nonzero(d < threshold).flatten()
+    keep = keep[torch.argsort(d[keep])]
+    return keep[:cap], keep.numel() > cap
+
+
+def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
+          batch_size: int, config: DagerConfig | None = None,
+          progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
+    """Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by
+    parameter name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
+    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the
+    model's kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError
+    for input it cannot use, naming what to change."""
+    config = config or DagerConfig()
+    layout = model if isinstance(model, TransformerLayout) else layout_of(model)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1; got {batch_size}")
+    spans = tuple(input_span(layout.layers[k].gradients(gradients), rank=config.ranks[k])
+                  for k in (0, 1))
+    result = DagerResult([], [], [], [], (spans[0].rank, spans[1].rank), layout.hidden_size)
+    if spans[0].full or spans[1].full:
+        result.warnings.append(
+            f"the gradient's span is full (ranks {spans[0].rank}, {spans[1].rank} of "
+            f"{spans[0].input_dim}, {spans[1].input_dim}): the batch holds at least as many "
+            "token vectors as the hidden size (B·T ≥ d), so every token passes the span check "
+            "and DAGER cannot tell the sentences; nothing recovered")
+        return result
+    limit = min(config.max_length or layout.max_positions, layout.max_positions)
+    candidates: list[torch.Tensor] = []
+    for position in range(limit):
+        found, cut = token_candidates(layout, spans[0], position, config.l1_threshold,
+                                      config.max_candidates)
+        if found.numel() == 0:
+            break
+        result.truncated |= cut
+        candidates.append(found)
+    result.candidates = [c.numel() for c in candidates]
+    if not candidates:
+        result.warnings.append("no token passed the first span check at position 0: the "
+                               "update is not this model's gradient of a text batch, or τ₁ "
+                               "is too small")
+        return result
+    if result.truncated:
+        result.warnings.append(f"more than max_candidates={config.max_candidates} tokens "
+                               "passed the token filter at some position (the span is nearly "
+                               "full): the nearest were kept")
+    work = Work(config.max_evaluations, progress)
+    search = search_decoder if layout.kind == "decoder" else search_encoder
+    search(layout, spans[1], candidates, batch_size, config, work, result, gradients)
+    result.evaluations = work.count
+    if work.exhausted:
+        result.truncated = True
+        result.warnings.append(f"the search used its budget of {config.max_evaluations} "
+                               "sentence evaluations")
+    return result
