@@ -9,9 +9,9 @@ A figure block in a docs page names its renderer and a committed result file (un
 
 ``python bench/doc_figures.py`` checks every block of every page (exit status 1, naming the
 block, when one differs from what its file renders: a figure edited by hand, or a result file
-replaced without re-rendering); ``--write`` re-renders them all. ``tests/test_docs_figures.py``
-runs the check. To refresh a figure: run the command the page names, copy its result file over
-the committed one, ``--write``.
+replaced without re-rendering); ``--write`` re-renders them all.
+``tests/project/test_docs_figures.py`` runs the check. To refresh a figure: run the command the page
+names, copy its result file over the committed one, ``--write``.
 
 Renderers:
 

@@ -71,7 +71,7 @@ from fedleak.v1 import defense_pb2 as dpb  # noqa: E402
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc  # noqa: E402
 from fedleak.v1 import victim_pb2 as pb  # noqa: E402
 from fedleak.v1 import victim_pb2_grpc as pb_grpc  # noqa: E402
-from tests.test_hostile_client import (  # noqa: E402
+from tests.integration.test_hostile_client import (  # noqa: E402
     finite_differences,
     fresh_round_finite_differences,
 )

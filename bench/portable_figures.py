@@ -1,11 +1,11 @@
 """How far the pinned attack figures of the tests move across CPU kernels, and how far a real
 change of behaviour moves them: the evidence behind the tolerances of
-``tests/test_presets.py`` and ``tests/test_attack_parts.py``.
+``tests/attacks/optimisation/test_presets.py`` and ``tests/attacks/optimisation/test_parts.py``.
 
-Each configuration runs the pinned cases (``tests.test_presets.measure_pinned`` and
-``tests.test_attack_parts.measure_undefended``) in a fresh child process under one numeric
-setting — ATen's CPU kernels (``ATEN_CPU_CAPABILITY`` default / avx2 / avx512, those this CPU
-has), MKL's reproducibility mode (``MKL_CBWR`` COMPATIBLE / AVX2 / AVX512 / unset), oneDNN on
+Each configuration runs the pinned cases (``tests.attacks.optimisation.test_presets.measure_pinned``
+and ``tests.attacks.optimisation.test_parts.measure_undefended``) in a fresh child process under one
+numeric setting — ATen's CPU kernels (``ATEN_CPU_CAPABILITY`` default / avx2 / avx512, those this
+CPU has), MKL's reproducibility mode (``MKL_CBWR`` COMPATIBLE / AVX2 / AVX512 / unset), oneDNN on
 or off, one thread — as a proxy for other CPUs (the tests run on Intel and AMD machines). The
 reference is the portable setting the tests use (:data:`tests.helpers.PORTABLE_NUMERICS`). Then
 every attack's learning rate is raised by 1 % (a real change of behaviour the tests must catch)
@@ -40,8 +40,8 @@ import click
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.attacks.optimisation.test_presets import CONVERGED_RTOL, PINNED  # noqa: E402
 from tests.helpers import FIGURE_RTOL, PORTABLE_NUMERICS, emulator  # noqa: E402
-from tests.test_presets import CONVERGED_RTOL, PINNED  # noqa: E402
 
 #: The child: the figures under the environment it was started with, as JSON.
 _CHILD = """
@@ -50,8 +50,8 @@ if os.environ.get("NO_MKLDNN"):
     torch.backends.mkldnn.enabled = False
 torch.set_num_threads(1)
 scale = float(os.environ.get("LR_SCALE", "1"))
-presets = importlib.import_module("tests.test_presets")
-parts = importlib.import_module("tests.test_attack_parts")
+presets = importlib.import_module("tests.attacks.optimisation.test_presets")
+parts = importlib.import_module("tests.attacks.optimisation.test_parts")
 if scale != 1:
     from fedleak.attacks import create_attack as original
 

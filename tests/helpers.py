@@ -224,7 +224,8 @@ PORTABLE_NUMERICS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
 #: bits differ between CPUs (libm, MKL), and iterations amplify them; bench/portable_figures.py
 #: measured the figures moving by at most 2.9e-5 across ATen's default/AVX2/AVX-512 kernels and
 #: MKL's modes, and a 1 % change of an attack's learning rate moving them by 3.9e-3 or more: 2e-4
-#: passes on any x86-64 CPU and still fails on a change of behaviour (tests/test_presets.py).
+#: passes on any x86-64 CPU and still fails on a change of behaviour
+#: (tests/attacks/optimisation/test_presets.py).
 FIGURE_RTOL = 2e-4
 #: Names a QEMU CPU model (``EPYC-Rome-v2``, ``Haswell``, ...) to run the portable child under
 #: ``qemu-x86_64 -cpu MODEL``: the pinned-figure tests as on that CPU, whose CPUID (vendor,

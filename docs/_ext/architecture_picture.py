@@ -3,7 +3,7 @@
 ``scan()`` reads every module of ``fedleak/`` with :mod:`ast` (nothing is imported), puts it in
 its *room* — a package or module directly under ``fedleak/``, or directly under
 ``fedleak/harness/``, which holds the processes — and records which room imports which (every
-``import``, at module level or inside a function, as ``tests/test_architecture.py`` counts
+``import``, at module level or inside a function, as ``tests/project/test_architecture.py`` counts
 them). ``draw()`` lays the rooms out in layers, each room above every room it imports, and
 writes a PNG with matplotlib (Agg). The Sphinx hook writes ``docs/img/architecture.png``
 (git-ignored) before any page is read, so docs/architecture.md always shows the rooms the code

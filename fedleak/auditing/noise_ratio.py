@@ -28,7 +28,7 @@ follows in closed form from the same normal law with the declared variances
 (:func:`power`), so a verdict can say what it could have caught, and
 :func:`trials_for_power` how many trials reach a stated power. The normal approximation holds
 for the thousands of samples a default audit draws; the tests of
-``tests/test_audit_coverage.py`` check its level by simulation.
+``tests/auditing/test_audit_coverage.py`` check its level by simulation.
 
 The test is parametric: it is exact for Gaussian noise and linear scores (the victim projects
 what it released itself), and its bound on r converts to ε only within the declared family

@@ -4,8 +4,8 @@
 wrong derivative (torch 2.13): for the ConvNet of Inverting Gradients, the image gradient of
 ⟨u(x), c⟩ — the quantity every optimisation attack follows — differs from central finite
 differences by 9e-4 relative in float64, while the sequential replay agrees to 1e-10
-(``tests/test_restarts.py``). Inside :func:`decomposed_batch_norm` the replay computes
-training-mode batch norm as
+(``tests/attacks/optimisation/test_restarts.py``). Inside :func:`decomposed_batch_norm` the replay
+computes training-mode batch norm as
 
     y = (x − μ_B) / √(σ²_B + ε) · γ + β,   μ_B, σ²_B = mean and biased variance over (N, H, W),
 

@@ -89,9 +89,9 @@ class ImageDataset:
 # (over all pixels of all images) of the "train" split as loaded here, computed once with
 #   pixels = load_dataset(name, "train").images.double().transpose(0, 1).flatten(1)
 #   pixels.mean(1), pixels.std(1, correction=0)
-# and rounded to 4 decimals (tests/test_datasets.py recomputes them). CIFAR: the published
-# statistics of the CIFAR-10 / CIFAR-100 training sets. imagefolder: the ImageNet statistics,
-# since the folder's content is unknown until it is read.
+# and rounded to 4 decimals (tests/harness/zoo/test_datasets.py recomputes them). CIFAR: the
+# published statistics of the CIFAR-10 / CIFAR-100 training sets. imagefolder: the ImageNet
+# statistics, since the folder's content is unknown until it is read.
 _DIGITS_MEAN, _DIGITS_STD = (0.3058,), (0.3764,)
 _FACES_MEAN, _FACES_STD = (0.3825,), (0.2711,)
 _PHOTOS_MEAN, _PHOTOS_STD = (0.5739, 0.4376, 0.3544), (0.3074, 0.2719, 0.2616)

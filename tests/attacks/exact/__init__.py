@@ -1,0 +1,1 @@
+"""Tests of the exact attacks: analytic, SPEAR, the Cocktail Party Attack and the ReLU solving."""

@@ -1,0 +1,1 @@
+"""Tests of the ReLU solving the exact attacks share."""

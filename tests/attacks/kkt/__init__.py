@@ -1,0 +1,1 @@
+"""Tests of the KKT training-set reconstruction."""

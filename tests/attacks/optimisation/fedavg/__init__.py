@@ -1,0 +1,1 @@
+"""Tests of the FedAvg attacks: unrolled local epochs and the shuffled order."""

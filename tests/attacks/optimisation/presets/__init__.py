@@ -1,0 +1,1 @@
+"""Tests of the named optimisation presets (Inverting Gradients, DLG, Qian & Hansen)."""

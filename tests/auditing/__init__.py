@@ -1,0 +1,1 @@
+"""Tests of fedleak.auditing: the estimators, the audit's coverage, the bounds."""

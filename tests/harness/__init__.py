@@ -1,0 +1,1 @@
+"""Tests of fedleak.harness, a folder per room."""

@@ -1,0 +1,1 @@
+"""Tests of the FL protocol and the user's local update."""

@@ -1,0 +1,1 @@
+"""Tests of sweeps, their store and their reports."""

@@ -1,0 +1,1 @@
+"""Tests of the model zoo and the data sets."""

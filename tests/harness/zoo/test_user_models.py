@@ -1,0 +1,115 @@
+"""The user's own model (``module:factory``) and images (an image folder at its own size and
+normalisation) on fedleak's victim, attacked from another process.
+
+Flower's quickstart ``Net`` served by ``fedleak victim serve --model pytorchexample.task:Net``
+on photos written as an image folder with the quickstart's normalisation; the attacker imports
+the factory only because its user named it (``--model-factory``), and refuses otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.zoo.bundled_images import photo_crops
+from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.folder_look import FolderLookError, folder_look, with_look
+from fedleak.harness.zoo.model_spec import ModelError, ModelSpec
+from fedleak.harness.zoo.models import build_model
+from fedleak.harness.zoo.user_models import is_factory, trust, user_model
+from tests.paths import REPO
+
+ROOT = REPO
+EXAMPLE = ROOT / "examples" / "flower_quickstart"
+NET = "pytorchexample.task:Net"
+
+
+@pytest.fixture()
+def example_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+
+
+def photo_folder(root: Path, count: int, size: int) -> Path:
+    """``count`` photo crops as PNGs, one sub-folder per photograph (ten classes)."""
+    images, labels = photo_crops(count, size=size, seed=3)
+    for i, (x, y) in enumerate(zip(images, labels, strict=True)):
+        (root / f"class-{int(y)}").mkdir(parents=True, exist_ok=True)
+        pixels = (x.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+        Image.fromarray(pixels).save(root / f"class-{int(y)}" / f"{i:03d}.png")
+    return root
+
+
+def test_a_factory_is_parsed_built_checked_and_imported_only_when_named(
+        example_on_path: None) -> None:
+    assert is_factory(NET) and not is_factory("mlp:width=3") and not is_factory("lenet-zhu")
+    spec = ModelSpec.parse(NET)
+    assert spec.name == "factory" and ModelSpec.parse(str(spec)) == spec
+    with pytest.raises(ModelError, match="--model-factory pytorchexample.task:NoSuchNet"):
+        build_model("pytorchexample.task:NoSuchNet", (3, 32, 32), 10)
+    model = user_model(NET)  # this process's user named it
+    assert type(model).__name__ == "Net"
+    assert type(build_model(spec, (3, 32, 32), 10)).__name__ == "Net"
+    with pytest.raises(ModelError, match=r"must give \[1, 5\]"):
+        build_model(spec, (3, 32, 32), 5)
+    with pytest.raises(ModelError, match="cannot import"):
+        user_model("no_such_module_here:Net")
+    trust("pytorchexample.task:load_centralized_dataset")
+    with pytest.raises(ModelError, match="not a torch nn.Module"):
+        build_model("pytorchexample.task:load_centralized_dataset", (3, 32, 32), 10)
+
+
+def test_an_image_folder_at_its_own_size_and_normalisation(tmp_path: Path) -> None:
+    folder = photo_folder(tmp_path / "photos", 10, 64)
+    name = with_look("imagefolder", 48, "0.5/0.5")
+    assert name == "imagefolder:size=48,mean=0.5;0.5;0.5,std=0.5;0.5;0.5"
+    assert folder_look(name)[1].size == 48
+    data = load_dataset(name, "all", folder)
+    assert data.images.shape == (10, 3, 48, 48) and data.info.mean == (0.5, 0.5, 0.5)
+    assert data.info.name == name and data.info.shape == (3, 48, 48)
+    assert load_dataset("imagefolder", "all", folder).images.shape[-1] == 32
+    with pytest.raises(FolderLookError, match="imagefolder"):
+        with_look("photos", 224, None)
+    with pytest.raises(FolderLookError, match="MEAN/STD"):
+        with_look("imagefolder", None, "half")
+
+
+@pytest.mark.e2e
+def test_the_quickstart_net_on_fedleaks_victim_attacked_from_another_process(
+        tmp_path: Path) -> None:
+    folder = photo_folder(tmp_path / "photos", 10, 32)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLE)])}
+    args = ["--dataset", "imagefolder", "--data-root", str(folder), "--split", "all",
+            "--normalization", "0.5/0.5", "--model", NET, "--batch-size", "4",
+            "--protocol", "fedavg", "--local-batch-size", "2", "--lr", "0.1",
+            "--momentum", "0.9", "--shuffle-batches", "--seed", "0"]
+    with VictimProcess(args, env=env) as victim:
+        def attack(*extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "fedleak", "attack", "--victim", victim.address,
+                 "--attack", "fedavg-shuffled", "--iterations", "8", "--quiet",
+                 "--out", str(tmp_path / "run"), *extra],
+                capture_output=True, text=True, timeout=600,
+                env={**os.environ, **env, "OMP_NUM_THREADS": "1"})
+
+        refused = attack()
+        assert refused.returncode != 0
+        assert "--model-factory pytorchexample.task:Net" in refused.stderr + refused.stdout
+        done = attack("--model-factory", NET)
+        assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["victim_model"].startswith("factory:path=pytorchexample.task:Net")
+    (entry,) = metrics["rounds"]
+    assert entry["replay"] == "modelled" and entry["iterations"] == 8
+    assert entry["mean_psnr"] is not None
+    assert "8 of 8 iterations" in done.stdout
+    torch.testing.assert_close(torch.tensor(metrics["rounds"][0]["num_images"]),
+                               torch.tensor(4))

@@ -1,0 +1,1 @@
+"""Integration tests: real victim, defense and attacker processes on loopback, hostile clients."""

@@ -1,0 +1,1 @@
+"""Checks of the repository as a whole: layering, module sizes, docs, README, spelling."""
