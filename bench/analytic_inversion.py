@@ -26,7 +26,7 @@ import torch
 from fedleak.attacks import create_attack
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.metrics.image_metrics import score_reconstruction
-from fedleak.harness.victim.feature_scoring import layer_inputs, score_features
+from fedleak.harness.victim.scoring.features import layer_inputs, score_features
 from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.zoo.models import build_model
 

@@ -4,8 +4,8 @@ For each mechanism this starts a victim process (digits, ``mlp:width=16,depth=1`
 images per round, FedSGD unless said, ``--allow-audit``, a fixed ``--defense-seed``) — and for
 the broken plug-in a ``fedleak defense serve`` process of ``examples/dishonest_defense`` — plays
 the audit game from this process as the server
-(:func:`fedleak.harness.attacker.audit_trials.run_audit`) and prints one row: the claimed ε for
-one trial, ε_LB by each estimator (Clopper–Pearson, Gaussian-DP route, one-run; Andrew et al.'s
+(:func:`fedleak.harness.attacker.games.audit_trials.run_audit`) and prints one row: the claimed ε
+for one trial, ε_LB by each estimator (Clopper–Pearson, Gaussian-DP route, one-run; Andrew et al.'s
 one-shot *estimate*), the trials, and the wall time (victim start included) and the trials'
 own time.
 
@@ -31,12 +31,12 @@ from typing import Any
 import click
 
 from fedleak.auditing import format_epsilon
-from fedleak.harness.attacker.audit_trials import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.games.audit_trials import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.victim.settings import VictimSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DISHONEST = ROOT / "examples" / "dishonest_defense"

@@ -6,8 +6,8 @@ a correct mechanism: the built-in ``dpsgd``, a third-party per-example DP-SGD pl
 (``tests/test_plugin_package``'s ``private-sgd``, plain torch, not a subclass of the built-in),
 clip + Gaussian noise, client-level DP, and client-level DP in shares under secure
 aggregation (4 users and a canary client). Every audit is the default ``fedleak audit``
-(:func:`fedleak.harness.attacker.audit_trials.run_audit` with default
-:class:`~fedleak.harness.attacker.audit_trials.AuditSettings`: coverage on, trials chosen to
+(:func:`fedleak.harness.attacker.games.audit_trials.run_audit` with default
+:class:`~fedleak.harness.attacker.games.audit_trials.AuditSettings`: coverage on, trials chosen to
 catch noise 10 % short with 99 % power, false-alarm rate 1e-4) against a victim process
 (digits, ``mlp:width=16``, 8 private images, FedSGD unless said, ``--allow-audit``) over
 gRPC on loopback; one victim serves a block of audits (its secret generator seeded by the
@@ -40,12 +40,12 @@ from typing import Any
 
 import click
 
-from fedleak.harness.attacker.audit_trials import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient
+from fedleak.harness.attacker.games.audit_trials import AuditRecord, AuditSettings, run_audit
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.victim.settings import VictimSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = [ROOT / "examples" / "broken_defenses", ROOT / "tests" / "test_plugin_package", ROOT]

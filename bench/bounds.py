@@ -38,11 +38,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from fedleak.harness.attacker.client import VictimClient  # noqa: E402
-from fedleak.harness.attacker.informed_adversary import GameSummary, play  # noqa: E402
+from fedleak.harness.attacker.games.informed_adversary import GameSummary, play  # noqa: E402
 from fedleak.harness.federated.protocol import Protocol  # noqa: E402
 from fedleak.harness.metrics.chart_layout import wrapped  # noqa: E402
-from fedleak.harness.victim.victim_server import start_server  # noqa: E402
-from fedleak.harness.victim.victim_settings import VictimSettings, create_victim  # noqa: E402
+from fedleak.harness.victim.server import start_server  # noqa: E402
+from fedleak.harness.victim.settings import VictimSettings, create_victim  # noqa: E402
 
 MODEL = "mlp:width=16,depth=1"
 CLIP = 0.1

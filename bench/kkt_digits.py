@@ -46,8 +46,8 @@ import torch
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.kkt.postprocess import scale_to_unit
-from fedleak.harness.attacker.kkt_plots import plot_ssim_vs_margin
 from fedleak.harness.attacker.pictures import save_grid
+from fedleak.harness.attacker.release.kkt_plots import plot_ssim_vs_margin
 from fedleak.harness.federated.release_training import (
     ReleaseTrainingConfig,
     build_release_model,

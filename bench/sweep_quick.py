@@ -83,7 +83,7 @@ def blind_chart(out: Path) -> Path:
 def dp_points(out: Path) -> None:
     """The DP-SGD settings with their ε (the deployment's; the accountant's for one audited
     trial and the audit's ε lower bound for it), utility, success at 20 dB and the DP bound."""
-    from fedleak.harness.sweep.bounds_chart import bounds_rows
+    from fedleak.harness.sweep.report.bounds_chart import bounds_rows
 
     rows = bounds_rows(load_results(out))
     print(f"\nDP points: {'setting':>28}  {'ε':>8}  {'ε trial':>7}  {'ε_LB':>6}  "

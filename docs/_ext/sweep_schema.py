@@ -1,9 +1,9 @@
 """``.. fedleak-sweep-schema::``: every table and key a sweep spec may hold, as the parser in
-``fedleak/harness/sweep/spec.py`` (with ``grid_axes.py`` and ``defense_axis.py``) accepts them,
+``fedleak/harness/sweep/grid/spec.py`` (with ``grid_axes.py`` and ``defense_axis.py``) accepts them,
 with defaults read from the code.
 
 The keys are not copied from the parser: for each table the extension feeds
-:func:`~fedleak.harness.sweep.spec.parse_spec` a spec with an unknown key and reads the list of
+:func:`~fedleak.harness.sweep.grid.spec.parse_spec` a spec with an unknown key and reads the list of
 valid keys from the error it answers, so a key added to or removed from the parser shows up
 here (and a key without a description below fails the build, naming it). Defaults come from a
 minimal spec parsed by the same function and from the settings dataclasses it builds.
@@ -173,8 +173,8 @@ VALID = re.compile(r"unknown key\(s\) " + PROBE + r"; valid: (?P<keys>.+)$")
 
 def accepted_keys(table_name: str) -> set[str]:
     """The keys the parser accepts in ``table_name``, read from the error it gives a probe."""
-    from fedleak.harness.sweep import spec
-    from fedleak.harness.sweep.architecture import ARCHITECTURE_KEY
+    from fedleak.harness.sweep.grid import spec
+    from fedleak.harness.sweep.grid.architecture import ARCHITECTURE_KEY
 
     if table_name == "attack":  # the rest of an attack table is the attack's own options
         return {"name", "options", ARCHITECTURE_KEY}
@@ -204,8 +204,8 @@ def show(value: Any) -> str:
 def defaults() -> dict[str, dict[str, str]]:
     """Each table's defaults, from a minimal spec and the dataclasses the parser builds."""
     from fedleak.harness.federated.protocol import OPTION_FIELDS, Protocol
-    from fedleak.harness.sweep import spec
-    from fedleak.harness.sweep.points import PointResources, UtilitySettings
+    from fedleak.harness.sweep.grid import spec
+    from fedleak.harness.sweep.grid.points import PointResources, UtilitySettings
 
     parsed = spec.parse_spec(MINIMAL, "minimal.toml")
     top = {"dataset": parsed.dataset, "split": parsed.split, "models": parsed.models,
@@ -232,7 +232,8 @@ class SweepSchemaDirective(SphinxDirective):
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from fedleak.harness.sweep import defense_axis, grid_axes, spec
+        from fedleak.harness.sweep.grid import axes as grid_axes
+        from fedleak.harness.sweep.grid import defense_axis, spec
 
         for module in (spec, grid_axes, defense_axis):
             self.env.note_dependency(module.__file__)

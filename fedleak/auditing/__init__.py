@@ -1,15 +1,15 @@
 """Auditing: ε lower bounds from distinguishing games and reconstruction bounds, as plain maths.
 
 A room beside ``attacks/`` and ``defenses/`` (numpy, scipy, torch; it imports nothing of the
-harness): the estimators, one per module — :mod:`~fedleak.auditing.clopper_pearson`
-(Jagielski et al. 2020, Nasr et al. 2021), :mod:`~fedleak.auditing.gaussian_dp` (Nasr et al.
-2023), :mod:`~fedleak.auditing.one_run` (Steinke, Nasr & Jagielski 2023),
-:mod:`~fedleak.auditing.subsampled_gaussian` (Poisson mixtures),
-:mod:`~fedleak.auditing.noise_ratio` (the declared mechanism tested over many canaries, with
-its power), :mod:`~fedleak.auditing.one_shot` (Andrew et al. 2024, an estimate) — registered
-by name (:mod:`~fedleak.auditing.estimator_registry`;
-:mod:`~fedleak.auditing.primary_estimators`,
-:mod:`~fedleak.auditing.declaration_estimators`), decided together
+harness): the estimators, one per module — :mod:`~fedleak.auditing.estimators.clopper_pearson`
+(Jagielski et al. 2020, Nasr et al. 2021), :mod:`~fedleak.auditing.estimators.gaussian_dp` (Nasr et
+al. 2023), :mod:`~fedleak.auditing.estimators.one_run` (Steinke, Nasr & Jagielski 2023),
+:mod:`~fedleak.auditing.estimators.subsampled_gaussian` (Poisson mixtures),
+:mod:`~fedleak.auditing.estimators.noise_ratio` (the declared mechanism tested over many canaries,
+with its power), :mod:`~fedleak.auditing.estimators.one_shot` (Andrew et al. 2024, an estimate) —
+registered by name (:mod:`~fedleak.auditing.estimator_registry`;
+:mod:`~fedleak.auditing.estimators.primary`,
+:mod:`~fedleak.auditing.estimators.declaration`), decided together
 (:mod:`~fedleak.auditing.verdict`: Holm over every test) — the game's statistics
 (:mod:`~fedleak.auditing.game`, :mod:`~fedleak.auditing.thresholds`), the canaries
 (:mod:`~fedleak.auditing.canaries`) and what a result carries
@@ -17,13 +17,12 @@ by name (:mod:`~fedleak.auditing.estimator_registry`;
 (docs/audit.md).
 
 From the other side, reconstruction bounds from a mechanism's DP
-(:mod:`~fedleak.auditing.reconstruction_bounds`), the Fisher-information ceiling on
-reconstruction error (:mod:`~fedleak.auditing.fisher_information`), the baseline κ of a prior
-(:mod:`~fedleak.auditing.prior_baseline`) and the statistics of repeated games
-(:mod:`~fedleak.auditing.game_statistics`); docs/bounds.md.
+(:mod:`~fedleak.auditing.reconstruction.bounds`), the Fisher-information ceiling on
+reconstruction error (:mod:`~fedleak.auditing.reconstruction.fisher_information`), the baseline κ of
+a prior (:mod:`~fedleak.auditing.reconstruction.prior_baseline`) and the statistics of repeated
+games (:mod:`~fedleak.auditing.game_statistics`); docs/bounds.md.
 """
 
-from fedleak.auditing.clopper_pearson import clopper_pearson_epsilon, upper_bound
 from fedleak.auditing.estimator_registry import (
     ESTIMATOR_REGISTRY,
     Estimator,
@@ -31,6 +30,11 @@ from fedleak.auditing.estimator_registry import (
     Game,
     register_estimator,
 )
+from fedleak.auditing.estimators.clopper_pearson import clopper_pearson_epsilon, upper_bound
+from fedleak.auditing.estimators.gaussian_dp import epsilon_from_mu, mu_from_epsilon, mu_lower_bound
+from fedleak.auditing.estimators.noise_ratio import StreamTable
+from fedleak.auditing.estimators.one_run import one_run_epsilon
+from fedleak.auditing.estimators.one_shot import epsilon_two_gaussians, one_shot_epsilon
 from fedleak.auditing.game import (
     GameSettings,
     ScoreHistogram,
@@ -38,10 +42,6 @@ from fedleak.auditing.game import (
     calibration_split,
     score_histogram,
 )
-from fedleak.auditing.gaussian_dp import epsilon_from_mu, mu_from_epsilon, mu_lower_bound
-from fedleak.auditing.noise_ratio import StreamTable
-from fedleak.auditing.one_run import one_run_epsilon
-from fedleak.auditing.one_shot import epsilon_two_gaussians, one_shot_epsilon
 from fedleak.auditing.result import ESTIMATORS, AuditBound, DeclarationTest, format_epsilon
 from fedleak.auditing.verdict import Evaluation, estimator_names, evaluate, verdict_text
 

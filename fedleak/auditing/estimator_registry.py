@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from fedleak.auditing.noise_ratio import StreamTable
+from fedleak.auditing.estimators.noise_ratio import StreamTable
 from fedleak.auditing.result import AuditBound, DeclarationTest
 from fedleak.registry import ConfigError, Registry
 

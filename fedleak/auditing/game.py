@@ -11,8 +11,8 @@ was in". The holder of the coins then
    (from public knowledge, e.g. half the shift the canary is expected to cause), in which
    case no trial is spent on choosing it and every trial is evaluated;
 2. runs every registered estimator (:mod:`fedleak.auditing.estimator_registry`): the bounds of
-   the primary scores (:mod:`fedleak.auditing.primary_estimators`), the tests of the declared
-   mechanism over many canaries (:mod:`fedleak.auditing.declaration_estimators`), and the
+   the primary scores (:mod:`fedleak.auditing.estimators.primary`), the tests of the declared
+   mechanism over many canaries (:mod:`fedleak.auditing.estimators.declaration`), and the
    one-shot estimate — an estimate, not a bound, reported with its interval;
 3. decides with a family-wise false-alarm rate (:mod:`fedleak.auditing.verdict`).
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedleak.auditing.estimator_registry import Game, GameSettings
-from fedleak.auditing.primary_estimators import one_shot_interval
+from fedleak.auditing.estimators.primary import one_shot_interval
 from fedleak.auditing.result import AuditBound
 from fedleak.auditing.verdict import evaluate
 

@@ -9,8 +9,9 @@ probability that a correct mechanism is called a violation is then at most α, h
 parameter groups were probed.
 
 A verdict that finds no violation says what it could have caught: the noise shortfall each
-noise-ratio test detects with the stated power (:func:`fedleak.auditing.noise_ratio.power`),
-for the whole mechanism and for the weakest group. "Consistent" never stands alone.
+noise-ratio test detects with the stated power
+(:func:`fedleak.auditing.estimators.noise_ratio.power`), for the whole mechanism and for the weakest
+group. "Consistent" never stands alone.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from fedleak.auditing import primary_estimators  # noqa: F401  (registers the built-ins)
-from fedleak.auditing.declaration_estimators import POOLED
 from fedleak.auditing.estimator_registry import (
     BUILTIN_ORDER,
     ESTIMATOR_REGISTRY,
     Estimator,
     Game,
 )
+from fedleak.auditing.estimators import primary  # noqa: F401  (registers the built-ins)
+from fedleak.auditing.estimators.declaration import POOLED
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
     NOISE_LEVEL,

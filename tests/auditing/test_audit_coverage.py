@@ -32,12 +32,12 @@ from fedleak.auditing.estimator_registry import (
     NoOptions,
     register_estimator,
 )
-from fedleak.auditing.gaussian_dp import epsilon_from_mu, mu_lower_bound
-from fedleak.auditing.noise_level import NoiseLevels, detectable_factor, noise_test
-from fedleak.auditing.noise_ratio import cells, detectable_ratio, ratio_test
-from fedleak.auditing.primary_estimators import one_shot_interval
+from fedleak.auditing.estimators.gaussian_dp import epsilon_from_mu, mu_lower_bound
+from fedleak.auditing.estimators.noise_level import NoiseLevels, detectable_factor, noise_test
+from fedleak.auditing.estimators.noise_ratio import cells, detectable_ratio, ratio_test
+from fedleak.auditing.estimators.primary import one_shot_interval
+from fedleak.auditing.estimators.subsampled_gaussian import mu_lower_bound_subsampled, tradeoff
 from fedleak.auditing.result import DeclarationTest
-from fedleak.auditing.subsampled_gaussian import mu_lower_bound_subsampled, tradeoff
 from fedleak.auditing.verdict import holm
 from tests.paths import REPO
 
@@ -137,7 +137,7 @@ def test_canaries_that_interact_are_found() -> None:
     """A batch's sum scaled by the number of canaries in it (a batch clipped as a whole)."""
     import dataclasses
 
-    from fedleak.auditing.declaration_estimators import Interference
+    from fedleak.auditing.estimators.declaration import Interference
 
     rng = np.random.default_rng(9)
     table = dataclasses.replace(_table(rng, 300, 40, 1.0), independent=True)
@@ -177,7 +177,7 @@ def test_the_mixture_curve_is_the_gaussian_at_q_1_and_bounds_subsampled_mechanis
 
 
 def test_the_sampling_check_finds_shuffled_batches_declared_poisson() -> None:
-    from fedleak.auditing.declaration_estimators import SamplingCheck
+    from fedleak.auditing.estimators.declaration import SamplingCheck
 
     rng = np.random.default_rng(8)
 
@@ -275,9 +275,9 @@ def _audit(defense: str, *, trials: int = 0, protocol: object = None, seed: int 
            **request: object) -> tuple[object, object]:
     """One default audit of a fresh in-process victim (8 digits, mlp:width=16)."""
     from fedleak.harness.federated.protocol import Protocol
-    from fedleak.harness.victim.audit_request import AuditRequest
+    from fedleak.harness.victim.audit.request import AuditRequest
     from fedleak.harness.victim.limits import VictimLimits
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
 
     settings = VictimSettings(dataset="digits", model="mlp:width=16", split="all",
                               images="0-7", batch_size=8, defenses=(defense,),

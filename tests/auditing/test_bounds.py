@@ -10,20 +10,20 @@ import pytest
 import torch
 
 from fedleak.attacks.prior_aware import InformedObservation, PriorAwareAttack
-from fedleak.auditing.fisher_information import (
-    FisherCeiling,
-    gaussian_step_information,
-    jacobian_norm_squared,
-)
 from fedleak.auditing.game_statistics import success_rate
-from fedleak.auditing.prior_baseline import prior_baseline
-from fedleak.auditing.reconstruction_bounds import (
+from fedleak.auditing.reconstruction.bounds import (
     BoundError,
     gaussian_bound,
     gaussian_mu,
     reconstruction_bound,
     subsampled_gaussian_bound,
 )
+from fedleak.auditing.reconstruction.fisher_information import (
+    FisherCeiling,
+    gaussian_step_information,
+    jacobian_norm_squared,
+)
+from fedleak.auditing.reconstruction.prior_baseline import prior_baseline
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -28,9 +28,9 @@ from fedleak.auditing.canaries import (
     quiet_coordinate,
     random_direction,
 )
-from fedleak.auditing.gaussian_dp import delta_from_mu, mu_lower_bound
-from fedleak.auditing.one_run import p_value
-from fedleak.auditing.one_shot import (
+from fedleak.auditing.estimators.gaussian_dp import delta_from_mu, mu_lower_bound
+from fedleak.auditing.estimators.one_run import p_value
+from fedleak.auditing.estimators.one_shot import (
     CosineNull,
     epsilon_gaussian_alternative,
     jeffreys_null_epsilon,
@@ -81,7 +81,7 @@ def test_a_spread_of_float_rounding_is_no_spread() -> None:
     """Noise that never changes, released in float32 and summed in another order on another
     CPU, varies by a rounding residue only: the ratio test reads it as zero noise (r̂ = ∞),
     not as a huge finite ratio that depends on the kernels."""
-    from fedleak.auditing.noise_ratio import StreamTable, ratio_test
+    from fedleak.auditing.estimators.noise_ratio import StreamTable, ratio_test
 
     rng = np.random.default_rng(0)
     trials, streams = 400, 4

@@ -17,7 +17,7 @@ from fedleak.defenses import (
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.private_update import private_local_update
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.victim.victim_settings import load_defense_file
+from fedleak.harness.victim.settings import load_defense_file
 from fedleak.harness.zoo.models import build_model
 
 

@@ -29,7 +29,7 @@ from fedleak.defenses.mechanism import (
 )
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.remote_defense.declaration import mechanism_from_pb, mechanism_to_pb
-from fedleak.harness.victim.audit_claim import trial_claim
+from fedleak.harness.victim.audit.claim import trial_claim
 from fedleak.v1 import defense_pb2 as dpb
 from tests.paths import REPO
 
@@ -224,9 +224,9 @@ def test_the_mechanism_module_has_no_class_reads() -> None:
 def test_the_fisher_ceiling_and_the_dp_release_read_the_declaration(plugins: None) -> None:
     """A third-party DP-SGD gets dpsgd's Fisher ceilings and DP release settings; a plug-in
     that declares nothing gets a note naming the declaration."""
-    from fedleak.harness.victim.fisher_scoring import fisher_ceilings
     from fedleak.harness.victim.rounds import Round
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.scoring.fisher import fisher_ceilings
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
     from fedleak.harness.zoo.datasets import normalize  # noqa: F401  (the victim's space)
 
     victim = create_victim(VictimSettings(dataset="digits", model="mlp:width=16,depth=1",
@@ -249,7 +249,7 @@ def test_the_fisher_ceiling_and_the_dp_release_read_the_declaration(plugins: Non
 
 
 def test_the_dp_release_trains_by_the_declaration(plugins: None) -> None:
-    from fedleak.harness.victim.model_release import ModelReleaser
+    from fedleak.harness.victim.release.releaser import ModelReleaser
     from fedleak.harness.wire.request_errors import FailedPrecondition
 
     def release_dp(*specs: tuple[str, dict[str, str]]) -> Mechanism | None:

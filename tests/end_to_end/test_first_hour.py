@@ -131,7 +131,7 @@ def test_cli_errors_come_at_once_and_name_what_to_change() -> None:
 def test_careless_operator_inputs_are_refused_at_start_with_the_reason(tmp_path: Path) -> None:
     """Issue 21's small ones: a garbage checkpoint, a noise scale that overflows, a sweep name
     that would leave runs/ — each refused at once with what to change, no traceback."""
-    from fedleak.harness.sweep.spec import SpecError, parse_spec
+    from fedleak.harness.sweep.grid.spec import SpecError, parse_spec
 
     runner = CliRunner()
     garbage = tmp_path / "model.pt"

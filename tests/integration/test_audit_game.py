@@ -15,12 +15,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.victim.audit_claim import trial_claim
-from fedleak.harness.victim.audit_request import AuditRequest
+from fedleak.harness.attacker.games.audit_trials import AuditSettings, run_audit
+from fedleak.harness.victim.audit.claim import trial_claim
+from fedleak.harness.victim.audit.request import AuditRequest
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_settings import VictimSettings, create_victim, defense_chain
+from fedleak.harness.victim.settings import VictimSettings, create_victim, defense_chain
 from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.v1 import victim_pb2 as pb
 from tests.paths import REPO

@@ -108,7 +108,7 @@ def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None
     """Each fresh round has its own target budget, but not its own private image: the image's
     lifetime budget (default 8) refuses the ninth score of the one image in the pool."""
     from fedleak.harness.cli.victim_serving import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
-    from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
+    from fedleak.harness.victim.scoring.budget import DEFAULT_IMAGE_BUDGET
 
     assert CLI_DEFAULT == DEFAULT_IMAGE_BUDGET == 8
     args = [*DIGITS[:5], "0", *DIGITS[6:]]  # --images 0: every round trains on image 0
@@ -132,7 +132,7 @@ def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None
 def test_the_image_budget_counts_every_target_holding_the_image() -> None:
     """User sets of a secure-aggregation round and releases are new targets, not new images:
     each answer is charged to every image scored; a refusal spends nothing."""
-    from fedleak.harness.victim.score_budget import ScoreBudget, ScoreBudgetExhausted
+    from fedleak.harness.victim.scoring.budget import ScoreBudget, ScoreBudgetExhausted
 
     budget = ScoreBudget(limit=1, image_limit=3)
     budget.spend(("round", "r", (0,)), "user 0", [0, 1])

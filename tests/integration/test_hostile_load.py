@@ -34,8 +34,8 @@ from fedleak.harness.cli.victim_command import (
 )
 from fedleak.harness.cli.victim_serving import required_score_token
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
-from fedleak.harness.victim.victim_server import MIN_MESSAGE_BYTES, start_server
-from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+from fedleak.harness.victim.server import MIN_MESSAGE_BYTES, start_server
+from fedleak.harness.victim.settings import VictimSettings, create_victim
 from fedleak.harness.wire import admission as admission_module
 from fedleak.harness.wire.admission import (
     Admission,
@@ -545,7 +545,7 @@ def _open_files(pid: int) -> tuple[int, int]:
 def test_the_image_budget_holds_exactly_under_a_race() -> None:
     """Round ids are bearer tokens, but whoever holds them, 32 threads spending at once on one
     image get exactly its budget of answers."""
-    from fedleak.harness.victim.score_budget import ScoreBudget, ScoreBudgetExhausted
+    from fedleak.harness.victim.scoring.budget import ScoreBudget, ScoreBudgetExhausted
 
     budget = ScoreBudget(limit=1, image_limit=8)
     start = threading.Barrier(32)

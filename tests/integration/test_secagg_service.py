@@ -17,7 +17,7 @@ from fedleak.harness.attacker.secagg_rounds import as_received_update, run_secag
 from fedleak.harness.federated.local_update import local_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+from fedleak.harness.victim.settings import VictimSettings, create_victim
 from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.harness.zoo.datasets import load_dataset, normalize
 from fedleak.harness.zoo.models import build_model

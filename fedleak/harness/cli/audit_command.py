@@ -146,8 +146,8 @@ def audit(address: str | None, canary: str, direction: str | None, canary_seed: 
           images: str, batch_size: int, users: int, defenses: tuple[str, ...],
           defense_file: str | None, defense_seed: int | None, seed: int,
           protocol: ProtocolOptions) -> None:
-    from fedleak.harness.attacker.audit_trials import AuditSettings, run_audit
     from fedleak.harness.attacker.client import VictimClient, VictimError
+    from fedleak.harness.attacker.games.audit_trials import AuditSettings, run_audit
 
     rule, value = _threshold(threshold)
     settings = AuditSettings(
@@ -196,7 +196,7 @@ def _started_victim(*, dataset: str, model: str, images: str, batch_size: int, u
                     defense_seed: int | None, seed: int, protocol: ProtocolOptions) -> Any:
     """The victim the "Started victim" options describe, playing the audit game."""
     from fedleak.harness.federated.protocol import Protocol, ProtocolError
-    from fedleak.harness.victim.victim_settings import VictimSettings
+    from fedleak.harness.victim.settings import VictimSettings
 
     try:
         chosen = Protocol.from_options(protocol.values())
@@ -210,8 +210,8 @@ def _started_victim(*, dataset: str, model: str, images: str, batch_size: int, u
 
 
 def _against_started_victim(victim: Any, settings: Any, out: Path) -> Any:
-    from fedleak.harness.attacker.audit_trials import run_audit
     from fedleak.harness.attacker.client import VictimClient
+    from fedleak.harness.attacker.games.audit_trials import run_audit
     from fedleak.harness.victim.process import VictimProcess, VictimProcessError
 
     score_token = secrets.token_hex(16)

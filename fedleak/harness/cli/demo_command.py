@@ -44,7 +44,7 @@ def demo(dataset: str, model: str, attack_name: str, images: str, iterations: in
     from fedleak.harness.attacker.run import run_attack
     from fedleak.harness.victim.process import VictimProcess
     from fedleak.harness.victim.selection import SelectionError, parse_indices
-    from fedleak.harness.victim.victim_settings import VictimSettings
+    from fedleak.harness.victim.settings import VictimSettings
 
     check_device(device)
     try:

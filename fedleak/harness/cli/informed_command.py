@@ -45,7 +45,7 @@ def informed_adversary(address: str, trials: int, bound_samples: int, seed: int,
     target. The bound is reconstruction robustness (Hayes et al. 2023) at κ = 1/N.
     """
     from fedleak.harness.attacker.client import VictimClient
-    from fedleak.harness.attacker.informed_adversary import play
+    from fedleak.harness.attacker.games.informed_adversary import play
 
     run_dir = Path(out) if out else \
         Path("runs") / f"informed-adversary-{datetime.now():%Y%m%d-%H%M%S}"

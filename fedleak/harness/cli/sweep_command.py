@@ -71,9 +71,9 @@ def sweep(spec_file: str | None, preset: str | None, out: str | None, jobs: int,
     Every finished measurement is committed to RUN/results.sqlite as it completes; killing
     the sweep loses nothing already measured and running it again skips what is done.
     """
+    from fedleak.harness.sweep.grid.spec import SpecError, load_preset, load_spec, preset_names
     from fedleak.harness.sweep.results import load_results, summary_table
     from fedleak.harness.sweep.runner import SweepOptions, default_run_dir, run_sweep
-    from fedleak.harness.sweep.spec import SpecError, load_preset, load_spec, preset_names
 
     try:
         if bool(spec_file) == bool(preset):
@@ -129,7 +129,7 @@ def sweep(spec_file: str | None, preset: str | None, out: str | None, jobs: int,
     for point_id, label, error in outcome.failed:
         click.echo(f"failed {label} [{point_id}]: {error}", err=True)
     if report:
-        from fedleak.harness.sweep.report import write_report
+        from fedleak.harness.sweep.report.folder import write_report
 
         click.echo(f"report: {write_report(run_dir)}")
     if outcome.failed:
@@ -156,7 +156,7 @@ def report(run: str, open_page: bool) -> None:
 
     RUN is a sweep's run folder (or its results.sqlite).
     """
-    from fedleak.harness.sweep.report import write_report
+    from fedleak.harness.sweep.report.folder import write_report
 
     run_dir = Path(run)
     if run_dir.is_file():

@@ -4,7 +4,7 @@
     fedleak victim serve --settings victim.json --port 0      # settings a sweep wrote
 
 The options that define the victim become one
-:class:`~fedleak.harness.victim.victim_settings.VictimSettings` here, and nowhere else.
+:class:`~fedleak.harness.victim.settings.VictimSettings` here, and nowhere else.
 """
 
 from __future__ import annotations
@@ -229,8 +229,8 @@ def victim_serve(
 
     signals = StopSignals()  # from the start: a SIGTERM while starting is not lost
     die_with_parent_if_asked()  # started by demo, a sweep or a test: die with that parent
-    from fedleak.harness.victim.victim_server import start_server
-    from fedleak.harness.victim.victim_settings import SetupError, create_victim
+    from fedleak.harness.victim.server import start_server
+    from fedleak.harness.victim.settings import SetupError, create_victim
     from fedleak.harness.wire.serving import host_port, serve_until_signal
 
     try:
@@ -319,8 +319,8 @@ def victim_settings(
     """The victim the command-line options describe."""
     from fedleak.harness.federated.protocol import Protocol
     from fedleak.harness.victim.limits import VictimLimits
-    from fedleak.harness.victim.model_release import ReleaseSettings
-    from fedleak.harness.victim.victim_settings import VictimSettings
+    from fedleak.harness.victim.release.releaser import ReleaseSettings
+    from fedleak.harness.victim.settings import VictimSettings
 
     text = text or TextOptions(DEFAULT_SEQ_LEN, None, 0)
     return VictimSettings(
@@ -352,7 +352,7 @@ def victim_settings(
 
 def _settings_file(ctx: click.Context, path: str) -> Any:
     """Settings from ``--settings``; victim options given beside it are refused by name."""
-    from fedleak.harness.victim.victim_settings import VictimSettings
+    from fedleak.harness.victim.settings import VictimSettings
 
     given = [name for name, value in ctx.params.items()
              if name not in SERVING_OPTIONS

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-#: Default of --image-score-budget (fedleak.harness.victim.score_budget.DEFAULT_IMAGE_BUDGET; a
+#: Default of --image-score-budget (fedleak.harness.victim.scoring.budget.DEFAULT_IMAGE_BUDGET; a
 #: literal here so the CLI starts without importing the victim).
 DEFAULT_IMAGE_BUDGET = 8
 
@@ -33,7 +33,7 @@ def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int
                    receive_timeout: float) -> Any:
     """What clients may hold of this victim, from the options (a bad combination is a usage
     error naming the options)."""
-    from fedleak.harness.victim.victim_server import default_message_bytes
+    from fedleak.harness.victim.server import default_message_bytes
     from fedleak.harness.wire.admission import ServingLimits
 
     message = max_message_mb << 20 if max_message_mb else default_message_bytes(v)

@@ -23,8 +23,8 @@ from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_replay import TextReplay
-from fedleak.harness.zoo.text_datasets import TextInfo
-from fedleak.harness.zoo.text_models import TextModel
+from fedleak.harness.zoo.text.datasets import TextInfo
+from fedleak.harness.zoo.text.models import TextModel
 
 
 def observe_text(

@@ -4,10 +4,11 @@ The only room that imports ``flwr`` (install it with ``pip install 'fedleak[flow
 
 - :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` wraps any Message-API strategy on the
   ServerApp, keeps θ per round and attacks (or records) every node's reply;
-- :class:`~fedleak.harness.flower.secagg.AggregateAudit` wraps a legacy strategy under
+- :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit` wraps a legacy strategy under
   Flower's SecAgg+ and attacks the only thing the server gets, the aggregate of the surviving
-  nodes, as one batch of all their images (:class:`~fedleak.harness.flower.legacy.LegacyLayout`
-  lets the same ClientApp speak SecAgg+'s legacy messages);
+  nodes, as one batch of all their images
+  (:class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout` lets the same ClientApp speak
+  SecAgg+'s legacy messages);
 - :class:`~fedleak.harness.flower.mods.DefenseMod` runs fedleak's update-stage defenses as a
   ClientApp mod; :func:`~fedleak.harness.flower.train.train` is the node's local update
   (fedleak's own, DP-SGD through Opacus included);

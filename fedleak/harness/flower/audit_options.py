@@ -2,7 +2,7 @@
 
 :class:`AuditOptions` are the keyword arguments of both Flower audits
 (:class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`,
-:class:`~fedleak.harness.flower.secagg.AggregateAudit`); :func:`claim_folder` makes ``out``
+:class:`~fedleak.harness.flower.secagg.audit.AggregateAudit`); :func:`claim_folder` makes ``out``
 ready for a run without ever mixing two runs' rounds.
 """
 

@@ -4,7 +4,7 @@ The audit sends the node a query message (``query.fedleak_score``) with its reco
 the node's update of round r (images on [0, 1]) and recovered labels; the node scores it
 against the batch it trained on in round r — the one :func:`~fedleak.harness.flower.train.
 remember_batch` kept in its Flower state — with the victim's own scorer
-(:class:`~fedleak.harness.victim.scoring.RoundScorer`: Hungarian matching on MSE, then PSNR,
+(:class:`~fedleak.harness.victim.scoring.round.RoundScorer`: Hungarian matching on MSE, then PSNR,
 SSIM, MSE per image and label accuracy, at report precision) under the same budget rule as
 ``Score``: at most ``fedleak-score-budget`` (node config, default 1) accepted submissions per
 round, counted in the node's state, so scoring is never an oracle to climb. Only the scores
@@ -35,8 +35,8 @@ from fedleak.harness.flower.published_defenses import CLIPPING_NORM_KEY
 from fedleak.harness.flower.train import KEEP_ROUNDS, held_batch, held_rounds
 from fedleak.harness.metrics.image_metrics import match_among
 from fedleak.harness.victim.rounds import Round, RoundBook
-from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.victim.scoring import RoundScorer, Submission
+from fedleak.harness.victim.scoring.budget import ScoreBudget
+from fedleak.harness.victim.scoring.round import RoundScorer, Submission
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
 from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
 

@@ -4,9 +4,9 @@ An attack "succeeds" on an image when its matched reconstruction reaches η dB P
 (:data:`SUCCESS_PSNR` by default). To read that success rate against what DP permits, the
 prior's baseline κ(η) is estimated on the *public* prior — the data set's other split, the one
 the private images did not come from (:func:`prior_kappa`, by
-:func:`fedleak.auditing.prior_baseline.prior_baseline`) — and the published DP-SGD mechanism
-of the attacked round (σ from ``Describe``, q and T from the round's metadata) gives
-β(κ) (:func:`fedleak.auditing.reconstruction_bounds.reconstruction_bound`), evaluated at κ's
+:func:`fedleak.auditing.reconstruction.prior_baseline.prior_baseline`) — and the published DP-SGD
+mechanism of the attacked round (σ from ``Describe``, q and T from the round's metadata) gives
+β(κ) (:func:`fedleak.auditing.reconstruction.bounds.reconstruction_bound`), evaluated at κ's
 upper confidence end so that the sample does not make the bound look tighter than it is.
 
 Counts use the victim's one-to-one matching (Hungarian on MSE): for one image per round it is
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedleak.auditing.prior_baseline import PriorBaseline, prior_baseline
-from fedleak.auditing.reconstruction_bounds import reconstruction_bound
+from fedleak.auditing.reconstruction.bounds import reconstruction_bound
+from fedleak.auditing.reconstruction.prior_baseline import PriorBaseline, prior_baseline
 from fedleak.harness.metrics.image_metrics import SUCCESS_PSNR
 from fedleak.harness.zoo.datasets import load_dataset
 

@@ -28,17 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.checkpoints import checkpoint_path
-from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
-from fedleak.harness.sweep.measurements import (
+from fedleak.harness.sweep.grid.points import Point, PointResources
+from fedleak.harness.sweep.measure.checkpoints import checkpoint_path
+from fedleak.harness.sweep.measure.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
     done_line,
 )
-from fedleak.harness.sweep.points import Point, PointResources
+from fedleak.harness.sweep.measure.point import Credentials, Needs, measure_pack
+from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, replay
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
-from fedleak.harness.sweep.sweep_progress import ProgressSink, QueueProgress, replay
 
 #: How a point's outcome is summed up: (point id, label, status, error).
 Result = tuple[str, str, str, str]

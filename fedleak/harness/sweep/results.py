@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.architecture import user_model
-from fedleak.harness.sweep.measurements import (
+from fedleak.harness.sweep.grid.architecture import user_model
+from fedleak.harness.sweep.grid.points import Point
+from fedleak.harness.sweep.measure.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
 )
-from fedleak.harness.sweep.points import Point
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 
 

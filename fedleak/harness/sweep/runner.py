@@ -6,9 +6,9 @@ Per point, in this order, each skipped when the store already has it:
    of the split, n per round, ``--allow-reveal`` with a fresh token), run
    :func:`fedleak.harness.attacker.run.run_attack` for K rounds into
    ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
-2. **utility**: :func:`fedleak.harness.sweep.utility.measure_utility` (its own victim);
-3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.point_audit.measure_audit` (its
-   own victim, started with ``--allow-audit``).
+2. **utility**: :func:`fedleak.harness.sweep.measure.utility.measure_utility` (its own victim);
+3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.measure.audit.measure_audit`
+   (its own victim, started with ``--allow-audit``).
 
 Against victims the user already runs (``victims``), no process is started: the attack and the
 utility training talk to that address, and the defense is whatever that victim runs (its
@@ -36,15 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.checkpoints import checkpoint_path, ensure_checkpoint
-from fedleak.harness.sweep.leakage import pack_key
-from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
-from fedleak.harness.sweep.measurements import done_line
-from fedleak.harness.sweep.points import Point
+from fedleak.harness.sweep.grid.points import Point
+from fedleak.harness.sweep.grid.spec import SweepSpec
+from fedleak.harness.sweep.measure.checkpoints import checkpoint_path, ensure_checkpoint
+from fedleak.harness.sweep.measure.leakage import pack_key
+from fedleak.harness.sweep.measure.measurements import done_line
+from fedleak.harness.sweep.measure.point import Credentials, Needs, measure_pack
+from fedleak.harness.sweep.progress import ProgressSink, QueueProgress, TqdmProgress, replay
 from fedleak.harness.sweep.ray_backend import RayOptions, run_on_ray
-from fedleak.harness.sweep.spec import SweepSpec
 from fedleak.harness.sweep.store import STORE_NAME, DuplicateMeasurement, ResultStore
-from fedleak.harness.sweep.sweep_progress import ProgressSink, QueueProgress, TqdmProgress, replay
 
 SPEC_NAME = "spec.toml"
 
@@ -144,7 +144,7 @@ def run_sweep(
 
 def pack_units(points: list[Point], attacking: list[bool], size: int) -> list[list[Point]]:
     """``points`` cut into units of work: up to ``size`` points that still need an attack and
-    share :func:`~fedleak.harness.sweep.leakage.pack_key` per unit, every other point alone;
+    share :func:`~fedleak.harness.sweep.measure.leakage.pack_key` per unit, every other point alone;
     in the order the points come."""
     units: list[list[Point]] = []
     open_units: dict[str, list[Point]] = {}

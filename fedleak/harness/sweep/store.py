@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.sweep.measurements import (
+from fedleak.harness.sweep.grid.points import Point
+from fedleak.harness.sweep.measure.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
 )
-from fedleak.harness.sweep.points import Point
 
 KINDS = ("attack", "utility", "audit")
 STORE_NAME = "results.sqlite"

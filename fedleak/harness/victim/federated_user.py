@@ -4,7 +4,7 @@
 runs the shared local update (:mod:`fedleak.harness.federated.protocol`), remembers which private
 images each round used, and scores reconstructions against them without letting them out. The
 victim a server talks to (:class:`~fedleak.harness.victim.federated_victim.Victim`) adds the
-rounds beyond one update; the gRPC layer (:mod:`fedleak.harness.victim.victim_servicer`) only
+rounds beyond one update; the gRPC layer (:mod:`fedleak.harness.victim.servicer`) only
 translates messages and errors.
 
 Private batches: round k uses images ``pool[k·n mod |pool| : … + n]`` of the private pool (the
@@ -30,11 +30,11 @@ from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.federated.private_update import TrialCanary
 from fedleak.harness.federated.protocol import Protocol, ProtocolChanges, ProtocolError
-from fedleak.harness.victim.model_release import ModelReleaser
+from fedleak.harness.victim.config import VictimConfig
+from fedleak.harness.victim.release.releaser import ModelReleaser
 from fedleak.harness.victim.rounds import Round, RoundBook
-from fedleak.harness.victim.score_budget import ScoreBudget
-from fedleak.harness.victim.scoring import RoundScorer
-from fedleak.harness.victim.victim_config import VictimConfig
+from fedleak.harness.victim.scoring.budget import ScoreBudget
+from fedleak.harness.victim.scoring.round import RoundScorer
 from fedleak.harness.wire.quoting import name_mismatch
 from fedleak.harness.wire.request_errors import (
     Cancelled,
@@ -43,7 +43,7 @@ from fedleak.harness.wire.request_errors import (
     ResourceExhausted,
 )
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
-from fedleak.harness.zoo.text_datasets import PrivateData
+from fedleak.harness.zoo.text.datasets import PrivateData
 
 
 @dataclass

@@ -16,34 +16,34 @@ from torch import nn
 
 from fedleak.harness.federated.local_update import CancelCheck
 from fedleak.harness.federated.protocol import FEDAVG, Protocol, ProtocolChanges
-from fedleak.harness.victim.audit_book import AuditBook
-from fedleak.harness.victim.audit_canary import build_canary
-from fedleak.harness.victim.audit_plan import stratum
-from fedleak.harness.victim.audit_request import AuditRequest
-from fedleak.harness.victim.audit_sessions import (
+from fedleak.harness.victim.audit.book import AuditBook
+from fedleak.harness.victim.audit.canary import build_canary
+from fedleak.harness.victim.audit.informed_game import InformedGame, TrialDraw
+from fedleak.harness.victim.audit.plan import stratum
+from fedleak.harness.victim.audit.request import AuditRequest
+from fedleak.harness.victim.audit.sessions import (
     AuditOutcome,
     AuditSession,
     new_session,
     session_claim,
     threat_model,
 )
+from fedleak.harness.victim.config import VictimConfig
 from fedleak.harness.victim.federated_user import FederatedUser, UpdateResult, check_finite
-from fedleak.harness.victim.informed_game import InformedGame, TrialDraw
 from fedleak.harness.victim.rounds import Round
 from fedleak.harness.victim.secagg_session import SecAggSession
-from fedleak.harness.victim.victim_config import VictimConfig
 from fedleak.harness.wire.request_errors import (
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
 )
 from fedleak.harness.zoo.datasets import normalize
-from fedleak.harness.zoo.text_datasets import PrivateData
+from fedleak.harness.zoo.text.datasets import PrivateData
 
 
 class Victim(FederatedUser):
     """A federated user that also plays the audit game and, when given one, the
-    informed-adversary game (:class:`~fedleak.harness.victim.informed_game.InformedGame`)."""
+    informed-adversary game (:class:`~fedleak.harness.victim.audit.informed_game.InformedGame`)."""
 
     def __init__(
         self,

@@ -14,11 +14,11 @@ secure aggregation) or one release: a submission is final. More than one turns `
 an oracle a client can climb (finite differences on the scored MSE read a private image in a
 few thousand calls), so a victim started with a larger budget warns that it is unsafe.
 ``image_score_budget`` bounds the answers that depend on one private image over the victim's
-life, whatever the round, user set or release (:mod:`~fedleak.harness.victim.score_budget`).
+life, whatever the round, user set or release (:mod:`~fedleak.harness.victim.scoring.budget`).
 
 ``audit_budget`` is how many audits (``BeginAudit`` … ``SubmitAuditScores``) the victim answers
 over its life, and ``max_audit_trials`` the most trials one audit may run
-(:mod:`~fedleak.harness.victim.audit_sessions`).
+(:mod:`~fedleak.harness.victim.audit.sessions`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from fedleak.harness.federated.protocol import FEDAVG, Protocol
-from fedleak.harness.victim.score_budget import DEFAULT_IMAGE_BUDGET
+from fedleak.harness.victim.scoring.budget import DEFAULT_IMAGE_BUDGET
 from fedleak.harness.wire.request_errors import InvalidArgument
 
 #: Default audits answered over a victim's life (``--audit-budget``).

@@ -2,7 +2,7 @@
 
 Used by ``fedleak demo``, sweeps and the integration tests: the victim is a real separate
 process; this only starts it, reads the address it bound, and stops it with SIGTERM. A victim
-is described by :class:`~fedleak.harness.victim.victim_settings.VictimSettings`, handed to the child
+is described by :class:`~fedleak.harness.victim.settings.VictimSettings`, handed to the child
 as a JSON file (``--settings``), or, for tests of the CLI itself, by ``victim serve`` options.
 The child is told this process's pid (``FEDLEAK_PARENT_PID``) and asks Linux to stop it when
 this process — strictly, the thread that started it — dies (``wire.serving.die_with_parent``),
@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.wire.serving import PARENT_PID_ENV
 
 _READY = re.compile(r"listening on (\S+:\d+)")

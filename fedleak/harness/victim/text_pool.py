@@ -1,13 +1,13 @@
 """A text victim's private pool from its settings: the corpus, the task its model trains, the
-tokenizer and the canaries (:mod:`fedleak.harness.zoo.text_datasets`)."""
+tokenizer and the canaries (:mod:`fedleak.harness.zoo.text.datasets`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fedleak.harness.zoo.model_spec import ModelSpec
-from fedleak.harness.zoo.text_corpus import TEXT_CORPORA
-from fedleak.harness.zoo.text_datasets import (
+from fedleak.harness.zoo.text.corpus import TEXT_CORPORA
+from fedleak.harness.zoo.text.datasets import (
     CLASSIFY,
     LANGUAGE_MODEL,
     TextDataset,

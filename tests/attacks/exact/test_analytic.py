@@ -16,9 +16,13 @@ from fedleak.attacks import AttackConfigError, create_attack
 from fedleak.attacks.exact.analytic import AnalyticInversionError, invert_linear_layer
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.metrics.image_metrics import psnr_per_image, score_reconstruction
-from fedleak.harness.victim.feature_scoring import FeatureScoringError, layer_inputs, score_features
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.scoring import Submission
+from fedleak.harness.victim.scoring.features import (
+    FeatureScoringError,
+    layer_inputs,
+    score_features,
+)
+from fedleak.harness.victim.scoring.round import Submission
 from fedleak.harness.zoo.models import build_model
 from tests.helpers import make_observation, to_unit
 
@@ -197,7 +201,7 @@ def features(vectors: torch.Tensor) -> Submission:
 
 def test_victim_scores_features_of_recent_rounds_only() -> None:
     from fedleak.harness.victim.rounds import FEATURE_ROUNDS
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
     from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))
@@ -214,7 +218,7 @@ def test_victim_scores_features_of_recent_rounds_only() -> None:
 
 
 def test_victim_keeps_round_parameters_within_a_byte_budget() -> None:
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
     from fedleak.harness.wire.request_errors import FailedPrecondition
 
     victim = create_victim(VictimSettings(dataset="digits", model="lenet-zhu", images="0-3"))

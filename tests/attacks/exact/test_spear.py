@@ -153,7 +153,7 @@ def test_spear_across_processes(tmp_path: Path) -> None:
 
 
 def test_the_malicious_preset_attacks_with_every_honest_attack_that_can_work() -> None:
-    from fedleak.harness.sweep.spec import load_preset
+    from fedleak.harness.sweep.grid.spec import load_preset
 
     points = load_preset("malicious").points()
     honest = {(p.attack, p.label) for p in points

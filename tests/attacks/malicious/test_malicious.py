@@ -20,8 +20,8 @@ from fedleak.defenses import create_defense
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.metrics.image_metrics import score_reconstruction
-from fedleak.harness.sweep.architecture import server_architecture, user_model
-from fedleak.harness.sweep.spec import load_preset
+from fedleak.harness.sweep.grid.architecture import server_architecture, user_model
+from fedleak.harness.sweep.grid.spec import load_preset
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.zoo.models import build_model
@@ -210,8 +210,8 @@ def test_sweep_wraps_models_in_the_server_architecture() -> None:
 
 
 def test_secagg_is_a_sweep_axis_with_users() -> None:
-    from fedleak.harness.sweep.points import SpecError
-    from fedleak.harness.sweep.spec import parse_spec
+    from fedleak.harness.sweep.grid.points import SpecError
+    from fedleak.harness.sweep.grid.spec import parse_spec
 
     base = """[sweep]\nname = "s"\ndataset = "digits"\nmodels = ["mlp"]\nbatch_size = 4\n"""
     with pytest.raises(SpecError, match="users = K"):
@@ -275,7 +275,7 @@ def test_vet_says_at_start_up_that_it_refuses_every_round_of_an_imprint_model() 
     """The architecture test judges the user's own model: a victim running an imprint model
     with vet is told once, when it starts, instead of refusing round after round in silence."""
     from fedleak.harness.cli.victim_serving import start_warnings
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
 
     imprinted = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",
                                              images="0-3", defenses=("vet",)))

@@ -19,9 +19,9 @@ from fedleak.harness.attacker.described import dataset_info, server_model
 from fedleak.harness.attacker.update_attack import observation_for
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.victim.config import VictimConfig
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_config import VictimConfig
-from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.zoo.datasets import load_dataset, normalize
 from fedleak.harness.zoo.models import build_model
 

@@ -10,11 +10,11 @@ import pytest
 from fedleak.defenses import build_chain, parse_defense_spec
 from fedleak.defenses.dpsgd import make_accountant, record
 from fedleak.harness.metrics.success_bounds import Mechanism, place, prior_kappa, round_mechanism
-from fedleak.harness.sweep.bounds_chart import bounds_rows, plot_bounds
-from fedleak.harness.sweep.measurements import AttackMeasurement, UtilityMeasurement
-from fedleak.harness.sweep.points import SpecError
+from fedleak.harness.sweep.grid.points import SpecError
+from fedleak.harness.sweep.grid.spec import load_preset, parse_spec
+from fedleak.harness.sweep.measure.measurements import AttackMeasurement, UtilityMeasurement
+from fedleak.harness.sweep.report.bounds_chart import bounds_rows, plot_bounds
 from fedleak.harness.sweep.results import PointResult
-from fedleak.harness.sweep.spec import load_preset, parse_spec
 from tests.helpers import tiny_spec
 
 

@@ -17,15 +17,15 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from fedleak.harness.attacker.bound_pictures import plot_game
+from fedleak.harness.attacker.games.bound_pictures import plot_game
 from fedleak.harness.metrics.chart_layout import text_problems
-from fedleak.harness.sweep.measurements import (
+from fedleak.harness.sweep.grid.spec import parse_spec, preset_text
+from fedleak.harness.sweep.measure.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
 )
-from fedleak.harness.sweep.report import write_report
-from fedleak.harness.sweep.spec import parse_spec, preset_text
+from fedleak.harness.sweep.report.folder import write_report
 from fedleak.harness.sweep.store import STORE_NAME, ResultStore
 from tests.helpers import load_bench_script
 

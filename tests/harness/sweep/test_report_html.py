@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from fedleak.harness.sweep.report import write_report
+from fedleak.harness.sweep.grid.spec import parse_spec
+from fedleak.harness.sweep.report.folder import write_report
 from fedleak.harness.sweep.runner import SweepOptions, run_sweep
-from fedleak.harness.sweep.spec import parse_spec
 from tests.helpers import tiny_spec
 
 pytestmark = pytest.mark.e2e

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedleak.harness.sweep.grid.spec import SpecError, load_preset, parse_spec
 from fedleak.harness.sweep.runner import pack_units
-from fedleak.harness.sweep.spec import SpecError, load_preset, parse_spec
 from fedleak.harness.sweep.store import DuplicateMeasurement, ResultStore
 from tests.helpers import tiny_spec
 from tests.paths import REPO
@@ -123,7 +123,7 @@ BENCH_SPECS = sorted((REPO / "bench" / "specs").glob("*.toml"))
 @pytest.mark.parametrize("path", BENCH_SPECS, ids=[p.stem for p in BENCH_SPECS])
 def test_bench_specs_still_parse(path: Path) -> None:
     """The specs behind README's figures load with today's attacks and options."""
-    from fedleak.harness.sweep.spec import load_spec
+    from fedleak.harness.sweep.grid.spec import load_spec
 
     spec = load_spec(path)
     assert spec.points()
@@ -324,8 +324,8 @@ def test_a_failed_pack_attacks_its_points_alone(monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
     """When the packed attack fails (say one point's defense breaks its victim), each point is
     measured alone, so only the bad point fails and its pack mates lose nothing."""
-    import fedleak.harness.sweep.measure as measure_module
-    from fedleak.harness.sweep.measure import Credentials, Needs, measure_pack
+    import fedleak.harness.sweep.measure.point as measure_module
+    from fedleak.harness.sweep.measure.point import Credentials, Needs, measure_pack
 
     points = parse_spec(SPEC).points()[:3]
     alone: list[tuple[str, Needs]] = []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fedleak.harness.sweep.measurements import AuditMeasurement
+from fedleak.harness.sweep.grid.spec import SpecError, parse_spec
+from fedleak.harness.sweep.measure.measurements import AuditMeasurement
 from fedleak.harness.sweep.results import load_results, summary_table
 from fedleak.harness.sweep.runner import SweepOptions, run_sweep
-from fedleak.harness.sweep.spec import SpecError, parse_spec
 from fedleak.harness.sweep.store import ResultStore
 from tests.helpers import tiny_spec
 
@@ -112,7 +112,7 @@ def test_a_sweep_point_carries_its_epsilon_lb_beside_its_epsilon(tmp_path: Path)
     assert audit.confidence == 0.95 and audit.delta == 1e-5 and "dirac" in audit.canary
     assert (tmp_path / "run" / audit.run / "audit.json").exists()
     assert "ε_LB" in summary_table([result])
-    from fedleak.harness.sweep.report import write_report
+    from fedleak.harness.sweep.report.folder import write_report
 
     write_report(tmp_path / "run")
     with (tmp_path / "run" / "report" / "results.csv").open() as handle:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedleak.harness.sweep.spec import SpecError, load_preset, parse_spec
+from fedleak.harness.sweep.grid.spec import SpecError, load_preset, parse_spec
 
 SPEC = """
 [sweep]

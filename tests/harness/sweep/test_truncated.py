@@ -17,9 +17,9 @@ from fedleak.attacks.safety_limit import SafetyLimit, check_seconds
 from fedleak.harness.attacker.records import ImageRecord, RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.sweep.measurements import AttackMeasurement, done_line
+from fedleak.harness.sweep.grid.spec import parse_spec
+from fedleak.harness.sweep.measure.measurements import AttackMeasurement, done_line
 from fedleak.harness.sweep.results import PointResult, summary_table
-from fedleak.harness.sweep.spec import parse_spec
 from fedleak.harness.sweep.worst_case import worst_cases
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.datasets import load_dataset

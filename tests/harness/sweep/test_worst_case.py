@@ -14,9 +14,9 @@ import pytest
 
 from fedleak.attacks.optimisation.presets.inverting_gradients import InvertingGradients
 from fedleak.attacks.registry import ATTACKS
-from fedleak.harness.sweep.measurements import AttackMeasurement
+from fedleak.harness.sweep.grid.spec import SpecError, parse_spec
+from fedleak.harness.sweep.measure.measurements import AttackMeasurement
 from fedleak.harness.sweep.results import PointResult
-from fedleak.harness.sweep.spec import SpecError, parse_spec
 from fedleak.harness.sweep.worst_case import server_role, worst_cases
 from tests.helpers import tiny_spec
 

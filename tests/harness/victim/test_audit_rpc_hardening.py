@@ -14,18 +14,18 @@ import pytest
 from fedleak.auditing import GameSettings, calibration_split
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.victim.audit_book import (
+from fedleak.harness.victim.audit.book import (
     IDLE_SECONDS,
     MAX_OPEN_AUDITS,
     MAX_OPEN_PER_OWNER,
     AuditBook,
 )
-from fedleak.harness.victim.audit_claim import TrialClaim
-from fedleak.harness.victim.audit_histogram import MIN_TRIALS_PER_BIN, released_histogram
-from fedleak.harness.victim.audit_request import AuditRequest
-from fedleak.harness.victim.audit_sessions import AuditSession, outcome
+from fedleak.harness.victim.audit.claim import TrialClaim
+from fedleak.harness.victim.audit.histogram import MIN_TRIALS_PER_BIN, released_histogram
+from fedleak.harness.victim.audit.request import AuditRequest
+from fedleak.harness.victim.audit.sessions import AuditSession, outcome
 from fedleak.harness.victim.process import VictimProcess
-from fedleak.harness.victim.victim_settings import VictimSettings
+from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.wire.request_errors import FailedPrecondition, NotFound, ResourceExhausted
 from fedleak.v1 import victim_pb2 as pb
 

@@ -17,7 +17,7 @@ from fedleak.harness.remote_defense.defense_server import start_defense_server
 from fedleak.harness.remote_defense.wire import update_chunks
 from fedleak.harness.victim.federated_victim import Victim
 from fedleak.harness.victim.limits import VictimLimits
-from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+from fedleak.harness.victim.settings import VictimSettings, create_victim
 from fedleak.harness.wire.request_errors import ResourceExhausted
 from fedleak.v1 import defense_pb2 as dpb
 from fedleak.v1 import defense_pb2_grpc as dpb_grpc

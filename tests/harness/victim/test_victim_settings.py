@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from fedleak.harness.cli.main import main
 from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.victim.model_release import ReleaseSettings
-from fedleak.harness.victim.victim_settings import SetupError, VictimSettings
+from fedleak.harness.victim.release.releaser import ReleaseSettings
+from fedleak.harness.victim.settings import SetupError, VictimSettings
 
 
 def test_settings_round_trip_through_json() -> None:

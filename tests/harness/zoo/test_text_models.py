@@ -13,8 +13,8 @@ from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.federated.text_training import text_utility, train_text_model
 from fedleak.harness.zoo.model_spec import ModelError
-from fedleak.harness.zoo.text_datasets import load_text_dataset
-from fedleak.harness.zoo.text_models import build_text_model
+from fedleak.harness.zoo.text.datasets import load_text_dataset
+from fedleak.harness.zoo.text.models import build_text_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LM = load_text_dataset("shakespeare", "test", seq_len=16)
@@ -120,8 +120,8 @@ def test_a_diverged_model_has_infinite_perplexity_not_an_error() -> None:
 
 
 def test_a_local_hugging_face_folder_loads_without_a_network(tmp_path: Path) -> None:
-    from fedleak.harness.zoo.text_tokenizer import load_tokenizer
-    from fedleak.harness.zoo.tokenizer_training import BUNDLED_TOKENIZER_FILE
+    from fedleak.harness.zoo.text.tokenizer import load_tokenizer
+    from fedleak.harness.zoo.text.tokenizer_training import BUNDLED_TOKENIZER_FILE
 
     net = model(f"gpt2:{TINY}")
     net.net.save_pretrained(tmp_path)
@@ -146,7 +146,7 @@ def test_train_model_writes_a_text_checkpoint_a_victim_loads(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["steps"] == 3 and record["test_perplexity"] > 1.0
-    from fedleak.harness.victim.victim_settings import VictimSettings, create_victim
+    from fedleak.harness.victim.settings import VictimSettings, create_victim
 
     victim = create_victim(VictimSettings(dataset="shakespeare", model=f"gpt2:{TINY}",
                                           seq_len=16, checkpoint=str(out)))

@@ -21,8 +21,8 @@ from fedleak.attacks.observation import Observation
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.metrics.image_metrics import score_reconstruction
-from fedleak.harness.victim.feature_scoring import layer_inputs
 from fedleak.harness.victim.process import VictimProcess
+from fedleak.harness.victim.scoring.features import layer_inputs
 from fedleak.harness.zoo.datasets import denormalize, load_dataset, normalize
 from fedleak.harness.zoo.models import build_model
 

@@ -1,0 +1,1 @@
+"""The server's side of the audit and informed-adversary games, and their pictures."""

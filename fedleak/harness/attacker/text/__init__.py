@@ -1,0 +1,3 @@
+"""The honest-but-curious server against a text victim: what it publishes, the attack run, its
+records.
+"""

@@ -1,0 +1,351 @@
+"""Auditing Flower's SecAgg+ rounds: the server, and so the audit, holds only the aggregate.
+
+Flower 1.41 runs SecAgg+ through its legacy workflow API. On the ServerApp,
+``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))`` drives a legacy
+``flwr.server.strategy.Strategy``; wrap that strategy in :class:`AggregateAudit`::
+
+    audit = AggregateAudit(FedAvg(...), model="lenet-zhu", dataset="digits", out=Path("runs/a"),
+                           secagg=SecAggPlus(shares=3, threshold=2))
+    DefaultWorkflow(fit_workflow=audit.secagg.workflow(nodes))(grid, LegacyContext(
+        context, config=ServerConfig(num_rounds=3), strategy=audit))
+
+and put ``secaggplus_mod`` (then :class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout`) on the
+ClientApp. What the strategy receives (``SecAggPlusWorkflow.unmask_stage``): one ``FitRes`` per
+surviving node, each with that node's ``num_examples`` and metrics but all holding the *same*
+parameters, the unmasked aggregate
+
+    θ̄′ = Σ_k q_k θ′_k / Σ_k q_k,   q_k = round(n_k / max_weight · Q)
+
+— the nodes' new states weighted by their example counts n_k (to 1/Q of max_weight), each
+first clipped to ±clipping_range (after scaling by q_k/Q) and stochastically rounded to
+Q = quantization_range levels over that range. The rounding is unbiased and leaves each entry
+of θ̄′ within 2·clipping_range·K / Σ_k q_k of the exact weighted mean
+(:meth:`~fedleak.harness.flower.secagg.settings.SecAggPlus.error_bound`):
+2·clipping_range/Q when max_weight equals the nodes' n, but max_weight/n times more with
+Flower's default max_weight = 1000.
+
+The audit keeps θ per round (``configure_fit``), reads the aggregate update
+Δ̄ = θ̄′ − θ = Σ_k n_k Δ_k / N (or ḡ = (θ − θ̄′)/τ for one-step FedSGD), and attacks it as
+*one* update over the pooled batch of all N = Σ_k n_k images of the K survivors. That replay
+is exact when every node took one local step (FedSGD, or FedAvg with one epoch over one
+batch): n_k-weighted means of per-node mean gradients are the mean gradient over the pooled
+batch (BatchNorm in train mode excepted: each node normalised with its own batch statistics,
+which is warned about). After several local steps the aggregate is a mean of K separate
+trajectories, which is not one client's update on the pooled batch: such rounds are not
+attacked, and the reason is recorded. Each survivor then scores the reconstruction of all N
+images against its own batch (it finds its n_k images among them:
+:mod:`~fedleak.harness.flower.node_scoring`), and the audit pools the scores.
+
+``metrics.json`` says what the server saw: ``server_view`` in the header and in every round
+(``secagg+ aggregate of K nodes``), with the survivors, their example counts, the weights and
+the quantisation bound under ``aggregate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any, Unpack
+
+import torch
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, Parameters, Scalar
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy as LegacyStrategy
+from flwr.serverapp import Grid
+from torch import nn
+
+from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.federated.protocol import FEDSGD, ProtocolError
+from fedleak.harness.flower.arrays import mismatch, split_state
+from fedleak.harness.flower.auditor import (
+    PRIVACY_METRICS,
+    AuditOptions,
+    Auditor,
+    NotAttackable,
+    ScoreAnswer,
+)
+from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
+from fedleak.harness.flower.secagg.legacy import named_state
+from fedleak.harness.flower.secagg.settings import SecAggPlus
+from fedleak.harness.flower.update import update_of
+from fedleak.harness.zoo.datasets import DatasetInfo
+from fedleak.v1 import victim_pb2 as pb
+
+#: what the server sees under SecAgg+ (metrics.json ``server_view``)
+SERVER_VIEW = "secagg+ aggregate of the surviving nodes' updates, never one node's"
+
+
+class AggregateAudit(Auditor, LegacyStrategy):
+    """Attack (or record) the aggregate SecAgg+ hands a legacy strategy each round, as one
+    batch of all the survivors' images, then pass the results on (module doc).
+
+    ``secagg`` gives the workflow's settings, for the quantisation bound and the weights
+    recorded with every round (None: not recorded). The nodes are reached for scoring
+    through the grid their client proxies carry (or ``grid``). ``model``, ``dataset``, ``out``
+    and the other keyword arguments (:class:`~fedleak.harness.flower.auditor.AuditOptions`)
+    are the :class:`~fedleak.harness.flower.auditor.Auditor`'s.
+    """
+
+    def __init__(
+        self,
+        inner: LegacyStrategy,
+        model: str | nn.Module,
+        dataset: str | DatasetInfo,
+        out: Path,
+        *,
+        secagg: SecAggPlus | None = None,
+        grid: Grid | None = None,
+        **audit: Unpack[AuditOptions],
+    ) -> None:
+        if not isinstance(inner, LegacyStrategy):
+            raise TypeError(f"AggregateAudit wraps a legacy strategy (flwr.server.strategy."
+                            f"Strategy, which SecAggPlusWorkflow drives); got "
+                            f"{type(inner).__module__}.{type(inner).__name__} (wrap a "
+                            "Message-API strategy in LeakageAudit)")
+        self.inner, self.secagg = inner, secagg
+        super().__init__(model, dataset, out, **audit, settings={
+            "inner_strategy": type(inner).__name__, "server_view": SERVER_VIEW,
+            "secagg_plus": dataclasses.asdict(secagg) if secagg else None})
+        self._grid = grid
+        self.template = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        self._theta: dict[str, torch.Tensor] = {}
+        self._configs: dict[int, dict[str, Any]] = {}
+        #: (server round, the surviving node ids) of every aggregate attacked or recorded
+        self.audited: list[tuple[int, tuple[int, ...]]] = []
+        self.log("SecAgg+: the audit sees only the aggregate of the surviving nodes' updates, "
+                 "as the server does, never one node's; it attacks each round's aggregate as "
+                 "one batch of all their images")
+
+    # ------------------------------------------------------------------ the legacy Strategy API
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return self.inner.initialize_parameters(client_manager)
+
+    def configure_fit(self, server_round: int, parameters: Parameters,
+                      client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        instructions = self.inner.configure_fit(server_round, parameters, client_manager)
+        try:
+            self._theta = named_state(parameters, self.template)
+        except ValueError as err:
+            self._theta = {}
+            self._not_attacked(f"round {server_round}", f"the global parameters: {err}")
+        self._configs = {proxy.node_id: dict(fitins.config) for proxy, fitins in instructions}
+        for proxy, _ in instructions:
+            self._grid = self._grid or getattr(proxy, "grid", None)
+        return instructions
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[tuple[ClientProxy, FitRes] | BaseException]
+                      ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        self.audit_aggregate(server_round, results, failures)
+        return self.inner.aggregate_fit(server_round, results, failures)
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters,
+                           client_manager: ClientManager
+                           ) -> list[tuple[ClientProxy, EvaluateIns]]:
+        return self.inner.configure_evaluate(server_round, parameters, client_manager)
+
+    def aggregate_evaluate(self, server_round: int,
+                           results: list[tuple[ClientProxy, EvaluateRes]],
+                           failures: list[tuple[ClientProxy, EvaluateRes] | BaseException]
+                           ) -> tuple[float | None, dict[str, Scalar]]:
+        return self.inner.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Parameters
+                 ) -> tuple[float, dict[str, Scalar]] | None:
+        return self.inner.evaluate(server_round, parameters)
+
+    # ------------------------------------------------------------------ one aggregate
+
+    def audit_aggregate(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                        failures: list[Any]) -> None:
+        """Attack (or record) the round's aggregate; what cannot be is recorded with why."""
+        where = f"round {server_round}, secagg+ aggregate"
+        try:
+            received, params, buffers, warnings, counts = self._received(
+                server_round, results, failures)
+            details = {"nodes": [{"node": node, "num_images": n} for node, n in counts.items()],
+                       **self._weights(counts)}
+            view = received.metadata["server_view"]
+            self.log(f"round {server_round}: server view: {view} ({received.num_images} "
+                     "images); attacking it as one batch")
+            entry = self._audit_update(
+                server_round, view, f"round-{server_round:03d}-aggregate", received, params,
+                buffers, warnings,
+                lambda images, labels, padding: self._pooled_score(server_round, counts, images,
+                                                                    labels, padding,
+                                                          details))
+            if entry is not None:
+                entry.server_view, entry.aggregate = view, details
+                self.run.write(self.out)
+            self.audited.append((server_round, tuple(counts)))
+        except NotAttackable as err:
+            self._not_attacked(where, str(err))
+        except Exception as err:  # an attack that fails must not stop the federation
+            self._not_attacked(where, f"the attack failed: {type(err).__name__}: {err}")
+
+    def _received(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                  failures: list[Any]
+                  ) -> tuple[ReceivedUpdate, dict[str, torch.Tensor], dict[str, torch.Tensor],
+                             list[str], dict[int, int]]:
+        """The aggregate update, the θ it answers, the replay's warnings and each survivor's
+        example count."""
+        if not results:
+            raise NotAttackable(f"no node's masked update survived ({len(failures)} failures)")
+        if not self._theta:
+            raise NotAttackable("the round's global parameters were not read (configure_fit)")
+        first = results[0][1].parameters
+        if any(r.parameters.tensors != first.tensors for _, r in results[1:]):
+            raise NotAttackable("the results carry different parameters: these are the nodes' "
+                                "own models, not SecAgg+'s aggregate (audit individual replies "
+                                "with LeakageAudit)")
+        try:
+            aggregate = named_state(first, self.template)
+        except ValueError as err:
+            raise NotAttackable(f"the aggregate: {err}") from None
+        problem = mismatch(self._theta, aggregate)
+        if problem:
+            raise NotAttackable(f"the aggregate is malformed: {problem}")
+        counts = {proxy.node_id: fitres.num_examples for proxy, fitres in
+                  sorted(results, key=lambda r: r[0].node_id)}
+        if any(not isinstance(n, int) or n < 1 for n in counts.values()):
+            raise NotAttackable(f"a survivor reports no example count >= 1: {counts}")
+        configs = [self._configs.get(node, {}) for node in counts]
+        if any(c != configs[0] for c in configs):
+            raise NotAttackable("the survivors were sent different train configs: their "
+                                "aggregate is no single procedure's update")
+        try:
+            procedure = procedure_from_config(configs[0])
+        except ProtocolError as err:
+            raise NotAttackable(f"the train config's procedure: {err}") from None
+        protocol = procedure.protocol
+        steps = {node: protocol.local_steps(n) for node, n in counts.items()}
+        if any(s != 1 for s in steps.values()):
+            raise NotAttackable(
+                f"the nodes took {sorted(set(steps.values()))} local steps: their aggregate is "
+                "the mean of K separate multi-step trajectories, which is not one client's "
+                "update on the pooled batch, and fedleak does not replay K trajectories at "
+                "once; audit SecAgg+ rounds of one local step (FedSGD, or FedAvg with one "
+                "epoch over one batch)")
+        warnings = procedure.replay_warnings() + self._survivor_warnings(results, counts)
+        params, buffers = split_state(self.model, self._theta)
+        total = sum(counts.values())
+        pooled = protocol if protocol.kind == FEDSGD else protocol.with_changes({"batch_size": 0})
+        view = f"secagg+ aggregate of {len(counts)} node{'s' if len(counts) != 1 else ''}"
+        metadata = {"server_view": view, "secagg_survivors": ",".join(map(str, counts)),
+                    "images_per_node": ",".join(map(str, counts.values()))}
+        dropped = sorted(set(self._configs) - set(counts))
+        if dropped:
+            metadata["secagg_dropped"] = ",".join(map(str, dropped))
+            warnings.append(f"{len(dropped)} sampled node(s) did not survive SecAgg+ "
+                            f"({metadata['secagg_dropped']}): their images are not in the "
+                            "aggregate")
+        for metric, key in PRIVACY_METRICS.items():  # the worst node's accounting
+            values = [float(r.metrics[metric]) for _, r in results if metric in r.metrics]
+            if values:
+                metadata[key] = str(max(values))
+        update = update_of(self._theta, aggregate, list(params), protocol)
+        received = ReceivedUpdate(round_id=f"{server_round}/aggregate", names=list(params),
+                                  update=update, update_kind=protocol.update_kind(),
+                                  protocol=pooled, num_images=total, local_steps=1,
+                                  metadata=metadata, user_ids=list(counts))
+        for warning in warnings:
+            self.log(f"warning: round {server_round}, {view}: {warning}")
+        return received, params, buffers, warnings, counts
+
+    def _survivor_warnings(self, results: list[tuple[ClientProxy, FitRes]],
+                           counts: dict[int, int]) -> list[str]:
+        """What makes the pooled replay inexact: nodes with their own loop, BatchNorm in train
+        mode over several nodes, parameters near SecAgg+'s clipping range."""
+        out = []
+        own = sorted(p.node_id for p, r in results if r.metrics.get(REPLAYABLE_METRIC) != 1)
+        if own:
+            out.append(f"nodes {own} trained with their own loop (no fedleak-replayable "
+                       "metric): fedleak cannot check that they followed the configured "
+                       "procedure; if they did not, the replay is wrong")
+        batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                        for m in self.model.modules())
+        procedure = procedure_from_config(self._configs.get(next(iter(counts)), {}))
+        if batchnorm and procedure.protocol.batchnorm == "train" and len(counts) > 1:
+            out.append("BatchNorm in train mode: each node normalised its batch with its own "
+                       "statistics, the pooled replay with the pooled batch's: the replay is "
+                       "inexact (batchnorm = eval, or a model without BatchNorm, makes it exact)")
+        if self.secagg is not None:
+            largest = max(float(t.abs().max()) for t in self._theta.values()
+                          if t.numel() and t.is_floating_point())
+            reach = self.secagg.clipping_range * self.secagg.max_weight / max(counts.values())
+            if largest > reach / 2:
+                out.append(f"the model's state (parameters or BatchNorm statistics) reaches "
+                           f"{largest:.3g}, over half of the {reach:.3g} beyond which SecAgg+ "
+                           "clips a node's weighted state: the aggregate may be clipped "
+                           "(raise the clipping range)")
+        return out
+
+    def _weights(self, counts: dict[int, int]) -> dict[str, Any]:
+        """SecAgg+'s weights and quantisation bound for these survivors (when known)."""
+        if self.secagg is None:
+            return {"weights": "n_k / N (SecAgg+'s settings not given to the audit)"}
+        examples = list(counts.values())
+        weights = self.secagg.weights(examples)
+        return {"weights": [w / sum(weights) for w in weights],
+                "quantization_error_bound": self.secagg.error_bound(examples)}
+
+    def _pooled_score(self, server_round: int, counts: dict[int, int],
+                      images: torch.Tensor | None, labels: list[int], padding: list[int],
+                      details: dict[str, Any]) -> ScoreAnswer:
+        """Every survivor scores the reconstruction of all N images against its own batch
+        (finding its n_k images among them); their per-image scores pooled into one answer.
+
+        Each node matches its images one-to-one within the reconstruction; two nodes may
+        claim the same reconstructed image. When none is claimed twice, the pooled matching
+        is one-to-one over all N images and so the optimal one; otherwise the pooled score
+        is an upper bound, and ``details['matching']`` says how many were claimed twice."""
+        pooled = pb.ScoreResponse()
+        truths: list[torch.Tensor] = []
+        refused, accuracy = [], []
+        for node, entry in zip(counts, details["nodes"], strict=True):
+            score, truth, unscored = self._node_score(server_round, node, images, labels,
+                                                      aggregate=True, padding=padding)
+            if score is None or not score.images:
+                entry["unscored"] = unscored or "the node returned no image scores"
+                refused.append(node)
+                continue
+            entry["mean_psnr"], entry["mean_ssim"] = score.mean_psnr, score.mean_ssim
+            offset = len(pooled.images)
+            for s in score.images:
+                pooled.images.add(index=offset + s.index, matched_index=s.matched_index,
+                                  psnr=s.psnr, ssim=s.ssim, mse=s.mse, padding=s.padding,
+                                  exact=s.exact, exact_index=s.exact_index)
+            pooled.exact += score.exact  # each node's own matching: an upper bound if two
+            pooled.exact_psnr = score.exact_psnr  # nodes claimed one image (see above)
+            pooled.successes += score.successes  # the same
+            pooled.success_psnr = score.success_psnr
+            if score.best_scored:
+                pooled.best_psnr = max(pooled.best_psnr, score.best_psnr) \
+                    if pooled.best_scored else score.best_psnr
+                pooled.best_scored = True
+            if score.labels_scored:
+                accuracy.append((score.label_accuracy, len(score.images)))
+            truths.append(truth if truth is not None else torch.empty(0))
+        if not pooled.images:
+            return None, None, "no survivor scored the reconstruction: " + "; ".join(
+                f"node {e['node']}: {e['unscored']}" for e in details["nodes"])
+        n = len(pooled.images)
+        pooled.mean_psnr = sum(s.psnr for s in pooled.images) / n
+        pooled.mean_ssim = sum(s.ssim for s in pooled.images) / n
+        pooled.mean_mse = sum(s.mse for s in pooled.images) / n
+        if accuracy:
+            pooled.labels_scored = True
+            pooled.label_accuracy = sum(a * k for a, k in accuracy) / sum(k for _, k in accuracy)
+        shared = sum(1 for c in Counter(s.matched_index for s in pooled.images).values() if c > 1)
+        details["matching"] = (
+            "per node, one-to-one within each node; no reconstructed image claimed by two "
+            "nodes, so one-to-one over all images" if not shared else
+            f"per node, one-to-one within each node; {shared} reconstructed image(s) claimed "
+            "by two or more nodes, so the pooled score is an upper bound")
+        if refused:
+            details["matching"] += f"; nodes {refused} did not score (their images are left out)"
+        revealed = all(t.numel() for t in truths) and not refused
+        return pooled, torch.cat(truths) if revealed else None, None

@@ -1,0 +1,1 @@
+"""Text federations on Flower: the strategy wrapper and the nodes."""

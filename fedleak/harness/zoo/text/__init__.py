@@ -1,0 +1,3 @@
+"""Text for federations: the bundled corpus and tokenizer, a user's own text, transformers built
+from configs, secret-sharer canaries.
+"""
