@@ -70,7 +70,7 @@ autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
 napoleon_google_docstring = True
-napoleon_numpy_docstring = False
+napoleon_numpy_docstring = True
 # Names the docstrings mention without a role (``Observation``) stay literal text.
 default_role = "literal"
 # A type in a signature that names an attribute two classes share (``rows``) links to the first;

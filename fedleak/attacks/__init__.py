@@ -12,7 +12,7 @@ Importing this package registers the built-in attacks.
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.exact import analytic, spear  # noqa: F401  (registers the attacks)
 from fedleak.attacks.exact.cocktail_party import attack as cocktail_party  # noqa: F401
-from fedleak.attacks.kkt import attack as kkt  # noqa: F401
+from fedleak.attacks.kkt import attack as kkt_attack  # noqa: F401  (not `kkt`: that name is the subpackage)
 from fedleak.attacks.malicious import fishing, imprint, trap_weights  # noqa: F401
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisation.fedavg import shuffled, unrolled  # noqa: F401

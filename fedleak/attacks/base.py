@@ -39,9 +39,12 @@ Target = TypeVar("Target", Observation, ReleasedModel, TextObservation)
 
 @dataclass(frozen=True)
 class UpdateSetting:
-    """What a sweep knows of a point before attacking it: the update's kind (``gradient`` or
-    ``delta``), the user's local steps, the images mixed in one update (a secure-aggregation
-    sum: every user's) and the names of the defenses in the chain."""
+    """What a sweep knows of a point before attacking it.
+
+    The update's kind (``gradient`` or ``delta``), the user's local steps, the images mixed in
+    one update (a secure-aggregation sum: every user's) and the names of the defenses in the
+    chain.
+    """
 
     update_kind: str
     local_steps: int
@@ -50,6 +53,8 @@ class UpdateSetting:
 
 
 class HasParameters(Protocol):
+    """Anything that carries its model's ``parameters`` (the device check reads them)."""
+
     parameters: list[torch.Tensor]
 
 
@@ -72,15 +77,19 @@ class Attack(ABC, Generic[Target]):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
-        """Why this attack cannot succeed at ``setting`` (a portfolio then leaves it out of
-        that point), or None. Default: it may."""
+        """Return why this attack cannot succeed at ``setting``, or None.
+
+        A portfolio then leaves it out of that point. Default: None (it may).
+        """
         return None
 
     def budget(self) -> int | None:
-        """At most how many objective evaluations the attack spends per target: the common
-        currency of a sweep's portfolio (``iterations`` here; the optimisation attacks count
-        restarts and L-BFGS's inner evaluations), or None for an attack without one (analytic
-        and malicious-server attacks)."""
+        """Return at most how many objective evaluations the attack spends per target.
+
+        The common currency of a sweep's portfolio (``iterations`` here; the optimisation
+        attacks count restarts and L-BFGS's inner evaluations), or None for an attack without
+        one (analytic and malicious-server attacks).
+        """
         iterations = getattr(self.config, "iterations", None)
         return iterations if isinstance(iterations, int) else None
 
@@ -114,8 +123,9 @@ class Attack(ABC, Generic[Target]):
         seeds: Sequence[int] | None = None,
         progress: Progress | None = None,
     ) -> list[Reconstruction]:
-        """Independent attacks on several targets (rounds, private images, sweep points):
-        target i gets what ``reconstruct(targets[i], seed=seeds[i])`` gives, up to float
+        """Attack several targets independently (rounds, private images, sweep points).
+
+        Target i gets what ``reconstruct(targets[i], seed=seeds[i])`` gives, up to float
         rounding; ``seeds`` defaults to ``seed, seed + 1, …``.
 
         The same checks as :meth:`reconstruct` for every target; an attack that can pack the
@@ -135,8 +145,10 @@ class Attack(ABC, Generic[Target]):
             return self.recover_many(targets, device=dev, seeds=seeds, progress=progress)
 
     def _check_target(self, target: Any, device: torch.device) -> None:
-        """The target is what this attack's threat model gives the server, and lives on
-        ``device`` (an Observation's model)."""
+        """Check that the target is what this attack's threat model gives the server.
+
+        And that it lives on ``device`` (an Observation's model).
+        """
         expected = THREAT_MODELS[self.threat_model]
         if not isinstance(target, expected):
             raise TypeError(f"attack {self.name!r} (threat model {self.threat_model!r}) takes a "
@@ -152,7 +164,10 @@ class Attack(ABC, Generic[Target]):
         seeds: Sequence[int],
         progress: Progress | None,
     ) -> list[Reconstruction]:
-        """One after the other, target i seeded as :meth:`reconstruct` seeds ``seeds[i]``."""
+        """Recover the targets one after the other, target i seeded with ``seeds[i]``.
+
+        Seeded as :meth:`reconstruct` seeds it.
+        """
         results = []
         for target, seed in zip(targets, seeds, strict=True):
             torch.manual_seed(seed)
@@ -168,11 +183,11 @@ class Attack(ABC, Generic[Target]):
         seed: int,
         progress: Progress | None,
     ) -> Reconstruction:
-        """The attack's algorithm: images (normalised space) and labels from ``target``."""
+        """Run the attack's algorithm: images (normalised space) and labels from ``target``."""
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
-    """``device`` as a ``torch.device`` with an index for CUDA; CUDA must be available."""
+    """Return ``device`` as a ``torch.device`` with an index for CUDA; CUDA must be available."""
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' was asked for but CUDA is not available")

@@ -35,8 +35,9 @@ ADAM_EPS = 1e-8
 
 
 def scheduled_rate(schedule: torch.Tensor, t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``schedule[t − 1]`` read on the device, shaped to scale ``like``; past its end the
-    schedule's last entry holds (a one-entry schedule is a constant rate).
+    """Return ``schedule[t − 1]`` read on the device, shaped to scale ``like``.
+
+    Past its end the schedule's last entry holds (a one-entry schedule is a constant rate).
 
     A schedule ``[T]`` gives one rate (0-dim); a schedule ``[T, K]`` gives one rate per leading
     slice of ``like`` (K packed runs), shaped ``[K, 1, …, 1]``.
@@ -106,7 +107,7 @@ class DeviceSGD:
 
 
 def constant_schedule(lr: float) -> torch.Tensor:
-    """The schedule of a constant rate ``lr`` (one float64 entry, on the CPU)."""
+    """Return the schedule of a constant rate ``lr`` (one float64 entry, on the CPU)."""
     return torch.tensor([float(lr)], dtype=torch.float64)
 
 
@@ -176,7 +177,7 @@ def run_iterations(
 def captured_function(
     function: Callable[[], None], device: torch.device, *, warmup: int = 3
 ) -> tuple[Callable[[], None], str | None]:
-    """``function`` recorded once as a CUDA graph; returns (a replay of it, notice).
+    """Record ``function`` once as a CUDA graph; return (a replay of it, notice).
 
     For an evaluation whose inputs and outputs live in static buffers and that has no side
     effect besides writing those outputs (DLG's objective and gradient at the current images),

@@ -73,8 +73,15 @@ def last_layer_gradients(
 
 
 def last_layer_indices(observation: Observation) -> tuple[int, int | None]:
-    """Where the last linear layer's weight and bias (None: none) sit in the update (see
-    :func:`last_layer_gradients`)."""
+    """Return where the last linear layer's weight and bias sit in the update.
+
+    The bias index is None when the layer has none (see :func:`last_layer_gradients`).
+
+    Raises
+    ------
+    LabelRecoveryError
+        When no 2-D parameter has one row per class.
+    """
     update = observation.update
     k = observation.num_classes
     for index in range(len(update) - 1, -1, -1):
@@ -112,14 +119,18 @@ def class_scores(observation: Observation) -> torch.Tensor:
 
 
 def idlg_label(observation: Observation) -> int:
-    """The label of a single image (iDLG): argmin of the last layer's bias or row-sum gradient."""
+    """Return the label of a single image (iDLG): argmin of the last layer's bias gradient.
+
+    The row sums of the weight gradient stand in for a layer without a bias
+    (:func:`class_scores`).
+    """
     return int(torch.argmin(class_scores(observation)).item())
 
 
 def count_labels(
     scores: torch.Tensor, n: int, expected: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """n labels from per-class scores ``g_c ≈ s_c − k_c/n`` (see the module docstring).
+    """Count n labels from per-class scores ``g_c ≈ s_c − k_c/n`` (see the module docstring).
 
     ``expected`` is the model's mean prediction ``s_c`` per class when the caller measured it
     (dummy data); without it every ``s_c`` is taken as the mean ``s̄`` of the positive scores.
@@ -147,9 +158,12 @@ def count_labels(
 
 
 def update_scale(observation: Observation) -> float:
-    """``1`` for a gradient; ``τ Σ_s w_s`` for a FedAvg delta (its first-order size: τ · steps
-    for plain SGD; momentum weighs early steps more, :meth:`OrderedReplay.step_weights
-    <fedleak.attacks.replay_contract.OrderedReplay.step_weights>`, when the replay says)."""
+    """Return the update's first-order size: ``1`` for a gradient, ``τ Σ_s w_s`` for a delta.
+
+    For a FedAvg delta that is τ · steps for plain SGD; momentum weighs early steps more
+    (:meth:`OrderedReplay.step_weights
+    <fedleak.attacks.replay_contract.OrderedReplay.step_weights>`, when the replay says).
+    """
     if observation.update_kind != "delta":
         return 1.0
     rate = float(observation.learning_rate or 1.0)
@@ -160,7 +174,7 @@ def update_scale(observation: Observation) -> float:
 
 
 def dummy_probabilities(observation: Observation, seed: int = 0) -> torch.Tensor | None:
-    """The model's mean softmax ``p̃`` [K] on n U(0, 1) dummy images, from the replayed update.
+    """Measure the model's mean softmax ``p̃`` [K] on n U(0, 1) dummy images, by a replay.
 
     All dummy images are labelled 0, so ``p̃ = g̃ + e_0`` with ``g̃`` the replayed last-layer
     bias gradient. None when the last layer has no bias.
@@ -183,7 +197,7 @@ def dummy_probabilities(observation: Observation, seed: int = 0) -> torch.Tensor
 
 
 def recover_labels(observation: Observation, method: str = "dummy") -> torch.Tensor:
-    """The n labels an attack should use, int64 ``[n]`` on the update's device.
+    """Return the n labels an attack should use, int64 ``[n]`` on the update's device.
 
     ``observation.labels`` when the threat model supplies them; iDLG for one image; the counting
     estimate of :func:`count_labels` for several, with the expected probabilities measured on

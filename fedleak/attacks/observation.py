@@ -60,14 +60,21 @@ class Observation:
         return (0 - mean) / std, (1 - mean) / std
 
     def gradient_direction(self) -> list[torch.Tensor]:
-        """The update oriented like a loss gradient (a FedAvg delta is negated)."""
+        """Return the update oriented like a loss gradient (a FedAvg delta is negated)."""
         if self.update_kind == "delta":
             return [-u for u in self.update]
         return list(self.update)
 
     def index_of(self, name: str) -> int:
-        """Where the parameter ``name`` sits in ``parameter_names``, ``parameters`` and
-        ``update``; KeyError when the model has no parameter of that name."""
+        """Return the index of the parameter ``name``.
+
+        The same in ``parameter_names``, ``parameters`` and ``update``.
+
+        Raises
+        ------
+        KeyError
+            When the model has no parameter of that name.
+        """
         try:
             return self.parameter_names.index(name)
         except ValueError:
@@ -75,17 +82,19 @@ class Observation:
                            f"{', '.join(self.parameter_names) or 'no names'})") from None
 
     def parameter(self, name: str) -> torch.Tensor:
-        """The global parameter named ``name`` (θ as the server sent it)."""
+        """Return the global parameter named ``name`` (θ as the server sent it)."""
         return self.parameters[self.index_of(name)]
 
     def gradient(self, name: str) -> torch.Tensor:
-        """The update of the parameter named ``name``, oriented like a loss gradient (entry
-        ``index_of(name)`` of :meth:`gradient_direction`)."""
+        """Return the update of the parameter ``name``, oriented like a loss gradient.
+
+        Entry ``index_of(name)`` of :meth:`gradient_direction`.
+        """
         update = self.update[self.index_of(name)]
         return -update if self.update_kind == "delta" else update
 
     def named_parameters(self) -> dict[str, torch.Tensor]:
-        """The global parameters by name, in model order."""
+        """Return the global parameters by name, in model order."""
         return dict(zip(self.parameter_names, self.parameters, strict=True))
 
 

@@ -60,6 +60,17 @@ class PriorAwareAttack:
     """Choose the candidate whose simulated update is nearest the observed one."""
 
     def guess(self, observation: InformedObservation) -> PriorAwareGuess:
+        """Guess ``ĵ = argmin_j ‖o − u_j‖²`` over the candidates (module docstring).
+
+        ``u_j`` is the noise-free replay on the known records plus candidate j (Hayes et al.
+        2023, §4).
+
+        Raises
+        ------
+        ValueError
+            With no candidate, a label count that does not match, or a replay whose size
+            differs from the observed update's.
+        """
         o = observation
         if o.candidates.shape[0] < 1:
             raise ValueError("the informed adversary needs at least one candidate")

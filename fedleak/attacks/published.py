@@ -20,31 +20,42 @@ DECLARED_PREFIX = "declared."
 
 @dataclass(frozen=True)
 class PublishedDefense:
-    """One published defense: its registered name, public parameters (strings, with dashes,
-    as ``DefenseSpec.params`` carries them) and stage (per-example, update, transport)."""
+    """One published defense: its registered name, public parameters and stage.
+
+    The parameters are strings, with dashes, as ``DefenseSpec.params`` carries them; the stage
+    is per-example, update or transport.
+    """
 
     name: str
     params: Mapping[str, str] = field(default_factory=dict)
     stage: str = "update"
 
     def spec(self) -> str:
-        """``name:key=value,...`` (keys sorted), the form ``--defense`` takes and runs record;
-        the declared mechanism (``declared.*`` entries) is left out: it is derived, not set."""
+        """Return ``name:key=value,...`` (keys sorted), the form ``--defense`` takes.
+
+        Runs record that form too. The declared mechanism (``declared.*`` entries) is left
+        out: it is derived, not set.
+        """
         options = self.options()
         return self.name + (":" + ",".join(f"{k}={v}" for k, v in sorted(options.items()))
                             if options else "")
 
     def options(self) -> dict[str, str]:
-        """The published parameters that configure the defense (without ``declared.*``)."""
+        """Return the published parameters that configure the defense (without ``declared.*``)."""
         return {k: v for k, v in self.params.items() if not k.startswith(DECLARED_PREFIX)}
 
     def declared(self) -> dict[str, str]:
-        """The declared mechanism's entries (``declared.*``), as published."""
+        """Return the declared mechanism's entries (``declared.*``), as published."""
         return {k: v for k, v in self.params.items() if k.startswith(DECLARED_PREFIX)}
 
     def number(self, key: str, default: float) -> float:
-        """Parameter ``key`` as a float (``default`` when not published); a published value
-        that is not a number is refused with the key named."""
+        """Return parameter ``key`` as a float (``default`` when not published).
+
+        Raises
+        ------
+        ValueError
+            Naming the key, when the published value is not a number.
+        """
         raw = self.params.get(key, self.params.get(key.replace("-", "_")))
         if raw is None:
             return default
@@ -57,15 +68,18 @@ class PublishedDefense:
 
 def published(items: Iterable[tuple[str, Mapping[str, str], str]]) -> tuple[PublishedDefense,
                                                                             ...]:
-    """``(name, params, stage)`` triples (``DefenseChain.describe``, ``DefenseSpec``) as values."""
+    """Turn ``(name, params, stage)`` triples into :class:`PublishedDefense` values.
+
+    The triples ``DefenseChain.describe`` and ``DefenseSpec`` give.
+    """
     return tuple(PublishedDefense(name, dict(params), stage) for name, params, stage in items)
 
 
 def find(defenses: Iterable[PublishedDefense], name: str) -> PublishedDefense | None:
-    """The first published defense called ``name``, or None."""
+    """Return the first published defense called ``name``, or None."""
     return next((d for d in defenses if d.name == name), None)
 
 
 def published_names(defenses: Sequence[PublishedDefense]) -> str:
-    """``prune, quantize`` — the published chain in one phrase (``none`` when empty)."""
+    """Name the published chain in one phrase, ``prune, quantize`` (``none`` when empty)."""
     return ", ".join(d.name for d in defenses) or "none"

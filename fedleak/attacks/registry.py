@@ -1,5 +1,7 @@
-"""Attacks found by name: ``@register_attack`` fills the registry, and the entry-point group
-``fedleak.attacks`` lets a third-party package add its own without touching fedleak.
+"""Attacks found by name.
+
+``@register_attack`` fills the registry, and the entry-point group ``fedleak.attacks`` lets a
+third-party package add its own without touching fedleak.
 
 Each attack class has a ``Config`` dataclass; :func:`create_attack` builds it from string or
 typed options and refuses unknown names or keys with the list of valid ones.
@@ -35,7 +37,7 @@ def attack_names() -> tuple[str, ...]:
 
 
 def attack_class(name: str) -> type[Attack[Any]]:
-    """The class registered as ``name``."""
+    """Return the class registered as ``name``."""
     return ATTACKS.get(name)
 
 

@@ -42,6 +42,7 @@ class ReleasedModel:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Check names and shapes against the model, and the ranges; raise ``ValueError``."""
         if len(self.parameters) != len(self.parameter_names):
             raise ValueError(
                 f"{len(self.parameters)} parameters but {len(self.parameter_names)} names"

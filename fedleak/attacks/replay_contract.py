@@ -30,15 +30,17 @@ PackedUpdateFn = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
 
 @runtime_checkable
 class Relocatable(Protocol):
-    """A replay that can be moved to other global parameters: a malicious server replays the
-    rounds it crafted."""
+    """A replay that can be moved to other global parameters.
+
+    A malicious server replays the rounds it crafted.
+    """
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
-        """The user's update for ``images`` (see :data:`UpdateFn`)."""
+        """Return the user's update for ``images`` (see :data:`UpdateFn`)."""
         ...
 
     def at(self, parameters: Mapping[str, torch.Tensor]) -> Relocatable:
-        """The same replay (model, buffers, protocol) at other global ``parameters``."""
+        """Return the same replay (model, buffers, protocol) at other global ``parameters``."""
         ...
 
 
@@ -57,26 +59,34 @@ class Replay(Relocatable, Protocol):
     vectorisable: bool
 
     def at(self, parameters: Mapping[str, torch.Tensor]) -> Replay:
-        """The same replay at other global ``parameters``."""
+        """Return the same replay at other global ``parameters``."""
         ...
 
     def restarts(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
-        """The update for R candidate batches at once (see :data:`RestartsUpdateFn`)."""
+        """Return the update for R candidate batches at once (see :data:`RestartsUpdateFn`)."""
         ...
 
     def pack(self, others: Sequence[Replay]) -> PackedUpdateFn:
-        """One replay for this user and ``others`` (same architecture and protocol), each at
-        its own parameters (see :data:`PackedUpdateFn`); ValueError when they cannot be
-        packed."""
+        """Return one replay for this user and ``others``, each at its own parameters.
+
+        They share architecture and protocol (see :data:`PackedUpdateFn`).
+
+        Raises
+        ------
+        ValueError
+            When they cannot be packed.
+        """
         ...
 
     def local_steps(self, num_images: int) -> int:
-        """How many local SGD steps the replay takes over ``num_images`` images."""
+        """Return how many local SGD steps the replay takes over ``num_images`` images."""
         ...
 
     def epoch_copies(self) -> int:
-        """How many copies of the n candidate images a faithful replay takes (E when the user's
-        unseen shuffling matters over several epochs, else 1)."""
+        """Return how many copies of the n candidate images a faithful replay takes.
+
+        E when the user's unseen shuffling matters over several epochs, else 1.
+        """
         ...
 
 
@@ -92,23 +102,27 @@ class OrderedReplay(Replay, Protocol):
     """
 
     def visiting(self, order: torch.Tensor) -> OrderedReplay:
-        """This replay with epoch e visiting candidate rows ``order[e]`` ([E, n]), read at
-        every call (changing the tensor in place changes the replay)."""
+        """Return this replay with epoch e visiting candidate rows ``order[e]`` ([E, n]).
+
+        ``order`` is read at every call (changing the tensor in place changes the replay).
+        """
         ...
 
     def epochs(self) -> int:
-        """E, the local epochs."""
+        """Return E, the local epochs."""
         ...
 
     def order_matters(self, num_images: int) -> bool:
-        """Whether the user's unseen order changes its update (it shuffles, and an epoch
-        takes several mini-batches)."""
+        """Tell whether the user's unseen order changes its update.
+
+        It does when the user shuffles and an epoch takes several mini-batches.
+        """
         ...
 
     def epoch_batches(self, num_images: int) -> list[slice]:
-        """One epoch's mini-batches over ``num_images`` visits."""
+        """Return one epoch's mini-batches over ``num_images`` visits."""
         ...
 
     def step_weights(self, num_images: int) -> list[float]:
-        """w_s with Δ ≈ −τ Σ_s w_s g_s (every g_s at the global parameters)."""
+        """Return the step weights w_s with Δ ≈ −τ Σ_s w_s g_s (every g_s at the global θ)."""
         ...

@@ -1,5 +1,6 @@
-"""A safety time limit that never decides a figure: when it cuts an attack, the result says
-``truncated``.
+"""A safety time limit that never decides a figure.
+
+When it cuts an attack, the result says ``truncated``.
 
 An attack's budget — the work it may spend before it gives up (iterations, objective
 evaluations, sampled sets) — decides what it recovers, so it is counted in work: the same
@@ -36,8 +37,13 @@ DEFAULT_SAFETY_SECONDS = 3600.0
 
 
 def check_seconds(seconds: float, option: str = "time-limit") -> float:
-    """``seconds`` when it is a positive finite number of seconds; else a ValueError naming
-    ``option``."""
+    """Return ``seconds`` when it is a positive finite number of seconds.
+
+    Raises
+    ------
+    ValueError
+        Naming ``option``, otherwise.
+    """
     if not (seconds > 0 and math.isfinite(seconds)):
         raise ValueError(f"{option} must be a positive number of seconds (a safety limit; the "
                          f"budget is counted in work), got {seconds}")
@@ -46,8 +52,10 @@ def check_seconds(seconds: float, option: str = "time-limit") -> float:
 
 @dataclass
 class SafetyLimit:
-    """A wall-clock cap started at construction; :attr:`cut` records whether it ever stopped
-    work (``clock`` is replaceable for tests)."""
+    """A wall-clock cap started at construction.
+
+    :attr:`cut` records whether it ever stopped work (``clock`` is replaceable for tests).
+    """
 
     seconds: float
     clock: Callable[[], float] = time.perf_counter
@@ -56,6 +64,7 @@ class SafetyLimit:
     cut: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
+        """Start the clock."""
         self.started = self.clock()
 
     def elapsed(self) -> float:
@@ -73,8 +82,10 @@ class SafetyLimit:
         return self.cut
 
     def reason(self, spent: str) -> str | None:
-        """The ``truncated`` sentence when the limit cut the run (``spent``: the work done
-        against the budget, e.g. ``"1200 of 4000000 sampled sets"``), else None."""
+        """Return the ``truncated`` sentence when the limit cut the run, else None.
+
+        ``spent`` is the work done against the budget, e.g. ``"1200 of 4000000 sampled sets"``.
+        """
         if not self.cut:
             return None
         return (f"the {self.seconds:g} s safety limit stopped the attack after {spent}: not a "

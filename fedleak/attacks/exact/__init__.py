@@ -1,3 +1,5 @@
-"""Exact and closed-form attacks of an honest server: the analytic inversion of a biased linear
-layer, SPEAR, the Cocktail Party Attack, and the ReLU solving they share.
+"""Exact and closed-form attacks of an honest server.
+
+The analytic inversion of a biased linear layer, SPEAR, the Cocktail Party Attack, and the ReLU
+solving they share.
 """

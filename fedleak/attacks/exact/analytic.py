@@ -1,8 +1,8 @@
-"""Analytic inversion of a biased fully-connected layer (Geiping et al. Prop. 3.1 / D.1;
-Qian & Hansen Prop. 2).
+"""Analytic inversion of a biased fully-connected layer.
 
-For a layer ``y = A x + b`` (``A`` of shape [m, d]) inside any network, the chain rule gives,
-for one input x and row i (Prop. D.1, eqs. (4)–(5) of the supplement),
+The closed form of Geiping et al. Prop. 3.1 / D.1 and Qian & Hansen Prop. 2. For a layer
+``y = A x + b`` (``A`` of shape [m, d]) inside any network, the chain rule gives, for one input
+x and row i (Prop. D.1, eqs. (4)–(5) of the supplement),
 
     ∂L/∂b_i = ∂L/∂y_i,      ∂L/∂A_{i,:} = ∂L/∂y_i · xᵀ = ∂L/∂b_i · xᵀ,
 
@@ -84,6 +84,7 @@ class AnalyticConfig:
     )
 
     def __post_init__(self) -> None:
+        """Check the settings; raise ``ValueError`` naming the one out of range."""
         if not (0 < self.threshold <= 1 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold must lie in (0, 1], got {self.threshold}")
         if self.combine not in COMBINE_CHOICES:
@@ -126,7 +127,13 @@ def starts_with_linear(observation: Observation, layer: LinearLayer) -> bool:
 
 
 def choose_layer(observation: Observation, choice: str) -> LinearLayer:
-    """The layer ``choice`` names (see :class:`AnalyticConfig`), or a clear error."""
+    """Return the layer ``choice`` names (see :class:`AnalyticConfig`).
+
+    Raises
+    ------
+    AnalyticInversionError
+        When the update has no biased linear layer, or none of that name.
+    """
     layers = biased_linear_layers(observation)
     if not layers:
         raise AnalyticInversionError(
@@ -153,11 +160,15 @@ def invert_linear_layer(
     threshold: float = 1e-3,
     combine: str = "least-squares",
 ) -> tuple[torch.Tensor, int]:
-    """The layer input ``x`` [d] from ``∇_A L`` [m, d] and ``∇_b L`` [m] (Prop. D.1).
+    """Recover the layer input ``x`` [d] from ``∇_A L`` [m, d] and ``∇_b L`` [m] (Prop. D.1).
 
     Rows with ``|∇_{b_i} L| ≥ threshold · max |∇_b L|`` are combined by least squares or by the
-    coordinate-wise median of ``∇_{A_i} L / ∇_{b_i} L``. Returns ``x`` (float64) and the number
-    of rows used.
+    coordinate-wise median of ``∇_{A_i} L / ∇_{b_i} L``.
+
+    Returns
+    -------
+    tuple of torch.Tensor and int
+        ``x`` (float64) and the number of rows used.
     """
     weight_grad, bias_grad = weight_grad.detach().double(), bias_grad.detach().double()
     largest = bias_grad.abs().max()

@@ -1,6 +1,7 @@
-"""The fully-connected layer an honest batch attack inverts, what it needs of it, and the labels
-of inputs it recovered: what :mod:`~fedleak.attacks.exact.spear` and
-:mod:`~fedleak.attacks.exact.cocktail_party.attack` share.
+"""The fully-connected layer an honest batch attack inverts, and the labels of what it recovered.
+
+What :mod:`~fedleak.attacks.exact.spear` and :mod:`~fedleak.attacks.exact.cocktail_party.attack`
+share: the layer, what they need of it, and the labels of the inputs they recovered.
 
 A layer ``z = W h + b`` whose weight gradient is ``∂L/∂W = Σ_j δ_j h_jᵀ`` (one term per input
 of the batch) mixes its inputs linearly — the observation both attacks start from. Its input
@@ -27,14 +28,24 @@ from fedleak.attacks.observation import Observation
 
 
 class ModelDoesNotFit(ValueError):
-    """The model or the update cannot carry this attack; the message says why and what to use
-    instead."""
+    """The model or the update cannot carry this attack.
+
+    The message says why and what to use instead.
+    """
 
 
 def first_linear_layer(observation: Observation, choice: str, attack: str) -> LinearLayer:
-    """The layer ``choice`` names: ``auto``/``first`` (the first biased linear layer over the
-    flattened image: the model's first trainable layer), ``last`` (the classifier, after a
-    feature extractor), or a module name; refused with the reason when there is none."""
+    """Return the layer ``choice`` names.
+
+    ``auto``/``first`` (the first biased linear layer over the flattened image: the model's
+    first trainable layer), ``last`` (the classifier, after a feature extractor), or a module
+    name.
+
+    Raises
+    ------
+    ModelDoesNotFit
+        With the reason, when there is no such layer.
+    """
     layers = biased_linear_layers(observation)
     first_name = observation.parameter_names[0] if observation.parameter_names else "none"
     first_shape = list(observation.update[0].shape) if observation.update else []
@@ -65,8 +76,10 @@ def first_linear_layer(observation: Observation, choice: str, attack: str) -> Li
 
 def gradient_of(observation: Observation, layer: LinearLayer) -> tuple[torch.Tensor,
                                                                          torch.Tensor]:
-    """The layer's weight and bias gradient (a FedAvg delta turned into a gradient direction),
-    float64 on the CPU."""
+    """Return the layer's weight and bias gradient, float64 on the CPU.
+
+    A FedAvg delta is turned into a gradient direction first.
+    """
     grads = observation.gradient_direction()
     return (grads[layer.weight_index].detach().double().cpu(),
             grads[layer.bias_index].detach().double().cpu())
@@ -74,15 +87,17 @@ def gradient_of(observation: Observation, layer: LinearLayer) -> tuple[torch.Ten
 
 def layer_parameters(observation: Observation, layer: LinearLayer) -> tuple[torch.Tensor,
                                                                               torch.Tensor]:
-    """The layer's weight and bias at the sent θ, float64 on the CPU."""
+    """Return the layer's weight and bias at the sent θ, float64 on the CPU."""
     return (observation.parameters[layer.weight_index].detach().double().cpu(),
             observation.parameters[layer.bias_index].detach().double().cpu())
 
 
 def relu_follows(observation: Observation, layer: LinearLayer) -> bool:
-    """Whether a ReLU (an exact zero gradient at inactive units) follows the layer: replay the
-    user's update on one probe image and look for rows of the weight gradient that are
-    exactly zero. A sigmoid or tanh leaves none; a ReLU about half."""
+    """Tell whether a ReLU (an exact zero gradient at inactive units) follows the layer.
+
+    Replay the user's update on one probe image and look for rows of the weight gradient that
+    are exactly zero (more than 5 % of them). A sigmoid or tanh leaves none; a ReLU about half.
+    """
     device = observation.parameters[0].device
     low, high = observation.image_bounds(device)
     generator = torch.Generator().manual_seed(0)
@@ -97,8 +112,16 @@ def relu_follows(observation: Observation, layer: LinearLayer) -> bool:
 
 
 def check_update(observation: Observation, attack: str) -> list[str]:
-    """Refuse FedAvg deltas over several local steps (the mixture is then no longer one
-    gradient's); warnings for what degrades the attack (published noise, pruning)."""
+    """Refuse FedAvg deltas over several local steps; warn of what degrades the attack.
+
+    Over several local steps the mixture is no longer one gradient's. The warnings returned name
+    what degrades the attack (published noise, pruning, quantisation).
+
+    Raises
+    ------
+    ModelDoesNotFit
+        For a FedAvg delta of more than one local step.
+    """
     if observation.update_kind == "delta" and observation.local_steps > 1:
         raise ModelDoesNotFit(
             f"{attack} reads one gradient's mixture Σ_j δ_j x_jᵀ; this FedAvg update took "
@@ -117,9 +140,13 @@ def check_update(observation: Observation, attack: str) -> list[str]:
 
 def labels_for_inputs(observation: Observation, inputs: torch.Tensor,
                       sweeps: int = 3) -> torch.Tensor:
-    """Labels of recovered images ``inputs`` [n, C, H, W] (normalised space), from the
-    classifier's gradient (module docstring). Falls back to :func:`recover_labels` when the
-    model has no classifier layer with a bias."""
+    """Return the labels of recovered images ``inputs`` [n, C, H, W] (normalised space).
+
+    Read from the classifier's gradient (module docstring): coordinate descent, at most
+    ``sweeps`` sweeps, on ``‖s Σ_j g_c(x_j, y_j) − g_c‖`` with the best scale ``s``. Falls back
+    to :func:`recover_labels` when the model has no classifier layer (a 2-D weight with one row
+    per class) or more than 4096 image × class replays would be needed.
+    """
     n, k = inputs.shape[0], observation.num_classes
     try:
         weight, bias = classifier_names(observation.named_parameters(), k)
@@ -167,8 +194,11 @@ def labels_for_inputs(observation: Observation, inputs: torch.Tensor,
 
 
 def expected_sets(n: int, zero_fraction: float = 0.5) -> float:
-    """About how many random sets of n − 1 rows SPEAR tries before every input's direction is
-    found (coupon collector over inputs found with probability ``f^{n−1}`` each)."""
+    """Return about how many random sets of n − 1 rows SPEAR tries to find every direction.
+
+    A coupon collector over inputs found with probability ``f^{n−1}`` each
+    (``f = zero_fraction``): ``H_n / f^{n−1}`` sets, ``H_n`` the n-th harmonic number.
+    """
     per_input = zero_fraction ** (n - 1)
     harmonic = sum(1.0 / i for i in range(1, n + 1))
     return harmonic / max(per_input, 1e-300) if n > 1 else 1.0

@@ -1,6 +1,7 @@
-"""SPEAR (Dimitrov et al., "SPEAR: Exact Gradient Inversion of Batches in Federated Learning",
-NeurIPS 2024, arXiv 2403.03945): the exact batch from one gradient of a linear layer followed
-by ReLU, for small batches.
+"""SPEAR: the exact batch from one gradient of a linear layer followed by ReLU, for small batches.
+
+Dimitrov et al., "SPEAR: Exact Gradient Inversion of Batches in Federated Learning", NeurIPS
+2024, arXiv 2403.03945.
 
 For the layer ``Z = X Wᵀ + b`` over a batch ``X`` [n, d] (the flattened images, when it is the
 model's first trainable layer),
@@ -92,6 +93,7 @@ class SpearConfig:
         "help": "distinct zero rows beyond n-1 a direction needs (0: max(8, n/4))"})
 
     def __post_init__(self) -> None:
+        """Check the budget and limits; raise ``ValueError`` naming the bad one."""
         if self.samples < 1 or self.batch < 1 or self.margin < 0:
             raise ValueError("samples and batch must be at least 1, margin at least 0")
         check_seconds(self.time_limit)
@@ -110,7 +112,7 @@ NOISE_FLOOR = 1e-6
 
 def unsuited_reason(update_kind: str, local_steps: int, images: int,
                     defenses: tuple[str, ...], samples: int) -> str | None:
-    """Why spear cannot recover this batch (None: it may)."""
+    """Return why spear cannot recover this batch (None: it may)."""
     inexact = [name for name in defenses if name in INEXACT_DEFENSES]
     if inexact:
         return (f"spear needs the exact zeros a ReLU leaves in the gradient; the victim's "
@@ -133,13 +135,16 @@ class Spear(Attack[Observation]):
     config: SpearConfig
 
     def budget(self) -> int | None:
-        """None: SPEAR spends sampled sets (``samples``), not objective evaluations."""
+        """Return None: SPEAR spends sampled sets (``samples``), not objective evaluations."""
         return None
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
-        """Noise, pruning or quantisation (no exact zeros left), several local steps, or more
-        images than sampling reaches (about 2^(n-1) sets)."""
+        """Refuse settings SPEAR cannot recover, with the reason.
+
+        Noise, pruning or quantisation (no exact zeros left), several local steps, or more
+        images than sampling reaches (about 2^(n-1) sets).
+        """
         return unsuited_reason(setting.update_kind, setting.local_steps, setting.images,
                                setting.defenses, cls.Config().samples)
 

@@ -1,2 +1,4 @@
-"""Training-set reconstruction from a released model: the KKT attack of Haim et al. (NeurIPS
-2022)."""
+"""Training-set reconstruction from a released model.
+
+The KKT attack of Haim et al. (NeurIPS 2022).
+"""

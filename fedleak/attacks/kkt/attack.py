@@ -169,7 +169,10 @@ class KKT(Attack[ReleasedModel]):
         self, released: ReleasedModel, settings: RunSettings, generator: torch.Generator,
         labels: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x ~ N(0, σ_x² I) ``[m, *input_shape]``, λ ~ U[0, λ_init] ``[m]``, from ``generator``."""
+        """Draw the start: x ~ N(0, σ_x² I) ``[m, *input_shape]``, λ ~ U[0, λ_init] ``[m]``.
+
+        Both from ``generator``.
+        """
         dev, dtype = labels.device, labels.dtype
         m = labels.shape[0]
         x = torch.randn((m, *released.input_shape), generator=generator, dtype=dtype)
@@ -289,7 +292,7 @@ class KKT(Attack[ReleasedModel]):
         offset: int,
         progress: Progress | None,
     ) -> _RunResult:
-        """The run's result: its final state when that is finite, else its last passing one."""
+        """Return the run's result: its final state when finite, else its last passing one."""
         cfg = self.config
         if not diverged:
             terms = objective(*final)

@@ -1,5 +1,6 @@
-"""The KKT attack's graph-safe loop: the eager loop's maths with its state on the device,
-recorded as a CUDA graph and replayed (:mod:`fedleak.attacks.capture`).
+"""The KKT attack's graph-safe loop, recorded as a CUDA graph and replayed.
+
+The eager loop's maths with its state on the device (:mod:`fedleak.attacks.capture`).
 
 One step of a run (:class:`~fedleak.attacks.kkt.search.RunLoop`) is eq. (8) of
 :mod:`fedleak.attacks.kkt.loss` at (x, λ), its gradient (a double backward), and the
@@ -31,8 +32,10 @@ from fedleak.attacks.kkt.search import SGD_MOMENTUM, RunLoop
 
 def iterate_graph_safe(loop: RunLoop, x: torch.Tensor, lambdas: torch.Tensor
                        ) -> tuple[tuple[torch.Tensor, torch.Tensor], bool, str | None]:
-    """:func:`~fedleak.attacks.kkt.search.iterate_eager`'s maths as a graph-safe step, captured as
-    a CUDA graph on CUDA (module docstring)."""
+    """Run :func:`~fedleak.attacks.kkt.search.iterate_eager`'s maths as a graph-safe step.
+
+    Captured as a CUDA graph on CUDA, eager elsewhere (module docstring).
+    """
     cfg, settings = loop.config, loop.settings
     dev, dtype = x.device, x.dtype
     lambda_lr = loop.lambda_lr

@@ -40,12 +40,14 @@ class SmoothBackwardReLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, alpha: float) -> torch.Tensor:
+        """Return ``max(z, 0)``, saving ``z`` and ``alpha`` for the backward."""
         ctx.save_for_backward(z)
         ctx.alpha = alpha
         return z.clamp_min(0)
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """Return ``grad_output · σ(α z)``, the softplus derivative in place of the step."""
         (z,) = ctx.saved_tensors
         return grad_output * torch.sigmoid(ctx.alpha * z), None
 
@@ -58,15 +60,17 @@ class SmoothReLU(nn.Module):
         self.alpha = float(alpha)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Apply ReLU, with the smooth backward of :class:`SmoothBackwardReLU`."""
         out: torch.Tensor = SmoothBackwardReLU.apply(z, self.alpha)  # type: ignore[no-untyped-call]
         return out
 
     def extra_repr(self) -> str:
+        """Return ``alpha=…`` for the module's repr."""
         return f"alpha={self.alpha}"
 
 
 def with_smooth_relu(model: nn.Module, alpha: float) -> tuple[nn.Module, int]:
-    """A deep copy of ``model`` with every ``nn.ReLU`` replaced by ``SmoothReLU(alpha)``.
+    """Copy ``model`` deeply with every ``nn.ReLU`` replaced by ``SmoothReLU(alpha)``.
 
     Returns the copy and how many modules were swapped. ReLUs called functionally
     (``torch.relu`` inside ``forward``) cannot be swapped and keep the step derivative.

@@ -61,14 +61,17 @@ class DetachedSmoothReLU(nn.Module):
         self.sharpness = sharpness
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Return ``relu(z)`` in value, with the derivative of ``softplus(α z) / α``: σ(α z)."""
         alpha = self.sharpness.alpha
         soft = torch.logaddexp(alpha * z, torch.zeros_like(z)) / alpha
         return z.clamp_min(0).detach() + (soft - soft.detach())
 
 
 def replace_relus(model: nn.Module, make: Callable[[], nn.Module]) -> tuple[nn.Module, int]:
-    """A deep copy of ``model`` with every ``nn.ReLU`` module replaced by ``make()``; returns
-    the copy and how many were replaced (ReLUs called functionally cannot be)."""
+    """Copy ``model`` deeply with every ``nn.ReLU`` module replaced by ``make()``.
+
+    Returns the copy and how many were replaced (ReLUs called functionally cannot be).
+    """
     twin = copy.deepcopy(model)
     replaced = 0
     for parent in list(twin.modules()):
@@ -80,7 +83,10 @@ def replace_relus(model: nn.Module, make: Callable[[], nn.Module]) -> tuple[nn.M
 
 
 def with_detached_smooth_relu(model: nn.Module) -> tuple[nn.Module, Sharpness]:
-    """A deep copy of ``model`` whose ``nn.ReLU`` modules read one shared α (set per run)."""
+    """Copy ``model`` deeply so that its ``nn.ReLU`` modules read one shared α (set per run).
+
+    Returns the copy and the :class:`Sharpness` that holds α.
+    """
     sharpness = Sharpness()
     twin, _ = replace_relus(model, lambda: DetachedSmoothReLU(sharpness))
     return twin, sharpness
@@ -100,8 +106,10 @@ class PackedRuns:
 
 @dataclass
 class PackedOutcome:
-    """Per run: the last state that passed a finiteness test, the final state, and whether a
-    test failed (the run stopped there)."""
+    """Per run: the last state that passed a finiteness test, the final state, and a failure.
+
+    ``diverged`` says whether a test failed (the run stopped there).
+    """
 
     last: tuple[torch.Tensor, torch.Tensor]  # x [K, m, *input_shape], λ [K, m]
     final: tuple[torch.Tensor, torch.Tensor]
@@ -170,7 +178,7 @@ def iterate_packed(
     capture: bool,
     report: Callable[[int, float], None] | None = None,
 ) -> PackedOutcome:
-    """``iterations`` steps of K runs side by side; returns each run's last passing state.
+    """Run ``iterations`` steps of K runs side by side; return each run's last passing state.
 
     ``report(done, lowest)`` is called every ``log_every`` steps with the lowest objective
     among the runs still going (one host read of the objectives and flags).

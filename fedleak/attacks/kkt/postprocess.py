@@ -63,6 +63,7 @@ class ProcessedCandidates:
     group: Tensor
 
     def __len__(self) -> int:
+        """Return K, the number of candidates kept."""
         return int(self.images.shape[0])
 
 
@@ -112,7 +113,7 @@ def postprocess_candidates(
 
 
 def remove_duplicates(points: Tensor, lambdas: Tensor, min_distance: float) -> Tensor:
-    """Indices of the points kept by Sec. 4's greedy de-duplication, in decreasing-λ order.
+    """Return the indices of the points kept by Sec. 4's greedy de-duplication, by decreasing λ.
 
     A point is dropped when it lies closer than ``min_distance`` (Euclidean, in input space)
     to a point kept before it.

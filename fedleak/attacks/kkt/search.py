@@ -110,6 +110,7 @@ class KKTConfig:
     )
 
     def __post_init__(self) -> None:
+        """Check the budget, optimiser and ranges; raise ``ValueError`` naming the bad one."""
         for name in ("iterations", "runs", "log_every", "pack"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -157,8 +158,10 @@ def sample_run_settings(config: KKTConfig, seed: int, run: int) -> RunSettings:
 
 @dataclass(frozen=True)
 class RunLoop:
-    """What one run's loop needs: eq. (8) at (x, λ), the run's settings, the search's
-    options, and where the run's iterations fall in the search (progress)."""
+    """What one run's loop needs: eq. (8) at (x, λ), the run's settings and the options.
+
+    Also where the run's iterations fall in the search (``offset``, for progress).
+    """
 
     objective: Callable[[torch.Tensor, torch.Tensor], KKTTerms]
     settings: RunSettings
@@ -179,7 +182,7 @@ class RunLoop:
 
 def iterate_eager(loop: RunLoop, x: torch.Tensor, lambdas: torch.Tensor
             ) -> tuple[tuple[torch.Tensor, torch.Tensor], bool, str | None]:
-    """The eager loop: SGD with momentum (or Adam) on (x, λ) from ``torch.optim``.
+    """Run the eager loop: SGD with momentum (or Adam) on (x, λ) from ``torch.optim``.
 
     Returns the last state that passed a finiteness check, whether a check failed (the loop
     stops there), and no notice.

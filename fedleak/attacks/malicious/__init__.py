@@ -1,3 +1,5 @@
-"""Malicious-server attacks: the server crafts the parameters it sends (trap weights, fishing,
-label flipping) or the architecture the user runs (imprint).
+"""Malicious-server attacks: the server crafts what the user runs.
+
+The parameters it sends (trap weights, fishing, label flipping) or the architecture the user
+runs (imprint).
 """

@@ -1,5 +1,7 @@
-"""Fishing for user data (Wen et al., ICML 2022): single one image out of a large aggregate by
-the values of θ alone, over a few probe rounds, then invert it.
+"""Fishing for user data: one image singled out of a large aggregate by θ alone, then inverted.
+
+Wen et al., ICML 2022: single one image out of a large aggregate by the values of θ alone, over
+a few probe rounds, then invert it.
 
 Let the classifier be ``z = W h + b`` (K classes, h the features at its input) with softmax
 cross-entropy. The server picks a class c, a unit direction v in feature space and a gate
@@ -85,6 +87,7 @@ class FishingConfig:
     lr: float = field(default=0.1, metadata={"help": "signed-Adam step size of the inversion"})
 
     def __post_init__(self) -> None:
+        """Check rank, probes, class and sharpness; raise ``ValueError`` naming the bad one."""
         if self.rank < 1 or self.max_probes < 2 or self.target_class < 0:
             raise ValueError("rank >= 1, max-probes >= 2 and target-class >= 0 are needed")
         if not (math.isfinite(self.sharpness) and self.sharpness > 0):
@@ -104,14 +107,17 @@ class Gate:
     spread: float
 
     def at(self, parameters: dict[str, torch.Tensor], threshold: float) -> dict[str, torch.Tensor]:
-        """``parameters`` with row c set to the gate at ``threshold`` (b_c = −α t)."""
+        """Return a copy of ``parameters`` with row c set to the gate at ``threshold``.
+
+        ``W_c = α v`` and ``b_c = −α t`` (feature fishing, Sec. 3.2 of the paper).
+        """
         crafted = {name: tensor.detach().clone() for name, tensor in parameters.items()}
         crafted[self.weight][self.c] = (self.alpha * self.direction).to(crafted[self.weight])
         crafted[self.bias][self.c] = -self.alpha * threshold
         return crafted
 
     def threshold(self, observation: Observation) -> float:
-        """The threshold t of the θ an observation was received at."""
+        """Return the threshold t of the θ an observation was received at (``t = −b_c / α``)."""
         bias = observation.parameter(self.bias)
         return float(-bias[self.c].detach()) / self.alpha
 
@@ -146,8 +152,10 @@ class Fishing(MaliciousAttack):
             raise AttackRefused(f"fishing needs a classifier layer: {err}") from None
 
     def gate(self, knowledge: ServerKnowledge, seed: int) -> Gate:
-        """The run's construction from public data (deterministic in ``seed``), computed once
-        per knowledge and seed: every probe round of a run asks for the same one."""
+        """Return the run's construction from public data (deterministic in ``seed``).
+
+        Computed once per knowledge and seed: every probe round of a run asks for the same one.
+        """
         key = (id(knowledge), seed)
         cached = self._gates.get(key)
         if cached is not None and cached[0] is knowledge:
@@ -174,7 +182,10 @@ class Fishing(MaliciousAttack):
     def craft(
         self, knowledge: ServerKnowledge, probes: Sequence[Observation], seed: int
     ) -> dict[str, torch.Tensor] | None:
-        """The next threshold: +∞ first, then bisection towards counts ``rank``, ``rank − 1``."""
+        """Craft θ at the next threshold: +∞ first, then bisect towards ``rank``, ``rank − 1``.
+
+        Returns None once both counts were read, or after ``max_probes`` rounds.
+        """
         gate = self.gate(knowledge, seed)
         top = gate.mean + 50 * gate.spread
         if not probes:
@@ -205,8 +216,11 @@ class Fishing(MaliciousAttack):
 
     def readings(self, gate: Gate, probes: Sequence[Observation], per_user: int
                  ) -> list[tuple[float, int | None, float]]:
-        """Per probe: threshold, count of inputs above it (None: not near an integer), and the
-        raw reading, all relative to the first probe (t = +∞)."""
+        """Read each probe: threshold, count of inputs above it, and the raw reading.
+
+        The count is None when the reading is not near an integer; all are relative to the
+        first probe (t = +∞).
+        """
         def bias_gradient(observation: Observation) -> float:
             return float(observation.gradient(gate.bias)[gate.c])
 
@@ -227,8 +241,11 @@ class Fishing(MaliciousAttack):
         seed: int,
         progress: Progress | None,
     ) -> Reconstruction:
-        """Difference of the rounds with ``rank`` and ``rank − 1`` inputs above the gate, then
-        Inverting Gradients on it with the gate forced open and closed."""
+        """Invert the difference of the rounds with ``rank`` and ``rank − 1`` inputs above the gate.
+
+        Inverting Gradients runs on that difference, replayed with the gate forced open and
+        closed (:class:`GateDifference`).
+        """
         cfg = self.config
         rounds = [*observation.probes, observation]
         weight, bias = classifier_names(observation.named_parameters(),
@@ -286,9 +303,11 @@ class Fishing(MaliciousAttack):
 
 
 class GateDifference:
-    """Replay of the observed difference for a candidate input: the update with the gate
-    forced open minus the update with it forced closed (smooth in the input). A plain
-    replay: it offers no restarts, packing or relocation."""
+    """Replay of the observed difference for a candidate input.
+
+    The update with the gate forced open minus the update with it forced closed (smooth in the
+    input). A plain replay: it offers no restarts, packing or relocation.
+    """
 
     def __init__(self, simulate: Relocatable, gate: Gate, theta: dict[str, torch.Tensor],
                  forced: float) -> None:
@@ -296,5 +315,6 @@ class GateDifference:
         self.closed = simulate.at(gate.at(theta, forced))
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
+        """Return the open-gate update minus the closed-gate update for ``images``."""
         return [a - b for a, b in zip(self.opened(images, labels), self.closed(images, labels),
                                       strict=True)]

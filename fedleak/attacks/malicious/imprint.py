@@ -86,6 +86,7 @@ class ImprintConfig:
         "help": "a candidate is consistent when its pixels lie within [0, 1] widened by this"})
 
     def __post_init__(self) -> None:
+        """Check the choices and positive numbers; raise ``ValueError`` naming the bad one."""
         if self.cuts not in CUT_METHODS:
             raise ValueError(f"cuts must be one of {CUT_METHODS}, got {self.cuts!r}")
         if self.measurement not in MEASUREMENTS:
@@ -106,7 +107,7 @@ class Imprint(MaliciousAttack):
     config: ImprintConfig
 
     def check(self, knowledge: ServerKnowledge) -> None:
-        """The user's model must start with an imprint block (``--model imprint:...``)."""
+        """Refuse a model that does not start with an imprint block (``--model imprint:...``)."""
         missing = [n for n in (WEIGHT0, BIAS0, WEIGHT1, BIAS1) if n not in knowledge.parameters]
         if missing:
             raise AttackRefused(
@@ -143,7 +144,10 @@ class Imprint(MaliciousAttack):
         return {name: tensor.to(device) for name, tensor in crafted.items()}
 
     def measurement(self, pixels: int, generator: torch.Generator) -> torch.Tensor:
-        """The unit measurement direction m (float64)."""
+        """Return the unit measurement direction m (float64).
+
+        Brightness (``1/√d`` everywhere) or a random unit vector drawn from ``generator``.
+        """
         if self.config.measurement == "brightness":
             return torch.full((pixels,), 1 / math.sqrt(pixels), dtype=torch.float64)
         m = torch.randn(pixels, generator=generator, dtype=torch.float64)

@@ -1,5 +1,6 @@
-"""The imprint block of "Robbing the Fed" (Fowl et al., ICLR 2022): a server-designed layer pair
-in front of any model.
+"""The imprint block of "Robbing the Fed": a server-designed layer pair in front of any model.
+
+Fowl et al., ICLR 2022.
 
 For an input ``x`` (flattened to ``d`` values) the block computes
 
@@ -50,6 +51,7 @@ class ImprintBlock(nn.Module):
         nn.init.zeros_(self.linear1.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x + reshape(W₁ ReLU(W₀ x + b₀) + b₁)``, the input's shape kept."""
         activations = F.relu(self.linear0(x.flatten(1)))
         imprinted: torch.Tensor = x + self.linear1(activations).view(x.shape)
         return imprinted
@@ -64,5 +66,6 @@ class ImprintedModel(nn.Module):
         self.inner = inner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the inner model's output on the imprinted input."""
         out: torch.Tensor = self.inner(self.imprint(x))
         return out

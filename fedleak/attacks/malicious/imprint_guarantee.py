@@ -40,7 +40,12 @@ class Expected:
 
 
 def expected_single_bins(bins: int, inputs: int) -> Expected:
-    """Expected exact recoveries for ``bins`` cut-offs and ``inputs`` inputs (module docstring)."""
+    """Return the expected exact recoveries for ``bins`` cut-offs and ``inputs`` inputs.
+
+    With k = ``bins`` and N = ``inputs`` (module docstring): ``multinomial`` is
+    ``N · (k/(k+1))^N``, ``paper`` the count of Fowl et al. 2022,
+    ``k · (k−1) · N / ((N+k−1)(N+k−2))``, at most N. Both are 0 when k or N is under 1.
+    """
     k, n = int(bins), int(inputs)
     if k < 1 or n < 1:
         return Expected(0.0, 0.0)
@@ -50,7 +55,7 @@ def expected_single_bins(bins: int, inputs: int) -> Expected:
 
 
 def expected_trapped(rows: int, inputs: int, rate: float) -> float:
-    """Expected inputs with at least two rows active for them alone (Poisson approximation).
+    """Return the expected inputs with two or more rows active for them alone (Poisson).
 
     Row r isolates input i with probability q = p (1 − p)^{N−1}; the count of isolating rows of
     one input is about Poisson(λ = m q), and P(≥ 2) = 1 − e^{−λ}(1 + λ).

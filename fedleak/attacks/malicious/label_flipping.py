@@ -38,7 +38,15 @@ def classifier_names(
 def flip_labels(
     parameters: Mapping[str, torch.Tensor], num_classes: int, a: int, b: int
 ) -> dict[str, torch.Tensor]:
-    """A copy of ``parameters`` with classifier rows ``a`` and ``b`` swapped (weight and bias)."""
+    """Return a copy of ``parameters`` with classifier rows ``a`` and ``b`` swapped.
+
+    Both the weight's rows and the bias's entries are swapped.
+
+    Raises
+    ------
+    ValueError
+        When ``a`` and ``b`` are not two different classes, or there is no classifier layer.
+    """
     if not (0 <= a < num_classes and 0 <= b < num_classes) or a == b:
         raise ValueError(f"flip two different classes in [0, {num_classes}), got {a} and {b}")
     weight, bias = classifier_names(parameters, num_classes)

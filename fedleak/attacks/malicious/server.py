@@ -34,8 +34,10 @@ from fedleak.attacks.observation import Observation
 
 
 class AttackRefused(ValueError):
-    """The victim's set-up cannot carry this malicious attack; the message says why and what to
-    change. Raised before any round is spent."""
+    """The victim's set-up cannot carry this malicious attack.
+
+    The message says why and what to change. Raised before any round is spent.
+    """
 
 
 @dataclass
@@ -81,7 +83,7 @@ class MaliciousAttack(Attack[Observation]):
     def craft(
         self, knowledge: ServerKnowledge, probes: Sequence[Observation], seed: int
     ) -> dict[str, torch.Tensor] | None:
-        """θ to send in the next round (every parameter, by name), or None when done.
+        """Return θ to send in the next round (every parameter, by name), or None when done.
 
         ``probes`` are the rounds already received for this reconstruction, oldest first.
         """
@@ -95,8 +97,11 @@ def layer_inputs(
     layer: str,
     batch: int = 256,
 ) -> torch.Tensor:
-    """The inputs ``[N, d]`` that module ``layer`` receives for ``images``, at ``parameters``
-    (evaluation mode: public statistics, no batch coupling), without a graph."""
+    """Return the inputs ``[N, d]`` that module ``layer`` receives for ``images``.
+
+    At ``parameters``, in evaluation mode (public statistics, no batch coupling), without a
+    graph, in batches of ``batch`` images.
+    """
     from torch.func import functional_call
 
     module = dict(model.named_modules())[layer]

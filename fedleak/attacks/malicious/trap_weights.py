@@ -76,6 +76,7 @@ class TrapWeightsConfig:
         "help": "a lone row's ratio must lie within [0, 1] widened by this"})
 
     def __post_init__(self) -> None:
+        """Check rate, cut method and positive numbers; raise ``ValueError`` naming the bad one."""
         if not (0 <= self.rate < 1):
             raise ValueError(f"rate must lie in [0, 1), got {self.rate}")
         if self.cuts not in CUT_METHODS:
@@ -87,8 +88,13 @@ class TrapWeightsConfig:
 
 
 def trappable_layer(model: nn.Module, pixels: int) -> str:
-    """The module name of the first linear layer when the model can be trapped, else
-    :class:`AttackRefused` naming why (see the module docstring)."""
+    """Return the module name of the first linear layer when the model can be trapped.
+
+    Raises
+    ------
+    AttackRefused
+        Naming why the model cannot be trapped (see the module docstring).
+    """
     parents = {name: module for name, module in model.named_modules()}
     leaves = [(name, module) for name, module in model.named_modules()
               if not list(module.children())]
@@ -207,8 +213,11 @@ class TrapWeights(MaliciousAttack):
         chosen: list[torch.Tensor],
         count: int,
     ) -> list[torch.Tensor]:
-        """Up to ``count`` ratios of single active rows that lie in the image box, fire their
-        own unit and differ from every input already chosen; largest bias gradient first."""
+        """Return up to ``count`` ratios of single active rows, largest bias gradient first.
+
+        A ratio ``∇_{W_i} L / ∇_{b_i} L`` is kept when it lies in the image box, fires its own
+        unit and differs from every input already chosen.
+        """
         cfg = self.config
         active = torch.nonzero(g_b.abs() > cfg.threshold * g_b.abs().max()).flatten()
         active = active[torch.argsort(g_b[active].abs(), descending=True)]

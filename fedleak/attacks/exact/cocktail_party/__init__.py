@@ -1,3 +1,5 @@
-"""The Cocktail Party Attack (Kariyappa et al., ICML 2023): blind source separation of a linear
-layer's aggregated gradient, and feature inversion beyond it.
+"""The Cocktail Party Attack (Kariyappa et al., ICML 2023).
+
+Blind source separation of a linear layer's aggregated gradient, and feature inversion beyond
+it.
 """

@@ -1,6 +1,8 @@
-"""Cocktail Party Attack (Kariyappa et al., "Cocktail Party Attack: Breaking Aggregation-Based
-Privacy in Federated Learning Using Independent Component Analysis", ICML 2023): the inputs of
-a fully-connected layer unmixed from its aggregated gradient by independent component analysis.
+"""Cocktail Party Attack: a fully-connected layer's inputs unmixed from its aggregated gradient.
+
+Kariyappa et al., "Cocktail Party Attack: Breaking Aggregation-Based Privacy in Federated
+Learning Using Independent Component Analysis", ICML 2023: the inputs of a fully-connected layer
+unmixed from its aggregated gradient by independent component analysis.
 
 **The mixture (Sec. 3).** For a layer ``z = W h + b`` (``W`` [m, d]) and a batch — or the
 secure-aggregation sum of several users' batches, which is only a larger batch — of n inputs,
@@ -117,14 +119,17 @@ class CocktailParty(Attack[Observation]):
     config: CocktailPartyConfig
 
     def budget(self) -> int | None:
-        """None: no objective evaluations to count. The work budget is ``rounds`` of
-        certify-and-deflate and ``samples`` sampled sets (FastICA converges by its
-        tolerance; the refinement and feature inversion steps are options)."""
+        """Return None: there are no objective evaluations to count.
+
+        The work budget is ``rounds`` of certify-and-deflate and ``samples`` sampled sets
+        (FastICA converges by its tolerance; the refinement and feature inversion steps are
+        options).
+        """
         return None
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
-        """A FedAvg update of several local steps mixes several gradients."""
+        """Refuse a FedAvg update of several local steps: it mixes several gradients."""
         if setting.update_kind == "delta" and setting.local_steps > 1:
             return (f"cocktail-party unmixes one gradient; this FedAvg update took "
                     f"{setting.local_steps} local steps")
@@ -198,8 +203,11 @@ class CocktailParty(Attack[Observation]):
         return result
 
     def choose(self, observation: Observation) -> LinearLayer:
-        """``auto``: the first FC layer over the image when there is one, else the last
-        biased linear layer (after the feature extractor)."""
+        """Return the layer to unmix, by the ``layer`` option.
+
+        ``auto``: the first FC layer over the image when there is one, else the last biased
+        linear layer (after the feature extractor).
+        """
         choice = self.config.layer
         if choice == "auto":
             layers = biased_linear_layers(observation)
@@ -210,6 +218,12 @@ class CocktailParty(Attack[Observation]):
     def image_result(self, observation: Observation, inputs: np.ndarray, count: int,
                      device: torch.device, extras: dict[str, object],
                      warnings: list[str]) -> Reconstruction:
+        """Return the unmixed images, rescaled, clipped to the image box and labelled.
+
+        Unless solved exactly, an image is min-max rescaled (``scale=minmax``, or an ICA-only
+        image more than ``BLOWN_OUT`` of whose values lie far outside the box); slots beyond
+        ``count`` are zero padding. Labels come from the images when all were unmixed.
+        """
         n, shape = observation.num_images, observation.image_shape
         mean = np.asarray(observation.mean, dtype=np.float64)
         std = np.asarray(observation.std, dtype=np.float64)
@@ -239,7 +253,7 @@ class CocktailParty(Attack[Observation]):
 
     @staticmethod
     def input_box(observation: Observation) -> tuple[np.ndarray, np.ndarray]:
-        """The image box per value of the flattened image, float64 ``([d], [d])``."""
+        """Return the image box per value of the flattened image, float64 ``([d], [d])``."""
         low, high = observation.image_bounds("cpu")
         count = int(np.prod(observation.image_shape[1:]))
         return (np.repeat(low.double().view(-1).numpy(), count),
@@ -247,8 +261,10 @@ class CocktailParty(Attack[Observation]):
 
     @staticmethod
     def outside_box(inputs: np.ndarray, observation: Observation) -> np.ndarray:
-        """Per input, the fraction of its values more than a tenth of the range outside the
-        image box."""
+        """Return, per input, the fraction of its values far outside the image box.
+
+        Far: more than a tenth of the box's range outside it.
+        """
         low, high = (t.double().view(-1, 1).numpy() for t in observation.image_bounds("cpu"))
         c = low.shape[0]
         grid = inputs.reshape(inputs.shape[0], c, -1)
@@ -261,7 +277,7 @@ class CocktailParty(Attack[Observation]):
                        mixtures: np.ndarray, count: int, device: torch.device, seed: int,
                        extras: dict[str, object], warnings: list[str],
                        progress: Progress | None) -> Reconstruction:
-        """Features of the layer, then images by feature inversion (module docstring)."""
+        """Return the layer's features, then images by feature inversion (module docstring)."""
         n = observation.num_images
         features = torch.from_numpy(inputs[:count]).float()
         mixing = mixtures @ np.linalg.pinv(inputs[:count])                # [m, count]

@@ -1,5 +1,6 @@
-"""Feature inversion (Kariyappa et al., "Cocktail Party Attack", ICML 2023, Sec. 4.3): images
-whose input to a linear layer points along recovered features, for models whose first trainable
+"""Feature inversion: images whose input to a linear layer points along recovered features.
+
+Kariyappa et al., "Cocktail Party Attack", ICML 2023, Sec. 4.3, for models whose first trainable
 layer is not fully connected (the attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`).
 """
 
@@ -16,9 +17,11 @@ from fedleak.attacks.optimisation.priors import total_variation
 
 def replayed_input(observation: Observation, layer: LinearLayer, image: torch.Tensor,
                    label: torch.Tensor) -> torch.Tensor:
-    """The layer's input for one image, from its one-image replay: ``∂L/∂W_i / ∂L/∂b_i``
-    combined over the rows by least squares (exact for one input), differentiable in
-    ``image``."""
+    """Return the layer's input for one image, from its one-image replay.
+
+    The ratios ``∂L/∂W_i / ∂L/∂b_i`` combined over the rows by least squares (exact for one
+    input), differentiable in ``image``.
+    """
     update = observation.simulate(image, label)
     weight, bias = update[layer.weight_index], update[layer.bias_index]
     return (bias[:, None] * weight).sum(0) / bias.square().sum().clamp_min(1e-30)
@@ -27,8 +30,13 @@ def replayed_input(observation: Observation, layer: LinearLayer, image: torch.Te
 def invert_features(observation: Observation, layer: LinearLayer, features: torch.Tensor,
                     labels: torch.Tensor, cfg: CocktailPartyConfig, seed: int,
                     progress: Progress | None) -> torch.Tensor:
-    """Images whose layer inputs point along ``features`` (cosine), with TV and optional
-    gradient matching; slots without a feature keep the mean image."""
+    """Find images whose layer inputs point along ``features`` (cosine).
+
+    Adam minimises, over the images ``x_j`` with a feature, in the image box,
+    ``Σ_j (1 − cos(h(x_j), ĥ_j)) / count + fi_tv · TV(x) + fi_gm · (1 − cos(∇θ L(x), g))``
+    (Kariyappa et al. Sec. 4.3, with TV and optional gradient matching against the observed
+    update ``g``); ``h`` is :func:`replayed_input`. Slots without a feature keep the mean image.
+    """
     n, count = observation.num_images, features.shape[0]
     device = features.device
     low, high = observation.image_bounds(device)

@@ -1,6 +1,8 @@
-"""The Cocktail Party Attack's options (:mod:`~fedleak.attacks.exact.cocktail_party.attack`) and
-their checks: which layer, how to unmix, how to resolve sign and scale, the ReLU refinement and the
-feature inversion."""
+"""The Cocktail Party Attack's options and their checks.
+
+The options of :mod:`~fedleak.attacks.exact.cocktail_party.attack`: which layer, how to unmix,
+how to resolve sign and scale, the ReLU refinement and the feature inversion.
+"""
 
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ class CocktailPartyConfig:
         "help": "feature inversion gradient-matching weight (cosine, whole batch)"})
 
     def __post_init__(self) -> None:
+        """Check the choices and numbers; raise ``ValueError`` naming the bad option."""
         for name, value, choices in (("domain", self.domain, DOMAINS),
                                      ("contrast", self.contrast, CONTRASTS),
                                      ("scale", self.scale, SCALES),

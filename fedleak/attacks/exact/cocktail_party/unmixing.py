@@ -1,8 +1,9 @@
-"""Blind source separation of a layer's gradient (Kariyappa et al., "Cocktail Party Attack",
-ICML 2023, Sec. 4; the attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`): whitening and
-FastICA on the mixtures, optionally in the finite-difference domain, the paper's refinement of the
-unmixing, and the sign and scale of every recovered source (from the bias gradient, or the
-paper's min–max rescaling).
+"""Blind source separation of a layer's gradient.
+
+Kariyappa et al., "Cocktail Party Attack", ICML 2023, Sec. 4 (the attack is
+:mod:`~fedleak.attacks.exact.cocktail_party.attack`): whitening and FastICA on the mixtures,
+optionally in the finite-difference domain, the paper's refinement of the unmixing, and the sign
+and scale of every recovered source (from the bias gradient, or the paper's min–max rescaling).
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ class Unmixed:
 
 def transformed(mixtures: np.ndarray, image_shape: tuple[int, int, int] | None,
                 domain: str) -> np.ndarray:
-    """The mixtures FastICA sees: as they are, or their finite differences along rows and
-    columns of every channel (images only)."""
+    """Return the mixtures FastICA sees.
+
+    As they are (``domain=pixels``, or features), or their finite differences along rows and
+    columns of every channel (images only).
+    """
     if domain == "pixels" or image_shape is None:
         return mixtures
     c, h, w = image_shape
@@ -46,8 +50,12 @@ def transformed(mixtures: np.ndarray, image_shape: tuple[int, int, int] | None,
 def unmix(mixtures: np.ndarray, bias: np.ndarray, count: int, cfg: CocktailPartyConfig,
           image_shape: tuple[int, int, int] | None, seed: int,
           progress: Progress | None = None) -> Unmixed:
-    """Whitening + FastICA (+ the paper's refinement) on ``mixtures`` [m, d] → ``count``
-    inputs, sign and scale resolved by ``cfg.scale``."""
+    """Unmix ``mixtures`` [m, d] into ``count`` inputs by whitening and FastICA.
+
+    FastICA (then the paper's refinement, :func:`refine`, when ``cfg.iterations`` > 0) learns
+    the unmixing ``U`` on the transformed mixtures; the sources ``U G`` have their sign and scale
+    resolved by ``cfg.scale`` (:func:`resolve_sign_and_scale`).
+    """
     from sklearn.decomposition import FastICA
 
     samples = transformed(mixtures, image_shape, cfg.domain).T          # [pixels, m]
@@ -66,8 +74,12 @@ def unmix(mixtures: np.ndarray, bias: np.ndarray, count: int, cfg: CocktailParty
 def refine(samples: np.ndarray, ica: Any, cfg: CocktailPartyConfig, mixtures: np.ndarray,
            image_shape: tuple[int, int, int] | None,
            progress: Progress | None) -> np.ndarray:
-    """The paper's optimisation of the unmixing in the whitened space, from FastICA's:
-    − mean_i (mean_t log cosh s_it)² + decorrelation · mean(exp(T ``|Ŵ Ŵᵀ|``) − 1) + tv · TV."""
+    """Refine FastICA's unmixing in the whitened space by the paper's optimisation.
+
+    Adam, from FastICA's unmixing, on the loss (Kariyappa et al. Sec. 4)
+    ``− mean_i (mean_t log cosh s_it)² + decorrelation · mean(exp(T |Ŵ Ŵᵀ|) − 1) + tv · TV``
+    with unit-norm rows ``Ŵ``; returns the unmixing rows ``[k, m]`` for the raw mixtures.
+    """
     whitening = torch.from_numpy(np.asarray(ica.whitening_, dtype=np.float64))      # [k, m]
     mean = torch.from_numpy(np.asarray(ica.mean_, dtype=np.float64))
     components = torch.from_numpy(np.asarray(ica.components_, dtype=np.float64))
@@ -97,8 +109,11 @@ def refine(samples: np.ndarray, ica: Any, cfg: CocktailPartyConfig, mixtures: np
 
 
 def resolve_sign_and_scale(sources: np.ndarray, totals: np.ndarray, scale: str) -> np.ndarray:
-    """``bias``: ``h = u G / (u g)`` (module docstring); ``minmax``: the paper's [0, 1]
-    rescaling in units of the source, left for :func:`minmax_images` to finish."""
+    """Resolve each source's sign and scale.
+
+    ``bias``: ``h = u G / (u g)`` (module docstring); ``minmax``: the sources as they are, left
+    for :func:`minmax_images` to rescale to [0, 1] (the paper's rescaling).
+    """
     if scale == "bias":
         safe = np.where(np.abs(totals) > 1e-300, totals, 1e-300)
         return sources / safe[:, None]
@@ -107,8 +122,10 @@ def resolve_sign_and_scale(sources: np.ndarray, totals: np.ndarray, scale: str) 
 
 def minmax_images(sources: np.ndarray, mean: np.ndarray, std: np.ndarray,
                   image_shape: tuple[int, int, int]) -> np.ndarray:
-    """The paper's rescaling of each source to [0, 1] per image, as normalised images; of the
-    two signs, the one whose mean pixel is nearer the data set's mean (no oracle)."""
+    """Rescale each source to [0, 1] per image (the paper's rescaling), as normalised images.
+
+    Of the two signs, the one whose mean pixel is nearer the data set's mean (no oracle).
+    """
     c = image_shape[0]
     low = sources.min(axis=1, keepdims=True)
     span = np.maximum(sources.max(axis=1, keepdims=True) - low, 1e-300)

@@ -1,3 +1,4 @@
-"""Exact inputs of a linear layer followed by ReLU, from the low rank and the sparsity of its
-gradient (Dimitrov et al. 2024; Kariyappa et al. 2023, extended).
+"""Exact inputs of a linear layer followed by ReLU, from its gradient's low rank and sparsity.
+
+Dimitrov et al. 2024 (SPEAR); Kariyappa et al. 2023, extended.
 """

@@ -1,6 +1,7 @@
-"""Certify-and-deflate through a ReLU (an extension of the Cocktail Party Attack beyond the
-paper; the attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`, whose module docstring
-gives the idea): each ICA estimate points at its input's exact mixing direction when a ReLU follows
+"""Certify-and-deflate through a ReLU, an extension of the Cocktail Party Attack beyond the paper.
+
+The attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`, whose module docstring
+gives the idea: each ICA estimate points at its input's exact mixing direction when a ReLU follows
 the layer (SPEAR's certified zeros, :mod:`~fedleak.attacks.exact.relu.sparsity`); certified columns
 are projected off the mixture and the rest unmixed again, until every input is certified and solved
 exactly, or the work budget is spent.
@@ -92,7 +93,10 @@ class Search:
 
     def from_estimates(self, projected: np.ndarray, estimates: np.ndarray,
                        limit: SafetyLimit) -> int:
-        """One round's searches from ``estimates`` of ``projected`` (module docstring)."""
+        """Search from ``estimates`` of ``projected``, one round (module docstring).
+
+        Returns the number of directions certified.
+        """
         known = self.found.columns()
         starts = self.left_pinv @ (projected @ np.linalg.pinv(estimates))
         added = 0
@@ -114,8 +118,11 @@ class Search:
 
     def from_consolidation(self, mixtures: np.ndarray, consolidated: np.ndarray,
                            limit: SafetyLimit) -> int:
-        """Searches from the whole mixture's columns at the consolidated inputs, for the
-        uncertified ones (rows after the certified)."""
+        """Search from the whole mixture's columns at the consolidated inputs.
+
+        Only for the uncertified inputs (rows after the certified); returns the number of
+        directions certified.
+        """
         known = self.found.columns().shape[1]
         starts = self.left_pinv @ (mixtures @ np.linalg.pinv(consolidated))
         added = 0
@@ -128,7 +135,10 @@ class Search:
 
     def deflated(self, mixtures: np.ndarray, totals: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """``G`` and ``g`` projected off the certified inputs' mixing columns."""
+        """Return ``G`` and ``g`` projected off the certified inputs' mixing columns.
+
+        With ``K`` those columns, the projector is ``I − K K⁺``.
+        """
         known_mixing = self.grad.left @ self.found.columns()
         projector = np.eye(mixtures.shape[0]) - known_mixing @ np.linalg.pinv(known_mixing)
         return projector @ mixtures, projector @ totals
@@ -140,10 +150,12 @@ def relu_refinement(cfg: CocktailPartyConfig, mixtures: np.ndarray, totals: np.n
                     replay: ReplayStarts | None = None, head: np.ndarray | None = None,
                     box: tuple[np.ndarray, np.ndarray] | None = None,
                     limit: SafetyLimit | None = None) -> Refinement:
-    """Certify, deflate, repeat within ``cfg.rounds`` rounds; solve exactly when every input
-    is certified, else jointly (module docstring). ``inputs`` are the first unmixing's
-    estimates; ``replay`` and ``head`` what a replay offers (None: not used); ``box`` the
-    image box per input value (None: features)."""
+    """Certify, deflate, repeat within ``cfg.rounds`` rounds (module docstring).
+
+    Solve exactly when every input is certified, else jointly. ``inputs`` are the first
+    unmixing's estimates; ``replay`` and ``head`` what a replay offers (None: not used); ``box``
+    the image box per input value (None: features).
+    """
     limit = limit or SafetyLimit(cfg.time_limit)
     grad = rs.factorise(mixtures, totals, count, left_power=SEARCH_LEFT_POWER)
     search = Search(grad, np.linalg.pinv(grad.left), forward, rs.default_margin(count), head,
@@ -202,10 +214,13 @@ def relu_refinement(cfg: CocktailPartyConfig, mixtures: np.ndarray, totals: np.n
 
 
 def consolidate(search: Search, projected: np.ndarray, estimates: np.ndarray) -> np.ndarray:
-    """The certified inputs first, then the others: solved jointly from the certified
-    directions and the starts of ``estimates`` (of the rest, unmixed from ``projected``), the
-    certified ones projected onto their certificates' sets (module docstring); the estimates
-    alone beside each certified direction's own solve when the joint solve is singular."""
+    """Return the certified inputs first, then the others, solved jointly.
+
+    Solved from the certified directions and the starts of ``estimates`` (of the rest, unmixed
+    from ``projected``), the certified ones projected onto their certificates' sets (module
+    docstring); the estimates alone beside each certified direction's own solve when the joint
+    solve is singular.
+    """
     grad, known = search.grad, search.found.columns()
     remaining = grad.rank - known.shape[1]
     starts = search.left_pinv @ (projected @ np.linalg.pinv(estimates)) if remaining else \
@@ -222,8 +237,11 @@ def consolidate(search: Search, projected: np.ndarray, estimates: np.ndarray) ->
 
 
 def certified_estimates(search: Search) -> np.ndarray:
-    """Each certified input from its direction alone: ``x = r R`` with ``r`` the row of the
-    pseudo-inverse of the known directions (exact when every input is certified)."""
+    """Return each certified input from its direction alone.
+
+    ``x = r R`` with ``r`` the row of the pseudo-inverse of the known directions, scaled by the
+    least-squares fit of the bias totals (exact when every input is certified).
+    """
     known = search.found.columns()
     rows = np.linalg.pinv(known)
     scales = np.linalg.lstsq(known, search.grad.totals, rcond=None)[0]

@@ -1,5 +1,7 @@
-"""Finding the certified directions of a ReLU layer's factored gradient (Dimitrov et al.,
-"SPEAR", NeurIPS 2024, Sec. 4; the maths in :mod:`~fedleak.attacks.exact.relu.sparsity`).
+"""Searches for the certified directions of a ReLU layer's factored gradient.
+
+Dimitrov et al., "SPEAR", NeurIPS 2024, Sec. 4; the maths in
+:mod:`~fedleak.attacks.exact.relu.sparsity`.
 
 Four ways to a column of Q, each ending in :func:`~fedleak.attacks.exact.relu.sparsity.certify`:
 from rows ranked most-likely-zero (:func:`direction_from_ranked_rows`), near an estimate
@@ -26,9 +28,12 @@ def direction_from_ranked_rows(grad: FactoredGradient, ranked: np.ndarray, margi
                                layer: tuple[np.ndarray, np.ndarray] | None = None,
                                pools: tuple[float, ...] = (1.0, 1.3, 1.8),
                                head: np.ndarray | None = None) -> Direction | None:
-    """A certified direction from rows ranked most-likely-zero first (an input estimate's most
-    negative pre-activations): the null vector of the first n − 1 live rows, then of larger
-    pools (``pools`` × n rows) trimmed of their worst row until one is exactly null."""
+    """Find a certified direction from rows ranked most-likely-zero first.
+
+    The ranking is an input estimate's most negative pre-activations. Take the null vector of
+    the first n − 1 live rows, then of larger pools (``pools`` × n rows) trimmed of their worst
+    row until one is exactly null; None when no pool certifies.
+    """
     n = grad.rank
     ranked = np.asarray([k for k in ranked if grad.live[k]])
     for factor in pools:
@@ -50,12 +55,14 @@ def direction_near(grad: FactoredGradient, start: np.ndarray, margin: int,
                    layer: tuple[np.ndarray, np.ndarray] | None = None,
                    known: np.ndarray | None = None, fraction: float = 0.25,
                    iterations: int = 10, head: np.ndarray | None = None) -> Direction | None:
-    """A certified direction near ``start`` (an estimate of a column of Q, e.g. ``L⁺ a`` for
-    an estimated mixing column ``a``): repeatedly take the ``fraction`` of live rows where
-    ``L q`` is smallest — mostly the input's zeros when ``q`` is close — and move ``q`` to their
-    null vector; then :func:`~fedleak.attacks.exact.relu.sparsity.certify`. With ``known`` columns,
-    ``q`` stays in ``start + span(known)`` (an estimate made after those inputs were projected
-    out)."""
+    """Find a certified direction near ``start``, an estimate of a column of Q.
+
+    ``start`` is e.g. ``L⁺ a`` for an estimated mixing column ``a``. Repeatedly take the
+    ``fraction`` of live rows where ``L q`` is smallest — mostly the input's zeros when ``q`` is
+    close — and move ``q`` to their null vector; then
+    :func:`~fedleak.attacks.exact.relu.sparsity.certify`. With ``known`` columns, ``q`` stays in
+    ``start + span(known)`` (an estimate made after those inputs were projected out).
+    """
     n = grad.rank
     live = np.flatnonzero(grad.live)
     count = min(live.size, max(2 * (n - 1), int(fraction * live.size)))
@@ -80,7 +87,7 @@ def direction_near(grad: FactoredGradient, start: np.ndarray, margin: int,
 def shifted_start(grad: FactoredGradient, start: np.ndarray, estimate: np.ndarray,
                   known: np.ndarray, layer: tuple[np.ndarray, np.ndarray],
                   fraction: float = 0.8) -> np.ndarray:
-    """A start for an input estimated after the ``known`` directions were projected out.
+    """Return a start for an input estimated after the ``known`` directions were projected out.
 
     The projected mixture's column ``start`` is input j's direction less its part along the
     known ones: ``q_j = start + K s`` for some ``s``. ``q_j`` vanishes on j's inactive units,
@@ -110,7 +117,7 @@ class DirectionSet:
     found: list[Direction] = field(default_factory=list)
 
     def add(self, direction: Direction | None) -> bool:
-        """Keep ``direction`` when it is new; whether it was."""
+        """Keep ``direction`` when it is new; return whether it was kept."""
         if direction is None or len(self.found) >= self.rank:
             return False
         if any(abs(float(direction.q @ d.q)) > SAME_DIRECTION for d in self.found):
@@ -119,7 +126,7 @@ class DirectionSet:
         return True
 
     def columns(self) -> np.ndarray:
-        """``[n, k]``: the directions found, as columns."""
+        """Return the directions found as the columns of an ``[n, k]`` array."""
         if not self.found:
             return np.zeros((self.rank, 0))
         return np.stack([d.q for d in self.found], axis=1)
@@ -128,7 +135,7 @@ class DirectionSet:
 def last_direction(grad: FactoredGradient, columns: np.ndarray,
                    layer: tuple[np.ndarray, np.ndarray], margin: int,
                    head: np.ndarray | None = None) -> Direction | None:
-    """The last column of Q once n − 1 are known, by a search along one line.
+    """Find the last column of Q once n − 1 are known, by a search along one line.
 
     The last input's row of Q⁻¹ is orthogonal to the n − 1 known columns, so the input is
     ``x = c · r̂ R`` for the unit ``r̂`` spanning their orthogonal complement and an unknown
@@ -172,10 +179,11 @@ def sample_directions(
     progress: Callable[[int, int], None] | None = None,
     head: np.ndarray | None = None,
 ) -> int:
-    """SPEAR's search: null vectors of random sets of n − 1 live rows, each certified
-    (:func:`~fedleak.attacks.exact.relu.sparsity.certify`), until ``stop_at`` directions are held
-    (default n − 1: the last comes from β), ``samples`` sets were tried or ``seconds`` passed.
-    Returns how many sets were tried.
+    """Search SPEAR's way: null vectors of random sets of n − 1 live rows, each certified.
+
+    Certified by :func:`~fedleak.attacks.exact.relu.sparsity.certify`, until ``stop_at``
+    directions are held (default n − 1: the last comes from β), ``samples`` sets were tried or
+    ``seconds`` passed. Returns how many sets were tried.
 
     A set finds input j's direction when all its rows lie in j's zero set: for zero fraction
     f, with probability about f^{n−1} per input, so the expected number of sets grows like

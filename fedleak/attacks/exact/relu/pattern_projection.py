@@ -1,5 +1,7 @@
-"""Moving a certified input's estimate onto the images its certificate allows (an extension of
-the Cocktail Party Attack's ReLU refinement, :mod:`~fedleak.attacks.exact.relu.deflation`).
+"""Projection of a certified input's estimate onto the images its certificate allows.
+
+An extension of the Cocktail Party Attack's ReLU refinement,
+:mod:`~fedleak.attacks.exact.relu.deflation`.
 
 A certified direction ``q_i`` says more about input i than its estimate shows: its zero set is
 the input's exact ReLU pattern (``W x_i + b ≤ 0`` on it, ``> 0`` on the other live units), and
@@ -33,9 +35,11 @@ PROJECTION_ITERATIONS = 200
 def project_certified(grad: FactoredGradient, known: np.ndarray, estimates: np.ndarray,
                       forward: tuple[np.ndarray, np.ndarray],
                       box: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-    """Each certified input's estimate (row i for column i of ``known``) projected onto its
-    set ``C_i`` (module docstring); ``box`` is the image box per input value ``(low, high)``,
-    each ``[d]`` (None: inputs are features, no box)."""
+    """Project each certified input's estimate onto its set ``C_i`` (module docstring).
+
+    Row i of ``estimates`` belongs to column i of ``known``. ``box`` is the image box per input
+    value ``(low, high)``, each ``[d]`` (None: inputs are features, no box).
+    """
     weight, bias = (np.asarray(t, dtype=np.float64) for t in forward)
     out = estimates.copy()
     for i in range(known.shape[1]):
@@ -53,8 +57,12 @@ def project_certified(grad: FactoredGradient, known: np.ndarray, estimates: np.n
 def nearest_in_set(estimate: np.ndarray, basis: np.ndarray,
                    pattern: tuple[np.ndarray, np.ndarray],
                    box: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
-    """The point ``x = estimate + basis c`` nearest ``estimate`` with ``A x ≤ b`` (``pattern``)
-    and ``low ≤ x ≤ high`` (``box``, when given); ``estimate`` when SLSQP fails."""
+    """Return the point ``x = estimate + basis c`` nearest ``estimate`` in the set.
+
+    The set: ``A x ≤ b`` (``pattern``) and ``low ≤ x ≤ high`` (``box``, when given). SLSQP
+    minimises ``‖c‖²`` (``basis`` has orthonormal columns); ``estimate`` is returned when SLSQP
+    fails.
+    """
     a, b = pattern
     rows, bounds = a @ basis, b - a @ estimate
     if box is not None:

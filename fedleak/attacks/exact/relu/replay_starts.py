@@ -1,7 +1,10 @@
-"""What a one-image replay tells the ReLU refinement of the Cocktail Party Attack (an extension
-beyond the paper; the attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`, the maths of
-directions :mod:`~fedleak.attacks.exact.relu.sparsity`): a start for each estimate's direction, and
-the form every input's output gradient has when the layer's ReLU feeds a narrow linear layer.
+"""What a one-image replay tells the ReLU refinement of the Cocktail Party Attack.
+
+An extension beyond the paper; the attack is
+:mod:`~fedleak.attacks.exact.cocktail_party.attack`, the maths of directions
+:mod:`~fedleak.attacks.exact.relu.sparsity`. A replay gives a start for each estimate's
+direction, and the form every input's output gradient has when the layer's ReLU feeds a narrow
+linear layer.
 
 **Replayed starts.** Input j's direction ``q_j`` is ``L⁺ δ_j``, with ``δ_j = ∂L/∂z`` the layer's
 output gradient for that input alone. For an estimate ``x̂_j`` the user's own update replayed
@@ -47,7 +50,7 @@ MAX_LABELS = 10
 
 
 def probe_image(observation: Observation, seed: int) -> torch.Tensor:
-    """A uniform random image in the box, ``[1, C, H, W]`` (a probe, never a private image)."""
+    """Draw a uniform random image in the box, ``[1, C, H, W]`` (a probe, never private)."""
     device = observation.parameters[0].device
     low, high = observation.image_bounds(device)
     generator = torch.Generator().manual_seed(seed)
@@ -57,8 +60,11 @@ def probe_image(observation: Observation, seed: int) -> torch.Tensor:
 
 def replayed_delta(observation: Observation, layer: LinearLayer, image: torch.Tensor,
                    label: int) -> np.ndarray:
-    """``δ = ∂L/∂z`` of the layer for one image (its bias gradient in a one-image replay;
-    a FedAvg delta of one step is −τ times it, which no direction minds), float64."""
+    """Return ``δ = ∂L/∂z`` of the layer for one image, float64.
+
+    It is the layer's bias gradient in a one-image replay (a FedAvg delta of one step is −τ
+    times it, which no direction minds).
+    """
     labels = torch.tensor([label], dtype=torch.long, device=image.device)
     with torch.enable_grad():
         update = observation.simulate(image, labels)
@@ -67,8 +73,11 @@ def replayed_delta(observation: Observation, layer: LinearLayer, image: torch.Te
 
 
 def next_layer_head(observation: Observation, layer: LinearLayer) -> np.ndarray | None:
-    """The weight [C, m] of the narrow linear layer the ReLU feeds, when a probe replay shows
-    the form ``δ = m ⊙ W₂ᵀ e`` (module docstring); None otherwise."""
+    """Return the weight [C, m] of the narrow linear layer the ReLU feeds, if it has the form.
+
+    The form ``δ = m ⊙ W₂ᵀ e`` (module docstring), checked on two probe replays; None when there
+    is no such layer, it is not narrow, or a probe breaks the form.
+    """
     layers = biased_linear_layers(observation)
     m = observation.update[layer.weight_index].shape[0]
     following = [other for other in layers if other.weight_index > layer.weight_index
@@ -98,8 +107,10 @@ def next_layer_head(observation: Observation, layer: LinearLayer) -> np.ndarray 
 
 @dataclass
 class ReplayStarts:
-    """Starts from one-image replays at the estimates (module docstring), for a layer over
-    the flattened image."""
+    """Starts from one-image replays at the estimates (module docstring).
+
+    For a layer over the flattened image.
+    """
 
     observation: Observation
     layer: LinearLayer
@@ -107,7 +118,10 @@ class ReplayStarts:
 
     @classmethod
     def of(cls, observation: Observation, layer: LinearLayer) -> ReplayStarts:
-        """The labels to try: the counting estimate's, most frequent first."""
+        """Build the starts, with the labels to try.
+
+        The labels are the counting estimate's, most frequent first (at most ``MAX_LABELS``).
+        """
         counts = torch.bincount(recover_labels(observation).cpu(),
                                 minlength=observation.num_classes)
         order = torch.argsort(counts, descending=True, stable=True)
@@ -116,8 +130,10 @@ class ReplayStarts:
 
     def start(self, grad: FactoredGradient, left_pinv: np.ndarray,
               estimate: np.ndarray) -> np.ndarray:
-        """``L⁺ δ(x̂, y)`` (``left_pinv`` = ``L⁺``) for the label whose ``δ`` lies nearest
-        ``col(L)``."""
+        """Return the start ``L⁺ δ(x̂, y)`` (``left_pinv`` = ``L⁺``) for the estimate ``x̂``.
+
+        ``y`` is the label whose ``δ`` lies nearest ``col(L)`` (relative residual).
+        """
         device = self.observation.parameters[0].device
         image = torch.from_numpy(estimate).float().view(1, *self.observation.image_shape)
         image = image.to(device)

@@ -1,7 +1,9 @@
-"""Solving for a ReLU layer's inputs once every direction is certified (Dimitrov et al.,
-"SPEAR", NeurIPS 2024, eq. 3–5; the maths in :mod:`~fedleak.attacks.exact.relu.sparsity`):
-``X = (K diag(s))⁻¹ R`` with the scales from ``K s = β``, and SPEAR's check that every
-recovered input's ReLU pattern agrees with its direction's zero set.
+"""The solve for a ReLU layer's inputs once every direction is certified.
+
+Dimitrov et al., "SPEAR", NeurIPS 2024, eq. 3–5; the maths in
+:mod:`~fedleak.attacks.exact.relu.sparsity`: ``X = (K diag(s))⁻¹ R`` with the scales from
+``K s = β``, and SPEAR's check that every recovered input's ReLU pattern agrees with its
+direction's zero set.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ from fedleak.attacks.exact.relu.sparsity import FactoredGradient, ReluSparsityEr
 
 
 def solve_inputs(grad: FactoredGradient, columns: np.ndarray) -> np.ndarray:
-    """The inputs ``X = Q⁻¹ R`` [n, d] from n columns of Q of any scale (scales from β)."""
+    """Solve for the inputs ``X = Q⁻¹ R`` [n, d] from n columns of Q of any scale.
+
+    The scales ``s`` come from ``K s = β`` (least squares), then ``X = (K diag(s))⁻¹ R``.
+
+    Raises
+    ------
+    ReluSparsityError
+        When ``columns`` is not n × n.
+    """
     if columns.shape != (grad.rank, grad.rank):
         raise ReluSparsityError(f"need {grad.rank} directions, got {columns.shape[1]}")
     scales = np.linalg.lstsq(columns, grad.totals, rcond=None)[0]
@@ -23,10 +33,13 @@ def solve_inputs(grad: FactoredGradient, columns: np.ndarray) -> np.ndarray:
 def solve_checked(grad: FactoredGradient, found: DirectionSet,
                   layer: tuple[np.ndarray, np.ndarray], agree: float = 0.99
                   ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Solve with the n directions found, then check every input's ReLU pattern against its
-    direction's zero set (:func:`activation_agreement`). When some disagree, a direction was a
-    mixture that passed the tests: those are dropped from ``found`` and None is returned (search
-    on); otherwise the inputs and their agreements."""
+    """Solve with the n directions found, then check every input's ReLU pattern.
+
+    Each pattern is checked against its direction's zero set (:func:`activation_agreement`).
+    When some disagree (agreement under ``agree``), a direction was a mixture that passed the
+    tests: those are dropped from ``found`` and None is returned (search on); otherwise the
+    inputs and their agreements.
+    """
     columns = found.columns()
     inputs = solve_inputs(grad, columns)
     agreement = activation_agreement(inputs, layer[0], layer[1], grad, columns)
@@ -39,9 +52,11 @@ def solve_checked(grad: FactoredGradient, found: DirectionSet,
 
 def activation_agreement(inputs: np.ndarray, weight: np.ndarray, bias: np.ndarray,
                          grad: FactoredGradient, columns: np.ndarray) -> np.ndarray:
-    """Per recovered input, the fraction of live units where the ReLU the forward pass gives
-    (``x Wᵀ + b > 0``) agrees with the output gradient's support (``L q ≠ 0``): 1.0 for an
-    exact recovery (SPEAR's consistency check)."""
+    """Return, per recovered input, the fraction of live units where its ReLU pattern agrees.
+
+    The ReLU the forward pass gives (``x Wᵀ + b > 0``) against the output gradient's support
+    (``L q ≠ 0``): 1.0 for an exact recovery (SPEAR's consistency check).
+    """
     forward = inputs @ np.asarray(weight, dtype=np.float64).T + np.asarray(bias, np.float64)
     agree = np.zeros(inputs.shape[0])
     live = grad.live

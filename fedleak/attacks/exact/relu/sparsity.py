@@ -1,6 +1,7 @@
-"""Exact inputs of a linear layer followed by ReLU, from the sparsity of its output gradient
-(Dimitrov et al., "SPEAR: Exact Gradient Inversion of Batches in Federated Learning", NeurIPS
-2024, Sec. 3–4): the maths that :mod:`~fedleak.attacks.exact.spear` and
+"""Exact inputs of a linear layer followed by ReLU, from the sparsity of its output gradient.
+
+Dimitrov et al., "SPEAR: Exact Gradient Inversion of Batches in Federated Learning", NeurIPS
+2024, Sec. 3–4: the maths that :mod:`~fedleak.attacks.exact.spear` and
 :mod:`~fedleak.attacks.exact.cocktail_party.attack` share.
 
 **The factorisation.** A linear layer ``Z = X Wᵀ + b`` (``W`` of shape [m, d]) on a batch of n
@@ -105,17 +106,26 @@ class FactoredGradient:
 
     @property
     def rank(self) -> int:
+        """The factorisation's rank n (the batch size): the columns of ``left``."""
         return int(self.left.shape[1])
 
     def zero_set(self, q: np.ndarray) -> np.ndarray:
-        """The live rows where ``L q`` vanishes (module docstring), as a bool mask."""
+        """Return the live rows where ``L q`` vanishes (module docstring), as a bool mask."""
         return zero_set(self.rows @ q, self.live)
 
 
 def factorise(weight_grad: np.ndarray, bias_grad: np.ndarray, rank: int,
               left_power: float = 0.5) -> FactoredGradient:
-    """``G = L R`` at ``rank`` (the batch size) by a truncated SVD, in float64:
-    ``L = U S^p``, ``R = S^{1−p} Vᵀ`` with ``p = left_power`` (module docstring)."""
+    """Factorise ``G = L R`` at ``rank`` (the batch size) by a truncated SVD, in float64.
+
+    ``L = U S^p``, ``R = S^{1−p} Vᵀ`` with ``p = left_power``, and ``β = L⁺ g`` (SPEAR eq. 3–5,
+    module docstring).
+
+    Raises
+    ------
+    ReluSparsityError
+        When the bias gradient's shape does not match, or ``rank`` exceeds the layer's shape.
+    """
     weight = np.asarray(weight_grad, dtype=np.float64)
     bias = np.asarray(bias_grad, dtype=np.float64).reshape(-1)
     m, d = weight.shape
@@ -167,7 +177,7 @@ def zero_set(values: np.ndarray, live: np.ndarray) -> np.ndarray:
 
 
 def distinct_rows(rows: np.ndarray) -> int:
-    """How many of ``rows`` (unit length) differ beyond sign and scale."""
+    """Count how many of ``rows`` (unit length) differ beyond sign and scale."""
     if rows.shape[0] == 0:
         return 0
     cosines = np.abs(rows @ rows.T) > 1 - 1e-9
@@ -192,10 +202,13 @@ class Direction:
 def certify(grad: FactoredGradient, q: np.ndarray, margin: int,
             layer: tuple[np.ndarray, np.ndarray] | None = None,
             iterations: int = 8, head: np.ndarray | None = None) -> Direction | None:
-    """Refine ``q`` to the null vector of its zero set, then test it (module docstring); with
-    the layer's ``(weight, bias)``, also that its zero set is a ReLU pattern of some input
-    (:func:`forward_consistent`); with the classifier's weight ``head`` [C, m] (when the ReLU
-    feeds it), also that its active values have the classifier's form (:func:`form_residual`)."""
+    """Refine ``q`` to the null vector of its zero set, then test it (module docstring).
+
+    With the layer's ``(weight, bias)``, also test that its zero set is a ReLU pattern of some
+    input (:func:`forward_consistent`); with the classifier's weight ``head`` [C, m] (when the
+    ReLU feeds it), also that its active values have the classifier's form
+    (:func:`form_residual`). Returns the certified direction, or None when a test fails.
+    """
     n = grad.rank
     q = q / np.linalg.norm(q)
     ratio = 1.0
@@ -225,9 +238,11 @@ def certify(grad: FactoredGradient, q: np.ndarray, margin: int,
 
 def form_residual(grad: FactoredGradient, q: np.ndarray, zeros: np.ndarray,
                   head: np.ndarray) -> float:
-    """How far ``L q`` on the live units outside ``zeros`` lies from the span of the
-    classifier's columns ``head``ᵀ there (relative): 0 for an input's output gradient
-    ``m ⊙ W₂ᵀ e`` (module docstring)."""
+    """Return how far ``L q`` lies from the span of the classifier's columns (relative).
+
+    Measured on the live units outside ``zeros``, against the columns of ``head``ᵀ there: 0 for
+    an input's output gradient ``m ⊙ W₂ᵀ e`` (module docstring).
+    """
     values = grad.left @ q
     active = grad.live & ~zeros
     basis = np.asarray(head, dtype=np.float64).T[active]                 # [active, C]
@@ -237,8 +252,9 @@ def form_residual(grad: FactoredGradient, q: np.ndarray, zeros: np.ndarray,
 
 
 def robust_null(rows: np.ndarray, q: np.ndarray) -> bool:
-    """Whether a zero set's null space stays one-dimensional without the rows ``q`` fits far
-    below the rounding level of the rest.
+    """Tell whether a zero set's null space stays one-dimensional without its pinned rows.
+
+    The pinned rows are those ``q`` fits far below the rounding level of the rest.
 
     An input's zero set has hundreds of rows spanning n − 1 dimensions, all at the rounding
     level of ``L q``. A mixture's zero set spans fewer dimensions but for the few rows the
@@ -256,9 +272,11 @@ def robust_null(rows: np.ndarray, q: np.ndarray) -> bool:
 
 def forward_consistent(grad: FactoredGradient, zeros: np.ndarray, weight: np.ndarray,
                        bias: np.ndarray, tolerance: float = 0.0) -> bool:
-    """Whether some input in the gradient's row space has the activation pattern a direction's
-    zero set says (units in it inactive, the other live units active): a linear program in the
-    n coefficients of ``x = r R`` (SPEAR's ReLU consistency, per direction).
+    """Tell whether some input in the gradient's row space has a direction's ReLU pattern.
+
+    The pattern is the one the direction's zero set says (units in it inactive, the other live
+    units active): a linear program in the n coefficients of ``x = r R`` (SPEAR's ReLU
+    consistency, per direction).
 
     An input's own direction passes (its input is such an x). A mixture whose zero set is not
     a ReLU pattern fails — for a two-class model, ``q_i/α_i − q_j/α_j`` vanishes wherever
@@ -292,9 +310,12 @@ def forward_consistent(grad: FactoredGradient, zeros: np.ndarray, weight: np.nda
 
 
 def required_distinct(n: int, margin: int) -> int:
-    """Distinct zero rows a direction needs: ``n − 1 + margin``, but at most the ``2^{n−1} − 1``
-    activation patterns of the other inputs (a two-class model's rows are equal up to scale
-    within a pattern, so a batch of 4 has only 7 distinct rows in a zero set)."""
+    """Return how many distinct zero rows a direction needs.
+
+    ``n − 1 + margin``, but at most the ``2^{n−1} − 1`` activation patterns of the other inputs
+    (a two-class model's rows are equal up to scale within a pattern, so a batch of 4 has only
+    7 distinct rows in a zero set).
+    """
     if n - 1 < 30:
         patterns: int = 2 ** (n - 1) - 1
         return min(n - 1 + margin, patterns)
@@ -302,5 +323,5 @@ def required_distinct(n: int, margin: int) -> int:
 
 
 def default_margin(n: int) -> int:
-    """Distinct zero rows beyond n − 1 a certified direction needs."""
+    """Return how many distinct zero rows beyond n − 1 a certified direction needs."""
     return max(8, n // 4)
