@@ -35,11 +35,11 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.text.observation import TextObservation, TextReconstruction
+from fedleak.attacks.text_observation import TextObservation, TextReconstruction
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.metrics.text_metrics import score_sentences
-from fedleak.harness.zoo.text.datasets import TextDataset, load_text_dataset
-from fedleak.harness.zoo.text.models import TextModel, build_text_model
+from fedleak.harness.zoo.text.text_datasets import TextDataset, load_text_dataset
+from fedleak.harness.zoo.text.text_models import TextModel, build_text_model
 
 #: the ROUGE bar of the issue
 BAR = 0.99

@@ -34,8 +34,12 @@ import click
 import torch
 
 from fedleak.attacks import create_attack
+from fedleak.attacks.malicious.crafted_parameters import (
+    AttackRefused,
+    MaliciousAttack,
+    ServerKnowledge,
+)
 from fedleak.attacks.malicious.imprint_guarantee import expected_single_bins, expected_trapped
-from fedleak.attacks.malicious.server import AttackRefused, MaliciousAttack, ServerKnowledge
 from fedleak.defenses import DefenseChain, build_chain, create_defense, parse_defense_spec
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

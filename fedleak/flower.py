@@ -8,9 +8,10 @@ install command (``pip install 'fedleak[flower]'``).
 
 - :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`: wraps a Message-API strategy
   on the ServerApp and attacks (or records) every node's reply;
-- :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit`: wraps a legacy strategy under
-  Flower's SecAgg+ and attacks the aggregate as one batch;
-- :class:`~fedleak.harness.flower.secagg.settings.SecAggPlus`: SecAgg+'s settings, checked;
+- :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit`: wraps a legacy strategy
+  under Flower's SecAgg+ and attacks the aggregate as one batch;
+- :class:`~fedleak.harness.flower.secagg.secaggplus_settings.SecAggPlus`: SecAgg+'s settings,
+  checked;
 - :class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout`: lets a Message-API ClientApp speak
   SecAgg+'s legacy messages;
 - :class:`~fedleak.harness.flower.mods.DefenseMod`: fedleak's update-stage defenses as a
@@ -50,16 +51,16 @@ if TYPE_CHECKING:
     from fedleak.harness.flower.node_scoring import SCORE_ACTION, answer_score_queries, score_reply
     from fedleak.harness.flower.procedure import LocalProcedure
     from fedleak.harness.flower.published_defenses import publishing
-    from fedleak.harness.flower.secagg.audit import AggregateAudit
+    from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
     from fedleak.harness.flower.secagg.legacy import LegacyLayout
-    from fedleak.harness.flower.secagg.settings import SecAggPlus
+    from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
     from fedleak.harness.flower.train import remember_batch, train
 
 #: each public name and the module of :mod:`fedleak.harness.flower` that defines it
 WHERE: dict[str, str] = {
     "LeakageAudit": "leakage_audit",
-    "AggregateAudit": "secagg.audit",
-    "SecAggPlus": "secagg.settings",
+    "AggregateAudit": "secagg.aggregate_audit",
+    "SecAggPlus": "secagg.secaggplus_settings",
     "LegacyLayout": "secagg.legacy",
     "DefenseMod": "mods",
     "train": "train",

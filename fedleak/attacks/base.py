@@ -19,7 +19,7 @@ import torch
 
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.release import ReleasedModel
-from fedleak.attacks.text.observation import TextObservation
+from fedleak.attacks.text_observation import TextObservation
 
 #: ``progress(iteration, total, objective)`` — called now and then while an attack runs.
 Progress = Callable[[int, int, float], None]

@@ -9,7 +9,7 @@ al. 2023), :mod:`~fedleak.auditing.estimators.one_run` (Steinke, Nasr & Jagielsk
 with its power), :mod:`~fedleak.auditing.estimators.one_shot` (Andrew et al. 2024, an estimate) —
 registered by name (:mod:`~fedleak.auditing.estimator_registry`;
 :mod:`~fedleak.auditing.estimators.primary`,
-:mod:`~fedleak.auditing.estimators.declaration`), decided together
+:mod:`~fedleak.auditing.estimators.declared_mechanism`), decided together
 (:mod:`~fedleak.auditing.verdict`: Holm over every test) — the game's statistics
 (:mod:`~fedleak.auditing.game`, :mod:`~fedleak.auditing.thresholds`), the canaries
 (:mod:`~fedleak.auditing.canaries`) and what a result carries

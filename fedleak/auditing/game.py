@@ -12,7 +12,7 @@ was in". The holder of the coins then
    case no trial is spent on choosing it and every trial is evaluated;
 2. runs every registered estimator (:mod:`fedleak.auditing.estimator_registry`): the bounds of
    the primary scores (:mod:`fedleak.auditing.estimators.primary`), the tests of the declared
-   mechanism over many canaries (:mod:`fedleak.auditing.estimators.declaration`), and the
+   mechanism over many canaries (:mod:`fedleak.auditing.estimators.declared_mechanism`), and the
    one-shot estimate — an estimate, not a bound, reported with its interval;
 3. decides with a family-wise false-alarm rate (:mod:`fedleak.auditing.verdict`).
 

@@ -27,7 +27,7 @@ from fedleak.auditing.estimator_registry import (
     Game,
 )
 from fedleak.auditing.estimators import primary  # noqa: F401  (registers the built-ins)
-from fedleak.auditing.estimators.declaration import POOLED
+from fedleak.auditing.estimators.declared_mechanism import POOLED
 from fedleak.auditing.result import (
     GAUSSIAN_SCORES,
     NOISE_LEVEL,

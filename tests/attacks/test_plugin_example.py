@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.attacks import AttackConfigError
-from fedleak.attacks.registry import ENTRY_POINT_GROUP
+from fedleak.attacks.attack_registry import ENTRY_POINT_GROUP
 from fedleak.registry import Registry
 from tests.helpers import make_observation
 from tests.paths import REPO

@@ -137,7 +137,7 @@ def test_canaries_that_interact_are_found() -> None:
     """A batch's sum scaled by the number of canaries in it (a batch clipped as a whole)."""
     import dataclasses
 
-    from fedleak.auditing.estimators.declaration import Interference
+    from fedleak.auditing.estimators.declared_mechanism import Interference
 
     rng = np.random.default_rng(9)
     table = dataclasses.replace(_table(rng, 300, 40, 1.0), independent=True)
@@ -177,7 +177,7 @@ def test_the_mixture_curve_is_the_gaussian_at_q_1_and_bounds_subsampled_mechanis
 
 
 def test_the_sampling_check_finds_shuffled_batches_declared_poisson() -> None:
-    from fedleak.auditing.estimators.declaration import SamplingCheck
+    from fedleak.auditing.estimators.declared_mechanism import SamplingCheck
 
     rng = np.random.default_rng(8)
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 
 LAYER_CHOICES = ("auto", "first", "last")
 COMBINE_CHOICES = ("least-squares", "median")

@@ -1,6 +1,6 @@
 """The fully-connected layer an honest batch attack inverts, and the labels of what it recovered.
 
-What :mod:`~fedleak.attacks.exact.spear` and :mod:`~fedleak.attacks.exact.cocktail_party.attack`
+What :mod:`~fedleak.attacks.exact.spear` and :mod:`~fedleak.attacks.exact.cocktail_party.cpa`
 share: the layer, what they need of it, and the labels of the inputs they recovered.
 
 A layer ``z = W h + b`` whose weight gradient is ``∂L/∂W = Σ_j δ_j h_jᵀ`` (one term per input

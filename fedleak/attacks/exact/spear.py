@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress, UpdateSetting
 from fedleak.attacks.exact.analytic import starts_with_linear
 from fedleak.attacks.exact.fc_layer import (
@@ -72,7 +73,6 @@ from fedleak.attacks.exact.relu.direction_search import (
 from fedleak.attacks.exact.relu.solve import solve_checked
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.safety_limit import DEFAULT_SAFETY_SECONDS, SafetyLimit, check_seconds
 
 

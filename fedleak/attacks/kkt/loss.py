@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fedleak.attacks.kkt.packed import replace_relus
+from fedleak.attacks.kkt.packed_search import replace_relus
 
 
 class SmoothBackwardReLU(torch.autograd.Function):

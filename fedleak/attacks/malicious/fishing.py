@@ -48,20 +48,20 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
-from fedleak.attacks.malicious.label_flipping import classifier_names
-from fedleak.attacks.malicious.server import (
+from fedleak.attacks.malicious.crafted_parameters import (
     AttackRefused,
     MaliciousAttack,
     ServerKnowledge,
     layer_inputs,
 )
+from fedleak.attacks.malicious.label_flipping import classifier_names
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisation.presets.inverting_gradients import (
     InvertingGradients,
     InvertingGradientsConfig,
 )
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.replay_contract import Relocatable
 
 #: how far from an integer a count reading may be and still count

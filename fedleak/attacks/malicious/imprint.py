@@ -45,19 +45,19 @@ from typing import ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.labels import recover_labels
-from fedleak.attacks.malicious.imprint_block import BIAS0, BIAS1, WEIGHT0, WEIGHT1
-from fedleak.attacks.malicious.imprint_guarantee import expected_single_bins
-from fedleak.attacks.malicious.server import (
+from fedleak.attacks.malicious.crafted_parameters import (
     CUT_METHODS,
     AttackRefused,
     MaliciousAttack,
     ServerKnowledge,
     cut_offs,
 )
+from fedleak.attacks.malicious.imprint_block import BIAS0, BIAS1, WEIGHT0, WEIGHT1
+from fedleak.attacks.malicious.imprint_guarantee import expected_single_bins
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 
 MEASUREMENTS = ("brightness", "random")
 

@@ -40,20 +40,20 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.exact.analytic import separate_inputs
 from fedleak.attacks.labels import recover_labels
-from fedleak.attacks.malicious.imprint_block import ImprintBlock
-from fedleak.attacks.malicious.imprint_guarantee import expected_trapped
-from fedleak.attacks.malicious.server import (
+from fedleak.attacks.malicious.crafted_parameters import (
     CUT_METHODS,
     AttackRefused,
     MaliciousAttack,
     ServerKnowledge,
     cut_offs,
 )
+from fedleak.attacks.malicious.imprint_block import ImprintBlock
+from fedleak.attacks.malicious.imprint_guarantee import expected_trapped
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 
 
 @dataclass

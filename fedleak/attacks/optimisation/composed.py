@@ -4,20 +4,16 @@ An optimisation attack on an observed update u* solves
 
     x̂ = argmin_x  J(u(x, ŷ), u*)  +  Σ_k λ_k(i) R_k(x)                               (1)
 
-from an init x₀ (Gaussian N(0, 1) in normalised space, or U(0, 1) in pixel space), with
-
-- the **objective** J (:mod:`fedleak.attacks.optimisation.objectives`: ``cosine``,
-  ``masked-cosine``, ``gaussian``, ``euclidean``; ``auto`` models the published defenses,
-  :mod:`fedleak.attacks.optimisation.adaptive`),
-- the **replay** u(x, ŷ) (:mod:`fedleak.attacks.optimisation.replays`: ``plain``, ``dp-clipped``),
-- the **priors** R_k with their weights λ_k (:mod:`fedleak.attacks.optimisation.priors`: ``tv``,
-  ``bn``, ``l2``, ``orthogonality``, ``qian``, ``group``, and the constraint ``box``),
-- the **optimiser** (:mod:`fedleak.attacks.optimisation.optimisers`: ``signed-adam``, ``adam``,
-  ``sgd``, ``lbfgs``),
-
-and labels ŷ from :func:`fedleak.attacks.labels.recover_labels`. R restarts start from seeds
-``seed … seed + R − 1``; each ends with (1) evaluated at its last iterate (``select=total``, the
-priors at their last weights; ``select=objective``: J alone) and the lowest wins.
+from an init x₀ (Gaussian N(0, 1) in normalised space, or U(0, 1) in pixel space), with the
+**objective** J (``cosine``, ``masked-cosine``, ``gaussian``, ``euclidean``; ``auto`` models the
+published defenses), the **replay** u(x, ŷ) (``plain``, ``dp-clipped``), the **priors** R_k with
+weights λ_k (``tv``, ``bn``, ``l2``, ``orthogonality``, ``qian``, ``group``, the constraint
+``box``) and the **optimiser** (``signed-adam``, ``adam``, ``sgd``, ``lbfgs``), each a registered
+part of :mod:`fedleak.attacks.optimisation` (``objectives``, ``adaptive``, ``replays``,
+``priors``, ``optimisers``), and labels ŷ from :func:`fedleak.attacks.labels.recover_labels`. R
+restarts start from seeds ``seed … seed + R − 1``; each ends with (1) evaluated at its last iterate
+(``select=total``, the priors at their last weights; ``select=objective``: J alone) and the lowest
+wins.
 
 How one first-order iteration is computed (the speed of the attack is the speed of this loop):
 the objective part returns J, the cotangent g with ∂J/∂u = s · g and the scalar s (the cosine's
@@ -51,6 +47,7 @@ from typing import Any
 
 import torch
 
+from fedleak.attacks.attack_registry import AttackConfigError
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.capture import capturable
 from fedleak.attacks.labels import recover_labels
@@ -83,7 +80,6 @@ from fedleak.attacks.optimisation.optimisers import OPTIMISERS, LBFGSPart, Optim
 from fedleak.attacks.optimisation.priors import PRIORS, BoundPrior, PriorPart
 from fedleak.attacks.optimisation.restarts import RestartsCosineObjective, alone, side_by_side
 from fedleak.attacks.parts import PartError
-from fedleak.attacks.registry import AttackConfigError
 from fedleak.attacks.replay_contract import RestartsUpdateFn
 
 __all__ = ["ComposedConfig", "ComposedInversion", "alone", "check_numbers", "check_source",

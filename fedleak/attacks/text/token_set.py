@@ -42,16 +42,16 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.registry import register_attack
-from fedleak.attacks.text.base import TextAttack
-from fedleak.attacks.text.observation import (
+from fedleak.attacks.text.text_attack import TextAttack
+from fedleak.attacks.text.transformer_layout import part
+from fedleak.attacks.text_observation import (
     DECODER,
     TextObservation,
     TextReconstruction,
 )
-from fedleak.attacks.text.transformer_layout import part
 
 METHODS = ("auto", "rows", "span")
 

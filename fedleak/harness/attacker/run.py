@@ -16,11 +16,11 @@ from fedleak.attacks import attack_class, attack_names
 from fedleak.harness.attacker.attack_settings import AttackSettings
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.records import UpdateRun
-from fedleak.harness.attacker.release.attack import run_release_attack
-from fedleak.harness.attacker.release.records import ReleaseRun
-from fedleak.harness.attacker.text.described import is_text_victim
-from fedleak.harness.attacker.text.records import TextRun
-from fedleak.harness.attacker.text.update_attack import run_text_attack
+from fedleak.harness.attacker.release.release_attack import run_release_attack
+from fedleak.harness.attacker.release.release_records import ReleaseRun
+from fedleak.harness.attacker.text.text_described import is_text_victim
+from fedleak.harness.attacker.text.text_records import TextRun
+from fedleak.harness.attacker.text.text_rounds import run_text_attack
 from fedleak.harness.attacker.tokens import check_tokens
 from fedleak.harness.attacker.update_attack import run_update_attack
 

@@ -14,7 +14,7 @@ import grpc
 import torch
 from torch import nn
 
-from fedleak.attacks.malicious.server import ServerKnowledge
+from fedleak.attacks.malicious.crafted_parameters import ServerKnowledge
 from fedleak.harness.attacker.client import VictimError
 from fedleak.harness.zoo.datasets import (
     DatasetError,

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from fedleak.attacks import Attack, Observation, Reconstruction, create_attack
+from fedleak.attacks.malicious.crafted_parameters import MaliciousAttack, ServerKnowledge
 from fedleak.attacks.malicious.label_flipping import flip_labels
-from fedleak.attacks.malicious.server import MaliciousAttack, ServerKnowledge
 from fedleak.attacks.published import PublishedDefense
 from fedleak.harness.attacker.attack_progress import (
     reconstruct_many_with_progress,

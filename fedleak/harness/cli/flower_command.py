@@ -209,8 +209,8 @@ def check_settings(settings: Any) -> None:
 def check_text_federation(settings: Any) -> None:
     """A text federation: a text model and attack, no SecAgg+ (its audit reads images)."""
     from fedleak.attacks import attack_class
-    from fedleak.harness.zoo.text.datasets import load_text_dataset
-    from fedleak.harness.zoo.text.models import build_text_model
+    from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+    from fedleak.harness.zoo.text.text_models import build_text_model
 
     if attack_class(settings.attack).threat_model != "text-update":
         raise click.UsageError(f"attack {settings.attack!r} reconstructs images; a text "
@@ -263,7 +263,7 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
 
     settings = settings_of(federation, allow_reveal=allow_reveal)
     if is_text_dataset(settings.dataset):
-        from fedleak.harness.flower.text.audit import simulate_text as run
+        from fedleak.harness.flower.text.text_audit import simulate_text as run
     if settings.audit:
         try:  # before Flower starts: a refusal inside the ServerApp is a Ray traceback
             claim_folder(Path(settings.out), settings.overwrite)

@@ -43,7 +43,7 @@ def list_names() -> None:
     from fedleak.harness.zoo.datasets import DATASET_NAMES
     from fedleak.harness.zoo.models import model_names, model_options
     from fedleak.harness.zoo.text.corpus import TEXT_CORPORA
-    from fedleak.harness.zoo.text.models import TEXT_MODELS, text_model_options
+    from fedleak.harness.zoo.text.text_models import TEXT_MODELS, text_model_options
 
     click.echo("data sets: " + ", ".join(DATASET_NAMES) + "; text: " + ", ".join(TEXT_CORPORA))
     click.echo("models (--model NAME[:key=value,...]):")

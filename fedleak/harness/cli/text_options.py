@@ -10,7 +10,7 @@ import click
 
 from fedleak.harness.cli.options import F, packed
 
-DEFAULT_SEQ_LEN = 32  # fedleak.harness.zoo.text.datasets.DEFAULT_SEQ_LEN, without importing it
+DEFAULT_SEQ_LEN = 32  # fedleak.harness.zoo.text.text_datasets.DEFAULT_SEQ_LEN, without importing it
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def train_text_checkpoint(dataset: str, data_root: str | None, model: str, epoch
     from fedleak.harness.federated.text_training import text_utility, train_text_model
     from fedleak.harness.victim.settings import VictimSettings
     from fedleak.harness.victim.text_pool import load_text_pool
-    from fedleak.harness.zoo.text.models import build_text_model
+    from fedleak.harness.zoo.text.text_models import build_text_model
 
     try:
         settings = VictimSettings(dataset=dataset, model=model, data_root=data_root,

@@ -1,5 +1,5 @@
 """Build a text attack's threat model, a
-:class:`~fedleak.attacks.text.observation.TextObservation`, in one place.
+:class:`~fedleak.attacks.text_observation.TextObservation`, in one place.
 
 As for images (:mod:`fedleak.harness.federated.observe`), two doors: :func:`observe_text`, the
 in-process path (a model, private token ids and labels, a protocol and optionally a defense
@@ -18,13 +18,13 @@ from collections.abc import Mapping
 import torch
 
 from fedleak.attacks.published import PublishedDefense, published
-from fedleak.attacks.text.observation import TextObservation
+from fedleak.attacks.text_observation import TextObservation
 from fedleak.defenses import DefenseChain
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_replay import TextReplay
-from fedleak.harness.zoo.text.datasets import TextInfo
-from fedleak.harness.zoo.text.models import TextModel
+from fedleak.harness.zoo.text.text_datasets import TextInfo
+from fedleak.harness.zoo.text.text_models import TextModel
 
 
 def observe_text(

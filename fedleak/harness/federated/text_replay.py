@@ -1,10 +1,10 @@
 """The server's differentiable replay of a text user's local update, from token embeddings.
 
 The user's update is :func:`~fedleak.harness.federated.local_update.local_update` over a
-:class:`~fedleak.harness.zoo.text.models.TextModel` on its private token ids; the replay is the
+:class:`~fedleak.harness.zoo.text.text_models.TextModel` on its private token ids; the replay is the
 very same function over candidate *embeddings*: the model's input is then
 ``[B, T, d + 1]``, the embeddings with the attention mask as the last feature, which the
-model splits again (:class:`~fedleak.harness.zoo.text.models.TextModel`). So FedSGD, FedAvg
+model splits again (:class:`~fedleak.harness.zoo.text.text_models.TextModel`). So FedSGD, FedAvg
 (epochs, mini-batches, momentum), the loss (mean cross-entropy over the batch's real next
 tokens, or over its sentences' classes) and the attention masking are the user's own — one
 definition, as for images. The token embedding matrix is not looked up from embeddings, so
@@ -31,7 +31,7 @@ from fedleak.harness.federated.protocol import Protocol
 class TextReplay:
     """``replay(inputs_embeds [B, T, d], attention_mask [B, T], labels) -> update`` at fixed
     global parameters (the contract of
-    :data:`~fedleak.attacks.text.observation.TextReplayFn`), differentiable with
+    :data:`~fedleak.attacks.text_observation.TextReplayFn`), differentiable with
     respect to ``inputs_embeds``. Buffers are copied per call: the replay never moves them."""
 
     def __init__(self, model: nn.Module, parameters: Mapping[str, torch.Tensor],

@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from fedleak.harness.federated.local_update import user_loss
-from fedleak.harness.zoo.text.datasets import IGNORE_INDEX, LANGUAGE_MODEL, TextDataset
+from fedleak.harness.zoo.text.text_datasets import IGNORE_INDEX, LANGUAGE_MODEL, TextDataset
 
 #: the largest mean loss whose exp a float holds (log of the largest double, rounded down)
 MAX_LOG = 709.0

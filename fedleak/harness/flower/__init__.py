@@ -4,8 +4,8 @@ The only room that imports ``flwr`` (install it with ``pip install 'fedleak[flow
 
 - :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` wraps any Message-API strategy on the
   ServerApp, keeps θ per round and attacks (or records) every node's reply;
-- :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit` wraps a legacy strategy under
-  Flower's SecAgg+ and attacks the only thing the server gets, the aggregate of the surviving
+- :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit` wraps a legacy strategy
+  under Flower's SecAgg+ and attacks the only thing the server gets, the aggregate of the surviving
   nodes, as one batch of all their images
   (:class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout` lets the same ClientApp speak
   SecAgg+'s legacy messages);

@@ -2,8 +2,8 @@
 
 :class:`AuditOptions` are the keyword arguments of both Flower audits
 (:class:`~fedleak.harness.flower.leakage_audit.LeakageAudit`,
-:class:`~fedleak.harness.flower.secagg.audit.AggregateAudit`); :func:`claim_folder` makes ``out``
-ready for a run without ever mixing two runs' rounds.
+:class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit`); :func:`claim_folder` makes
+``out`` ready for a run without ever mixing two runs' rounds.
 """
 
 from __future__ import annotations

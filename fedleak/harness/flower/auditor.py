@@ -1,8 +1,8 @@
 """What both Flower audits share: the model, the attack, the run folder, and one update's audit.
 
 :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` (every node's reply, Message-API
-strategies) and :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit` (the aggregate Flower's
-SecAgg+ hands a legacy strategy) differ in what they read off a round; from a
+strategies) and :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit` (the
+aggregate Flower's SecAgg+ hands a legacy strategy) differ in what they read off a round; from a
 :class:`~fedleak.harness.attacker.client.ReceivedUpdate` on, they are the same
 :class:`Auditor`: record it (``record_only``) or build the attack's observation with the
 victim's own replay (:func:`~fedleak.harness.attacker.update_attack.observation_for`), run the

@@ -6,9 +6,10 @@ next ``images`` of them each round), the model, the clients' procedure, their de
 (update defenses as :class:`~fedleak.harness.flower.mods.DefenseMod`, DP-SGD in
 :func:`~fedleak.harness.flower.train.train`), and the audit (attack, options, seed, record
 only), and whether the nodes mask their updates with Flower's SecAgg+ (the server then holds
-only their aggregate, and the audit attacks that: :mod:`~fedleak.harness.flower.secagg.audit`).
-``fedleak flower simulate`` builds it from its options and runs :func:`simulate`
-(Flower's simulation engine); for a real SuperLink and SuperNodes, ``flwr run`` loads
+only their aggregate, and the audit attacks that:
+:mod:`~fedleak.harness.flower.secagg.aggregate_audit`). ``fedleak flower simulate`` builds it from
+its options and runs :func:`simulate` (Flower's simulation engine); for a real SuperLink and
+SuperNodes, ``flwr run`` loads
 :data:`server_app` and :data:`client_app`, which read the same settings from the run config
 (``[tool.flwr.app.config]``, keys as in :meth:`FederationSettings.from_run_config`).
 """
@@ -43,9 +44,9 @@ from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.mods import DefenseMod
 from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
 from fedleak.harness.flower.procedure import LocalProcedure
-from fedleak.harness.flower.secagg.audit import AggregateAudit
+from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
 from fedleak.harness.flower.secagg.legacy import LegacyLayout, parameters_of
-from fedleak.harness.flower.secagg.settings import SecAggPlus
+from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
 from fedleak.harness.flower.train import train
 from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
 from fedleak.harness.zoo.models import build_model

@@ -23,7 +23,7 @@ nodes score them after the federation (:mod:`~fedleak.harness.flower.auditor`); 
 audit cannot attack (a failed node, wrong shapes or dtypes, no ``num-examples``, a procedure
 it cannot read) is recorded in ``metrics.json``'s warnings with the reason, and the
 federation goes on. Under Flower's SecAgg+ the server only ever holds the aggregate, and so
-does the audit: :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit` attacks that.
+does the audit: :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit` attacks that.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class LeakageAudit(Auditor, Strategy):
                 f"e.g. flwr.serverapp.strategy.FedAvg); got {type(inner).__module__}."
                 f"{type(inner).__name__}, which is not one (the legacy flwr.server.strategy "
                 "classes are not: port the ServerApp to the Message API, or, under SecAgg+, "
-                "use fedleak.harness.flower.secagg.audit.AggregateAudit)")
+                "use fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit)")
         self.inner = inner
         super().__init__(model, dataset, out, **audit, settings={
             "inner_strategy": type(inner).__name__, "server_view": "every node's update"})

@@ -7,8 +7,9 @@ Per point, in this order, each skipped when the store already has it:
    :func:`fedleak.harness.attacker.run.run_attack` for K rounds into
    ``RUN/points/<point_id>/attack/`` and store the scores, ε and picture paths;
 2. **utility**: :func:`fedleak.harness.sweep.measure.utility.measure_utility` (its own victim);
-3. **audit** (with ``[sweep.audit]``): :func:`fedleak.harness.sweep.measure.audit.measure_audit`
-   (its own victim, started with ``--allow-audit``).
+3. **audit** (with ``[sweep.audit]``):
+   :func:`fedleak.harness.sweep.measure.point_audit.measure_audit` (its own victim, started with
+   ``--allow-audit``).
 
 Against victims the user already runs (``victims``), no process is started: the attack and the
 utility training talk to that address, and the defense is whatever that victim runs (its

@@ -43,7 +43,7 @@ from fedleak.harness.wire.request_errors import (
     ResourceExhausted,
 )
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
-from fedleak.harness.zoo.text.datasets import PrivateData
+from fedleak.harness.zoo.text.text_datasets import PrivateData
 
 
 @dataclass

@@ -38,7 +38,7 @@ from fedleak.harness.wire.request_errors import (
     ResourceExhausted,
 )
 from fedleak.harness.zoo.datasets import normalize
-from fedleak.harness.zoo.text.datasets import PrivateData
+from fedleak.harness.zoo.text.text_datasets import PrivateData
 
 
 class Victim(FederatedUser):

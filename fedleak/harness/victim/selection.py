@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.harness.zoo.datasets import ImageDataset
-from fedleak.harness.zoo.text.datasets import PrivateData, TextDataset
+from fedleak.harness.zoo.text.text_datasets import PrivateData, TextDataset
 
 
 class SelectionError(ValueError):

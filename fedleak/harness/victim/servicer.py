@@ -4,7 +4,7 @@
 Every RPC validates what it receives; a bad request is answered with a status code and a
 message a person can act on, and the server keeps serving. ``Reveal`` requires the victim's
 token in the ``x-fedleak-token`` metadata entry, compared in constant time. The messages are
-built in :mod:`~fedleak.harness.victim.messages`; the server that hosts this service is
+built in :mod:`~fedleak.harness.victim.victim_messages`; the server that hosts this service is
 started by :func:`~fedleak.harness.victim.server.start_server`.
 """
 
@@ -21,7 +21,11 @@ from fedleak.harness.federated.protocol import ProtocolChanges
 from fedleak.harness.victim.audit.informed_game import THREAT_MODEL
 from fedleak.harness.victim.audit.request import AuditRequest
 from fedleak.harness.victim.federated_victim import Victim
-from fedleak.harness.victim.messages import (
+from fedleak.harness.victim.release.rpc import release_stream, score_release
+from fedleak.harness.victim.scoring.round import Submission
+from fedleak.harness.victim.scoring.text_scoring import score_text
+from fedleak.harness.victim.text_describe import text_spec
+from fedleak.harness.victim.victim_messages import (
     audit_report_pb,
     begin_audit_response,
     decode_named,
@@ -30,10 +34,6 @@ from fedleak.harness.victim.messages import (
     tensor_info,
     token_matches,
 )
-from fedleak.harness.victim.release.rpc import release_stream, score_release
-from fedleak.harness.victim.scoring.round import Submission
-from fedleak.harness.victim.scoring.text import score_text
-from fedleak.harness.victim.text_describe import text_spec
 from fedleak.harness.wire.admission import ServingLimits, peer_host
 from fedleak.harness.wire.channel import SCORE_TOKEN_METADATA_KEY, TOKEN_METADATA_KEY
 from fedleak.harness.wire.codec import check_declared, decode_tensor, encode_tensor
@@ -44,7 +44,7 @@ from fedleak.harness.wire.request_errors import (
     Unauthenticated,
     answer_errors,
 )
-from fedleak.harness.zoo.text.datasets import is_text
+from fedleak.harness.zoo.text.text_datasets import is_text
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
 

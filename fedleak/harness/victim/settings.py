@@ -37,8 +37,8 @@ from fedleak.harness.victim.selection import private_pool
 from fedleak.harness.victim.text_pool import is_text_dataset, load_text_pool
 from fedleak.harness.zoo.datasets import load_dataset
 from fedleak.harness.zoo.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
-from fedleak.harness.zoo.text.datasets import TextDataset
-from fedleak.harness.zoo.text.models import build_text_model
+from fedleak.harness.zoo.text.text_datasets import TextDataset
+from fedleak.harness.zoo.text.text_models import build_text_model
 
 
 class SetupError(ValueError):

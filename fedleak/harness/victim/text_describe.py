@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedleak.harness.zoo.text.datasets import TextDataset
-from fedleak.harness.zoo.text.models import TextModel
+from fedleak.harness.zoo.text.text_datasets import TextDataset
+from fedleak.harness.zoo.text.text_models import TextModel
 from fedleak.v1 import victim_pb2 as pb
 
 

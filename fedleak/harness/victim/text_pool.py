@@ -1,5 +1,5 @@
 """A text victim's private pool from its settings: the corpus, the task its model trains, the
-tokenizer and the canaries (:mod:`fedleak.harness.zoo.text.datasets`)."""
+tokenizer and the canaries (:mod:`fedleak.harness.zoo.text.text_datasets`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from fedleak.harness.zoo.model_spec import ModelSpec
 from fedleak.harness.zoo.text.corpus import TEXT_CORPORA
-from fedleak.harness.zoo.text.datasets import (
+from fedleak.harness.zoo.text.text_datasets import (
     CLASSIFY,
     LANGUAGE_MODEL,
     TextDataset,

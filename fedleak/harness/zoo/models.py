@@ -72,7 +72,7 @@ def build_model(spec: ModelSpec | str, shape: tuple[int, ...], num_classes: int)
     """Build the model ``spec`` for inputs of ``shape`` = (C, H, W) and ``num_classes`` classes.
 
     Raises :class:`ModelError` naming the valid models or options when ``spec`` is unknown,
-    and when ``shape`` is not an image's (text models: :mod:`fedleak.harness.zoo.text.models`).
+    and when ``shape`` is not an image's (text models: :mod:`fedleak.harness.zoo.text.text_models`).
     """
     if isinstance(spec, str):
         spec = ModelSpec.parse(spec)

@@ -299,7 +299,7 @@ def test_the_graph_safe_step_matches_the_eager_loop(monkeypatch: pytest.MonkeyPa
                                                     options: dict) -> None:
     """The step a CUDA graph captures (device-side optimiser state, finiteness test and
     snapshot every log_every steps) gives the eager loop's runs on the CPU."""
-    import fedleak.attacks.kkt.attack as kkt
+    import fedleak.attacks.kkt.reconstruction as kkt
 
     released = _small_release()
     options = {**options, "iterations": 23, "runs": 2, "log_every": 5}
@@ -353,7 +353,7 @@ def test_detached_smooth_relu_has_the_functions_derivatives() -> None:
     """relu(z)⁺ + s − s̄ with s = log(1 + e^{αz})/α: value relu, first and second derivatives
     those of SmoothBackwardReLU (σ(αz) and ασ(αz)(1 − σ(αz)))."""
     from fedleak.attacks.kkt.loss import SmoothBackwardReLU
-    from fedleak.attacks.kkt.packed import DetachedSmoothReLU, Sharpness
+    from fedleak.attacks.kkt.packed_search import DetachedSmoothReLU, Sharpness
 
     sharpness = Sharpness()
     sharpness.alpha = torch.tensor(7.0, dtype=torch.float64)

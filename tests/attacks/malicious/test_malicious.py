@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
+from fedleak.attacks.malicious.crafted_parameters import AttackRefused, ServerKnowledge
 from fedleak.attacks.malicious.fishing import Gate, GateDifference
 from fedleak.attacks.malicious.imprint_guarantee import expected_single_bins, expected_trapped
-from fedleak.attacks.malicious.server import AttackRefused, ServerKnowledge
 from fedleak.defenses import create_defense
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

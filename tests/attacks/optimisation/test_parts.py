@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
+from fedleak.attacks.attack_registry import AttackConfigError
 from fedleak.attacks.optimisation.adaptive import choose_parts
 from fedleak.attacks.optimisation.gradient_matching import WeightedObjective
 from fedleak.attacks.optimisation.interval_hinges import (
@@ -27,7 +28,6 @@ from fedleak.attacks.optimisation.objectives import create_objective, kept_mask
 from fedleak.attacks.optimisation.presets.inverting_gradients import CosineObjective
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.published import PublishedDefense
-from fedleak.attacks.registry import AttackConfigError
 from fedleak.defenses import build_chain
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.federated.protocol import Protocol

@@ -51,13 +51,13 @@ import pytest
 import torch
 
 from fedleak.attacks import AttackConfigError, create_attack
+from fedleak.attacks.attack_registry import attack_class
 from fedleak.attacks.optimisation.composed import ComposedInversion
 from fedleak.attacks.optimisation.gradient_matching import EuclideanObjective
 from fedleak.attacks.optimisation.objectives import create_objective
 from fedleak.attacks.optimisation.optimisers import create_optimiser
 from fedleak.attacks.optimisation.priors import create_prior
 from fedleak.attacks.parts import PartError
-from fedleak.attacks.registry import attack_class
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.process import VictimProcess
 from tests.attacks.optimisation.presets.test_inverting_gradients import smooth_image

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from fedleak.attacks.text.dager.search import DagerConfig, dager
+from fedleak.attacks.text.dager.layer_search import DagerConfig, dager
 from fedleak.attacks.text.dager.span_check import SpanError, input_span, numerical_rank
 from fedleak.attacks.text.transformer_layout import LayoutError, layout_of
 from tests import text_attack_models as tm
@@ -192,8 +192,8 @@ def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen
 
 
 def test_the_search_reports_its_work_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fedleak.attacks.text.dager import settings as dager_settings
-    from fedleak.attacks.text.dager.settings import Work
+    from fedleak.attacks.text.dager import configuration as dager_settings
+    from fedleak.attacks.text.dager.configuration import Work
 
     calls: list[tuple[int, int, float]] = []
     work = Work(5000, lambda *a: calls.append(a))

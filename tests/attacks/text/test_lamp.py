@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fedleak.attacks.text.lamp.bigram_prior import BigramPrior
+from fedleak.attacks.text.lamp.inversion import LampConfig, invert_text, tag_config
 from fedleak.attacks.text.lamp.matching import gradient_distance, nearest_tokens
-from fedleak.attacks.text.lamp.search import LampConfig, invert_text, tag_config
 from tests import text_attack_models as tm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -8,13 +8,13 @@ import torch
 
 from fedleak.attacks import attack_class, create_attack
 from fedleak.attacks.base import UpdateSetting
-from fedleak.attacks.text.lamp.attack import sentence_length
-from fedleak.attacks.text.observation import TextObservation
+from fedleak.attacks.text.lamp.named_attacks import sentence_length
+from fedleak.attacks.text_observation import TextObservation
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.metrics.text_metrics import score_sentences
-from fedleak.harness.zoo.text.datasets import load_text_dataset
-from fedleak.harness.zoo.text.models import build_text_model
+from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+from fedleak.harness.zoo.text.text_models import build_text_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LM = load_text_dataset("shakespeare", "test", seq_len=16)

@@ -10,8 +10,8 @@ from fedleak.defenses import build_chain, parse_defense_spec
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.metrics.text_metrics import token_set_score
-from fedleak.harness.zoo.text.datasets import load_text_dataset
-from fedleak.harness.zoo.text.models import build_text_model
+from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+from fedleak.harness.zoo.text.text_models import build_text_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LM = load_text_dataset("shakespeare", "test", seq_len=32)

@@ -552,7 +552,7 @@ def test_the_secagg_plus_aggregate_is_the_mean_of_the_nodes_updates(
 def test_the_secagg_plus_audit_attacks_the_aggregate_and_says_so(tmp_path: Path) -> None:
     """metrics.json records the threat model (the aggregate of K nodes), the survivors and the
     quantisation bound; every node scores the pooled reconstruction against its own batch."""
-    from fedleak.harness.flower.secagg.audit import SERVER_VIEW
+    from fedleak.harness.flower.secagg.aggregate_audit import SERVER_VIEW
 
     s = secagg_round(tmp_path, protocol="fedsgd", lr=0.5)
     metrics = json.loads((Path(s.out) / "metrics.json").read_text())
@@ -592,9 +592,9 @@ def test_the_aggregate_audit_on_constructed_results(tmp_path: Path) -> None:
     pooled batch of 4 (what the attack replays); results it cannot attack are recorded."""
     from flwr.common import Code, FitRes, Status
 
-    from fedleak.harness.flower.secagg.audit import AggregateAudit
+    from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
     from fedleak.harness.flower.secagg.legacy import parameters_of
-    from fedleak.harness.flower.secagg.settings import SecAggPlus
+    from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
 
     data = load_dataset("digits", "train")
     torch.manual_seed(0)

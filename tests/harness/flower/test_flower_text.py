@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="needs fedleak[flower]")
 
-from fedleak.harness.flower.text.client import text_node_batch, text_train_data  # noqa: E402
+from fedleak.harness.flower.text.text_client import text_node_batch, text_train_data  # noqa: E402
 
 MODEL = "gpt2:hidden=128,heads=4,layers=2"
 

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import pytest
 
+from fedleak.attacks.attack_registry import ATTACKS
 from fedleak.attacks.optimisation.presets.inverting_gradients import InvertingGradients
-from fedleak.attacks.registry import ATTACKS
 from fedleak.harness.sweep.grid.spec import SpecError, parse_spec
 from fedleak.harness.sweep.measure.measurements import AttackMeasurement
 from fedleak.harness.sweep.results import PointResult

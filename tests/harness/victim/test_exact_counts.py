@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.malicious.server import ServerKnowledge
+from fedleak.attacks.malicious.crafted_parameters import ServerKnowledge
 from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.federated.observe import observe
 from fedleak.harness.metrics.image_metrics import (

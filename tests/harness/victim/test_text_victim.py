@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fedleak.harness.attacker.client import VictimClient, VictimError
-from fedleak.harness.attacker.text.described import text_info, text_server_model
+from fedleak.harness.attacker.text.text_described import text_info, text_server_model
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.text.tokenizer import load_tokenizer
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from fedleak.harness.zoo.text.corpus import CorpusError, read_corpus
-from fedleak.harness.zoo.text.datasets import (
+from fedleak.harness.zoo.text.secret_sharer import canary_texts, sampled_exposure, secrets_in
+from fedleak.harness.zoo.text.text_datasets import (
     IGNORE_INDEX,
     content_mask,
     language_model_labels,
     load_text_dataset,
 )
-from fedleak.harness.zoo.text.secret_sharer import canary_texts, sampled_exposure, secrets_in
 from fedleak.harness.zoo.text.tokenizer import TokenizerError, load_tokenizer
 from fedleak.harness.zoo.text.tokenizer_training import BUNDLED_TOKENIZER_FILE, train_tokenizer
 

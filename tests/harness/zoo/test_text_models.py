@@ -13,8 +13,8 @@ from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.text_observe import observe_text
 from fedleak.harness.federated.text_training import text_utility, train_text_model
 from fedleak.harness.zoo.model_spec import ModelError
-from fedleak.harness.zoo.text.datasets import load_text_dataset
-from fedleak.harness.zoo.text.models import build_text_model
+from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+from fedleak.harness.zoo.text.text_models import build_text_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LM = load_text_dataset("shakespeare", "test", seq_len=16)

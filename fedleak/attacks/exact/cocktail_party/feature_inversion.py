@@ -1,7 +1,7 @@
 """Feature inversion: images whose input to a linear layer points along recovered features.
 
 Kariyappa et al., "Cocktail Party Attack", ICML 2023, Sec. 4.3, for models whose first trainable
-layer is not fully connected (the attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`).
+layer is not fully connected (the attack is :mod:`~fedleak.attacks.exact.cocktail_party.cpa`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from fedleak.attacks.base import Progress
 from fedleak.attacks.exact.analytic import LinearLayer
-from fedleak.attacks.exact.cocktail_party.options import CocktailPartyConfig
+from fedleak.attacks.exact.cocktail_party.cpa_options import CocktailPartyConfig
 from fedleak.attacks.observation import Observation
 from fedleak.attacks.optimisation.priors import total_variation
 

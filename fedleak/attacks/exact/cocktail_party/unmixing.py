@@ -1,7 +1,7 @@
 """Blind source separation of a layer's gradient.
 
 Kariyappa et al., "Cocktail Party Attack", ICML 2023, Sec. 4 (the attack is
-:mod:`~fedleak.attacks.exact.cocktail_party.attack`): whitening and FastICA on the mixtures,
+:mod:`~fedleak.attacks.exact.cocktail_party.cpa`): whitening and FastICA on the mixtures,
 optionally in the finite-difference domain, the paper's refinement of the unmixing, and the sign
 and scale of every recovered source (from the bias gradient, or the paper's min–max rescaling).
 """
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fedleak.attacks.base import Progress
-from fedleak.attacks.exact.cocktail_party.options import CocktailPartyConfig
+from fedleak.attacks.exact.cocktail_party.cpa_options import CocktailPartyConfig
 from fedleak.attacks.optimisation.priors import total_variation
 
 

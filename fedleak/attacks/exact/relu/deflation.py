@@ -1,6 +1,6 @@
 """Certify-and-deflate through a ReLU, an extension of the Cocktail Party Attack beyond the paper.
 
-The attack is :mod:`~fedleak.attacks.exact.cocktail_party.attack`, whose module docstring
+The attack is :mod:`~fedleak.attacks.exact.cocktail_party.cpa`, whose module docstring
 gives the idea: each ICA estimate points at its input's exact mixing direction when a ReLU follows
 the layer (SPEAR's certified zeros, :mod:`~fedleak.attacks.exact.relu.sparsity`); certified columns
 are projected off the mixture and the rest unmixed again, until every input is certified and solved
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedleak.attacks.exact.cocktail_party.options import CONTRASTS, CocktailPartyConfig
+from fedleak.attacks.exact.cocktail_party.cpa_options import CONTRASTS, CocktailPartyConfig
 from fedleak.attacks.exact.cocktail_party.unmixing import unmix
 from fedleak.attacks.exact.fc_layer import expected_sets
 from fedleak.attacks.exact.relu import sparsity as rs

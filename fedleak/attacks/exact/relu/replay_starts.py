@@ -1,7 +1,7 @@
 """What a one-image replay tells the ReLU refinement of the Cocktail Party Attack.
 
 An extension beyond the paper; the attack is
-:mod:`~fedleak.attacks.exact.cocktail_party.attack`, the maths of directions
+:mod:`~fedleak.attacks.exact.cocktail_party.cpa`, the maths of directions
 :mod:`~fedleak.attacks.exact.relu.sparsity`. A replay gives a start for each estimate's
 direction, and the form every input's output gradient has when the layer's ReLU feeds a narrow
 linear layer.

@@ -2,7 +2,7 @@
 
 Dimitrov et al., "SPEAR: Exact Gradient Inversion of Batches in Federated Learning", NeurIPS
 2024, Sec. 3–4: the maths that :mod:`~fedleak.attacks.exact.spear` and
-:mod:`~fedleak.attacks.exact.cocktail_party.attack` share.
+:mod:`~fedleak.attacks.exact.cocktail_party.cpa` share.
 
 **The factorisation.** A linear layer ``Z = X Wᵀ + b`` (``W`` of shape [m, d]) on a batch of n
 inputs ``X`` [n, d] has, for any loss, the gradients

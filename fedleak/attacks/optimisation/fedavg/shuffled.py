@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.labels import last_layer_indices
 from fedleak.attacks.observation import Observation, Reconstruction
@@ -54,7 +55,6 @@ from fedleak.attacks.optimisation.fedavg.batch_order import OrderModel
 from fedleak.attacks.optimisation.fedavg.epochs import merge_epochs
 from fedleak.attacks.optimisation.fedavg.unrolled import FedAvgConfig, FedAvgInversion
 from fedleak.attacks.optimisation.optimisers import LBFGSPart
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.replay_contract import OrderedReplay, RestartsUpdateFn
 
 #: iterations per revision of the order at most (a revision costs two replays)

@@ -38,13 +38,13 @@ from typing import ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisation.presets.inverting_gradients import (
     InvertingGradients,
     InvertingGradientsConfig,
 )
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.replay_contract import Replay
 
 LABEL_SOURCES = ("recover", "known")

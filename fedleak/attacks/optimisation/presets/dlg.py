@@ -39,10 +39,10 @@ from typing import Any
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.optimisation.composed import ComposedInversion
 from fedleak.attacks.optimisation.engine.composed_config import ComposedConfig, check_numbers
 from fedleak.attacks.optimisation.optimisers import LINE_SEARCHES
-from fedleak.attacks.registry import register_attack
 
 
 @dataclass

@@ -35,13 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.optimisation.composed import ComposedInversion
 from fedleak.attacks.optimisation.engine.composed_config import (
     ComposedConfig,
     check_numbers,
     check_source,
 )
-from fedleak.attacks.registry import register_attack
 
 
 @dataclass

@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.optimisation.composed import ComposedInversion
 from fedleak.attacks.optimisation.engine.composed_config import (
     ComposedConfig,
@@ -64,7 +65,6 @@ from fedleak.attacks.optimisation.optimisers import (
 )
 from fedleak.attacks.optimisation.priors import total_variation
 from fedleak.attacks.optimisation.restarts import alone
-from fedleak.attacks.registry import register_attack
 
 __all__ = ["DECAY_FACTOR", "DECAY_FRACTIONS", "CosineObjective", "InvertingGradients",
            "InvertingGradientsConfig", "SignedAdam", "alone", "decay_milestones",

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.observation import Observation, Reconstruction
 from fedleak.attacks.optimisation.composed import ComposedInversion
 from fedleak.attacks.optimisation.engine.composed_config import ComposedConfig, check_numbers
@@ -56,7 +57,6 @@ from fedleak.attacks.optimisation.priors import (
     to_pixels,
 )
 from fedleak.attacks.optimisation.priors import decayed_weight as regularizer_weight
-from fedleak.attacks.registry import register_attack
 
 __all__ = ["Qian", "QianConfig", "l2_regularizer", "orthogonality_regularizer",
            "regularizer_weight", "to_pixels", "uniform_init"]

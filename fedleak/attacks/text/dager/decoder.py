@@ -2,7 +2,7 @@
 
 In a causal model the second span's input at position i, ``h_i(x_{≤i})``, depends on the
 prefix only. Starting from the empty prefix, every live prefix ``x_{<i}`` is extended by every
-token c of the position's filtered set ``S_i`` (:func:`~fedleak.attacks.text.dager.search
+token c of the position's filtered set ``S_i`` (:func:`~fedleak.attacks.text.dager.layer_search
 .token_candidates`), and an extension lives on iff
 
     d₂(h_i(x_{<i} c)) < τ₂                                   (the second span check)
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import torch
 
 from fedleak.attacks.text.dager.causal_extension import extension_inputs
-from fedleak.attacks.text.dager.settings import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout
 

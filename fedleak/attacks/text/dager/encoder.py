@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedleak.attacks.text.dager.settings import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 

@@ -64,7 +64,7 @@ def parse_dataset(name: Any) -> str:
 
 def parse_models(sweep: dict[str, Any]) -> list[str]:
     from fedleak.harness.zoo.models import ModelSpec, model_names
-    from fedleak.harness.zoo.text.models import TEXT_MODELS
+    from fedleak.harness.zoo.text.text_models import TEXT_MODELS
 
     if "model" in sweep and "models" in sweep:
         raise SpecError("sweep: give model or models, not both")

@@ -62,7 +62,7 @@ def text_checkpoint(point: Point, path: str, echo: Callable[[str], Any]) -> None
 
     from fedleak.harness.federated.text_training import text_utility, train_text_model
     from fedleak.harness.victim.text_pool import load_text_pool
-    from fedleak.harness.zoo.text.models import build_text_model
+    from fedleak.harness.zoo.text.text_models import build_text_model
 
     settings = point.victim_settings()
     train = load_text_pool(dataclasses.replace(settings, split="train"))

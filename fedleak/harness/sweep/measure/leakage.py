@@ -31,7 +31,7 @@ from fedleak.harness.attacker.client import VictimClient
 from fedleak.harness.attacker.described import defense_specs
 from fedleak.harness.attacker.records import UpdateRun
 from fedleak.harness.attacker.run import run_attack
-from fedleak.harness.attacker.text.records import TextRun
+from fedleak.harness.attacker.text.text_records import TextRun
 from fedleak.harness.attacker.update_attack import attack_packed, open_server
 from fedleak.harness.sweep.grid.points import Point
 from fedleak.harness.sweep.measure.measurements import (
@@ -39,7 +39,7 @@ from fedleak.harness.sweep.measure.measurements import (
     RoundMeasurement,
     float_or_none,
 )
-from fedleak.harness.sweep.measure.text import text_attack_measurement
+from fedleak.harness.sweep.measure.text_measure import text_attack_measurement
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
 from fedleak.v1 import victim_pb2 as pb

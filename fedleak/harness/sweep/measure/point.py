@@ -5,8 +5,8 @@ another node: attack K private batches of the point's victim
 (:func:`~fedleak.harness.sweep.measure.leakage.measure_attack`), then train federatedly through the
 defended path (:func:`~fedleak.harness.sweep.measure.utility.measure_utility`), then, with a
 ``[sweep.audit]`` table, play the audit game
-(:func:`~fedleak.harness.sweep.measure.audit.measure_audit`). Each finished measurement goes to
-``on_measured`` the moment it finishes: the store itself on one machine, a list returned to
+(:func:`~fedleak.harness.sweep.measure.point_audit.measure_audit`). Each finished measurement goes
+to ``on_measured`` the moment it finishes: the store itself on one machine, a list returned to
 the driver from a Ray task (the driver alone writes the store there).
 
 A *pack* of points that differ only in their defenses (``--pack-points``) is measured by
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedleak.harness.sweep.grid.points import Point
-from fedleak.harness.sweep.measure.audit import measure_audit
 from fedleak.harness.sweep.measure.leakage import measure_attack, measure_attacks_packed
 from fedleak.harness.sweep.measure.measurements import (
     AttackMeasurement,
     AuditMeasurement,
     UtilityMeasurement,
 )
+from fedleak.harness.sweep.measure.point_audit import measure_audit
 from fedleak.harness.sweep.measure.utility import measure_utility
 from fedleak.harness.sweep.progress import ProgressSink
 

@@ -35,11 +35,11 @@ from fedleak.harness.attacker.secagg_rounds import (
     as_received_update,
     run_secagg,
 )
-from fedleak.harness.attacker.text.described import is_text_victim
+from fedleak.harness.attacker.text.text_described import is_text_victim
 from fedleak.harness.federated.training import accuracy
 from fedleak.harness.sweep.grid.points import Point, UtilitySettings
 from fedleak.harness.sweep.measure.measurements import UtilityMeasurement, float_or_none
-from fedleak.harness.sweep.measure.text import text_federated_training
+from fedleak.harness.sweep.measure.text_measure import text_federated_training
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.victim.settings import VictimSettings
 from fedleak.harness.zoo.datasets import load_dataset

@@ -36,7 +36,7 @@ from fedleak.harness.victim.audit.request import AuditRequest
 from fedleak.harness.victim.audit.steps import step_plan
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
-from fedleak.harness.zoo.text.datasets import is_text, random_text_batch
+from fedleak.harness.zoo.text.text_datasets import is_text, random_text_batch
 
 #: Images of the public synthetic batch that picks a Dirac canary's coordinate.
 SYNTHETIC_BATCH = 16

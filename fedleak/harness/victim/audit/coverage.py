@@ -21,7 +21,7 @@ the noise's std, from the declared clip applied to the canary (per example) or t
 with and without it (update stage: :meth:`~fedleak.defenses.composition.UpdateComposition.
 declared_map`), scaled by the local steps' weights in the released update
 (:mod:`~fedleak.harness.victim.audit.steps`). :meth:`Coverage.table` hands all of it to the
-declaration tests (:mod:`fedleak.auditing.estimators.declaration`).
+declaration tests (:mod:`fedleak.auditing.estimators.declared_mechanism`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedleak.auditing.estimators.declaration import SPREAD
+from fedleak.auditing.estimators.declared_mechanism import SPREAD
 from fedleak.auditing.estimators.noise_level import NoiseLevels
 from fedleak.auditing.estimators.noise_ratio import StreamTable
 from fedleak.defenses.composition import UpdateComposition

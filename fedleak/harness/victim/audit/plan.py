@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedleak.auditing.estimator_registry import Game, GameSettings
-from fedleak.auditing.estimators.declaration import SPREAD
+from fedleak.auditing.estimators.declared_mechanism import SPREAD
 from fedleak.auditing.estimators.noise_ratio import declared_cells, trials_for_power
 from fedleak.auditing.verdict import Evaluation, evaluate
 from fedleak.defenses import DefenseChain

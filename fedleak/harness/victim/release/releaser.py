@@ -56,7 +56,7 @@ from fedleak.harness.wire.request_errors import (
     quoted,
 )
 from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset, binary_task
-from fedleak.harness.zoo.text.datasets import PrivateData
+from fedleak.harness.zoo.text.text_datasets import PrivateData
 
 #: Releases the victim keeps for Score and Reveal (each holds a trained model).
 MAX_REMEMBERED_RELEASES = 8

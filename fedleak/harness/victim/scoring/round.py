@@ -37,7 +37,7 @@ from fedleak.harness.victim.scoring.features import (
 from fedleak.harness.victim.scoring.fisher import FisherAnswer, fisher_ceilings
 from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument
 from fedleak.harness.zoo.datasets import normalize
-from fedleak.harness.zoo.text.datasets import PrivateData
+from fedleak.harness.zoo.text.text_datasets import PrivateData
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedleak.attacks import attack_names, create_attack
-from fedleak.attacks.exact.cocktail_party.attack import CocktailParty
+from fedleak.attacks.exact.cocktail_party.cpa import CocktailParty
 from fedleak.attacks.exact.cocktail_party.unmixing import minmax_images, transformed
 from fedleak.attacks.exact.fc_layer import ModelDoesNotFit
 from fedleak.attacks.observation import Observation

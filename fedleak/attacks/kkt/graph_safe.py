@@ -2,7 +2,7 @@
 
 The eager loop's maths with its state on the device (:mod:`fedleak.attacks.capture`).
 
-One step of a run (:class:`~fedleak.attacks.kkt.search.RunLoop`) is eq. (8) of
+One step of a run (:class:`~fedleak.attacks.kkt.random_search.RunLoop`) is eq. (8) of
 :mod:`fedleak.attacks.kkt.loss` at (x, λ), its gradient (a double backward), and the
 optimiser's step: SGD with momentum μ = 0.9, ``b ← μ b + g``, ``p ← p − lr · b``
 (:class:`~fedleak.attacks.capture.DeviceSGD`), or Adam
@@ -11,8 +11,8 @@ its own, their state and step counters on the device. Every ``log_every``-th ste
 t ≡ 0 mod ``log_every``) the device tests that L and x are finite and, when they are, copies
 (x, λ) into static buffers; the host reads that test and the objective only after those
 steps, and stops there when it failed. Returns what
-:func:`~fedleak.attacks.kkt.search.iterate_eager` returns — the last state that passed, whether a
-check failed — with a notice when capture fell back to eager. Off CUDA the same step runs
+:func:`~fedleak.attacks.kkt.random_search.iterate_eager` returns — the last state that passed,
+whether a check failed — with a notice when capture fell back to eager. Off CUDA the same step runs
 eagerly, which is how the CPU tests check it against the eager loop.
 """
 
@@ -27,12 +27,12 @@ from fedleak.attacks.capture import (
     constant_schedule,
     run_iterations,
 )
-from fedleak.attacks.kkt.search import SGD_MOMENTUM, RunLoop
+from fedleak.attacks.kkt.random_search import SGD_MOMENTUM, RunLoop
 
 
 def iterate_graph_safe(loop: RunLoop, x: torch.Tensor, lambdas: torch.Tensor
                        ) -> tuple[tuple[torch.Tensor, torch.Tensor], bool, str | None]:
-    """Run :func:`~fedleak.attacks.kkt.search.iterate_eager`'s maths as a graph-safe step.
+    """Run :func:`~fedleak.attacks.kkt.random_search.iterate_eager`'s maths as a graph-safe step.
 
     Captured as a CUDA graph on CUDA, eager elsewhere (module docstring).
     """

@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
+from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.decoder import search_decoder
 from fedleak.attacks.text.dager.encoder import search_encoder
-from fedleak.attacks.text.dager.settings import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.span_check import InputSpan, input_span
 from fedleak.attacks.text.transformer_layout import TransformerLayout, layout_of
 

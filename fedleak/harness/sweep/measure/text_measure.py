@@ -19,8 +19,8 @@ import torch
 
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient
 from fedleak.harness.attacker.described import defense_specs
-from fedleak.harness.attacker.text.described import text_info, text_server_model
-from fedleak.harness.attacker.text.records import TextRun
+from fedleak.harness.attacker.text.text_described import text_info, text_server_model
+from fedleak.harness.attacker.text.text_records import TextRun
 from fedleak.harness.federated.text_training import TextUtility, text_utility
 from fedleak.harness.sweep.grid.points import Point, UtilitySettings
 from fedleak.harness.sweep.measure.measurements import (
@@ -29,7 +29,7 @@ from fedleak.harness.sweep.measure.measurements import (
     UtilityMeasurement,
     float_or_none,
 )
-from fedleak.harness.zoo.text.datasets import TextDataset, load_text_dataset
+from fedleak.harness.zoo.text.text_datasets import TextDataset, load_text_dataset
 from fedleak.v1 import victim_pb2 as pb
 
 #: held-out sentences a utility evaluation reads (the first ones of the test split)

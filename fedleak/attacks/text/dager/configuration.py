@@ -1,5 +1,5 @@
 """DAGER's settings, its result, and the count of its work
-(:mod:`~fedleak.attacks.text.dager.search`)."""
+(:mod:`~fedleak.attacks.text.dager.layer_search`)."""
 
 from __future__ import annotations
 

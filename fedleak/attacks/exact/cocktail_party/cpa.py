@@ -71,8 +71,8 @@ classifier the mixing columns are ``p_j − e_{y_j}``: each label is its column'
 Works on FedSGD gradients, secure-aggregation sums (``--secagg-target sum``) and FedAvg deltas
 of one local step (several steps are refused: the mixture changes between them).
 
-The attack's parts: its options (:mod:`~fedleak.attacks.exact.cocktail_party.options`), the unmixing
-(:mod:`~fedleak.attacks.exact.cocktail_party.unmixing`), the ReLU refinement
+The attack's parts: its options (:mod:`~fedleak.attacks.exact.cocktail_party.cpa_options`), the
+unmixing (:mod:`~fedleak.attacks.exact.cocktail_party.unmixing`), the ReLU refinement
 (:mod:`~fedleak.attacks.exact.relu.deflation`) and feature inversion
 (:mod:`~fedleak.attacks.exact.cocktail_party.feature_inversion`).
 """
@@ -82,10 +82,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress, UpdateSetting
 from fedleak.attacks.exact.analytic import LinearLayer, biased_linear_layers, starts_with_linear
+from fedleak.attacks.exact.cocktail_party.cpa_options import CocktailPartyConfig
 from fedleak.attacks.exact.cocktail_party.feature_inversion import invert_features
-from fedleak.attacks.exact.cocktail_party.options import CocktailPartyConfig
 from fedleak.attacks.exact.cocktail_party.unmixing import minmax_images, unmix
 from fedleak.attacks.exact.fc_layer import (
     ModelDoesNotFit,
@@ -100,7 +101,6 @@ from fedleak.attacks.exact.relu.deflation import relu_refinement
 from fedleak.attacks.exact.relu.replay_starts import ReplayStarts, next_layer_head
 from fedleak.attacks.labels import recover_labels
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.safety_limit import SafetyLimit
 
 #: singular values below this fraction of the largest are the update's rounding, not a source

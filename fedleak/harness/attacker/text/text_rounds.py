@@ -2,7 +2,7 @@
 
 One round is: ``ComputeUpdate`` with the global parameters (or a secure-aggregation round among
 the victim's users, attacking the survivors' sum or one masked vector) → a
-:class:`~fedleak.attacks.text.observation.TextObservation` built from what came back and
+:class:`~fedleak.attacks.text_observation.TextObservation` built from what came back and
 what ``Describe`` published → the text attack → ``Score`` with the recovered token ids (the
 victim decodes and scores them; its sentences stay there) → ``Reveal`` when the victim allows
 it and we hold its token, for the readable comparison.
@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks import create_attack
-from fedleak.attacks.text.base import TextAttack
-from fedleak.attacks.text.observation import TextReconstruction
+from fedleak.attacks.text.text_attack import TextAttack
+from fedleak.attacks.text_observation import TextReconstruction
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.attack_settings import AttackSettings, jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate, VictimClient, VictimError
@@ -35,13 +35,13 @@ from fedleak.harness.attacker.described import (
 )
 from fedleak.harness.attacker.records import RunHeader
 from fedleak.harness.attacker.secagg_rounds import as_received_update, run_secagg
-from fedleak.harness.attacker.text.described import (
+from fedleak.harness.attacker.text.text_described import (
     public_text,
     text_global_parameters,
     text_info,
     text_server_model,
 )
-from fedleak.harness.attacker.text.records import TextRoundRecord, TextRun, comparison_markdown
+from fedleak.harness.attacker.text.text_records import TextRoundRecord, TextRun, comparison_markdown
 from fedleak.harness.federated.text_observe import text_observation_from_update
 
 GONE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")

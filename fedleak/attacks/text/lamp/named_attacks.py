@@ -1,8 +1,8 @@
 """``lamp`` and ``tag``: LAMP (Balunović et al., NeurIPS 2022, arXiv 2202.08827) and TAG (Deng
 et al. 2021, arXiv 2103.06819) as registered attacks on a
-:class:`~fedleak.attacks.text.observation.TextObservation`.
+:class:`~fedleak.attacks.text_observation.TextObservation`.
 
-The engine is :func:`fedleak.attacks.text.lamp.search.invert_text` (continuous token embeddings
+The engine is :func:`fedleak.attacks.text.lamp.inversion.invert_text` (continuous token embeddings
 matched to the update through the user's own replay, projected to tokens; LAMP adds discrete
 reordering steps scored with a language-model prior). What the server supplies here, from
 what it holds:
@@ -33,21 +33,21 @@ from typing import Any, ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
 from fedleak.attacks.labels import count_labels
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.registry import register_attack
-from fedleak.attacks.text.base import TextAttack
 from fedleak.attacks.text.lamp.bigram_prior import BigramPrior
-from fedleak.attacks.text.lamp.search import LampConfig, invert_text
-from fedleak.attacks.text.observation import (
+from fedleak.attacks.text.lamp.inversion import LampConfig, invert_text
+from fedleak.attacks.text.text_attack import TextAttack
+from fedleak.attacks.text.token_set import TokenSet
+from fedleak.attacks.text_observation import (
     CLASSIFY,
     DECODER,
     IGNORE_INDEX,
     TextObservation,
     TextReconstruction,
 )
-from fedleak.attacks.text.token_set import TokenSet
 
 #: published defenses whose noise fills every embedding row (no token set to restrict to)
 NOISY_DEFENSES = frozenset({"dpsgd", "client-dp", "noise"})
@@ -94,8 +94,8 @@ class Lamp(TextAttack):
         return int(self.config.iterations)
 
     def engine_config(self, seed: int) -> LampConfig:
-        """The engine's settings (TAG's table defaults are :func:`~fedleak.attacks.text.lamp.search.
-        tag_config`'s)."""
+        """The engine's settings (TAG's table defaults are
+        :func:`~fedleak.attacks.text.lamp.inversion. tag_config`'s)."""
         c = self.config
         return LampConfig(
             iterations=c.iterations, learning_rate=c.learning_rate, objective=c.objective,

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec
-from fedleak.harness.zoo.text.datasets import CLASSIFY, LANGUAGE_MODEL, TextInfo, content_mask
+from fedleak.harness.zoo.text.text_datasets import CLASSIFY, LANGUAGE_MODEL, TextInfo, content_mask
 from fedleak.harness.zoo.text.tokenizer import TEXT_EXTRA
 
 TEXT_MODELS = ("gpt2", "bert", "hf")

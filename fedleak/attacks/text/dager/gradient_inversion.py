@@ -1,12 +1,12 @@
 """``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
-:class:`~fedleak.attacks.text.observation.TextObservation`.
+:class:`~fedleak.attacks.text_observation.TextObservation`.
 
-The algorithm is :func:`fedleak.attacks.text.dager.search.dager` (the span checks, the decoder's
-greedy search, the encoder's search; its docstring states the maths and where it stops:
+The algorithm is :func:`fedleak.attacks.text.dager.layer_search.dager` (the span checks, the
+decoder's greedy search, the encoder's search; its docstring states the maths and where it stops:
 B·T ≥ d). This class only reads the observation — the ``transformers`` model with θ, the
 update by parameter name oriented like a gradient, the batch size n, the sequence length T and
 the end token of the published layout — and turns the result into a
-:class:`~fedleak.attacks.text.observation.TextReconstruction`: every recovered sentence,
+:class:`~fedleak.attacks.text_observation.TextReconstruction`: every recovered sentence,
 its certificate, the work spent (sentence evaluations, the attack's budget) and whether a cap
 cut the search (``truncated``).
 
@@ -22,12 +22,12 @@ from typing import ClassVar
 
 import torch
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.registry import register_attack
-from fedleak.attacks.text.base import TextAttack
-from fedleak.attacks.text.dager.search import DagerConfig, dager
-from fedleak.attacks.text.observation import ENCODER, TextObservation, TextReconstruction
+from fedleak.attacks.text.dager.layer_search import DagerConfig, dager
+from fedleak.attacks.text.text_attack import TextAttack
+from fedleak.attacks.text_observation import ENCODER, TextObservation, TextReconstruction
 
 _DEFAULTS = DagerConfig()
 

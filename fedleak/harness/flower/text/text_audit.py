@@ -4,10 +4,10 @@ leakage_audit` for a text federation, and the simulation that runs one.
 Every node's reply is read as for images (the θ the round sent, the update θ′ − θ or the
 one-step FedSGD gradient, the defenses the reply publishes, the procedure of the train
 config), then attacked as a server attacks a text victim: a
-:class:`~fedleak.attacks.text.observation.TextObservation` with the harness's replay
+:class:`~fedleak.attacks.text_observation.TextObservation` with the harness's replay
 (:func:`~fedleak.harness.federated.text_observe.text_observation_from_update`), any text attack
 (``token-set``, ``dager``, ``lamp``, ``tag``), the node scoring the recovered token ids against
-the batch it trained on (:func:`~fedleak.harness.flower.text.client.text_score`), and the run
+the batch it trained on (:func:`~fedleak.harness.flower.text.text_client.text_score`), and the run
 folder ``fedleak attack`` writes for a text victim (``metrics.json``, per reply
 ``reconstruction.json`` and ``comparison.md``). The replies then go to the inner strategy
 unchanged. ``fedleak flower simulate --dataset shakespeare --model gpt2:...`` runs it.
@@ -26,26 +26,26 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Strategy
 
-from fedleak.attacks.text.base import TextAttack
-from fedleak.attacks.text.observation import TextReconstruction
+from fedleak.attacks.text.text_attack import TextAttack
+from fedleak.attacks.text_observation import TextReconstruction
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord
-from fedleak.harness.attacker.text.records import TextRun, comparison_markdown
-from fedleak.harness.attacker.text.update_attack import padded, round_entry
+from fedleak.harness.attacker.text.text_records import TextRun, comparison_markdown
+from fedleak.harness.attacker.text.text_rounds import padded, round_entry
 from fedleak.harness.federated.text_observe import text_observation_from_update
 from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.auditor import AuditOptions, ScoreAnswer, Scorer, score_error
 from fedleak.harness.flower.federation import FederationSettings
 from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.node_scoring import REVEALED, SCORE_MESSAGE_TYPE, SCORE_METRICS
-from fedleak.harness.flower.text.client import (
+from fedleak.harness.flower.text.text_client import (
     make_text_client_app,
     text_submission,
     text_train_data,
 )
-from fedleak.harness.zoo.text.datasets import TextInfo
-from fedleak.harness.zoo.text.models import TextModel, build_text_model
+from fedleak.harness.zoo.text.text_datasets import TextInfo
+from fedleak.harness.zoo.text.text_models import TextModel, build_text_model
 from fedleak.v1 import victim_pb2 as pb
 
 

@@ -20,7 +20,7 @@ parameters, the unmasked aggregate
 first clipped to ±clipping_range (after scaling by q_k/Q) and stochastically rounded to
 Q = quantization_range levels over that range. The rounding is unbiased and leaves each entry
 of θ̄′ within 2·clipping_range·K / Σ_k q_k of the exact weighted mean
-(:meth:`~fedleak.harness.flower.secagg.settings.SecAggPlus.error_bound`):
+(:meth:`~fedleak.harness.flower.secagg.secaggplus_settings.SecAggPlus.error_bound`):
 2·clipping_range/Q when max_weight equals the nodes' n, but max_weight/n times more with
 Flower's default max_weight = 1000.
 
@@ -68,7 +68,7 @@ from fedleak.harness.flower.auditor import (
 )
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
 from fedleak.harness.flower.secagg.legacy import named_state
-from fedleak.harness.flower.secagg.settings import SecAggPlus
+from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.zoo.datasets import DatasetInfo
 from fedleak.v1 import victim_pb2 as pb

@@ -18,7 +18,7 @@ needs a step matched to the model (App. B.2 samples five decades of lr for that)
 per-coordinate steps are insensitive to that scale.
 
 One run's loop (:class:`RunLoop`) runs eagerly here (:func:`iterate_eager`, ``torch.optim``) or as
-its graph-safe twin (:func:`fedleak.attacks.kkt.captured.iterate_graph_safe`); both check
+its graph-safe twin (:func:`fedleak.attacks.kkt.graph_safe.iterate_graph_safe`); both check
 finiteness every ``log_every`` steps, stop at a failed check and return the last state that
 passed.
 """

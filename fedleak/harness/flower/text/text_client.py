@@ -39,8 +39,8 @@ from fedleak.harness.flower.train import held_batch, train
 from fedleak.harness.metrics.text_metrics import score_sentences, token_set_score
 from fedleak.harness.victim.scoring import precision
 from fedleak.harness.victim.text_pool import model_task
-from fedleak.harness.zoo.text.datasets import DEFAULT_SEQ_LEN, TextDataset, load_text_dataset
-from fedleak.harness.zoo.text.models import build_text_model
+from fedleak.harness.zoo.text.text_datasets import DEFAULT_SEQ_LEN, TextDataset, load_text_dataset
+from fedleak.harness.zoo.text.text_models import build_text_model
 
 #: the node's state record counting its answered text score queries, by round
 TEXT_SPENT = "fedleak.text-scored"

@@ -5,8 +5,8 @@ One run (``fedleak attack --attack kkt``):
 1. ``Describe`` → the architecture Φ (``kkt-mlp`` of the victim's spec), checked against the
    victim's parameter list.
 2. ``Release`` (server-streaming, tqdm bar over the victim's epochs) → θ, n, input box, ε.
-3. The attack (e.g. :class:`fedleak.attacks.kkt.attack.KKT`) on the :class:`ReleasedModel`, with a
-   bar over its iterations → m candidates per run, pooled over the random search.
+3. The attack (e.g. :class:`fedleak.attacks.kkt.reconstruction.KKT`) on the :class:`ReleasedModel`,
+   with a bar over its iterations → m candidates per run, pooled over the random search.
 4. Each candidate scaled to [0, 1] on its own (App. B.3 step 1), non-finite ones dropped, and
    ``Score`` with the release id: the victim matches them to its training set (NCC nearest
    neighbours and voting, SSIM per training sample) and returns each sample's margin
@@ -41,7 +41,7 @@ from fedleak.harness.attacker.described import dataset_info, model_spec, server_
 from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import RunHeader
 from fedleak.harness.attacker.release.kkt_plots import plot_ssim_vs_margin
-from fedleak.harness.attacker.release.records import (
+from fedleak.harness.attacker.release.release_records import (
     CandidatesRecord,
     ReleaseRecord,
     ReleaseRun,

@@ -26,8 +26,8 @@ from fedleak.harness.victim.scoring import precision
 from fedleak.harness.victim.scoring.budget import ScoreBudget
 from fedleak.harness.wire.codec import check_declared, decode_tensor
 from fedleak.harness.wire.request_errors import InvalidArgument
-from fedleak.harness.zoo.text.datasets import TextDataset
 from fedleak.harness.zoo.text.secret_sharer import secrets_in
+from fedleak.harness.zoo.text.text_datasets import TextDataset
 from fedleak.v1 import victim_pb2 as pb
 
 #: the most sentences one submission may hold (per private sentence of the round: 8)

@@ -1,7 +1,7 @@
 """The base of every text attack: an :class:`~fedleak.attacks.base.Attack` whose target is a
-:class:`~fedleak.attacks.text.observation.TextObservation` (threat model
+:class:`~fedleak.attacks.text_observation.TextObservation` (threat model
 ``text-update``) and whose answer is a
-:class:`~fedleak.attacks.text.observation.TextReconstruction`.
+:class:`~fedleak.attacks.text_observation.TextReconstruction`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from fedleak.attacks.base import Attack
-from fedleak.attacks.text.observation import TextObservation
+from fedleak.attacks.text_observation import TextObservation
 
 
 class TextAttack(Attack[TextObservation]):

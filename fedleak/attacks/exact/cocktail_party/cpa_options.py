@@ -1,6 +1,6 @@
 """The Cocktail Party Attack's options and their checks.
 
-The options of :mod:`~fedleak.attacks.exact.cocktail_party.attack`: which layer, how to unmix,
+The options of :mod:`~fedleak.attacks.exact.cocktail_party.cpa`: which layer, how to unmix,
 how to resolve sign and scale, the ReLU refinement and the feature inversion.
 """
 

@@ -1,7 +1,7 @@
 """Flower's SecAgg+ settings (:class:`SecAggPlus`): shares, reconstruction threshold, the
 weights and quantisation of the masked sum, checked before a federation starts, and the bound
 they put on how far the unmasked aggregate lies from the exact weighted mean. The audit of that
-aggregate is :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit`.
+aggregate is :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import torch
 from fedleak.harness.attacker.client import VictimClient, VictimError
 from fedleak.harness.attacker.described import model_spec
 from fedleak.harness.zoo.models import load_checkpoint
-from fedleak.harness.zoo.text.datasets import TextInfo, load_text_dataset
-from fedleak.harness.zoo.text.models import TextModel, build_text_model
+from fedleak.harness.zoo.text.text_datasets import TextInfo, load_text_dataset
+from fedleak.harness.zoo.text.text_models import TextModel, build_text_model
 from fedleak.harness.zoo.text.tokenizer import TokenizerError, tokenizer_from_json
 from fedleak.v1 import victim_pb2 as pb
 

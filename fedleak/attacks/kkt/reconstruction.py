@@ -20,14 +20,14 @@ paper); it is averaged over the pixels of each candidate and summed over candida
 The loss and its maths, the ReLU whose backward is smoothed (App. B.2), are
 :mod:`fedleak.attacks.kkt.loss`. x_i ~ N(0, σ_x² I), λ_i ~ U[0, 1]; SGD with momentum 0.9 on
 (x, λ) with one learning rate, in a random search over four hyperparameters sampled per run
-(App. B.2, :mod:`fedleak.attacks.kkt.search`); the candidates of all runs are pooled. Runs
+(App. B.2, :mod:`fedleak.attacks.kkt.random_search`); the candidates of all runs are pooled. Runs
 go one after the other or ``pack`` at a time as one batched computation
-(:mod:`fedleak.attacks.kkt.packed`).
+(:mod:`fedleak.attacks.kkt.packed_search`).
 
 A run whose objective stops being finite ends there and returns its last finite state (checked
 every ``log_every`` iterations); ``extras["run_diverged"]`` says which runs did. On CUDA
 (``capture``) one iteration is recorded as a CUDA graph and replayed
-(:mod:`fedleak.attacks.kkt.captured`, the eager loop's maths with its state on the device).
+(:mod:`fedleak.attacks.kkt.graph_safe`, the eager loop's maths with its state on the device).
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Attack, Progress
 from fedleak.attacks.capture import capturable
-from fedleak.attacks.kkt.captured import iterate_graph_safe
+from fedleak.attacks.kkt.graph_safe import iterate_graph_safe
 from fedleak.attacks.kkt.loss import (
     KKTTerms,
     candidate_labels,
@@ -51,14 +52,14 @@ from fedleak.attacks.kkt.loss import (
     set_relu_alpha,
     with_smooth_relu,
 )
-from fedleak.attacks.kkt.packed import (
+from fedleak.attacks.kkt.packed_search import (
     PackedRuns,
     iterate_packed,
     pack_progress,
     packed_objective,
     with_detached_smooth_relu,
 )
-from fedleak.attacks.kkt.search import (
+from fedleak.attacks.kkt.random_search import (
     SGD_MOMENTUM,
     KKTConfig,
     RunLoop,
@@ -67,7 +68,6 @@ from fedleak.attacks.kkt.search import (
     sample_run_settings,
 )
 from fedleak.attacks.observation import Reconstruction
-from fedleak.attacks.registry import register_attack
 from fedleak.attacks.release import ReleasedModel
 
 
@@ -194,9 +194,9 @@ class KKT(Attack[ReleasedModel]):
     ) -> _RunResult:
         """One random-search run from :meth:`initial_state`, then the iterations.
 
-        Eagerly with ``torch.optim`` (:func:`~fedleak.attacks.kkt.search.iterate_eager`) or,
+        Eagerly with ``torch.optim`` (:func:`~fedleak.attacks.kkt.random_search.iterate_eager`) or,
         ``graph_safe``, as a step whose whole state lives on the device, captured as a CUDA
-        graph on CUDA (:func:`~fedleak.attacks.kkt.captured.iterate_graph_safe`). Both check
+        graph on CUDA (:func:`~fedleak.attacks.kkt.graph_safe.iterate_graph_safe`). Both check
         finiteness every ``log_every`` steps and return the last state that passed.
         """
         x, lambdas = self.initial_state(released, settings, generator, labels)
@@ -221,7 +221,7 @@ class KKT(Attack[ReleasedModel]):
         offset: int,
         progress: Progress | None,
     ) -> list[_RunResult]:
-        """K runs as one batched computation (:mod:`fedleak.attacks.kkt.packed`).
+        """K runs as one batched computation (:mod:`fedleak.attacks.kkt.packed_search`).
 
         Each run draws the init it draws alone and keeps its own settings; the packed step is
         captured as a CUDA graph on CUDA (``capture``). Each run is then finished as a run
