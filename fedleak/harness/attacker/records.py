@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fedleak import __version__
+from fedleak.harness.metrics.floors import FLOOR_MARGIN_DB, FloorSummary, combined, floor_words
 from fedleak.harness.metrics.image_metrics import EXACT_PSNR
 from fedleak.harness.metrics.success_bounds import SuccessPlacement
 
@@ -102,6 +103,11 @@ class ImageRecord:
     exact: bool = False
     #: the victim's Fisher-information PSNR ceiling for this private image (Guo et al. 2022)
     fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
+    #: this image's trivial floor (the best constant guess, scored by the victim), its SSIM
+    #: and which guess it is (:mod:`~fedleak.harness.metrics.floors`)
+    floor_psnr: float | None = field(default=None, metadata=OMIT)
+    floor_ssim: float | None = field(default=None, metadata=OMIT)
+    floor_guess: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -153,7 +159,11 @@ class RoundRecord:
     #: the best PSNR of any private image against any non-padding reconstruction
     best_psnr: float | None = field(default=None, metadata=OMIT)
     #: successes as the victim counts them: the largest one-to-one matching at SUCCESS_PSNR
+    #: and the floor margin above each image's floor
     successes: int | None = field(default=None, metadata=OMIT)
+    #: the round's trivial floors (each constant guess, the per-image floors' mean, the
+    #: margin above them, the images above their floor), scored by the victim
+    floors: FloorSummary | None = field(default=None, metadata=OMIT)
     #: the reconstruction's placeholder slots (the attack's padding)
     padding: list[int] | None = field(default=None, metadata=OMIT)
     #: probe rounds a malicious server ran (at other crafted θ) before this one
@@ -215,6 +225,8 @@ class RunSummary:
 
     #: attacked rounds the victim (or node) did not score: left out of ``rounds`` and the means
     unscored: int | None = field(default=None, metadata=OMIT)
+    #: the trivial floors of every scored image (weighted by images, counts summed)
+    floors: FloorSummary | None = field(default=None, metadata=OMIT)
 
     @classmethod
     def of(cls, rounds: list[RoundRecord]) -> RunSummary:
@@ -249,6 +261,7 @@ class RunSummary:
             best_psnr=max(bests) if bests else None,
             mean_fisher_psnr_ceiling=float(np.mean(ceilings)) if ceilings else None,
             unscored=len(unscored) or None,
+            floors=combined([r.floors for r in rounds if r.floors is not None]),
         )
 
 
@@ -336,10 +349,12 @@ class UpdateRun:
             lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
                          f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
                          "more of the private images leaked)")
+        if s.floors is not None:
+            lines.append(floor_words(s.floors, s.label_accuracy))
         placed = self.placement
         if placed is not None and placed.images:
-            line = (f"success at {placed.success_psnr:g} dB: {placed.successes} of "
-                    f"{placed.images} image(s)")
+            line = (f"success at {placed.success_psnr:g} dB and {FLOOR_MARGIN_DB:g} dB above "
+                    f"the floor: {placed.successes} of {placed.images} image(s)")
             if placed.kappa is not None:
                 line += f"; blind-guess baseline κ = {placed.kappa:.3g} (public prior)"
             if placed.bound is not None:
