@@ -393,6 +393,8 @@ def lower_bound_line(bound: RunSummary) -> str:
     """The one line a summary gives its inexact rounds: labelled a lower bound."""
     if bound.mean_psnr is None or bound.mean_ssim is None:
         return f"inexact replay, {bound.rounds} round(s) unscored (not a measurement)"
-    return (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
+    line = (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
             f"mean PSNR {bound.mean_psnr:.2f} dB, mean SSIM {bound.mean_ssim:.3f} over "
             f"{bound.images} image(s)")
+    return line + (f"; {floor_words(bound.floors, bound.label_accuracy)}"
+                   if bound.floors is not None else "")

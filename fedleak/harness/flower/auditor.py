@@ -39,6 +39,7 @@ from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
+from fedleak.harness.metrics.floors import NOTHING_RECOVERED
 from fedleak.harness.flower.audit_options import (  # noqa: F401  (re-exported)
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -204,7 +205,8 @@ class Auditor:
         self.run.status = status
         self.run.write(self.out)
         for line in self.run.summary_lines(self.out):
-            if line.startswith(("mean PSNR", "LOWER BOUND", "inexact")):
+            if line.startswith(("mean PSNR", "LOWER BOUND", "inexact", NOTHING_RECOVERED)) \
+                    or " above their floor " in line:
                 self.log(line)
         return self.run
 
