@@ -39,7 +39,6 @@ from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
-from fedleak.harness.metrics.floors import NOTHING_RECOVERED
 from fedleak.harness.flower.audit_options import (  # noqa: F401  (re-exported)
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -66,6 +65,7 @@ from fedleak.harness.flower.score_answers import (  # noqa: F401  (score_error r
     score_error,
     score_query,
 )
+from fedleak.harness.metrics.floors import NOTHING_RECOVERED
 from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
 from fedleak.harness.zoo.models import build_model
 from fedleak.harness.zoo.user_models import is_factory, user_model
