@@ -2,7 +2,8 @@
 against test accuracy, one curve per defense from the no-defense reference ★) and the strength
 chart (attack PSNR and test accuracy against the defense's strength), each with the trivial
 floor of the attacked images as a grey band (the best constant guess: a point inside or below
-it recovered nothing beyond that guess); per point, the image grid of its attacked rounds. :func:`~fedleak.harness.sweep.report.folder.write_report` places them.
+it recovered nothing beyond that guess); per point, the image grid of its attacked rounds.
+:func:`~fedleak.harness.sweep.report.folder.write_report` places them.
 """
 
 from __future__ import annotations
