@@ -89,7 +89,8 @@ def report_page(name: str, run_dir: Path, results: list[PointResult],
                      f"<small>[{r.point_id}]</small></h3>")
         parts.append(f"<p>{e(r.context)} · defenses: "
                      f"{e(' | '.join(r.point.defenses) or 'none')} · PSNR "
-                     f"{_fmt(r.psnr, '.2f')} dB{e(_floor_note(r))} · SSIM {_fmt(r.ssim, '.3f')} · test accuracy "
+                     f"{_fmt(r.psnr, '.2f')} dB{e(_floor_note(r))} · SSIM "
+                     f"{_fmt(r.ssim, '.3f')} · test accuracy "
                      f"{_fmt(r.accuracy, '.1%')} · ε {e(format_epsilon(r.epsilon))}</p>")
         if r.error:
             parts.append(f'<p class="failed">failed: {e(r.error)}</p>')
