@@ -197,7 +197,8 @@ def _table(results: list[PointResult]) -> str:
         rows.append(
             f'<tr><td class="l"><a href="#p-{r.point_id}">{r.point_id}</a></td>'
             f'<td class="l">{e(r.label)}</td><td>{_fmt(r.psnr, ".2f")}</td>'
-            f'<td>{_fmt(r.floor_psnr, ".2f")}</td><td>{_fmt(r.ssim, ".3f")}</td><td>{_fmt(r.label_accuracy, ".0%")}</td>'
+            f'<td>{_fmt(r.floor_psnr, ".2f")}</td><td>{_fmt(r.ssim, ".3f")}</td>'
+            f'<td>{_fmt(r.label_accuracy, ".0%")}</td>'
             f'<td>{_fmt(r.accuracy, ".1%")}</td><td>{e(format_epsilon(r.epsilon))}</td>'
             f'<td title="{e(_audit_title(r))}">{e(format_audit(r))}</td>'
             f'<td class="l">{e(r.shown_status)}</td></tr>')
