@@ -187,7 +187,8 @@ def format_audit(result: PointResult) -> str:
 
 def summary_table(results: list[PointResult]) -> str:
     """A plain-text table: one line per point with PSNR beside its floor (the best constant
-    guess's PSNR), SSIM, labels, accuracy, ε, the audited ε_LB (``!``: above the claimed ε, a violation), status."""
+    guess's PSNR), SSIM, labels, accuracy, ε, the audited ε_LB (``!``: above the claimed ε, a
+    violation), status."""
     text = bool(results) and all(r.attack is None or r.psnr is None for r in results) and any(
         r.attack is not None and (r.attack.rouge1 is not None or r.attack.token_recall
                                   is not None) for r in results)
