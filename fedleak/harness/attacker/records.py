@@ -275,6 +275,10 @@ class UpdateRun:
     #: running, finished, interrupted (Ctrl-C), victim gone (it died mid-run) or failed (an
     #: error ended the run; the warnings say which)
     status: str = "running"
+    #: why the run ended as it did when it is not ``finished`` (a Flower audit: what ended the
+    #: ServerApp, what is missing from the report), and the phase a running audit is in
+    status_reason: str | None = None
+    phase: str | None = None
     #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
     #: (:mod:`fedleak.harness.metrics.success_bounds`), once the run ended
     placement: SuccessPlacement | None = None
@@ -304,7 +308,10 @@ class UpdateRun:
                 if r.truncated is not None]
 
     def to_json(self) -> dict[str, Any]:
-        out = {**to_json(self.header), "status": self.status, "rounds": to_json(self.rounds),
+        out = {**to_json(self.header), "status": self.status,
+               **({"status_reason": self.status_reason} if self.status_reason else {}),
+               **({"phase": self.phase} if self.phase else {}),
+               "rounds": to_json(self.rounds),
                "summary": to_json(self.summary), "truncated": self.truncated}
         bound = self.lower_bound
         if bound is not None:

@@ -37,6 +37,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.flower.audit_end import ended_by
 from fedleak.harness.flower.audit_worker import DEFAULT_QUEUE
 from fedleak.harness.flower.auditor import Auditor
 from fedleak.harness.flower.leakage_audit import LeakageAudit
@@ -312,8 +313,8 @@ def _finished(audit: Auditor, run: Callable[[], Any]) -> Auditor:
     """``run()`` the federation; ``audit``'s metrics.json then says how it ended."""
     try:
         run()
-    except BaseException:
-        audit.finish("interrupted")
+    except BaseException as err:
+        audit.finish(*ended_by(err, audit.phase))
         raise
     audit.finish()
     return audit

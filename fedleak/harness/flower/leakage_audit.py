@@ -41,6 +41,7 @@ from torch import nn
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.federated.protocol import ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state, tensors
+from fedleak.harness.flower.audit_end import ended_by
 from fedleak.harness.flower.auditor import (
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -96,17 +97,18 @@ class LeakageAudit(Auditor, Strategy):
               evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None
               ) -> Result:
-        """Flower's ``Strategy.start``, the audit's ``metrics.json`` then saying how it ended
-        (``status``: ``finished``, or ``interrupted`` / ``failed`` when it stopped early)."""
+        """Flower's ``Strategy.start``, the audit's ``metrics.json`` then saying how it ended:
+        ``status`` ``finished`` or ``incomplete`` (with what is missing) after the federation,
+        ``interrupted`` / ``stopped`` / ``failed`` with the reason and the phase when it
+        stopped early (:mod:`~fedleak.harness.flower.audit_end`)."""
         try:
             result = super().start(grid, initial_arrays, num_rounds, timeout, train_config,
                                    evaluate_config, evaluate_fn)
-        except KeyboardInterrupt:
-            self.finish("interrupted")
-            raise
         except BaseException as err:
-            self.run.warnings.append(f"the federation stopped: {type(err).__name__}: {err}")
-            self.finish("failed")
+            status, reason = ended_by(err, self.phase)
+            if isinstance(err, Exception):
+                self.run.warnings.append(f"the federation stopped: {type(err).__name__}: {err}")
+            self.finish(status, reason)
             raise
         self.finish()
         return result
@@ -116,6 +118,7 @@ class LeakageAudit(Auditor, Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._grid = grid
+        self._set_phase(f"round {server_round} of the federation")
         messages = list(self.inner.configure_train(server_round, arrays, config, grid))
         self._sent = {}
         copies: dict[int, dict[str, torch.Tensor]] = {}  # one copy of each θ sent
