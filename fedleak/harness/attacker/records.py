@@ -279,6 +279,9 @@ class UpdateRun:
     #: ServerApp, what is missing from the report), and the phase a running audit is in
     status_reason: str | None = None
     phase: str | None = None
+    #: a malicious server's probe of the same deployment (a Flower audit's ``probe``): its own
+    #: threat model, never in ``summary`` (:mod:`~fedleak.harness.flower.probe`)
+    malicious_probe: Any = None
     #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
     #: (:mod:`fedleak.harness.metrics.success_bounds`), once the run ended
     placement: SuccessPlacement | None = None
@@ -321,6 +324,8 @@ class UpdateRun:
         out["warnings"] = list(self.warnings)
         if self.placement is not None:
             out["success"] = to_json(self.placement)
+        if self.malicious_probe is not None:
+            out["malicious_probe"] = to_json(self.malicious_probe)
         return out
 
     def write(self, out: Path) -> None:
@@ -383,6 +388,8 @@ class UpdateRun:
             lines.append(f"recovered features: mean cosine {s.mean_feature_cosine:.6f}, mean "
                          f"relative error {s.mean_feature_relative_error:.2e}, label accuracy "
                          f"{acc}")
+        if self.malicious_probe is not None:
+            lines += self.malicious_probe.summary_lines()
         lines.append(f"metrics: {out / METRICS_NAME}")
         for r in self.rounds:
             picture = r.files.get("comparison") or r.files.get("reconstruction")

@@ -209,6 +209,7 @@ class Auditor:
             self._drain()
             self._set_phase("the nodes score the attacked updates")
             self._score_pending()
+            self._after_federation()
         except BaseException as err:
             self.end_now(*ended_by(err, self.phase))
             if not isinstance(err, Exception):
@@ -217,6 +218,9 @@ class Auditor:
             return self.run
         self._end(*self._completeness())
         return self.run
+
+    def _after_federation(self) -> None:
+        """What a wrapper does once the honest updates are scored (LeakageAudit: its probe)."""
 
     def end_now(self, status: str, reason: str) -> None:
         """End the audit at once with ``status`` and ``reason``: the rounds still pending are

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
@@ -35,6 +35,7 @@ from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.flower.audit_end import ended_by
@@ -47,10 +48,12 @@ from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.secagg.audit import AggregateAudit
 from fedleak.harness.flower.secagg.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.secagg.settings import SecAggPlus
-from fedleak.harness.flower.train import train
+from fedleak.harness.flower.train import ParametersRefused, train
 from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
 from fedleak.harness.zoo.models import build_model
 
+#: Flower error code of a train message a node's parameter check (vet) refused
+VET_ERROR = 122
 #: run-config keys that are lists, written as one space-separated string
 LIST_KEYS = ("defenses", "options")
 #: settings that are no run-config key (the nodes' operators decide reveal)
@@ -201,11 +204,30 @@ class ConfiguredDefenses:
 
     def __call__(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         settings = _settings(self.settings, context)
-        if not settings.defenses:
+        update = update_specs(settings.defenses)
+        if not update:
             return call_next(msg, context)
-        if settings.defenses not in self._mods:
-            self._mods[settings.defenses] = DefenseMod(*settings.defenses)
-        return self._mods[settings.defenses](msg, context, call_next)
+        if update not in self._mods:
+            self._mods[update] = DefenseMod(*update)
+        return self._mods[update](msg, context, call_next)
+
+
+def parameter_check_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """The specs of ``specs`` that check θ before training (``vet``): the train handler runs
+    them, not a mod (they need the model and the node's batch)."""
+    return tuple(spec for spec in specs
+                 if create_defense_from_spec(spec).stage == "parameters")
+
+
+def update_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """The specs of ``specs`` a :class:`DefenseMod` runs (all but the parameter checks)."""
+    checks = set(parameter_check_specs(specs))
+    return tuple(spec for spec in specs if spec not in checks)
+
+
+def create_defense_from_spec(spec: str) -> Any:
+    """The defense ``spec`` names (``name:key=value,...``)."""
+    return build_chain([parse_defense_spec(spec)]).defenses[0]
 
 
 class ConfiguredSecAgg:
@@ -248,8 +270,13 @@ def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
         server_round = int(config.get("server-round", 1))
         pid, count = _partition(context, s)
         images, labels = node_batch(data, pid, count, server_round, s.images)
-        trained = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
-                        data.info, config, defenses=[s.dp] if s.dp else [], context=context)
+        try:
+            trained = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
+                            data.info, config, context=context,
+                            defenses=[*([s.dp] if s.dp else []),
+                                      *parameter_check_specs(s.defenses)])
+        except ParametersRefused as err:  # vet: nothing trained on what the server sent
+            return Message(Error(VET_ERROR, str(err)), reply_to=msg)
         return Message(trained.content(), reply_to=msg)  # publishes DP-SGD when it ran
 
     @app.query(SCORE_ACTION)

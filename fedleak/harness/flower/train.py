@@ -52,6 +52,10 @@ from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 DP_HISTORY = "fedleak.dp-history"
 
 
+class ParametersRefused(ValueError):
+    """A parameter check (``vet``) refused the θ the server sent; the message says why."""
+
+
 class Trained(tuple[ArrayRecord, MetricRecord]):
     """What :func:`train` returns: ``(arrays, metrics)`` — θ′ and the reply's metrics, as a
     pair, so ``arrays, metrics = train(...)`` works — and :meth:`content`, the reply content
@@ -88,8 +92,10 @@ def train(
     """θ′ and the reply's metrics after this node's local update on ``images`` (on [0, 1]);
     ``.content()`` of the result is the reply content, publishing ``defenses``.
 
-    ``defenses`` may name one per-example defense (``dpsgd:...``); update-stage defenses
-    belong in a :class:`~fedleak.harness.flower.mods.DefenseMod`. Raises ``ValueError`` for a
+    ``defenses`` may name one per-example defense (``dpsgd:...``) and parameter checks
+    (``vet``, run on θ and the batch before training: :class:`ParametersRefused` when one
+    refuses); update-stage defenses belong in a :class:`~fedleak.harness.flower.mods.
+    DefenseMod`. Raises ``ValueError`` for a
     procedure fedleak's local update does not implement (an optimiser other than SGD).
     Shuffled batches are drawn in a secret order from ``generator``.
     """
@@ -100,14 +106,20 @@ def train(
                          "your own loop")
     chain = build_chain([parse_defense_spec(spec) for spec in defenses])
     if chain.update or chain.transport is not None:
-        raise ValueError("train() runs per-example defenses (dpsgd) only; put update defenses "
-                         "in a DefenseMod and use Flower's SecAgg+ for secure aggregation")
+        raise ValueError("train() runs per-example defenses (dpsgd) and parameter checks "
+                         "(vet) only; put update defenses in a DefenseMod and use Flower's "
+                         "SecAgg+ for secure aggregation")
     state = tensors(sent)
     params, buffers = split_state(model, state)
     buffers = {k: b.clone() for k, b in buffers.items()}  # local training moves them
     protocol = procedure.protocol
     generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
     x = normalize(images.float() if images.is_floating_point() else images, info)  # text: ids
+    for check in chain.parameter_checks:  # vet: before anything is trained on θ
+        reason = check.inspect(model, params, buffers, x)
+        if reason is not None:
+            raise ParametersRefused(f"{reason}; the node refuses to train on these parameters "
+                                    f"(defense {check.name})")
     update, metadata = defended_update(model, params, buffers, x, labels, protocol, chain,
                                        generator)
     new_state = {**state_carrying(state, update, list(params), protocol), **buffers}
