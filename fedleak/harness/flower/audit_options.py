@@ -52,7 +52,8 @@ class AuditOptions(TypedDict, total=False):
     malicious-server attacks (``trap-weights``, ``fishing``) run in probe rounds after the
     federation, their node updates discarded, with ``probe_options`` per attack and
     ``probe_public`` images on [0, 1] like the nodes' (:mod:`~fedleak.harness.flower.probe`;
-    :class:`~fedleak.harness.flower.leakage_audit.LeakageAudit` only).
+    under SecAgg+, :class:`~fedleak.harness.flower.secagg.audit.AggregateAudit` probes workflow
+    round ``probe_round`` with trap weights on the aggregate).
     """
 
     attack: str
@@ -74,6 +75,7 @@ class AuditOptions(TypedDict, total=False):
     probe: str | Sequence[str] | None
     probe_options: Mapping[str, Mapping[str, Any]] | None
     probe_public: torch.Tensor | None
+    probe_round: int | None
 
 
 #: attacks whose replay takes the images in a fixed order: on a shuffling client's update the

@@ -55,7 +55,7 @@ from fedleak.harness.zoo.models import build_model
 #: Flower error code of a train message a node's parameter check (vet) refused
 VET_ERROR = 122
 #: run-config keys that are lists, written as one space-separated string
-LIST_KEYS = ("defenses", "options")
+LIST_KEYS = ("defenses", "options", "probe")
 #: settings that are no run-config key (the nodes' operators decide reveal)
 NOT_RUN_CONFIG = ("extra_config", "allow_reveal")
 
@@ -101,6 +101,9 @@ class FederationSettings:
     inline: bool = False
     #: replace a run already in ``out`` (else it is refused)
     overwrite: bool = False
+    #: malicious-server probe attacks after the federation (trap-weights, fishing), see
+    #: :mod:`~fedleak.harness.flower.probe`
+    probe: tuple[str, ...] = ()
     #: simulation only: the simulated nodes' operator lets them reveal their batch for the
     #: comparison pictures (on a real SuperNode its operator sets fedleak-allow-reveal in its
     #: --node-config; a run config cannot)
@@ -308,7 +311,7 @@ def run_server(grid: Grid, s: FederationSettings, context: Context | None = None
     audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
                          options=s.attack_options(), seed=s.seed, record_only=s.record_only,
                          score=s.score, queue=s.queue, background=not s.inline,
-                         overwrite=s.overwrite)
+                         overwrite=s.overwrite, probe=s.probe or None)
     audit.start(grid, initial, num_rounds=s.rounds, train_config=ConfigRecord(config))
     return audit  # start() recorded how it ended
 
@@ -331,9 +334,11 @@ def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
     audit = AggregateAudit(inner, s.model, s.dataset, Path(s.out), secagg=secagg, grid=grid,
                            attack=s.attack, options=s.attack_options(), seed=s.seed,
                            record_only=s.record_only, score=s.score,
-                           overwrite=s.overwrite)
+                           overwrite=s.overwrite, probe=s.probe or None,
+                           probe_round=s.rounds + 1 if s.probe else None)
+    rounds = s.rounds + (1 if s.probe else 0)  # the probe's round trains nothing
     return _finished(audit, lambda: workflow(grid, LegacyContext(
-        context, ServerConfig(num_rounds=s.rounds), audit)))
+        context, ServerConfig(num_rounds=rounds), audit)))
 
 
 def _finished(audit: Auditor, run: Callable[[], Any]) -> Auditor:

@@ -22,6 +22,7 @@ import torch
 pytest.importorskip("flwr", reason="needs fedleak[flower]")
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict  # noqa: E402
+from flwr.server.strategy import FedAvg as LegacyFedAvg  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
@@ -122,3 +123,42 @@ def test_bad_probe_settings_are_refused_before_the_federation(tmp_path: Path) ->
     with pytest.raises(ValueError):
         LeakageAudit(FedAvg(), WIDE, "digits", tmp_path / "b", probe="trap-weights",
                      probe_options={"trap-weights": {"rate": 2.0}}, background=False)
+
+
+def test_under_secagg_plus_the_probe_attacks_the_aggregate_and_trains_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flower's own SecAgg+ workflow and mod, 2 nodes x 32 digits: the workflow's extra round
+    sends trap weights, the audit attacks the aggregate of the two nodes' masked updates (the
+    server never holds one), each node scores its own images among the reconstruction, and
+    the probe round's aggregate never reaches the inner strategy."""
+    from fedleak.harness.flower.federation import run_server
+    from tests.harness.flower.test_flower import LocalGrid
+
+    rounds: list[int] = []
+    real = LegacyFedAvg.aggregate_fit
+
+    def counted(self: Any, server_round: int, *args: Any) -> Any:
+        rounds.append(server_round)
+        return real(self, server_round, *args)
+
+    monkeypatch.setattr(LegacyFedAvg, "aggregate_fit", counted)
+    s = FederationSettings(nodes=2, rounds=1, model=WIDE, images=32, protocol="fedavg", lr=0.1,
+                           options=("iterations=2", "restarts=1"), secagg_plus=True,
+                           probe=("trap-weights",), out=str(tmp_path / "audit"))
+    run_server(LocalGrid(s, wire=True), s)
+    metrics = json.loads((tmp_path / "audit" / "metrics.json").read_text())
+    assert rounds == [1]  # the probe round (2) trained nothing
+    assert len(metrics["rounds"]) == 1 and metrics["status"] == "finished"
+    (outcome,) = metrics["malicious_probe"]["outcomes"]
+    assert outcome["status"] == "attacked" and outcome["node"] == "secagg+ aggregate of 2 nodes"
+    assert outcome["images"] == 64 and outcome["server_round"] == 2
+    assert outcome["round"]["floors"]["images"] == 64  # the nodes' floors, pooled
+    assert outcome["recovered"] is not None
+
+
+def test_fishing_is_refused_under_secagg_plus(tmp_path: Path) -> None:
+    from fedleak.harness.flower.secagg.audit import AggregateAudit
+
+    with pytest.raises(ValueError, match="several probe rounds"):
+        AggregateAudit(LegacyFedAvg(), WIDE, "digits", tmp_path, probe="fishing",
+                       probe_round=2)

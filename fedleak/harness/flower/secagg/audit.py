@@ -57,6 +57,7 @@ from flwr.serverapp import Grid
 from torch import nn
 
 from fedleak.harness.attacker.client import ReceivedUpdate
+from fedleak.harness.attacker.round_outcome import floors_of
 from fedleak.harness.federated.protocol import FEDSGD, ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state
 from fedleak.harness.flower.auditor import (
@@ -66,10 +67,14 @@ from fedleak.harness.flower.auditor import (
     NotAttackable,
     ScoreAnswer,
 )
+from fedleak.harness.flower.probe import ProbeOutcome
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
-from fedleak.harness.flower.secagg.legacy import named_state
+from fedleak.harness.flower.secagg.legacy import named_state, parameters_of
+from fedleak.harness.flower.secagg.probe import AggregateProbe, check_aggregate_probe
 from fedleak.harness.flower.secagg.settings import SecAggPlus
 from fedleak.harness.flower.update import update_of
+from fedleak.harness.metrics.floors import FloorSummary, combined
+from fedleak.harness.victim.messages import floors_pb
 from fedleak.harness.zoo.datasets import DatasetInfo
 from fedleak.v1 import victim_pb2 as pb
 
@@ -112,6 +117,24 @@ class AggregateAudit(Auditor, LegacyStrategy):
         self.template = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         self._theta: dict[str, torch.Tensor] = {}
         self._configs: dict[int, dict[str, Any]] = {}
+        #: the malicious probe under SecAgg+ (:mod:`~fedleak.harness.flower.secagg.probe`)
+        self.probe: AggregateProbe | None = None
+        self.probe_round = audit.get("probe_round")
+        self._before_probe: Parameters | None = None
+        self._probe_theta: dict[str, torch.Tensor] | None = None
+        self._examples: dict[int, int] = {}
+        attacks = audit.get("probe")
+        if attacks:
+            check_aggregate_probe((attacks,) if isinstance(attacks, str) else tuple(attacks))
+            if not isinstance(self.probe_round, int) or self.probe_round < 1:
+                raise ValueError("a probe under SecAgg+ takes one workflow round: give "
+                                 "probe_round= the round to probe (one more than the "
+                                 "federation trains, ServerConfig(num_rounds=R + 1))")
+            self.probe = AggregateProbe(self.model, self.info,
+                                        (audit.get("probe_options") or {}).get("trap-weights",
+                                                                                {}),
+                                        audit.get("probe_public"), self.seed, self.device)
+            self.run.malicious_probe = self.probe.report
         #: (server round, the surviving node ids) of every aggregate attacked or recorded
         self.audited: list[tuple[int, tuple[int, ...]]] = []
         self.log("SecAgg+: the audit sees only the aggregate of the surviving nodes' updates, "
@@ -134,13 +157,71 @@ class AggregateAudit(Auditor, LegacyStrategy):
         self._configs = {proxy.node_id: dict(fitins.config) for proxy, fitins in instructions}
         for proxy, _ in instructions:
             self._grid = self._grid or getattr(proxy, "grid", None)
+        if self.probe is not None and server_round == self.probe_round:
+            return self._probe_instructions(server_round, parameters, instructions)
         return instructions
+
+    def _probe_instructions(self, server_round: int, parameters: Parameters,
+                            instructions: list[tuple[ClientProxy, FitIns]]
+                            ) -> list[tuple[ClientProxy, FitIns]]:
+        """The probe round's instructions: the trapped θ to every node (the honest θ kept to
+        return after the round, which so trains nothing)."""
+        assert self.probe is not None
+        self._before_probe, self._probe_theta = parameters, None
+        self._set_phase(f"the malicious-server probe (round {server_round}, under SecAgg+)")
+        if not self._theta:
+            return instructions
+        params, buffers = split_state(self.model, self._theta)
+        config = next(iter(self._configs.values()), {})
+        try:
+            kind = procedure_from_config(config).protocol.update_kind()
+        except ProtocolError:
+            kind = "delta"
+        per_node = max(self._examples.values(), default=1)
+        crafted = self.probe.craft(params, buffers, per_node, len(instructions), kind)
+        if crafted is None:
+            return instructions
+        self._probe_theta = {**self._theta, **crafted}
+        self._theta = self._probe_theta
+        sent = parameters_of(self._probe_theta)
+        self.log(f"malicious probe: trap-weights to {len(instructions)} node(s) under SecAgg+, "
+                 f"round {server_round} (its aggregate is discarded from training)")
+        return [(proxy, FitIns(sent, fitins.config)) for proxy, fitins in instructions]
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
                       ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        if self.probe is not None and server_round == self.probe_round:
+            self._probe_aggregate(server_round, results, failures)
+            return self._before_probe, {}  # the probe round trains nothing
         self.audit_aggregate(server_round, results, failures)
         return self.inner.aggregate_fit(server_round, results, failures)
+
+    def _probe_aggregate(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                         failures: list[Any]) -> None:
+        """Attack the probe round's aggregate (when the probe sent its traps) and record it."""
+        assert self.probe is not None
+        if self._probe_theta is None:
+            self.run.write(self.out)
+            return
+        try:
+            received, params, buffers, _, counts = self._received(server_round, results,
+                                                                  failures)
+        except NotAttackable as err:
+            self.probe.report.outcomes.append(ProbeOutcome(
+                "trap-weights", "secagg+ aggregate", "failed", str(err)))
+            self.run.write(self.out)
+            return
+        details = {"nodes": [{"node": node, "num_images": n} for node, n in counts.items()],
+                   **self._weights(counts)}
+        outcome = self.probe.attack_aggregate(
+            server_round, received, params, buffers,
+            lambda images, labels, padding: self._pooled_score(server_round, counts, images,
+                                                                labels, padding, details))
+        if outcome.round is not None:
+            outcome.round.aggregate = details
+        self.log(f"malicious probe: {outcome.line()}")
+        self.run.write(self.out)
 
     def configure_evaluate(self, server_round: int, parameters: Parameters,
                            client_manager: ClientManager
@@ -212,6 +293,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
                   sorted(results, key=lambda r: r[0].node_id)}
         if any(not isinstance(n, int) or n < 1 for n in counts.values()):
             raise NotAttackable(f"a survivor reports no example count >= 1: {counts}")
+        self._examples.update(counts)
         configs = [self._configs.get(node, {}) for node in counts]
         if any(c != configs[0] for c in configs):
             raise NotAttackable("the survivors were sent different train configs: their "
@@ -303,6 +385,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
         is one-to-one over all N images and so the optimal one; otherwise the pooled score
         is an upper bound, and ``details['matching']`` says how many were claimed twice."""
         pooled = pb.ScoreResponse()
+        floors: list[FloorSummary] = []
         truths: list[torch.Tensor] = []
         refused, accuracy = [], []
         for node, entry in zip(counts, details["nodes"], strict=True):
@@ -317,7 +400,12 @@ class AggregateAudit(Auditor, LegacyStrategy):
             for s in score.images:
                 pooled.images.add(index=offset + s.index, matched_index=s.matched_index,
                                   psnr=s.psnr, ssim=s.ssim, mse=s.mse, padding=s.padding,
-                                  exact=s.exact, exact_index=s.exact_index)
+                                  exact=s.exact, exact_index=s.exact_index,
+                                  floor_psnr=s.floor_psnr, floor_ssim=s.floor_ssim,
+                                  floor_guess=s.floor_guess)
+            node_floors = floors_of(score)
+            if node_floors is not None:
+                floors.append(node_floors)
             pooled.exact += score.exact  # each node's own matching: an upper bound if two
             pooled.exact_psnr = score.exact_psnr  # nodes claimed one image (see above)
             pooled.successes += score.successes  # the same
@@ -339,6 +427,8 @@ class AggregateAudit(Auditor, LegacyStrategy):
         if accuracy:
             pooled.labels_scored = True
             pooled.label_accuracy = sum(a * k for a, k in accuracy) / sum(k for _, k in accuracy)
+        if len(floors) == len(details["nodes"]) - len(refused):  # every scoring node's floors
+            floors_pb(pooled, combined(floors))
         shared = sum(1 for c in Counter(s.matched_index for s in pooled.images).values() if c > 1)
         details["matching"] = (
             "per node, one-to-one within each node; no reconstructed image claimed by two "
