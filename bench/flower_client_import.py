@@ -96,7 +96,7 @@ def main() -> None:
     print(f"  fedleak modules the audited import loads: {len(fedleak)} "
           f"({', '.join(m for m in fedleak if m.startswith('fedleak.harness.flower'))}, ...)")
     print("  attack, defense, auditing or scoring code, scipy, opacus, matplotlib: "
-          + (", ".join(heavy) if heavy else "none"))
+          + (f"{len(heavy)} modules ({', '.join(heavy[:4])}, ...)" if heavy else "none"))
 
 
 if __name__ == "__main__":
