@@ -36,10 +36,10 @@ from fedleak.harness.attacker.attack_settings import jsonable
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.pictures import save_grid, save_reconstruction
 from fedleak.harness.attacker.recording import write_round
-from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord, RunHeader, UpdateRun
+from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
-from fedleak.harness.flower.audit_end import FINISHED, INCOMPLETE, ended_by, watch
+from fedleak.harness.flower.audit_end import AuditEnd, watch
 from fedleak.harness.flower.audit_options import (  # noqa: F401  (re-exported)
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -66,7 +66,6 @@ from fedleak.harness.flower.score_answers import (  # noqa: F401  (score_error r
     score_error,
     score_query,
 )
-from fedleak.harness.metrics.floors import NOTHING_RECOVERED
 from fedleak.harness.zoo.datasets import DatasetInfo, dataset_info, denormalize
 from fedleak.harness.zoo.models import build_model
 from fedleak.harness.zoo.user_models import is_factory, user_model
@@ -89,7 +88,7 @@ class PendingUpdate:
     clipping_norm: float | None = None
 
 
-class Auditor:
+class Auditor(AuditEnd):
     """Attack (or record) updates read off a Flower round; write the run folder (module doc).
 
     ``in_background`` is a wrapper's default for ``background`` (True for every node's reply,
@@ -186,112 +185,6 @@ class Auditor:
                 name += "b"
             self.node_names[node] = name
         return self.node_names[node]
-
-    def finish(self, status: str = FINISHED, reason: str | None = None) -> UpdateRun:
-        """Wait for the attacks still running (the worker), have the nodes score them, and
-        record how the audit ended in ``metrics.json``; returns the run.
-        ``LeakageAudit.start`` calls it; a ServerApp that drives the strategy round by round
-        itself calls it at the end (else :mod:`~fedleak.harness.flower.audit_end` records
-        ``unfinished`` when its process ends).
-
-        ``status``: ``finished`` (the federation ended: wait, score, then ``finished`` or
-        ``incomplete`` with what is missing), or how it stopped early (``interrupted``,
-        ``stopped``, ``failed``, with ``reason``), which is written at once — before anything
-        that could wait — and nothing is scored. Whatever happens meanwhile (an error, a signal
-        Flower turns into ``SystemExit``), ``metrics.json`` ends with a status and its reason.
-        """
-        if self.ended:
-            return self.run
-        if status != FINISHED:
-            self.end_now(status, reason or f"the federation ended: {status}")
-            return self.run
-        try:
-            self._drain()
-            self._set_phase("the nodes score the attacked updates")
-            self._score_pending()
-            self._after_federation()
-        except BaseException as err:
-            self.end_now(*ended_by(err, self.phase))
-            if not isinstance(err, Exception):
-                raise
-            self.log(f"warning: the audit failed: {err}")
-            return self.run
-        self._end(*self._completeness())
-        return self.run
-
-    def _after_federation(self) -> None:
-        """What a wrapper does once the honest updates are scored (LeakageAudit: its probe)."""
-
-    def end_now(self, status: str, reason: str) -> None:
-        """End the audit at once with ``status`` and ``reason``: the rounds still pending are
-        recorded unscored or not attacked with that reason, the report is written, the worker
-        stopped (:mod:`~fedleak.harness.flower.audit_end`: within Flower's five seconds)."""
-        if self.ended:
-            return
-        for pending in list(self._pending.values()):
-            self.run.warnings.append(f"round {pending.server_round}, {pending.label}: not "
-                                     f"attacked: the audit ended ({status}) first")
-        self._pending.clear()
-        for _, entry, _, _, _ in self._to_score:
-            entry.unscored = f"not scored: the audit ended ({status}) before the nodes scored"
-        self._to_score = []
-        self._end(status, reason)
-        if self._worker is not None:
-            self._worker.close(wait=False)
-
-    def _drain(self) -> None:
-        """The worker's remaining results (waiting at most ``drain_timeout``), recorded."""
-        if self._worker is None:
-            return
-        if self._pending:
-            self._set_phase(f"attacking {len(self._pending)} queued update(s) after the "
-                            "federation")
-            self.log(f"the audit attacks {len(self._pending)} update(s) still queued, "
-                     "after the federation")
-        for result in self._worker.drain(self.drain_timeout):
-            self._complete(result)
-            if self._pending:
-                self._set_phase(f"attacking {len(self._pending)} queued update(s) after the "
-                                "federation")
-        self._worker.close(wait=True)
-        for pending in list(self._pending.values()):
-            why = (f"still queued after {self.drain_timeout} s (drain_timeout) when the "
-                   "federation ended")
-            self._missing.append(f"round {pending.server_round}, {pending.label}: {why}")
-            self._not_attacked(f"round {pending.server_round}, {pending.label}", why)
-        self._pending.clear()
-
-    def _completeness(self) -> tuple[str, str | None]:
-        """``finished``, or ``incomplete`` with what the report misses: updates the worker
-        never attacked (killed, or still queued), rounds the nodes did not score."""
-        missing = list(self._missing)
-        if self.score:
-            missing += [f"{r.node or r.round_id}: {r.unscored}" for r in self.run.rounds
-                        if r.unscored and not r.images]
-        if not missing:
-            return FINISHED, None
-        return INCOMPLETE, (f"{len(missing)} update(s) attacked or recorded without a score: "
-                            + "; ".join(missing[:4]) + ("; ..." if len(missing) > 4 else ""))
-
-    def _end(self, status: str, reason: str | None) -> None:
-        """Write how the audit ended and say it in one line (the summary lines with it)."""
-        self.ended = True
-        self.run.status, self.run.status_reason, self.run.phase = status, reason, None
-        self.run.write(self.out)
-        for line in self.run.summary_lines(self.out):
-            if line.startswith(("mean PSNR", "LOWER BOUND", "inexact", NOTHING_RECOVERED)) \
-                    or " above their floor " in line:
-                self.log(line)
-        attacked = sum(1 for r in self.run.rounds if r.images or r.unscored)
-        self.log(f"audit {status}: {attacked} update(s) in {self.out / METRICS_NAME}"
-                 + (f" ({reason})" if reason else ""))
-
-    def _set_phase(self, phase: str) -> None:
-        """What the audit is doing now, in ``metrics.json`` while it runs (``phase``)."""
-        self.phase = phase
-        if not self.ended:
-            self.run.phase = phase
-            self.run.write(self.out)
 
     def _not_attacked(self, where: str, reason: str) -> None:
         self.run.warnings.append(f"{where}: not attacked: {reason}")

@@ -97,15 +97,6 @@ def constant_guesses(truth: Tensor, dataset_mean: Tensor | None = None) -> dict[
             MEAN_COLOUR: truth.mean(dim=(2, 3), keepdim=True).expand_as(truth).clone()}
 
 
-def floor_scores(truth: Tensor, dataset_mean: Tensor | None = None) -> FloorScores:
-    """PSNR and SSIM of every constant guess against every image of ``truth``."""
-    from fedleak.harness.metrics.image_metrics import psnr_per_image, ssim_per_image
-
-    guesses = constant_guesses(truth.float(), dataset_mean)
-    return FloorScores({g: psnr_per_image(x, truth) for g, x in guesses.items()},
-                       {g: ssim_per_image(x, truth) for g, x in guesses.items()})
-
-
 def summarise(floors: FloorScores, psnr: Tensor, above: int,
               margin_db: float = FLOOR_MARGIN_DB) -> FloorSummary:
     """The batch's :class:`FloorSummary`; ``psnr`` ``[n]`` the reconstruction's per-image PSNR

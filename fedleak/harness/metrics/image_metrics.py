@@ -31,7 +31,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedleak.harness.metrics.floors import FLOOR_MARGIN_DB, FloorSummary, floor_scores, summarise
+from fedleak.harness.metrics.floors import (
+    FLOOR_MARGIN_DB,
+    FloorScores,
+    FloorSummary,
+    constant_guesses,
+    summarise,
+)
 
 SSIM_WINDOW = 11
 SSIM_SIGMA = 1.5
@@ -125,6 +131,15 @@ def ssim_per_image(x: Tensor, y: Tensor) -> Tensor:
         K=SSIM_K,
     )
     return values.double()
+
+
+def floor_scores(truth: Tensor, dataset_mean: Tensor | None = None) -> FloorScores:
+    """PSNR and SSIM of every constant guess of :mod:`~fedleak.harness.metrics.floors` (grey,
+    the data set's mean image ``dataset_mean``, each image's own mean colour) against every
+    image of ``truth``; ``dataset_mean`` None: the mean of ``truth``."""
+    guesses = constant_guesses(truth.float(), dataset_mean)
+    return FloorScores({g: psnr_per_image(x, truth) for g, x in guesses.items()},
+                       {g: ssim_per_image(x, truth) for g, x in guesses.items()})
 
 
 def match_one_to_one(reconstruction: Tensor, truth: Tensor) -> Tensor:

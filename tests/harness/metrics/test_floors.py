@@ -16,10 +16,9 @@ from fedleak.harness.metrics.floors import (
     NOTHING_RECOVERED,
     combined,
     constant_guesses,
-    floor_scores,
     floor_words,
 )
-from fedleak.harness.metrics.image_metrics import SUCCESS_PSNR, score_reconstruction
+from fedleak.harness.metrics.image_metrics import SUCCESS_PSNR, floor_scores, score_reconstruction
 
 
 def textured(n: int, seed: int = 0) -> torch.Tensor:
