@@ -59,7 +59,8 @@ class RunSummary:
         cosines = [r.mean_feature_cosine for r in rounds if r.mean_feature_cosine is not None]
         errors = [r.mean_feature_relative_error for r in rounds
                   if r.mean_feature_relative_error is not None]
-        privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
+        privacy: dict[str, float] = next((r.privacy for r in reversed(rounds) if r.privacy),
+                                         {})
         ceilings = [img.fisher_psnr_ceiling for r in rounds for img in r.images
                     if img.fisher_psnr_ceiling is not None]
         exacts = [r.exact for r in rounds if r.exact is not None]

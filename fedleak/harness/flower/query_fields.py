@@ -60,7 +60,7 @@ def read_query(content: RecordDict) -> ScoreQuery:
                            "the round and the recovered labels")
     config: dict[str, Any] = dict(record)
     server_round = config.get("round")
-    if not _is_int(server_round) or server_round < 0:
+    if not isinstance(server_round, int) or isinstance(server_round, bool) or server_round < 0:
         raise QueryRefused(f"the score query's round must be the server round, an integer >= 0; "
                            f"got {_shown(server_round)}")
     aggregate = config.get("aggregate", False)

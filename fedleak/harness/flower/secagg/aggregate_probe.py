@@ -64,9 +64,10 @@ class AggregateProbe:
                  public: torch.Tensor | None, seed: int, device: str) -> None:
         self.model, self.info, self.seed, self.device = model, info, seed, device
         self.images, source = public_images(info, public)
-        self.attack = create_attack("trap-weights", {**DELTA_OPTIONS["trap-weights"],
-                                                     **dict(options)})
-        assert isinstance(self.attack, MaliciousAttack)
+        attack = create_attack("trap-weights", {**DELTA_OPTIONS["trap-weights"],
+                                                **dict(options)})
+        assert isinstance(attack, MaliciousAttack)
+        self.attack: MaliciousAttack = attack
         self.report = ProbeReport(attacks=["trap-weights"], public_data=source)
 
     def craft(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
