@@ -199,8 +199,9 @@ class AuditEnd:
         never attacked (killed, or still queued), rounds the nodes did not score."""
         missing = list(self._missing)
         if self.score:
-            missing += [f"{r.node or r.round_id}: {r.unscored}" for r in self.run.rounds
-                        if r.unscored and not r.images]
+            missing += [f"{getattr(r, 'node', None) or r.round_id}: {r.unscored}"
+                        for r in self.run.rounds  # image and text rounds alike
+                        if r.unscored and not getattr(r, "images", None)]
         if not missing:
             return FINISHED, None
         return INCOMPLETE, (f"{len(missing)} update(s) attacked or recorded without a score: "
@@ -215,8 +216,8 @@ class AuditEnd:
             if line.startswith(("mean PSNR", "LOWER BOUND", "inexact", NOTHING_RECOVERED)) \
                     or " above their floor " in line:
                 self.log(line)
-        attacked = sum(1 for r in self.run.rounds if r.images or r.unscored)
-        self.log(f"audit {status}: {attacked} update(s) in {self.out / METRICS_NAME}"
+        self.log(f"audit {status}: {len(self.run.rounds)} update(s) recorded in "
+                 f"{self.out / METRICS_NAME}"
                  + (f" ({reason})" if reason else ""))
 
     def _set_phase(self, phase: str) -> None:

@@ -113,6 +113,9 @@ class TextRun:
     rounds: list[TextRoundRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     status: str = "running"
+    #: why the run ended as it did (a Flower audit), and the phase a running audit is in
+    status_reason: str | None = None
+    phase: str | None = None
 
     def summary(self) -> dict[str, Any]:
         r = [x for x in self.rounds if x.unscored is None]
@@ -140,6 +143,8 @@ class TextRun:
 
     def to_json(self) -> dict[str, Any]:
         return {**to_json(self.header), "threat_model": "text-update", "status": self.status,
+                **({"status_reason": self.status_reason} if self.status_reason else {}),
+                **({"phase": self.phase} if self.phase else {}),
                 "rounds": to_json(self.rounds), "summary": self.summary(),
                 "warnings": list(self.warnings)}
 
