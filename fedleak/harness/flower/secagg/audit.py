@@ -105,6 +105,14 @@ class AggregateAudit(Auditor, LegacyStrategy):
                             f"Strategy, which SecAggPlusWorkflow drives); got "
                             f"{type(inner).__module__}.{type(inner).__name__} (wrap a "
                             "Message-API strategy in LeakageAudit)")
+        attacks = audit.get("probe")
+        if attacks:  # refused before the run folder is claimed
+            check_aggregate_probe((attacks,) if isinstance(attacks, str) else tuple(attacks))
+            probe_round = audit.get("probe_round")
+            if not isinstance(probe_round, int) or probe_round < 1:
+                raise ValueError("a probe under SecAgg+ takes one workflow round: give "
+                                 "probe_round= the round to probe (one more than the "
+                                 "federation trains, ServerConfig(num_rounds=R + 1))")
         self.inner, self.secagg = inner, secagg
         super().__init__(model, dataset, out, **audit, settings={
             "inner_strategy": type(inner).__name__, "server_view": SERVER_VIEW,
@@ -119,13 +127,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
         self._before_probe: Parameters | None = None
         self._probe_theta: dict[str, torch.Tensor] | None = None
         self._examples: dict[int, int] = {}
-        attacks = audit.get("probe")
         if attacks:
-            check_aggregate_probe((attacks,) if isinstance(attacks, str) else tuple(attacks))
-            if not isinstance(self.probe_round, int) or self.probe_round < 1:
-                raise ValueError("a probe under SecAgg+ takes one workflow round: give "
-                                 "probe_round= the round to probe (one more than the "
-                                 "federation trains, ServerConfig(num_rounds=R + 1))")
             self.probe = AggregateProbe(self.model, self.info,
                                         (audit.get("probe_options") or {}).get("trap-weights",
                                                                                 {}),
