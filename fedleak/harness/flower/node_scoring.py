@@ -186,8 +186,9 @@ def _score_metrics(scored: Any, chosen: torch.Tensor | None) -> dict[str, Any]:
                 "floor-ssim": [float(i.floor_ssim or 0.0) for i in s.images],
                 "floor-guess": [FLOOR_GUESSES.index(i.floor_guess)
                                 if i.floor_guess in FLOOR_GUESSES else -1 for i in s.images],
-                "floor-guess-psnr": [f.guesses[g][0] for g in FLOOR_GUESSES],
-                "floor-guess-ssim": [f.guesses[g][1] for g in FLOOR_GUESSES],
+                "floor-guesses": [FLOOR_GUESSES.index(g) for g in f.guesses],
+                "floor-guess-psnr": [p for p, _ in f.guesses.values()],
+                "floor-guess-ssim": [q for _, q in f.guesses.values()],
                 "mean-floor-psnr": f.mean_psnr, "mean-floor-ssim": f.mean_ssim,
                 "mean-floor-margin": f.mean_margin, "above-floor": f.above,
                 "floor-margin-db": f.margin_db})

@@ -118,8 +118,9 @@ def _floors(score: pb.ScoreResponse, metrics: dict[str, Any]) -> None:
                               metrics["floor-guess"], strict=True):
         image.floor_psnr, image.floor_ssim = float(p), float(s)
         image.floor_guess = FLOOR_GUESSES[int(g)] if 0 <= int(g) < len(FLOOR_GUESSES) else ""
+    made = [FLOOR_GUESSES[int(i)] for i in metrics["floor-guesses"]]
     score.floors.extend(pb.FloorScore(guess=g, mean_psnr=float(p), mean_ssim=float(q))
-                        for g, p, q in zip(FLOOR_GUESSES, metrics["floor-guess-psnr"],
+                        for g, p, q in zip(made, metrics["floor-guess-psnr"],
                                            metrics["floor-guess-ssim"], strict=True))
     score.mean_floor_psnr = float(metrics["mean-floor-psnr"])
     score.mean_floor_ssim = float(metrics["mean-floor-ssim"])

@@ -5,8 +5,10 @@ image. For every private image x (``[C, H, W]`` on [0, 1]) three constant guesse
 with the same PSNR and SSIM as the reconstruction:
 
 - ``grey``: the flat image 0.5 everywhere;
-- ``data-set mean``: the mean image of the data the images come from (the victim's private
-  pool; on a Flower node, the batch the node trained on), x̄ = (1/N) Σ_n x_n;
+- ``data-set mean``: the mean image of the data the images come from *without the image
+  itself* (the victim's private pool; on a Flower node, the batch it trained on), the
+  leave-one-out mean x̄₋ᵢ = (Σ_n x_n − x_i) / (N − 1) — with the image in it, a pool of one
+  would "guess" the image exactly; left out when the pool holds no other image;
 - ``own mean colour``: the image's own mean per channel, μ_c(x) = mean_{h,w} x_{c,h,w}, the
   flat image closest to x in MSE (an oracle no attacker holds: a reconstruction that is not
   above it shows at most the image's average colour).
@@ -49,20 +51,27 @@ class FloorScores:
     ssim: dict[str, Tensor]
 
     @property
+    def made(self) -> list[str]:
+        """The guesses made, in :data:`GUESSES` order (the data-set mean needs another
+        image)."""
+        return [g for g in GUESSES if g in self.psnr]
+
+    @property
     def best_psnr(self) -> Tensor:
         """The floor's PSNR of each image: the best of the guesses."""
-        return torch.stack([self.psnr[g] for g in GUESSES]).max(0).values
+        return torch.stack([self.psnr[g] for g in self.made]).max(0).values
 
     @property
     def best_ssim(self) -> Tensor:
         """The floor's SSIM of each image: the best of the guesses' SSIMs."""
-        return torch.stack([self.ssim[g] for g in GUESSES]).max(0).values
+        return torch.stack([self.ssim[g] for g in self.made]).max(0).values
 
     @property
     def best_guess(self) -> list[str]:
         """Which guess gives each image's floor PSNR."""
-        index = torch.stack([self.psnr[g] for g in GUESSES]).argmax(0)
-        return [GUESSES[int(i)] for i in index]
+        made = self.made
+        index = torch.stack([self.psnr[g] for g in made]).argmax(0)
+        return [made[int(i)] for i in index]
 
 
 @dataclass
@@ -85,16 +94,36 @@ class FloorSummary:
         return self.above == 0
 
 
-def constant_guesses(truth: Tensor, dataset_mean: Tensor | None = None) -> dict[str, Tensor]:
-    """The three guesses for each image of ``truth`` ``[n, C, H, W]``, each ``[n, C, H, W]``;
-    ``dataset_mean`` ``[C, H, W]`` (None: the mean of ``truth``)."""
-    mean = truth.mean(0) if dataset_mean is None else dataset_mean.to(truth)
-    if tuple(mean.shape) != tuple(truth.shape[1:]):
-        raise ValueError(f"the data set's mean image is {tuple(mean.shape)}; the images are "
-                         f"{tuple(truth.shape[1:])}")
-    return {GREY: torch.full_like(truth, 0.5),
-            DATASET_MEAN: mean.expand_as(truth).clone(),
-            MEAN_COLOUR: truth.mean(dim=(2, 3), keepdim=True).expand_as(truth).clone()}
+@dataclass(frozen=True)
+class MeanPool:
+    """The data the data-set mean guess is taken over: the sum of its ``count`` images and
+    whether the scored images are among them (then each is left out of its own guess)."""
+
+    total: Tensor
+    count: int
+    holds_truth: bool = True
+
+    @classmethod
+    def of(cls, images: Tensor) -> MeanPool:
+        """The pool of ``images`` ``[N, C, H, W]``, the scored images among them."""
+        return cls(images.double().sum(0), int(images.shape[0]))
+
+
+def constant_guesses(truth: Tensor, pool: MeanPool | None = None) -> dict[str, Tensor]:
+    """The guesses for each image of ``truth`` ``[n, C, H, W]``, each ``[n, C, H, W]``: grey,
+    the pool's leave-one-out mean (``pool`` None: ``truth`` itself; left out when no other
+    image is in it) and the image's own mean colour."""
+    pool = MeanPool.of(truth) if pool is None else pool
+    if tuple(pool.total.shape) != tuple(truth.shape[1:]):
+        raise ValueError(f"the data set's mean image is {tuple(pool.total.shape)}; the images "
+                         f"are {tuple(truth.shape[1:])}")
+    out = {GREY: torch.full_like(truth, 0.5)}
+    others = pool.count - (1 if pool.holds_truth else 0)
+    if others >= 1:
+        rest = pool.total.to(torch.float64) - (truth.double() if pool.holds_truth else 0.0)
+        out[DATASET_MEAN] = (rest / others).to(truth.dtype).expand_as(truth).clone()
+    out[MEAN_COLOUR] = truth.mean(dim=(2, 3), keepdim=True).expand_as(truth).clone()
+    return out
 
 
 def summarise(floors: FloorScores, psnr: Tensor, above: int,
@@ -103,7 +132,7 @@ def summarise(floors: FloorScores, psnr: Tensor, above: int,
     (after matching), ``above`` the count of images above their floor."""
     best = floors.best_psnr
     return FloorSummary(
-        {g: (float(floors.psnr[g].mean()), float(floors.ssim[g].mean())) for g in GUESSES},
+        {g: (float(floors.psnr[g].mean()), float(floors.ssim[g].mean())) for g in floors.made},
         float(best.mean()), float(floors.best_ssim.mean()), float((psnr.double() - best).mean()),
         above, int(best.numel()), margin_db)
 

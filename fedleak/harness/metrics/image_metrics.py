@@ -35,6 +35,7 @@ from fedleak.harness.metrics.floors import (
     FLOOR_MARGIN_DB,
     FloorScores,
     FloorSummary,
+    MeanPool,
     constant_guesses,
     summarise,
 )
@@ -133,11 +134,11 @@ def ssim_per_image(x: Tensor, y: Tensor) -> Tensor:
     return values.double()
 
 
-def floor_scores(truth: Tensor, dataset_mean: Tensor | None = None) -> FloorScores:
+def floor_scores(truth: Tensor, pool: MeanPool | None = None) -> FloorScores:
     """PSNR and SSIM of every constant guess of :mod:`~fedleak.harness.metrics.floors` (grey,
-    the data set's mean image ``dataset_mean``, each image's own mean colour) against every
-    image of ``truth``; ``dataset_mean`` None: the mean of ``truth``."""
-    guesses = constant_guesses(truth.float(), dataset_mean)
+    the leave-one-out mean image of ``pool``, each image's own mean colour) against every
+    image of ``truth``; ``pool`` None: ``truth`` itself."""
+    guesses = constant_guesses(truth.float(), pool)
     return FloorScores({g: psnr_per_image(x, truth) for g, x in guesses.items()},
                        {g: ssim_per_image(x, truth) for g, x in guesses.items()})
 
@@ -233,7 +234,7 @@ def score_reconstruction(
     true_labels: Sequence[int] | Tensor | None = None,
     match: bool = True,
     padding: Sequence[int] = (),
-    dataset_mean: Tensor | None = None,
+    pool: MeanPool | None = None,
 ) -> BatchScore:
     """Score a reconstructed batch against the truth, image by image, beside its floors.
 
@@ -241,8 +242,8 @@ def score_reconstruction(
     it, ``reconstruction[i]`` is compared with ``truth[i]``. Label accuracy is computed when
     both label lists are given. ``padding`` lists the reconstruction's placeholder slots: they
     are flagged, and never counted as exact nor as the best image (module docstring).
-    ``dataset_mean`` ``[C, H, W]`` is the data set's mean image for the floors (None: the mean
-    of ``truth``).
+    ``pool`` is the data the floors' data-set mean image is taken over, each image left out of
+    its own (:class:`~fedleak.harness.metrics.floors.MeanPool`; None: the ``truth`` batch).
     """
 
     _check_pair(reconstruction, truth)
@@ -256,7 +257,7 @@ def score_reconstruction(
     mse = mse_per_image(matched, truth)
     pairs = exact_matching(reconstruction, truth, padding=sorted(padded))
     exact_of = dict(pairs)
-    floors = floor_scores(truth, dataset_mean)
+    floors = floor_scores(truth, pool)
     floor, floor_ssim, guess = floors.best_psnr, floors.best_ssim, floors.best_guess
     images = [
         ImageScore(i, int(perm[i]), float(psnr[i]), float(ssim[i]), float(mse[i]),

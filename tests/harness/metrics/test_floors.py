@@ -14,6 +14,7 @@ from fedleak.harness.metrics.floors import (
     GREY,
     MEAN_COLOUR,
     NOTHING_RECOVERED,
+    MeanPool,
     combined,
     constant_guesses,
     floor_words,
@@ -30,17 +31,32 @@ def textured(n: int, seed: int = 0) -> torch.Tensor:
 
 def test_the_three_guesses_and_their_psnr() -> None:
     truth = torch.stack([torch.full((1, 4, 4), 0.5), torch.full((1, 4, 4), 0.1)])
-    guesses = constant_guesses(truth, dataset_mean=torch.zeros(1, 4, 4))
+    outside = MeanPool(torch.zeros(1, 4, 4), 1, holds_truth=False)  # a data set's black mean
+    guesses = constant_guesses(truth, outside)
     assert torch.equal(guesses[GREY], torch.full_like(truth, 0.5))
     assert torch.equal(guesses[DATASET_MEAN], torch.zeros_like(truth))
     assert torch.allclose(guesses[MEAN_COLOUR], truth)
-    floors = floor_scores(truth, torch.zeros(1, 4, 4))
+    floors = floor_scores(truth, outside)
     assert floors.psnr[GREY][0] == pytest.approx(100.0)  # a grey image is its own guess
     assert floors.psnr[GREY][1] == pytest.approx(10 * math.log10(1 / 0.16))
     assert floors.psnr[DATASET_MEAN][1] == pytest.approx(20.0)  # MSE 0.01
     assert floors.best_guess[1] == MEAN_COLOUR and floors.best_psnr[1] == pytest.approx(100.0)
     with pytest.raises(ValueError, match="mean image"):
-        constant_guesses(truth, torch.zeros(3, 4, 4))
+        constant_guesses(truth, MeanPool(torch.zeros(3, 4, 4), 2))
+
+
+def test_the_data_set_mean_leaves_each_image_out() -> None:
+    """The data-set mean guess of an image is the mean of the *other* images of its pool: a
+    pool of one image makes no such guess (else it would "guess" the image exactly, 100 dB),
+    and in a pool of three each image is guessed by the mean of the other two."""
+    alone = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(4))
+    floors = floor_scores(alone)
+    assert DATASET_MEAN not in floors.psnr and floors.made == [GREY, MEAN_COLOUR]
+    assert float(floors.best_psnr[0]) < 40
+    pool = torch.rand(3, 1, 4, 4, generator=torch.Generator().manual_seed(5))
+    guesses = constant_guesses(pool[:2], MeanPool.of(pool))
+    assert torch.allclose(guesses[DATASET_MEAN][0], (pool[1] + pool[2]) / 2)
+    assert torch.allclose(guesses[DATASET_MEAN][1], (pool[0] + pool[2]) / 2)
 
 
 def test_a_mean_colour_at_20_db_is_no_success_and_the_words_say_so() -> None:

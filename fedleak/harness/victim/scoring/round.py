@@ -4,7 +4,8 @@ One ``Score`` call is one :class:`Submission` for one round: images on [0, 1] (m
 one-to-one to the private batch, Hungarian on MSE, then PSNR/SSIM/MSE per image; exact
 recoveries counted as the largest one-to-one matching at PSNR ≥ 40 dB, the attack's padding
 slots left out), each image beside its trivial floors (:mod:`~fedleak.harness.metrics.floors`: a
-flat grey image, the mean image of the victim's private pool, the image's own mean colour; a
+flat grey image, the mean image of the victim's other private images, the image's own mean
+colour; a
 success needs 20 dB and the floor margin), recovered
 labels (multiset overlap), recovered inputs of a linear layer (matched on cosine to the true
 inputs, recomputed at the round's parameters), or several of these at once. Everything is
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
-from fedleak.harness.metrics.floors import FloorSummary
+from fedleak.harness.metrics.floors import FloorSummary, MeanPool
 from fedleak.harness.metrics.image_metrics import BatchScore, ImageScore, score_reconstruction
 from fedleak.harness.metrics.image_metrics import label_accuracy as multiset_accuracy
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
@@ -79,14 +80,15 @@ class RoundScorer:
         self.rounds = rounds
         self.budget = budget
         self.device = device
-        self._mean_image: torch.Tensor | None = None
+        self._pool: MeanPool | None = None
 
     @property
-    def mean_image(self) -> torch.Tensor:
-        """The mean image of the private pool on [0, 1]: the floors' data-set mean guess."""
-        if self._mean_image is None:
-            self._mean_image = self.data.images.float().mean(0)
-        return self._mean_image
+    def pool(self) -> MeanPool:
+        """The private pool the floors' data-set mean guess is taken over (each scored image
+        left out of its own guess)."""
+        if self._pool is None:
+            self._pool = MeanPool.of(self.data.images.float())
+        return self._pool
 
     def expected_shape(self, round_id: str, user_ids: list[int]) -> tuple[int, ...]:
         """``[n, C, H, W]`` a reconstruction of this round must have (NOT_FOUND if unknown)."""
@@ -140,7 +142,7 @@ class RoundScorer:
                                           predicted_labels=labels or None,
                                           true_labels=true_labels,
                                           padding=submission.padding,
-                                          dataset_mean=self.mean_image)
+                                          pool=self.pool)
             answer.images = _reported_images(scored)
             answer.label_accuracy = scored.label_accuracy
             if not round_.user_indices:  # one user's round: its own mechanism
