@@ -134,8 +134,11 @@ def floor_band(ax: Any, floors: list[float | None]) -> None:
     if not values:
         return
     low, high = min(values), max(values)
-    pad = 0.01 * max(abs(high), 1.0) if high - low < 1e-9 else 0.0
-    ax.axhspan(low - pad, high + pad, label=FLOOR_LABEL, **FLOOR_STYLE)
+    if high - low < 1e-9:  # one floor: a thick line, which stretches no axis
+        ax.axhline(low, label=FLOOR_LABEL, color=FLOOR_STYLE["color"], alpha=0.5,
+                   linewidth=5, zorder=0)
+    else:
+        ax.axhspan(low, high, label=FLOOR_LABEL, **FLOOR_STYLE)
 
 
 def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
