@@ -237,8 +237,9 @@ class MaliciousProbe:
                 continue
             if crafted is not None:
                 active[node] = (crafted, [])
-        self.audit.log(f"malicious probe: {name} on {len(active)} node(s), server round "
-                       f"{server_round} (their updates are discarded from training)")
+        if active:
+            self.audit.log(f"malicious probe: {name} on {len(active)} node(s), server round "
+                           f"{server_round} (their updates are discarded from training)")
         finished: dict[int, tuple[Observation, ReceivedUpdate, list[str]]] = {}
         while active:
             got = self._probe_round(grid, state, config, active, nodes, server_round, keys, name)
