@@ -262,8 +262,12 @@ def _role(pid: int) -> str:
                  "flower-superlink"):
         if name in text:
             return name
-    if "multiprocessing" in text and b"flwr-serverapp" in parent_argv:
+    if b"flwr-serverapp" in parent_argv and "resource_tracker" in text:
+        return "multiprocessing's resource tracker (a child of flwr-serverapp)"
+    if b"flwr-serverapp" in parent_argv and "multiprocessing" in text:
         return "the audit's worker (a child of flwr-serverapp)"
+    if "flwr run" in text or (len(argv) > 2 and argv[1].endswith(b"flwr") and argv[2] == b"run"):
+        return "flwr run (streaming the run's log)"
     return text[:80]
 
 
