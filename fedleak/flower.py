@@ -18,7 +18,7 @@ install command (``pip install 'fedleak[flower]'``).
   ClientApp mod;
 - :func:`~fedleak.harness.flower.train.train`: the node's local update (DP-SGD through Opacus
   included);
-- :func:`~fedleak.harness.flower.train.remember_batch`: keeps the batch a node trained on for
+- :func:`~fedleak.harness.flower.batches.remember_batch`: keeps the batch a node trained on for
   scoring (when it trains with its own loop);
 - :func:`~fedleak.harness.flower.node_scoring.answer_score_queries`: answers the audit's score
   queries outside the ClientApp's mod chain (so Flower's DP mods never see them);
@@ -41,6 +41,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedleak.harness.flower.batches import remember_batch
     from fedleak.harness.flower.federation import (
         FederationSettings,
         make_client_app,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
     from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
     from fedleak.harness.flower.secagg.legacy import LegacyLayout
     from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
-    from fedleak.harness.flower.train import remember_batch, train
+    from fedleak.harness.flower.train import train
 
 #: each public name and the module of :mod:`fedleak.harness.flower` that defines it
 WHERE: dict[str, str] = {
@@ -64,7 +65,7 @@ WHERE: dict[str, str] = {
     "LegacyLayout": "secagg.legacy",
     "DefenseMod": "mods",
     "train": "train",
-    "remember_batch": "train",
+    "remember_batch": "batches",
     "score_reply": "node_scoring",
     "answer_score_queries": "node_scoring",
     "SCORE_ACTION": "node_scoring",

@@ -371,7 +371,7 @@ class SentenceScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., rouge1: _Optional[float] = ..., rouge2: _Optional[float] = ..., rouge_l: _Optional[float] = ..., exact: _Optional[bool] = ..., padding: _Optional[bool] = ...) -> None: ...
 
 class TextScore(_message.Message):
-    __slots__ = ("sequences_scored", "rouge1", "rouge2", "rouge_l", "exact", "sentences", "sentence_scores", "token_set_scored", "token_precision", "token_recall", "tokens_recovered", "tokens_true", "counts_scored", "count_precision", "count_recall", "secrets", "secrets_recovered")
+    __slots__ = ("sequences_scored", "rouge1", "rouge2", "rouge_l", "exact", "sentences", "sentence_scores", "token_set_scored", "token_precision", "token_recall", "tokens_recovered", "tokens_true", "counts_scored", "count_precision", "count_recall", "secrets", "secrets_recovered", "floor_scored", "floor_rouge1", "floor_rouge2", "floor_rouge_l")
     SEQUENCES_SCORED_FIELD_NUMBER: _ClassVar[int]
     ROUGE1_FIELD_NUMBER: _ClassVar[int]
     ROUGE2_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +389,10 @@ class TextScore(_message.Message):
     COUNT_RECALL_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_SCORED_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_ROUGE1_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_ROUGE2_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_ROUGE_L_FIELD_NUMBER: _ClassVar[int]
     sequences_scored: bool
     rouge1: float
     rouge2: float
@@ -406,7 +410,11 @@ class TextScore(_message.Message):
     count_recall: float
     secrets: int
     secrets_recovered: int
-    def __init__(self, sequences_scored: _Optional[bool] = ..., rouge1: _Optional[float] = ..., rouge2: _Optional[float] = ..., rouge_l: _Optional[float] = ..., exact: _Optional[int] = ..., sentences: _Optional[int] = ..., sentence_scores: _Optional[_Iterable[_Union[SentenceScore, _Mapping]]] = ..., token_set_scored: _Optional[bool] = ..., token_precision: _Optional[float] = ..., token_recall: _Optional[float] = ..., tokens_recovered: _Optional[int] = ..., tokens_true: _Optional[int] = ..., counts_scored: _Optional[bool] = ..., count_precision: _Optional[float] = ..., count_recall: _Optional[float] = ..., secrets: _Optional[int] = ..., secrets_recovered: _Optional[int] = ...) -> None: ...
+    floor_scored: bool
+    floor_rouge1: float
+    floor_rouge2: float
+    floor_rouge_l: float
+    def __init__(self, sequences_scored: _Optional[bool] = ..., rouge1: _Optional[float] = ..., rouge2: _Optional[float] = ..., rouge_l: _Optional[float] = ..., exact: _Optional[int] = ..., sentences: _Optional[int] = ..., sentence_scores: _Optional[_Iterable[_Union[SentenceScore, _Mapping]]] = ..., token_set_scored: _Optional[bool] = ..., token_precision: _Optional[float] = ..., token_recall: _Optional[float] = ..., tokens_recovered: _Optional[int] = ..., tokens_true: _Optional[int] = ..., counts_scored: _Optional[bool] = ..., count_precision: _Optional[float] = ..., count_recall: _Optional[float] = ..., secrets: _Optional[int] = ..., secrets_recovered: _Optional[int] = ..., floor_scored: _Optional[bool] = ..., floor_rouge1: _Optional[float] = ..., floor_rouge2: _Optional[float] = ..., floor_rouge_l: _Optional[float] = ...) -> None: ...
 
 class FeatureScore(_message.Message):
     __slots__ = ("index", "matched_index", "cosine", "relative_error")
@@ -421,7 +429,7 @@ class FeatureScore(_message.Message):
     def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., cosine: _Optional[float] = ..., relative_error: _Optional[float] = ...) -> None: ...
 
 class ImageScore(_message.Message):
-    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling", "padding", "exact", "exact_index")
+    __slots__ = ("index", "matched_index", "psnr", "ssim", "mse", "margin", "voters", "fisher_psnr_ceiling", "padding", "exact", "exact_index", "floor_psnr", "floor_ssim", "floor_guess")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MATCHED_INDEX_FIELD_NUMBER: _ClassVar[int]
     PSNR_FIELD_NUMBER: _ClassVar[int]
@@ -433,6 +441,9 @@ class ImageScore(_message.Message):
     PADDING_FIELD_NUMBER: _ClassVar[int]
     EXACT_FIELD_NUMBER: _ClassVar[int]
     EXACT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_PSNR_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_SSIM_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_GUESS_FIELD_NUMBER: _ClassVar[int]
     index: int
     matched_index: int
     psnr: float
@@ -444,10 +455,23 @@ class ImageScore(_message.Message):
     padding: bool
     exact: bool
     exact_index: int
-    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ..., padding: _Optional[bool] = ..., exact: _Optional[bool] = ..., exact_index: _Optional[int] = ...) -> None: ...
+    floor_psnr: float
+    floor_ssim: float
+    floor_guess: str
+    def __init__(self, index: _Optional[int] = ..., matched_index: _Optional[int] = ..., psnr: _Optional[float] = ..., ssim: _Optional[float] = ..., mse: _Optional[float] = ..., margin: _Optional[float] = ..., voters: _Optional[int] = ..., fisher_psnr_ceiling: _Optional[float] = ..., padding: _Optional[bool] = ..., exact: _Optional[bool] = ..., exact_index: _Optional[int] = ..., floor_psnr: _Optional[float] = ..., floor_ssim: _Optional[float] = ..., floor_guess: _Optional[str] = ...) -> None: ...
+
+class FloorScore(_message.Message):
+    __slots__ = ("guess", "mean_psnr", "mean_ssim")
+    GUESS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
+    MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
+    guess: str
+    mean_psnr: float
+    mean_ssim: float
+    def __init__(self, guess: _Optional[str] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling", "exact", "exact_psnr", "best_psnr", "best_scored", "successes", "success_psnr", "text")
+    __slots__ = ("images", "mean_psnr", "mean_ssim", "mean_mse", "labels_scored", "label_accuracy", "features_scored", "features", "mean_feature_cosine", "mean_feature_relative_error", "recovered", "recovered_ssim", "fisher_bounded", "fisher_note", "mean_fisher_psnr_ceiling", "exact", "exact_psnr", "best_psnr", "best_scored", "successes", "success_psnr", "text", "floors_scored", "floors", "mean_floor_psnr", "mean_floor_ssim", "mean_floor_margin", "above_floor", "floor_margin_db")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     MEAN_PSNR_FIELD_NUMBER: _ClassVar[int]
     MEAN_SSIM_FIELD_NUMBER: _ClassVar[int]
@@ -470,6 +494,13 @@ class ScoreResponse(_message.Message):
     SUCCESSES_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_PSNR_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    FLOORS_SCORED_FIELD_NUMBER: _ClassVar[int]
+    FLOORS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FLOOR_PSNR_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FLOOR_SSIM_FIELD_NUMBER: _ClassVar[int]
+    MEAN_FLOOR_MARGIN_FIELD_NUMBER: _ClassVar[int]
+    ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_MARGIN_DB_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[ImageScore]
     mean_psnr: float
     mean_ssim: float
@@ -492,7 +523,14 @@ class ScoreResponse(_message.Message):
     successes: int
     success_psnr: float
     text: TextScore
-    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ..., exact: _Optional[int] = ..., exact_psnr: _Optional[float] = ..., best_psnr: _Optional[float] = ..., best_scored: _Optional[bool] = ..., successes: _Optional[int] = ..., success_psnr: _Optional[float] = ..., text: _Optional[_Union[TextScore, _Mapping]] = ...) -> None: ...
+    floors_scored: bool
+    floors: _containers.RepeatedCompositeFieldContainer[FloorScore]
+    mean_floor_psnr: float
+    mean_floor_ssim: float
+    mean_floor_margin: float
+    above_floor: int
+    floor_margin_db: float
+    def __init__(self, images: _Optional[_Iterable[_Union[ImageScore, _Mapping]]] = ..., mean_psnr: _Optional[float] = ..., mean_ssim: _Optional[float] = ..., mean_mse: _Optional[float] = ..., labels_scored: _Optional[bool] = ..., label_accuracy: _Optional[float] = ..., features_scored: _Optional[bool] = ..., features: _Optional[_Iterable[_Union[FeatureScore, _Mapping]]] = ..., mean_feature_cosine: _Optional[float] = ..., mean_feature_relative_error: _Optional[float] = ..., recovered: _Optional[int] = ..., recovered_ssim: _Optional[float] = ..., fisher_bounded: _Optional[bool] = ..., fisher_note: _Optional[str] = ..., mean_fisher_psnr_ceiling: _Optional[float] = ..., exact: _Optional[int] = ..., exact_psnr: _Optional[float] = ..., best_psnr: _Optional[float] = ..., best_scored: _Optional[bool] = ..., successes: _Optional[int] = ..., success_psnr: _Optional[float] = ..., text: _Optional[_Union[TextScore, _Mapping]] = ..., floors_scored: _Optional[bool] = ..., floors: _Optional[_Iterable[_Union[FloorScore, _Mapping]]] = ..., mean_floor_psnr: _Optional[float] = ..., mean_floor_ssim: _Optional[float] = ..., mean_floor_margin: _Optional[float] = ..., above_floor: _Optional[int] = ..., floor_margin_db: _Optional[float] = ...) -> None: ...
 
 class BeginInformedTrialRequest(_message.Message):
     __slots__ = ("parameters", "buffers")

@@ -15,7 +15,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from fedleak.harness.flower.leakage_audit import LeakageAudit
 from fedleak.harness.flower.procedure import LocalProcedure
-from pytorchexample.task import INFO, Net, load_centralized_dataset, test
+from pytorchexample.task import INFO, Net, load_centralized_dataset, public_photos, test
 
 # Create ServerApp
 app = ServerApp()
@@ -46,7 +46,10 @@ def main(grid: Grid, context: Context) -> None:
         procedure=LocalProcedure.of(
             kind="fedavg", local_epochs=context.run_config["local-epochs"],
             local_batch_size=context.run_config["batch-size"], lr=lr, momentum=0.9,
-            shuffle=True))
+            shuffle=True),
+        # fedleak: opt-in, what a malicious server would read (probe = "trap-weights fishing")
+        probe=tuple(str(context.run_config.get("probe", "")).split()) or None,
+        probe_public=public_photos())
 
     # Start strategy, run FedAvg for `num_rounds`
     result = strategy.start(  # noqa: F841 (as Flower ships it)

@@ -78,6 +78,12 @@ def load_data(partition_id: int, num_partitions: int, batch_size: int, images: i
     return trainloader, testloader
 
 
+def public_photos():
+    """fedleak: photos the server holds, like the nodes' (the bundled test split, on [0, 1]),
+    for a malicious-server probe to calibrate its parameters on."""
+    return load_dataset("photos", "test").images
+
+
 def load_centralized_dataset():
     """Load test set and return dataloader."""
     test = load_dataset("photos", "test")

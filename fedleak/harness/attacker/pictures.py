@@ -15,6 +15,8 @@ import torch  # noqa: E402
 #: above this many images a grid is drawn as one tiled picture (no per-image axes: 600 axes
 #: take matplotlib seconds, and their captions could not be read anyway)
 TILED_ABOVE = 64
+#: the resolution pictures are saved at
+DPI = 120
 
 
 def _show(ax: plt.Axes, image: torch.Tensor) -> None:
@@ -37,8 +39,10 @@ def save_grid(
     """Save images on [0, 1] as a grid: ground truth on top (if given), reconstruction below.
 
     ``truth`` and ``reconstruction`` must already be in matched order; ``captions`` label the
-    reconstruction row (e.g. per-image PSNR). Above :data:`TILED_ABOVE` images the grid is one
-    tiled picture, without captions or title.
+    reconstruction row (e.g. per-image PSNR). Every image is drawn at its own resolution or
+    larger (a 224×224 reconstruction keeps its 224×224 pixels: the figure grows until each
+    image's axes hold them). Above :data:`TILED_ABOVE` images the grid is one tiled picture at
+    the images' resolution, without captions or title.
     """
     n = reconstruction.shape[0]
     if n > TILED_ABOVE:
@@ -68,10 +72,27 @@ def save_grid(
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    _at_native_size(fig, [ax for ax in axes.flat if ax.images], reconstruction.shape[-2:])
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def _at_native_size(fig: plt.Figure, axes: list[plt.Axes], size: Sequence[int]) -> None:
+    """Grow ``fig`` until every one of ``axes`` holds at least ``size`` (H, W) pixels at
+    :data:`DPI` (the axes keep the images' aspect, and the labels' margins stay in inches)."""
+    height, width = int(size[0]), int(size[1])
+    for _ in range(4):
+        fig.set_dpi(DPI)
+        boxes = [ax.get_window_extent() for ax in axes]
+        short = max([max(width / max(b.width, 1.0), height / max(b.height, 1.0))
+                     for b in boxes] or [1.0])
+        if short <= 1.0:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w * short * 1.02, h * short * 1.02)
+        fig.tight_layout()
 
 
 def _save_tiled(path: Path, reconstruction: torch.Tensor, truth: torch.Tensor | None,

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from fedleak import __version__
+from fedleak.harness.attacker.run_summary import RunSummary
+from fedleak.harness.metrics.floors import FLOOR_MARGIN_DB, FloorSummary, floor_words
 from fedleak.harness.metrics.image_metrics import EXACT_PSNR
 from fedleak.harness.metrics.success_bounds import SuccessPlacement
 
@@ -102,6 +103,11 @@ class ImageRecord:
     exact: bool = False
     #: the victim's Fisher-information PSNR ceiling for this private image (Guo et al. 2022)
     fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
+    #: this image's trivial floor (the best constant guess, scored by the victim), its SSIM
+    #: and which guess it is (:mod:`~fedleak.harness.metrics.floors`)
+    floor_psnr: float | None = field(default=None, metadata=OMIT)
+    floor_ssim: float | None = field(default=None, metadata=OMIT)
+    floor_guess: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -153,7 +159,11 @@ class RoundRecord:
     #: the best PSNR of any private image against any non-padding reconstruction
     best_psnr: float | None = field(default=None, metadata=OMIT)
     #: successes as the victim counts them: the largest one-to-one matching at SUCCESS_PSNR
+    #: and the floor margin above each image's floor
     successes: int | None = field(default=None, metadata=OMIT)
+    #: the round's trivial floors (each constant guess, the per-image floors' mean, the
+    #: margin above them, the images above their floor), scored by the victim
+    floors: FloorSummary | None = field(default=None, metadata=OMIT)
     #: the reconstruction's placeholder slots (the attack's padding)
     padding: list[int] | None = field(default=None, metadata=OMIT)
     #: probe rounds a malicious server ran (at other crafted θ) before this one
@@ -192,67 +202,6 @@ class RoundRecord:
 
 
 @dataclass
-class RunSummary:
-    """Means over every scored image and round."""
-
-    rounds: int
-    images: int
-    mean_psnr: float | None
-    mean_ssim: float | None
-    label_accuracy: float | None
-    wall_time_s: float
-    mean_feature_cosine: float | None = field(default=None, metadata=OMIT)
-    mean_feature_relative_error: float | None = field(default=None, metadata=OMIT)
-    #: ε the victim's accountant reports after the last round (DP defenses), and its δ
-    epsilon: float | None = field(default=None, metadata=OMIT)
-    delta: float | None = field(default=None, metadata=OMIT)
-    #: exact recoveries over every round (each round's largest matching at EXACT_PSNR dB)
-    exact: int | None = field(default=None, metadata=OMIT)
-    #: the best image of any round (padding never counts)
-    best_psnr: float | None = field(default=None, metadata=OMIT)
-    #: the mean of the victim's Fisher PSNR ceilings over the images that have one
-    mean_fisher_psnr_ceiling: float | None = field(default=None, metadata=OMIT)
-
-    #: attacked rounds the victim (or node) did not score: left out of ``rounds`` and the means
-    unscored: int | None = field(default=None, metadata=OMIT)
-
-    @classmethod
-    def of(cls, rounds: list[RoundRecord]) -> RunSummary:
-        """Means over the scored ones of ``rounds`` (``rounds`` counts those; ``unscored`` the
-        others)."""
-        unscored = [r for r in rounds if not r.images and r.label_accuracy is None
-                    and r.mean_feature_cosine is None]
-        rounds = [r for r in rounds if r not in unscored]
-        psnrs = [img.psnr for r in rounds for img in r.images]
-        ssims = [img.ssim for r in rounds for img in r.images]
-        accs = [r.label_accuracy for r in rounds if r.label_accuracy is not None]
-        cosines = [r.mean_feature_cosine for r in rounds if r.mean_feature_cosine is not None]
-        errors = [r.mean_feature_relative_error for r in rounds
-                  if r.mean_feature_relative_error is not None]
-        privacy = next((r.privacy for r in reversed(rounds) if r.privacy), {})
-        ceilings = [img.fisher_psnr_ceiling for r in rounds for img in r.images
-                    if img.fisher_psnr_ceiling is not None]
-        exacts = [r.exact for r in rounds if r.exact is not None]
-        bests = [r.best_psnr for r in rounds if r.best_psnr is not None]
-        return cls(
-            rounds=len(rounds),
-            images=len(psnrs),
-            mean_psnr=float(np.mean(psnrs)) if psnrs else None,
-            mean_ssim=float(np.mean(ssims)) if ssims else None,
-            label_accuracy=float(np.mean(accs)) if accs else None,
-            wall_time_s=float(sum(r.wall_time_s for r in rounds)),
-            mean_feature_cosine=float(np.mean(cosines)) if cosines else None,
-            mean_feature_relative_error=float(np.mean(errors)) if errors else None,
-            epsilon=privacy.get("epsilon_total"),
-            delta=privacy.get("delta"),
-            exact=sum(exacts) if exacts else None,
-            best_psnr=max(bests) if bests else None,
-            mean_fisher_psnr_ceiling=float(np.mean(ceilings)) if ceilings else None,
-            unscored=len(unscored) or None,
-        )
-
-
-@dataclass
 class UpdateRun:
     """A run against updates (FedSGD gradients, FedAvg deltas, secure-aggregation sums)."""
 
@@ -262,6 +211,13 @@ class UpdateRun:
     #: running, finished, interrupted (Ctrl-C), victim gone (it died mid-run) or failed (an
     #: error ended the run; the warnings say which)
     status: str = "running"
+    #: why the run ended as it did when it is not ``finished`` (a Flower audit: what ended the
+    #: ServerApp, what is missing from the report), and the phase a running audit is in
+    status_reason: str | None = None
+    phase: str | None = None
+    #: a malicious server's probe of the same deployment (a Flower audit's ``probe``): its own
+    #: threat model, never in ``summary`` (:mod:`~fedleak.harness.flower.probe`)
+    malicious_probe: Any = None
     #: success at a PSNR threshold, κ of the public prior and the DP bound beside it
     #: (:mod:`fedleak.harness.metrics.success_bounds`), once the run ended
     placement: SuccessPlacement | None = None
@@ -291,7 +247,10 @@ class UpdateRun:
                 if r.truncated is not None]
 
     def to_json(self) -> dict[str, Any]:
-        out = {**to_json(self.header), "status": self.status, "rounds": to_json(self.rounds),
+        out = {**to_json(self.header), "status": self.status,
+               **({"status_reason": self.status_reason} if self.status_reason else {}),
+               **({"phase": self.phase} if self.phase else {}),
+               "rounds": to_json(self.rounds),
                "summary": to_json(self.summary), "truncated": self.truncated}
         bound = self.lower_bound
         if bound is not None:
@@ -301,6 +260,8 @@ class UpdateRun:
         out["warnings"] = list(self.warnings)
         if self.placement is not None:
             out["success"] = to_json(self.placement)
+        if self.malicious_probe is not None:
+            out["malicious_probe"] = to_json(self.malicious_probe)
         return out
 
     def write(self, out: Path) -> None:
@@ -336,10 +297,12 @@ class UpdateRun:
             lines.append(f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}, "
                          f"label accuracy {acc} over {s.images} image(s) (higher PSNR and SSIM: "
                          "more of the private images leaked)")
+        if s.floors is not None:
+            lines.append(floor_words(s.floors, s.label_accuracy))
         placed = self.placement
         if placed is not None and placed.images:
-            line = (f"success at {placed.success_psnr:g} dB: {placed.successes} of "
-                    f"{placed.images} image(s)")
+            line = (f"success at {placed.success_psnr:g} dB and {FLOOR_MARGIN_DB:g} dB above "
+                    f"the floor: {placed.successes} of {placed.images} image(s)")
             if placed.kappa is not None:
                 line += f"; blind-guess baseline κ = {placed.kappa:.3g} (public prior)"
             if placed.bound is not None:
@@ -361,6 +324,8 @@ class UpdateRun:
             lines.append(f"recovered features: mean cosine {s.mean_feature_cosine:.6f}, mean "
                          f"relative error {s.mean_feature_relative_error:.2e}, label accuracy "
                          f"{acc}")
+        if self.malicious_probe is not None:
+            lines += self.malicious_probe.summary_lines()
         lines.append(f"metrics: {out / METRICS_NAME}")
         for r in self.rounds:
             picture = r.files.get("comparison") or r.files.get("reconstruction")
@@ -378,6 +343,8 @@ def lower_bound_line(bound: RunSummary) -> str:
     """The one line a summary gives its inexact rounds: labelled a lower bound."""
     if bound.mean_psnr is None or bound.mean_ssim is None:
         return f"inexact replay, {bound.rounds} round(s) unscored (not a measurement)"
-    return (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
+    line = (f"LOWER BOUND ONLY (inexact replay, {bound.rounds} round(s), not a measurement): "
             f"mean PSNR {bound.mean_psnr:.2f} dB, mean SSIM {bound.mean_ssim:.3f} over "
             f"{bound.images} image(s)")
+    return line + (f"; {floor_words(bound.floors, bound.label_accuracy)}"
+                   if bound.floors is not None else "")

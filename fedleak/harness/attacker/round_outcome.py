@@ -17,6 +17,7 @@ from fedleak.harness.attacker.pictures import save_grid
 from fedleak.harness.attacker.records import FeatureRecord, ImageRecord, RoundRecord, UpdateRun
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED, replay_status
+from fedleak.harness.metrics.floors import NOTHING_RECOVERED, FloorSummary
 from fedleak.harness.metrics.success_bounds import (
     SuccessPlacement,
     place,
@@ -84,18 +85,32 @@ def score_fields(score: pb.ScoreResponse | None) -> dict[str, Any]:
     if score is None:
         return {}
     images = bool(score.images)
+    floored = images and score.floors_scored
     return {
         "mean_psnr": score.mean_psnr if images else None,
         "mean_ssim": score.mean_ssim if images else None,
         "mean_mse": score.mean_mse if images else None,
         "label_accuracy": score.label_accuracy if score.labels_scored else None,
         "images": [ImageRecord(s.index, s.matched_index, s.psnr, s.ssim, s.mse, s.padding,
-                               s.exact, s.fisher_psnr_ceiling if score.fisher_bounded else None)
+                               s.exact, s.fisher_psnr_ceiling if score.fisher_bounded else None,
+                               s.floor_psnr if floored else None,
+                               s.floor_ssim if floored else None,
+                               s.floor_guess if floored else None)
                    for s in score.images],
         "exact": score.exact if images else None,
         "successes": score.successes if images and score.success_psnr > 0 else None,
         "best_psnr": score.best_psnr if images and score.best_scored else None,
+        "floors": floors_of(score) if floored else None,
     }
+
+
+def floors_of(score: pb.ScoreResponse) -> FloorSummary | None:
+    """The trivial floors a victim's (or node's) ``Score`` answer carries, or None."""
+    if not score.floors_scored:
+        return None
+    return FloorSummary({f.guess: (f.mean_psnr, f.mean_ssim) for f in score.floors},
+                        score.mean_floor_psnr, score.mean_floor_ssim, score.mean_floor_margin,
+                        score.above_floor, len(score.images), score.floor_margin_db)
 
 
 def fill_scores(entry: RoundRecord, score: pb.ScoreResponse | None) -> None:
@@ -166,6 +181,8 @@ def round_line(index: int, score: pb.ScoreResponse, wall: float,
         ["order unknown, modelled"] if modelled else []
     if score.images:
         parts.append(f"PSNR {score.mean_psnr:.2f} dB, SSIM {score.mean_ssim:.3f}")
+        if score.floors_scored:
+            parts.append(floor_part(score))
     if score.features_scored:
         parts.append(f"features: cosine {score.mean_feature_cosine:.6f}, relative error "
                      f"{score.mean_feature_relative_error:.2e}")
@@ -176,6 +193,14 @@ def round_line(index: int, score: pb.ScoreResponse, wall: float,
     if iterations is not None:
         parts.append(f"{iterations[0]} of {iterations[1]} iterations")
     return f"round {index}: " + ", ".join([*parts, f"{wall:.1f} s"])
+
+
+def floor_part(score: pb.ScoreResponse) -> str:
+    """The floor beside a round's figure: its PSNR, the margin over it, and in words when no
+    image is above it."""
+    text = (f"floor {score.mean_floor_psnr:.2f} dB (margin {score.mean_floor_margin:+.2f} dB, "
+            f"{score.above_floor} of {len(score.images)} above it")
+    return text + (f": {NOTHING_RECOVERED})" if score.above_floor == 0 else ")")
 
 
 def save_comparison(

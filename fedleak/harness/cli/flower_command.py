@@ -54,6 +54,7 @@ class FederationOptions:
     secagg_max_weight: float
     secagg_clipping_range: float
     secagg_quantization_range: int
+    probe: tuple[str, ...]
 
 
 def federation_options(function: Any) -> Any:
@@ -133,6 +134,13 @@ def federation_options(function: Any) -> Any:
                      default=SECAGG_DEFAULTS["secagg_quantization_range"], show_default=True,
                      type=click.IntRange(2),
                      help="SecAgg+: quantisation levels over the clipping range."),
+        click.option("--probe", multiple=True, type=click.Choice(["trap-weights", "fishing"]),
+                     help="After the federation, a malicious server's probe rounds: the "
+                          "attack's crafted parameters sent to the nodes, their updates "
+                          "discarded from training, attacked and scored on the nodes, recorded "
+                          "under threat model 'malicious parameters' apart from the headline "
+                          "(repeat for both; under --secagg-plus: trap-weights on the "
+                          "aggregate)."),
     ]
     return packed(FederationOptions, "federation", decorators)(function)
 
@@ -158,7 +166,7 @@ def settings_of(given: FederationOptions, allow_reveal: bool = False) -> Any:
         secagg_quantization_range=given.secagg_quantization_range,
         momentum=protocol.momentum, weight_decay=protocol.weight_decay,
         nesterov=protocol.nesterov, shuffle=protocol.shuffle_batches, queue=given.queue,
-        inline=given.inline,
+        inline=given.inline, probe=tuple(given.probe),
         overwrite=given.overwrite, allow_reveal=allow_reveal)
     if not settings.secagg_plus:
         given_flags = [f"--{key.replace('_', '-')}" for key, default in SECAGG_DEFAULTS.items()
@@ -200,6 +208,10 @@ def check_settings(settings: Any) -> None:
             settings.secagg().check(settings.nodes, settings.images)
         except ValueError as err:
             raise click.UsageError(f"--secagg-plus: {err}") from None
+        if "fishing" in settings.probe:
+            raise click.UsageError("--probe fishing needs several probe rounds, each one node's "
+                                   "update: under --secagg-plus the server holds the aggregate "
+                                   "of one round; probe with trap-weights")
     try:
         settings.procedure()
     except ValueError as err:
@@ -303,6 +315,7 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
         click.echo(f"{summary['rounds']} {what} attacked and scored: mean PSNR "
                    f"{summary['mean_psnr']:.2f} dB, mean SSIM {summary['mean_ssim']:.3f} "
                    f"(scored on the nodes{note})")
+        click.echo(floor_line(summary))
     if summary.get("unscored"):
         click.echo(f"{summary['unscored']} {what} attacked but unscored (left out of the "
                    "headline; metrics.json says why)")
@@ -320,7 +333,40 @@ def simulate(federation: FederationOptions, allow_reveal: bool, verbose: bool) -
     if pictures:
         click.echo(f"comparison pictures: {len(pictures)} in {settings.out} (e.g. "
                    f"{pictures[0]})")
+    probe = metrics.get("malicious_probe")
+    if probe:
+        click.echo(f"malicious server (threat model: {probe['threat_model']}; "
+                   f"{probe['training']}):")
+        for outcome in probe["outcomes"]:
+            click.echo(f"  {probe_line(outcome)}")
+    click.echo(f"audit {metrics['status']}" + (f": {metrics['status_reason']}"
+                                               if metrics.get("status_reason") else ""))
     click.echo(f"metrics: {settings.out}/{METRICS_NAME}")
+
+
+def floor_line(summary: dict[str, Any]) -> str:
+    """The headline's floor as ``metrics.json`` holds it, in words when nothing is above."""
+    from fedleak.harness.metrics.floors import FloorSummary, floor_words
+
+    floors = summary.get("floors")
+    if not floors:
+        return "floor: not scored"
+    return floor_words(FloorSummary({g: (v[0], v[1]) for g, v in floors["guesses"].items()},
+                                    floors["mean_psnr"], floors["mean_ssim"],
+                                    floors["mean_margin"], floors["above"], floors["images"],
+                                    floors["margin_db"]), summary.get("label_accuracy"))
+
+
+def probe_line(outcome: dict[str, Any]) -> str:
+    """One probe outcome as ``metrics.json`` holds it."""
+    head = f"{outcome['attack']} on {outcome['node']}"
+    record = outcome.get("round") or {}
+    if outcome["status"] != "attacked" or record.get("mean_psnr") is None:
+        return f"{head}: {outcome['status']}: {outcome.get('reason') or record.get('unscored')}"
+    floor = (record.get("floors") or {}).get("mean_psnr")
+    return (f"{head}: {outcome['recovered']} of {outcome['images']} image(s) at >= 20 dB and "
+            f">= 5 dB above their floor; mean PSNR {record['mean_psnr']:.2f} dB"
+            + (f", floor {floor:.2f} dB" if floor is not None else ""))
 
 
 @flower.command("run-config")

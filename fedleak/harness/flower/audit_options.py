@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -48,7 +48,12 @@ class AuditOptions(TypedDict, total=False):
     ``threads`` [1] torch threads, at most ``queue`` [8] updates waiting (more are skipped,
     and recorded); the federation's end waits for it at most ``drain_timeout`` [None: as long
     as it takes] s. ``overwrite`` [False]: an ``out`` that already holds a run is refused
-    unless this is set, which removes that run's files first.
+    unless this is set, which removes that run's files first. ``probe`` [None]:
+    malicious-server attacks (``trap-weights``, ``fishing``) run in probe rounds after the
+    federation, their node updates discarded, with ``probe_options`` per attack and
+    ``probe_public`` images on [0, 1] like the nodes' (:mod:`~fedleak.harness.flower.probe`;
+    under SecAgg+, :class:`~fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit` probes
+    workflow round ``probe_round`` with trap weights on the aggregate).
     """
 
     attack: str
@@ -67,6 +72,10 @@ class AuditOptions(TypedDict, total=False):
     threads: int
     drain_timeout: float | None
     overwrite: bool
+    probe: str | Sequence[str] | None
+    probe_options: Mapping[str, Mapping[str, Any]] | None
+    probe_public: torch.Tensor | None
+    probe_round: int | None
 
 
 #: attacks whose replay takes the images in a fixed order: on a shuffling client's update the

@@ -102,6 +102,8 @@ class AuditResult:
     error: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     drawn: bool = False
+    #: the worker process died before it answered: the update was never attacked
+    lost: bool = False
 
 
 class WorkerUnavailable(RuntimeError):
@@ -239,7 +241,7 @@ class AuditWorker:
             except queue.Empty:
                 if not self.process.is_alive():
                     out += [AuditResult(key, None, 0.0, "the audit's worker process died "
-                                        f"(exit code {self.process.exitcode})")
+                                        f"(exit code {self.process.exitcode})", lost=True)
                             for key in sorted(self.outstanding)]
                     self.outstanding.clear()
                 continue

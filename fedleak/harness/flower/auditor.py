@@ -39,6 +39,7 @@ from fedleak.harness.attacker.recording import write_round
 from fedleak.harness.attacker.records import RoundRecord, RunHeader, UpdateRun
 from fedleak.harness.attacker.round_outcome import fill_scores, round_line, round_record
 from fedleak.harness.federated.replay_fidelity import INEXACT, MODELLED
+from fedleak.harness.flower.audit_end import AuditEnd, watch
 from fedleak.harness.flower.audit_options import (  # noqa: F401  (re-exported)
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -87,7 +88,7 @@ class PendingUpdate:
     clipping_norm: float | None = None
 
 
-class Auditor:
+class Auditor(AuditEnd):
     """Attack (or record) updates read off a Flower round; write the run folder (module doc).
 
     ``in_background`` is a wrapper's default for ``background`` (True for every node's reply,
@@ -162,6 +163,11 @@ class Auditor:
         self._to_score: list[tuple[PendingUpdate, RoundRecord, torch.Tensor | None,
                                    list[int], list[int]]] = []
         self._count = 0
+        #: the audit ended (its status written); what the report misses, and the phase now
+        self.ended = False
+        self._missing: list[str] = []
+        self.phase = "starting the federation"
+        watch(self, lambda: self.phase)
         if self.background:  # started now, while the federation starts: not in a round
             self._start_worker()
 
@@ -179,34 +185,6 @@ class Auditor:
                 name += "b"
             self.node_names[node] = name
         return self.node_names[node]
-
-    def finish(self, status: str = "finished") -> UpdateRun:
-        """Wait for the attacks still running (the worker), have the nodes score them, and
-        record how the audit ended in ``metrics.json`` (``finished``, ``interrupted``,
-        ``failed``); returns the run. ``LeakageAudit.start`` calls it; a ServerApp that drives
-        the strategy round by round itself calls it at the end, else ``status`` stays
-        ``running``."""
-        if self._worker is not None:
-            wait = self.drain_timeout if status == "finished" else 0.0  # stopped: no waiting
-            if self._pending and wait != 0.0:
-                self.log(f"the audit attacks {len(self._pending)} update(s) still queued, "
-                         "after the federation")
-            for result in self._worker.drain(wait):
-                self._complete(result)
-            self._worker.close(wait=wait != 0.0)
-            why = f"the federation {status}" if status != "finished" else \
-                f"the audit was still behind when the federation ended and waited " \
-                f"{self.drain_timeout} s (drain_timeout)"
-            for pending in list(self._pending.values()):
-                self._not_attacked(f"round {pending.server_round}, {pending.label}", why)
-            self._pending.clear()
-        self._score_pending()
-        self.run.status = status
-        self.run.write(self.out)
-        for line in self.run.summary_lines(self.out):
-            if line.startswith(("mean PSNR", "LOWER BOUND", "inexact")):
-                self.log(line)
-        return self.run
 
     def _not_attacked(self, where: str, reason: str) -> None:
         self.run.warnings.append(f"{where}: not attacked: {reason}")
@@ -290,6 +268,8 @@ class Auditor:
         where = f"round {pending.server_round}, {pending.label}"
         reconstruction = result.reconstruction
         if reconstruction is None:
+            if result.lost:
+                self._missing.append(f"{where}: {result.error}")
             self._not_attacked(where, f"the attack failed: {result.error}")
             return None
         round_dir = self.out / pending.folder
@@ -334,22 +314,31 @@ class Auditor:
     def _score_pending(self) -> None:
         """Have every node score its attacked updates (one message per node and round, all
         sent at once) and record the answers."""
-        todo, self._to_score = self._to_score, []
+        todo = list(self._to_score)  # cleared when answered: a stop meanwhile marks them
         if not todo:
             return
         if self._grid is None:
             for pending, entry, images, _, _ in todo:
                 self._scored(pending, entry, images, (None, None, "no grid to reach the node"))
+            self._to_score = []
             return
         queries = [score_query(p.server_round, p.node or 0, images, labels, padding=padding,
                                clipping_norm=p.clipping_norm)
                    for p, _, images, labels, padding in todo]
-        answers = ask_nodes(self._grid, queries, self.score_timeout)
+        try:
+            answers = ask_nodes(self._grid, queries, self.score_timeout)
+        except Exception as err:  # the grid failed: every round unscored, with the reason
+            for pending, entry, images, _, _ in todo:
+                self._scored(pending, entry, images, (None, None, f"the score queries failed: "
+                                                                  f"{type(err).__name__}: {err}"))
+            self._to_score = []
+            return
         for pending, entry, images, _, _ in todo:
             answer, partition = read_answer(
                 answers.get((pending.node or 0, str(pending.server_round))), self.score_timeout)
             entry.partition = partition
             self._scored(pending, entry, images, answer)
+        self._to_score = []
 
     def _scored(self, pending: PendingUpdate, entry: RoundRecord, images: torch.Tensor | None,
                 answer: ScoreAnswer) -> None:

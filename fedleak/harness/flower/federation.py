@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
@@ -36,8 +36,10 @@ from flwr.server.workflow import DefaultWorkflow
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.attacker.records import METRICS_NAME
 from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.flower.audit_end import ended_by
 from fedleak.harness.flower.audit_worker import DEFAULT_QUEUE
 from fedleak.harness.flower.auditor import Auditor
 from fedleak.harness.flower.leakage_audit import LeakageAudit
@@ -47,12 +49,14 @@ from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
 from fedleak.harness.flower.secagg.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
-from fedleak.harness.flower.train import train
+from fedleak.harness.flower.train import ParametersRefused, train
 from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
 from fedleak.harness.zoo.models import build_model
 
+#: Flower error code of a train message a node's parameter check (vet) refused
+VET_ERROR = 122
 #: run-config keys that are lists, written as one space-separated string
-LIST_KEYS = ("defenses", "options")
+LIST_KEYS = ("defenses", "options", "probe")
 #: settings that are no run-config key (the nodes' operators decide reveal)
 NOT_RUN_CONFIG = ("extra_config", "allow_reveal")
 
@@ -98,6 +102,9 @@ class FederationSettings:
     inline: bool = False
     #: replace a run already in ``out`` (else it is refused)
     overwrite: bool = False
+    #: malicious-server probe attacks after the federation (trap-weights, fishing), see
+    #: :mod:`~fedleak.harness.flower.probe`
+    probe: tuple[str, ...] = ()
     #: simulation only: the simulated nodes' operator lets them reveal their batch for the
     #: comparison pictures (on a real SuperNode its operator sets fedleak-allow-reveal in its
     #: --node-config; a run config cannot)
@@ -201,11 +208,30 @@ class ConfiguredDefenses:
 
     def __call__(self, msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         settings = _settings(self.settings, context)
-        if not settings.defenses:
+        update = update_specs(settings.defenses)
+        if not update:
             return call_next(msg, context)
-        if settings.defenses not in self._mods:
-            self._mods[settings.defenses] = DefenseMod(*settings.defenses)
-        return self._mods[settings.defenses](msg, context, call_next)
+        if update not in self._mods:
+            self._mods[update] = DefenseMod(*update)
+        return self._mods[update](msg, context, call_next)
+
+
+def parameter_check_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """The specs of ``specs`` that check θ before training (``vet``): the train handler runs
+    them, not a mod (they need the model and the node's batch)."""
+    return tuple(spec for spec in specs
+                 if create_defense_from_spec(spec).stage == "parameters")
+
+
+def update_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """The specs of ``specs`` a :class:`DefenseMod` runs (all but the parameter checks)."""
+    checks = set(parameter_check_specs(specs))
+    return tuple(spec for spec in specs if spec not in checks)
+
+
+def create_defense_from_spec(spec: str) -> Any:
+    """The defense ``spec`` names (``name:key=value,...``)."""
+    return build_chain([parse_defense_spec(spec)]).defenses[0]
 
 
 class ConfiguredSecAgg:
@@ -248,8 +274,13 @@ def make_client_app(settings: FederationSettings | None = None) -> ClientApp:
         server_round = int(config.get("server-round", 1))
         pid, count = _partition(context, s)
         images, labels = node_batch(data, pid, count, server_round, s.images)
-        trained = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
-                        data.info, config, defenses=[s.dp] if s.dp else [], context=context)
+        try:
+            trained = train(model, msg.content["arrays"], images, labels,  # type: ignore[arg-type]
+                            data.info, config, context=context,
+                            defenses=[*([s.dp] if s.dp else []),
+                                      *parameter_check_specs(s.defenses)])
+        except ParametersRefused as err:  # vet: nothing trained on what the server sent
+            return Message(Error(VET_ERROR, str(err)), reply_to=msg)
         return Message(trained.content(), reply_to=msg)  # publishes DP-SGD when it ran
 
     @app.query(SCORE_ACTION)
@@ -281,7 +312,7 @@ def run_server(grid: Grid, s: FederationSettings, context: Context | None = None
     audit = LeakageAudit(inner, s.model, s.dataset, Path(s.out), attack=s.attack,
                          options=s.attack_options(), seed=s.seed, record_only=s.record_only,
                          score=s.score, queue=s.queue, background=not s.inline,
-                         overwrite=s.overwrite)
+                         overwrite=s.overwrite, probe=s.probe or None)
     audit.start(grid, initial, num_rounds=s.rounds, train_config=ConfigRecord(config))
     return audit  # start() recorded how it ended
 
@@ -304,17 +335,19 @@ def _run_secagg_plus(grid: Grid, s: FederationSettings, model: torch.nn.Module,
     audit = AggregateAudit(inner, s.model, s.dataset, Path(s.out), secagg=secagg, grid=grid,
                            attack=s.attack, options=s.attack_options(), seed=s.seed,
                            record_only=s.record_only, score=s.score,
-                           overwrite=s.overwrite)
+                           overwrite=s.overwrite, probe=s.probe or None,
+                           probe_round=s.rounds + 1 if s.probe else None)
+    rounds = s.rounds + (1 if s.probe else 0)  # the probe's round trains nothing
     return _finished(audit, lambda: workflow(grid, LegacyContext(
-        context, ServerConfig(num_rounds=s.rounds), audit)))
+        context, ServerConfig(num_rounds=rounds), audit)))
 
 
 def _finished(audit: Auditor, run: Callable[[], Any]) -> Auditor:
     """``run()`` the federation; ``audit``'s metrics.json then says how it ended."""
     try:
         run()
-    except BaseException:
-        audit.finish("interrupted")
+    except BaseException as err:
+        audit.finish(*ended_by(err, audit.phase))
         raise
     audit.finish()
     return audit

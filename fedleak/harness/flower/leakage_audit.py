@@ -41,6 +41,7 @@ from torch import nn
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.federated.protocol import ProtocolError
 from fedleak.harness.flower.arrays import mismatch, split_state, tensors
+from fedleak.harness.flower.audit_end import ended_by
 from fedleak.harness.flower.auditor import (
     ORDER_BLIND,
     PRIVACY_METRICS,
@@ -49,6 +50,7 @@ from fedleak.harness.flower.auditor import (
     Auditor,
     NotAttackable,
 )
+from fedleak.harness.flower.probe import MaliciousProbe, ProbeSettings
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
     REPLAYABLE_METRIC,
@@ -85,28 +87,39 @@ class LeakageAudit(Auditor, Strategy):
                 "classes are not: port the ServerApp to the Message API, or, under SecAgg+, "
                 "use fedleak.harness.flower.secagg.aggregate_audit.AggregateAudit)")
         self.inner = inner
+        probe = ProbeSettings.of(audit.get("probe"), audit.get("probe_options"),
+                                 audit.get("probe_public"))
         super().__init__(model, dataset, out, **audit, settings={
-            "inner_strategy": type(inner).__name__, "server_view": "every node's update"})
+            "inner_strategy": type(inner).__name__, "server_view": "every node's update",
+            **({"malicious_probe": f"{', '.join(probe.attacks)} in probe rounds after the "
+                                   "federation, their updates discarded"} if probe else {})})
+        self.probe = probe
         self._sent: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
         #: (server round, node id) of every reply attacked or recorded
         self.audited: list[tuple[int, int]] = []
+        #: each node's batch size as its replies state it, and the last round's train config
+        self.examples: dict[int, int] = {}
+        self._final: dict[str, torch.Tensor] | None = None
+        self._last_round = 0
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
               timeout: float = 3600, train_config: ConfigRecord | None = None,
               evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None
               ) -> Result:
-        """Flower's ``Strategy.start``, the audit's ``metrics.json`` then saying how it ended
-        (``status``: ``finished``, or ``interrupted`` / ``failed`` when it stopped early)."""
+        """Flower's ``Strategy.start``, the audit's ``metrics.json`` then saying how it ended:
+        ``status`` ``finished`` or ``incomplete`` (with what is missing) after the federation,
+        ``interrupted`` / ``stopped`` / ``failed`` with the reason and the phase when it
+        stopped early (:mod:`~fedleak.harness.flower.audit_end`)."""
         try:
             result = super().start(grid, initial_arrays, num_rounds, timeout, train_config,
                                    evaluate_config, evaluate_fn)
-        except KeyboardInterrupt:
-            self.finish("interrupted")
-            raise
+            self._final = tensors(result.arrays)
         except BaseException as err:
-            self.run.warnings.append(f"the federation stopped: {type(err).__name__}: {err}")
-            self.finish("failed")
+            status, reason = ended_by(err, self.phase)
+            if isinstance(err, Exception):
+                self.run.warnings.append(f"the federation stopped: {type(err).__name__}: {err}")
+            self.finish(status, reason)
             raise
         self.finish()
         return result
@@ -116,6 +129,8 @@ class LeakageAudit(Auditor, Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._grid = grid
+        self._last_round = max(self._last_round, server_round)
+        self._set_phase(f"round {server_round} of the federation")
         messages = list(self.inner.configure_train(server_round, arrays, config, grid))
         self._sent = {}
         copies: dict[int, dict[str, torch.Tensor]] = {}  # one copy of each θ sent
@@ -160,6 +175,37 @@ class LeakageAudit(Auditor, Strategy):
             if self.attack_name in ORDER_BLIND else "")
         self.log(f"LeakageAudit {what} every node's reply into {self.out}")
 
+    # ------------------------------------------------------------------ the probe
+
+    def sent_to(self, node: int, theta: dict[str, torch.Tensor], config: dict[str, Any]
+                ) -> None:
+        """Remember the θ and config a (probe) train message took to ``node``."""
+        self._sent[node] = (theta, config)
+
+    def _after_federation(self) -> None:
+        """The malicious-server probe (:mod:`~fedleak.harness.flower.probe`), when asked for:
+        after the honest updates are scored, so the probe rounds' batches never push an honest
+        round's out of a node's keeping."""
+        if self.probe is None or self._grid is None:
+            return
+        self._set_phase("the malicious-server probe rounds")
+        nodes = {node: (self.node_name(node), n) for node, n in sorted(self.examples.items())}
+        last = next(iter(self._sent.values()), ({}, {}))
+        state = self._final or last[0]
+        config = dict(last[1])
+        try:
+            procedure = procedure_from_config(config, self.procedure)
+            kind = procedure.protocol.update_kind()
+        except ProtocolError as err:
+            self.log(f"warning: the malicious probe cannot read the procedure: {err}")
+            return
+        probe = MaliciousProbe(self, self.probe)
+        self.run.malicious_probe = probe.report
+        probe.run(self._grid, state, config, nodes, self._last_round + 1, kind,
+                  (getattr(self.inner, "arrayrecord_key", "arrays"),
+                   getattr(self.inner, "configrecord_key", "config")))
+        self.run.write(self.out)
+
     # ------------------------------------------------------------------ one reply
 
     def audit_reply(self, server_round: int, reply: Message) -> None:
@@ -168,7 +214,7 @@ class LeakageAudit(Auditor, Strategy):
         name = self.node_name(node, _reported_partition(reply))
         where = f"round {server_round}, {name} (Flower node {node})"
         try:
-            received, params, buffers, warnings, inexact = self._received(server_round, reply,
+            received, params, buffers, warnings, inexact = self.received(server_round, reply,
                                                                           name)
             norm = self._sent[node][1].get(CLIPPING_NORM_KEY)
             self._audit_update(
@@ -184,7 +230,7 @@ class LeakageAudit(Auditor, Strategy):
         except Exception as err:  # an attack that fails must not stop the federation
             self._not_attacked(where, f"the attack failed: {type(err).__name__}: {err}")
 
-    def _received(self, server_round: int, reply: Message, name: str
+    def received(self, server_round: int, reply: Message, name: str
                   ) -> tuple[ReceivedUpdate, dict[str, torch.Tensor], dict[str, torch.Tensor],
                              list[str], list[str]]:
         """The update a reply carries, with the θ it answers, the defenses it publishes, the
@@ -211,6 +257,7 @@ class LeakageAudit(Auditor, Strategy):
         if not isinstance(n, int) or n < 1:
             raise NotAttackable("the reply's metrics carry no num-examples (an integer >= 1): "
                                 "the attack needs the node's batch size n")
+        self.examples[node] = n
         try:
             procedure = procedure_from_config(config, self.procedure)
         except ProtocolError as err:

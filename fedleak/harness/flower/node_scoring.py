@@ -20,37 +20,42 @@ and scores those as above; ``matched`` indexes the whole reconstruction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from torch import nn
 
-from fedleak.harness.federated.protocol import Protocol
-from fedleak.harness.flower.arrays import record_of, tensors
-from fedleak.harness.flower.published_defenses import CLIPPING_NORM_KEY
-from fedleak.harness.flower.train import KEEP_ROUNDS, held_batch, held_rounds
-from fedleak.harness.metrics.image_metrics import match_among
-from fedleak.harness.victim.rounds import Round, RoundBook
-from fedleak.harness.victim.scoring.budget import ScoreBudget
-from fedleak.harness.victim.scoring.round import RoundScorer, Submission
-from fedleak.harness.wire.request_errors import FailedPrecondition, InvalidArgument, NotFound
-from fedleak.harness.zoo.datasets import DatasetInfo, ImageDataset
+from fedleak.harness.flower.arrays import record_of
+from fedleak.harness.flower.batches import (  # noqa: F401  (SPENT re-exported)
+    KEEP_ROUNDS,
+    SPENT,
+    held_batch,
+    held_rounds,
+)
+from fedleak.harness.flower.query_fields import (  # noqa: F401  (re-exported)
+    CLIPPING_NORM_KEY,
+    ECHO,
+    SUBMISSION_CONFIG,
+    SUBMISSION_IMAGES,
+    QueryRefused,
+    ScoreQuery,
+    read_query,
+)
+
+if TYPE_CHECKING:
+    from fedleak.harness.victim.scoring.round import RoundScorer
+    from fedleak.harness.zoo.datasets import DatasetInfo
 
 SCORE_ACTION = "fedleak_score"
 SCORE_MESSAGE_TYPE = f"query.{SCORE_ACTION}"
-SUBMISSION_IMAGES = "fedleak.reconstruction"
-#: an entry of the submitted ArrayRecord that the answer echoes as 0 (for Flower's DP mods)
-ECHO = "fedleak-echo"
-SUBMISSION_CONFIG = "fedleak.submission"
 SCORE_METRICS = "fedleak.score"
 REVEALED = "fedleak.revealed"
-SPENT = "fedleak.scored"
 #: Flower error code of a refused submission
 SCORE_ERROR = 121
+#: the constant guesses of the floors, in the order a node's metrics list them
+FLOOR_GUESSES = ("grey", "data-set mean", "own mean colour")
 
 
 def submission_content(server_round: int, images: torch.Tensor | None, labels: list[int],
@@ -76,11 +81,21 @@ def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
                 allow_reveal: bool | None = None) -> Message:
     """The node's answer to a score query: its scores, or an error naming what to change.
     ``allow_reveal`` (None: the node config's ``fedleak-allow-reveal``) sends the truth back
-    for the comparison picture; only the node's operator may set it."""
+    for the comparison picture; only the node's operator may set it.
+
+    Every malformed field is answered with an error reply that names it
+    (:mod:`~fedleak.harness.flower.query_fields`); whatever else the scorer cannot score is
+    answered with the reason, never a traceback out of the node's handler."""
+    from fedleak.harness.wire.request_errors import RequestError
+
     try:
         return Message(_score(msg, context, info, allow_reveal), reply_to=msg)
-    except (InvalidArgument, FailedPrecondition, NotFound) as err:
+    except (QueryRefused, RequestError) as err:
         return Message(Error(SCORE_ERROR, str(err)), reply_to=msg)
+    except (ValueError, TypeError, OverflowError, IndexError, KeyError, RuntimeError) as err:
+        return Message(Error(SCORE_ERROR, f"the node could not score this query "
+                                          f"({type(err).__name__}: {err}); send the "
+                                          "reconstruction the audit sends"), reply_to=msg)
 
 
 def answer_score_queries(app: ClientApp, info: DatasetInfo) -> None:
@@ -99,12 +114,9 @@ def answer_score_queries(app: ClientApp, info: DatasetInfo) -> None:
 
 def _score(msg: Message, context: Context, info: DatasetInfo,
            allow_reveal: bool | None = None) -> RecordDict:
-    record = msg.content.config_records.get(SUBMISSION_CONFIG)
-    config: dict[str, Any] = dict(record) if record is not None else {}
-    if record is None or not isinstance(config.get("round"), int):
-        raise InvalidArgument(f"a score query carries a ConfigRecord {SUBMISSION_CONFIG!r} with "
-                              "the round and the recovered labels")
-    server_round = int(config["round"])
+    from fedleak.harness.wire.request_errors import FailedPrecondition, NotFound
+
+    query = read_query(msg.content)
     kept = held_rounds(context)
     if not kept:
         raise FailedPrecondition("this node keeps no training batch: its ClientApp must train "
@@ -112,26 +124,43 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
                                  "or, with its own loop, call fedleak.harness.flower.train."
                                  "remember_batch(context, server_round, images, labels) with "
                                  "the images (on [0, 1]) it trained on")
-    truth = held_batch(context, server_round)
+    truth = held_batch(context, query.server_round)
     if truth is None:
         raise NotFound(f"this node keeps the batches of rounds {kept[0]}-{kept[-1]}, not round "
-                       f"{server_round}: raise its node config fedleak-keep-rounds (default "
-                       f"{KEEP_ROUNDS}) to keep more rounds for the audit")
-    images_record = msg.content.array_records.get(SUBMISSION_IMAGES)
-    images = tensors(images_record).get("images") if images_record is not None else None
-    submitted_labels = config.get("labels", [])
-    labels = [int(y) for y in submitted_labels] if isinstance(submitted_labels, list) else []
-    submitted_padding = config.get("padding", [])
-    padding = [int(j) for j in submitted_padding] if isinstance(submitted_padding, list) else []
-    chosen = None
-    if config.get("aggregate") is True and images is not None:
-        chosen = _own_images(images, labels, truth["images"])
+                       f"{query.server_round}: raise its node config fedleak-keep-rounds "
+                       f"(default {KEEP_ROUNDS}) to keep more rounds for the audit")
+    images, labels, padding, chosen = query.images, query.labels, query.padding, None
+    if query.aggregate and images is not None:
+        chosen = _own_images(images, labels, padding, truth["images"])
         images = images[chosen]
         labels = [labels[i] for i in chosen.tolist()] if labels else []
         padding = [k for k, j in enumerate(chosen.tolist()) if j in set(padding)]
-    scored = _scorer(context, info, truth, server_round).score(
-        str(server_round), Submission(images=images, labels=labels,
-                                      padding=padding if images is not None else []))
+    from fedleak.harness.victim.scoring.round import Submission
+
+    scored = _scorer(context, info, truth, query.server_round).score(
+        str(query.server_round), Submission(images=images, labels=labels,
+                                            padding=padding if images is not None else []))
+    metrics = _score_metrics(scored, chosen)
+    partition = context.node_config.get("partition-id")
+    if isinstance(partition, int) and not isinstance(partition, bool):
+        metrics["partition-id"] = partition
+    # the submitted ArrayRecord echoed, its ECHO entry zeroed: Flower's DP mods find the one
+    # ArrayRecord they expect, with the keys they sent and a nonzero "update" (their clipping
+    # divides by its norm), and clip or noise the echo, which the audit ignores
+    out = RecordDict({SCORE_METRICS: MetricRecord(metrics),
+                      SUBMISSION_IMAGES: record_of({**query.arrays, ECHO: torch.zeros(1)})})
+    reveal = context.node_config.get("fedleak-allow-reveal") is True \
+        if allow_reveal is None else allow_reveal
+    if reveal:
+        shown = truth["images"].float().contiguous()
+        out[REVEALED] = ConfigRecord({"images": shown.numpy().tobytes(),
+                                      "shape": list(shown.shape)})
+    return out
+
+
+def _score_metrics(scored: Any, chosen: torch.Tensor | None) -> dict[str, Any]:
+    """A :class:`~fedleak.harness.victim.scoring.round.SubmissionScore` as the answer's
+    metrics (``matched`` and ``exact-index`` index the whole submission), floors included."""
     metrics: dict[str, Any] = {}
     if scored.images is not None:
         s = scored.images
@@ -150,24 +179,22 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
                         "exact": s.exact, "successes": s.successes})
         if s.best_psnr is not None:
             metrics["best-psnr"] = s.best_psnr
+        if s.floors is not None:
+            f = s.floors
+            metrics.update({
+                "floor-psnr": [float(i.floor_psnr or 0.0) for i in s.images],
+                "floor-ssim": [float(i.floor_ssim or 0.0) for i in s.images],
+                "floor-guess": [FLOOR_GUESSES.index(i.floor_guess)
+                                if i.floor_guess in FLOOR_GUESSES else -1 for i in s.images],
+                "floor-guesses": [FLOOR_GUESSES.index(g) for g in f.guesses],
+                "floor-guess-psnr": [p for p, _ in f.guesses.values()],
+                "floor-guess-ssim": [q for _, q in f.guesses.values()],
+                "mean-floor-psnr": f.mean_psnr, "mean-floor-ssim": f.mean_ssim,
+                "mean-floor-margin": f.mean_margin, "above-floor": f.above,
+                "floor-margin-db": f.margin_db})
     if scored.label_accuracy is not None:
         metrics["label-accuracy"] = scored.label_accuracy
-    partition = context.node_config.get("partition-id")
-    if isinstance(partition, int) and not isinstance(partition, bool):
-        metrics["partition-id"] = partition
-    # the submitted ArrayRecord echoed, its ECHO entry zeroed: Flower's DP mods find the one
-    # ArrayRecord they expect, with the keys they sent and a nonzero "update" (their clipping
-    # divides by its norm), and clip or noise the echo, which the audit ignores
-    echo = tensors(images_record) if images_record is not None else {}
-    out = RecordDict({SCORE_METRICS: MetricRecord(metrics),
-                      SUBMISSION_IMAGES: record_of({**echo, ECHO: torch.zeros(1)})})
-    reveal = context.node_config.get("fedleak-allow-reveal") is True \
-        if allow_reveal is None else allow_reveal
-    if reveal:
-        shown = truth["images"].float().contiguous()
-        out[REVEALED] = ConfigRecord({"images": shown.numpy().tobytes(),
-                                      "shape": list(shown.shape)})
-    return out
+    return metrics
 
 
 def revealed_images(content: RecordDict) -> torch.Tensor | None:
@@ -184,10 +211,15 @@ def revealed_images(content: RecordDict) -> torch.Tensor | None:
     return torch.from_numpy(values).view(*[int(x) for x in shape])
 
 
-def _own_images(images: torch.Tensor, labels: list[int], truth: torch.Tensor) -> torch.Tensor:
+def _own_images(images: torch.Tensor, labels: list[int], padding: list[int],
+                truth: torch.Tensor) -> torch.Tensor:
     """Which of an aggregate's reconstructed images are this node's: each of its images
-    matched to its own reconstructed image (Hungarian on MSE, :func:`match_among`), the rest
-    belonging to other nodes. Checked first, so a bad submission spends no budget."""
+    matched to its own reconstructed image (Hungarian on MSE, :func:`~fedleak.harness.metrics.
+    image_metrics.match_among`), the rest belonging to other nodes. Checked first, so a bad
+    submission spends no budget."""
+    from fedleak.harness.metrics.image_metrics import match_among
+    from fedleak.harness.wire.request_errors import InvalidArgument
+
     if images.dim() != 4 or tuple(images.shape[1:]) != tuple(truth.shape[1:]):
         raise InvalidArgument(f"reconstruction has shape {list(images.shape)}; an aggregate's "
                               f"is [N, {', '.join(map(str, truth.shape[1:]))}] on [0, 1]")
@@ -196,8 +228,10 @@ def _own_images(images: torch.Tensor, labels: list[int], truth: torch.Tensor) ->
                               f"fewer than the {truth.shape[0]} this node trained on")
     if labels and len(labels) != images.shape[0]:
         raise InvalidArgument(f"{len(labels)} labels submitted for {images.shape[0]} images")
-    if not images.is_floating_point() or not torch.isfinite(images).all():
-        raise InvalidArgument("reconstruction must hold finite floating-point values")
+    bad = sorted({j for j in padding if j >= images.shape[0]})
+    if bad:
+        raise InvalidArgument(f"padding indices {bad[:8]} lie outside the {images.shape[0]} "
+                              "submitted images")
     return match_among(images.float().clamp(0, 1), truth.float())
 
 
@@ -205,8 +239,18 @@ def _scorer(context: Context, info: DatasetInfo, truth: dict[str, torch.Tensor],
             server_round: int) -> RoundScorer:
     """The victim's scorer over this node's batch, its budget already spent as often as the
     node's state records (and the record moved on by one when the submission is accepted)."""
+    from torch import nn
+
+    from fedleak.harness.federated.protocol import Protocol
+    from fedleak.harness.flower.node_budget import NodeBudget
+    from fedleak.harness.victim.rounds import Round, RoundBook
+    from fedleak.harness.victim.scoring.budget import ScoreBudget
+    from fedleak.harness.victim.scoring.round import RoundScorer
+    from fedleak.harness.zoo.datasets import ImageDataset
+
     limit = context.node_config.get("fedleak-score-budget", 1)
-    budget = _CountingBudget(context, int(limit) if isinstance(limit, int) else 1)
+    budget = NodeBudget(context, int(limit) if isinstance(limit, int)
+                        and not isinstance(limit, bool) else 1)
     target = ("round", str(server_round), ())
     for _ in range(budget.recorded(server_round)):
         ScoreBudget.spend(budget, target, "")
@@ -214,25 +258,3 @@ def _scorer(context: Context, info: DatasetInfo, truth: dict[str, torch.Tensor],
     rounds = RoundBook()
     rounds.remember(Round(str(server_round), torch.arange(len(data)), Protocol()))
     return RoundScorer(data, nn.Identity(), rounds, budget)
-
-
-class _CountingBudget(ScoreBudget):
-    """:class:`ScoreBudget` whose accepted spends are also counted in the node's Flower state,
-    which outlives the ClientApp object (a new one may serve every message)."""
-
-    def __init__(self, context: Context, limit: int) -> None:
-        super().__init__(max(1, limit))
-        self.context = context
-
-    def recorded(self, server_round: int) -> int:
-        spent = self.context.state.get(SPENT)
-        if not isinstance(spent, ConfigRecord):
-            return 0
-        count = spent.get(str(server_round), 0)
-        return count if isinstance(count, int) else 0
-
-    def spend(self, target: Any, what: str, images: Iterable[int] = ()) -> None:
-        super().spend(target, f"round {target[1]} of this node", images)
-        server_round = int(target[1])
-        self.context.state[SPENT] = ConfigRecord({str(server_round):
-                                                  self.recorded(server_round) + 1})

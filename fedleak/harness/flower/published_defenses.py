@@ -39,11 +39,10 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from fedleak.attacks.published import PublishedDefense, published
 from fedleak.defenses.chain import build_chain, parse_defense_spec
+from fedleak.harness.flower.query_fields import CLIPPING_NORM_KEY  # noqa: F401  (re-exported)
 
 #: the reply's ConfigRecord naming the defenses that acted on it, in order
 DEFENSES_RECORD = "fedleak.defenses"
-#: the train-config key Flower's client-side clipping mods read (flwr's KEY_CLIPPING_NORM)
-CLIPPING_NORM_KEY = "clipping_norm"
 
 Link = tuple[str, dict[str, str], str]
 Mod = Callable[[Message, Context, ClientAppCallable], Message]

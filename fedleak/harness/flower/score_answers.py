@@ -19,6 +19,7 @@ from flwr.serverapp import Grid
 
 from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.node_scoring import (
+    FLOOR_GUESSES,
     REVEALED,
     SCORE_ACTION,
     SCORE_MESSAGE_TYPE,
@@ -66,32 +67,67 @@ def read_answer(answer: Message | None, timeout: float) -> tuple[ScoreAnswer, in
     if record is None:
         return (None, None, f"the node's answer carries no {SCORE_METRICS} metrics"), None
     metrics: dict[str, Any] = dict(record)
+    try:
+        score = _scores(metrics)
+        truth = revealed_images(answer.content)
+        if truth is None and REVEALED in answer.content.array_records:  # a node before 0.3
+            truth = tensors(answer.content.array_records[REVEALED])["images"]
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as err:
+        return (None, None, f"the node's score answer is malformed ({type(err).__name__}: "
+                            f"{err}): is its fedleak the audit's version?"), None
+    partition = metrics.get("partition-id")
+    return (score, truth, None), partition if isinstance(partition, int) else None
+
+
+def _scores(metrics: dict[str, Any]) -> pb.ScoreResponse:
+    """A node's score metrics as the victim's ``ScoreResponse``."""
     score = pb.ScoreResponse()
     if "psnr" in metrics:
-        for i, m, p, s, e in zip(metrics["index"], metrics["matched"], metrics["psnr"],
-                                 metrics["ssim"], metrics["mse"], strict=True):
-            score.images.add(index=i, matched_index=m, psnr=p, ssim=s, mse=e)
-        for image, padded, exact in zip(score.images, metrics.get("padding", []),
-                                        metrics.get("exact-index", []), strict=False):
-            image.padding, image.exact = bool(padded), int(exact) >= 0
-            image.exact_index = max(int(exact), 0)
-        score.exact, score.exact_psnr = int(metrics.get("exact", 0)), EXACT_PSNR
-        if "successes" in metrics:
-            score.successes = int(metrics["successes"])
-            score.success_psnr = SUCCESS_PSNR
-        if "best-psnr" in metrics:
-            score.best_scored, score.best_psnr = True, float(metrics["best-psnr"])
-        score.mean_psnr = float(metrics["mean-psnr"])
-        score.mean_ssim = float(metrics["mean-ssim"])
-        score.mean_mse = float(metrics["mean-mse"])
+        _image_scores(score, metrics)
     if "label-accuracy" in metrics:
         score.labels_scored = True
         score.label_accuracy = float(metrics["label-accuracy"])
-    truth = revealed_images(answer.content)
-    if truth is None and REVEALED in answer.content.array_records:  # a node before 0.3
-        truth = tensors(answer.content.array_records[REVEALED])["images"]
-    partition = metrics.get("partition-id")
-    return (score, truth, None), partition if isinstance(partition, int) else None
+    return score
+
+
+def _image_scores(score: pb.ScoreResponse, metrics: dict[str, Any]) -> None:
+    """A node's image metrics into ``score`` (per image, means, counts, floors)."""
+    for i, m, p, s, e in zip(metrics["index"], metrics["matched"], metrics["psnr"],
+                             metrics["ssim"], metrics["mse"], strict=True):
+        score.images.add(index=i, matched_index=m, psnr=p, ssim=s, mse=e)
+    for image, padded, exact in zip(score.images, metrics.get("padding", []),
+                                    metrics.get("exact-index", []), strict=False):
+        image.padding, image.exact = bool(padded), int(exact) >= 0
+        image.exact_index = max(int(exact), 0)
+    score.exact, score.exact_psnr = int(metrics.get("exact", 0)), EXACT_PSNR
+    if "successes" in metrics:
+        score.successes = int(metrics["successes"])
+        score.success_psnr = SUCCESS_PSNR
+    if "best-psnr" in metrics:
+        score.best_scored, score.best_psnr = True, float(metrics["best-psnr"])
+    score.mean_psnr = float(metrics["mean-psnr"])
+    score.mean_ssim = float(metrics["mean-ssim"])
+    score.mean_mse = float(metrics["mean-mse"])
+    if "mean-floor-psnr" in metrics:
+        _floors(score, metrics)
+
+
+def _floors(score: pb.ScoreResponse, metrics: dict[str, Any]) -> None:
+    """A node's floors (:mod:`~fedleak.harness.metrics.floors`) into ``score``."""
+    for image, p, s, g in zip(score.images, metrics["floor-psnr"], metrics["floor-ssim"],
+                              metrics["floor-guess"], strict=True):
+        image.floor_psnr, image.floor_ssim = float(p), float(s)
+        image.floor_guess = FLOOR_GUESSES[int(g)] if 0 <= int(g) < len(FLOOR_GUESSES) else ""
+    made = [FLOOR_GUESSES[int(i)] for i in metrics["floor-guesses"]]
+    score.floors.extend(pb.FloorScore(guess=g, mean_psnr=float(p), mean_ssim=float(q))
+                        for g, p, q in zip(made, metrics["floor-guess-psnr"],
+                                           metrics["floor-guess-ssim"], strict=True))
+    score.mean_floor_psnr = float(metrics["mean-floor-psnr"])
+    score.mean_floor_ssim = float(metrics["mean-floor-ssim"])
+    score.mean_floor_margin = float(metrics["mean-floor-margin"])
+    score.above_floor = int(metrics["above-floor"])
+    score.floor_margin_db = float(metrics["floor-margin-db"])
+    score.floors_scored = True
 
 
 def score_error(reason: str) -> str:

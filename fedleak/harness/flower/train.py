@@ -31,6 +31,14 @@ from fedleak.defenses.accounting import epsilon, make_accountant
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
+from fedleak.harness.flower.batches import (  # noqa: F401  (re-exported)
+    KEEP_ROUNDS,
+    TRUTH_RECORD,
+    TRUTH_ROUND,
+    held_batch,
+    held_rounds,
+    remember_batch,
+)
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
     REPLAYABLE_METRIC,
@@ -40,14 +48,12 @@ from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
-#: the node's state records: its training batch of round r (``fedleak.truth.r``), the rounds
-#: it keeps, and its DP accounting history
-TRUTH_RECORD = "fedleak.truth"
-TRUTH_ROUND = "fedleak.truth-rounds"
-#: how many rounds' batches a node keeps for the audit's scoring (node config
-#: ``fedleak-keep-rounds``)
-KEEP_ROUNDS = 8
+#: the node's DP accounting history (its batches: :mod:`~fedleak.harness.flower.batches`)
 DP_HISTORY = "fedleak.dp-history"
+
+
+class ParametersRefused(ValueError):
+    """A parameter check (``vet``) refused the θ the server sent; the message says why."""
 
 
 class Trained(tuple[ArrayRecord, MetricRecord]):
@@ -86,8 +92,10 @@ def train(
     """θ′ and the reply's metrics after this node's local update on ``images`` (on [0, 1]);
     ``.content()`` of the result is the reply content, publishing ``defenses``.
 
-    ``defenses`` may name one per-example defense (``dpsgd:...``); update-stage defenses
-    belong in a :class:`~fedleak.harness.flower.mods.DefenseMod`. Raises ``ValueError`` for a
+    ``defenses`` may name one per-example defense (``dpsgd:...``) and parameter checks
+    (``vet``, run on θ and the batch before training: :class:`ParametersRefused` when one
+    refuses); update-stage defenses belong in a :class:`~fedleak.harness.flower.mods.
+    DefenseMod`. Raises ``ValueError`` for a
     procedure fedleak's local update does not implement (an optimiser other than SGD).
     Shuffled batches are drawn in a secret order from ``generator``.
     """
@@ -98,14 +106,20 @@ def train(
                          "your own loop")
     chain = build_chain([parse_defense_spec(spec) for spec in defenses])
     if chain.update or chain.transport is not None:
-        raise ValueError("train() runs per-example defenses (dpsgd) only; put update defenses "
-                         "in a DefenseMod and use Flower's SecAgg+ for secure aggregation")
+        raise ValueError("train() runs per-example defenses (dpsgd) and parameter checks "
+                         "(vet) only; put update defenses in a DefenseMod and use Flower's "
+                         "SecAgg+ for secure aggregation")
     state = tensors(sent)
     params, buffers = split_state(model, state)
     buffers = {k: b.clone() for k, b in buffers.items()}  # local training moves them
     protocol = procedure.protocol
     generator = generator or torch.Generator().manual_seed(secrets.randbits(63))
     x = normalize(images.float() if images.is_floating_point() else images, info)  # text: ids
+    for check in chain.parameter_checks:  # vet: before anything is trained on θ
+        reason = check.inspect(model, params, buffers, x)
+        if reason is not None:
+            raise ParametersRefused(f"{reason}; the node refuses to train on these parameters "
+                                    f"(defense {check.name})")
     update, metadata = defended_update(model, params, buffers, x, labels, protocol, chain,
                                        generator)
     new_state = {**state_carrying(state, update, list(params), protocol), **buffers}
@@ -119,49 +133,6 @@ def train(
         if isinstance(partition, int):
             metrics[PARTITION_METRIC] = partition
     return Trained(record_of(new_state), MetricRecord(metrics), chain.describe())
-
-
-def remember_batch(context: Context, server_round: int, images: torch.Tensor,
-                   labels: torch.Tensor) -> None:
-    """Keep this round's batch (images on [0, 1], labels; text: token ids) in the node's state
-    for scoring,
-    beside the batches of the node's last ``fedleak-keep-rounds`` (node config, default
-    :data:`KEEP_ROUNDS`) rounds: the audit scores after the federation, not between rounds.
-    Images that are whole multiples of 1/255 (8-bit data) are kept as uint8, exactly."""
-    pixels = images.detach().cpu()
-    if pixels.is_floating_point():  # token ids (text) are kept as they are
-        pixels = pixels.float()
-        levels = pixels * 255
-        if bool((levels - levels.round()).abs().max() <= 1e-3) if pixels.numel() else False:
-            pixels = levels.round().clamp(0, 255).to(torch.uint8)
-    context.state[f"{TRUTH_RECORD}.{server_round}"] = record_of({"images": pixels,
-                                                                 "labels": labels})
-    kept = [r for r in held_rounds(context) if r != server_round] + [server_round]
-    limit = context.node_config.get("fedleak-keep-rounds", KEEP_ROUNDS)
-    limit = max(1, limit) if isinstance(limit, int) and not isinstance(limit, bool) \
-        else KEEP_ROUNDS
-    for old in kept[:-limit]:
-        del context.state[f"{TRUTH_RECORD}.{old}"]
-    context.state[TRUTH_ROUND] = ConfigRecord({"rounds": kept[-limit:]})
-
-
-def held_rounds(context: Context) -> list[int]:
-    """The rounds whose batch this node keeps, oldest first."""
-    record = context.state.get(TRUTH_ROUND)
-    rounds = record.get("rounds", []) if isinstance(record, ConfigRecord) else []
-    return [int(r) for r in rounds] if isinstance(rounds, list) else []
-
-
-def held_batch(context: Context, server_round: int) -> dict[str, torch.Tensor] | None:
-    """Round ``server_round``'s batch (images float on [0, 1], or token ids; labels), or
-    None."""
-    record = context.state.get(f"{TRUTH_RECORD}.{server_round}")
-    if not isinstance(record, ArrayRecord):
-        return None
-    truth = tensors(record)
-    if truth["images"].dtype == torch.uint8:
-        truth["images"] = truth["images"].float() / 255
-    return truth
 
 
 def _privacy_metrics(metadata: Mapping[str, str], defense: Any, context: Context | None

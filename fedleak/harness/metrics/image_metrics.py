@@ -13,6 +13,12 @@ the largest one-to-one matching among the pairs at PSNR ≥ 40 dB (a maximum bip
 :func:`exact_matching`), over the submitted images that are not padding; the best image is the
 best such pair. Padding slots (an attack's placeholders, e.g. the mean image) still take part
 in the assignment behind the mean PSNR, and are flagged there.
+
+Every batch is scored beside its trivial *floors* (:mod:`~fedleak.harness.metrics.floors`: a
+flat grey image, the data set's mean image, the image's own mean colour): a *success* needs
+both PSNR ≥ :data:`SUCCESS_PSNR` and a PSNR at least :data:`~fedleak.harness.metrics.floors.
+FLOOR_MARGIN_DB` above the image's floor, so a reconstruction no better than a constant guess
+never counts, however high its PSNR (a smooth image's mean colour may score 20 dB).
 """
 
 from __future__ import annotations
@@ -25,6 +31,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedleak.harness.metrics.floors import (
+    FLOOR_MARGIN_DB,
+    FloorScores,
+    FloorSummary,
+    MeanPool,
+    constant_guesses,
+    summarise,
+)
+
 SSIM_WINDOW = 11
 SSIM_SIGMA = 1.5
 SSIM_K = (0.01, 0.03)
@@ -33,7 +48,7 @@ MSE_FLOOR = 1e-10  # relative to data_range**2: PSNR is capped at 100 dB
 #: the range per pixel): what imprint, trap weights and spear promise, beside the mean PSNR
 EXACT_PSNR = 40.0
 #: An image counts as reconstructed (a *success*, reconstruction robustness; docs/bounds.md) at
-#: this PSNR or above.
+#: this PSNR or above, and at least FLOOR_MARGIN_DB above its floor (module docstring).
 SUCCESS_PSNR = 20.0
 
 
@@ -41,7 +56,9 @@ SUCCESS_PSNR = 20.0
 class ImageScore:
     """Scores of truth image ``index`` against reconstruction ``matched_index``; ``padding``:
     that reconstruction is one of the attack's placeholders; ``exact_index``: the reconstruction
-    the exact matching pairs with this image (-1: not recovered exactly)."""
+    the exact matching pairs with this image (-1: not recovered exactly); ``floor_psnr`` /
+    ``floor_ssim``: the best constant guess's scores on this image, ``floor_guess`` which guess
+    it is (:mod:`~fedleak.harness.metrics.floors`)."""
 
     index: int
     matched_index: int
@@ -50,6 +67,9 @@ class ImageScore:
     mse: float
     padding: bool = False
     exact_index: int = -1
+    floor_psnr: float | None = None
+    floor_ssim: float | None = None
+    floor_guess: str = ""
 
 
 @dataclass
@@ -59,7 +79,8 @@ class BatchScore:
     ``exact``: the largest one-to-one matching of truth images to non-padding reconstructions
     at PSNR ≥ :data:`EXACT_PSNR`; ``best_psnr``: the best PSNR of any truth image against any
     non-padding reconstruction (None when every slot is padding); ``successes``: the same
-    largest matching at :data:`SUCCESS_PSNR` (never fewer than the matched images at that PSNR).
+    largest matching among the pairs at :data:`SUCCESS_PSNR` and at least the floor margin
+    above the image's floor; ``floors``: the batch's trivial floors beside it.
     """
 
     images: list[ImageScore]
@@ -70,6 +91,7 @@ class BatchScore:
     exact: int = 0
     best_psnr: float | None = None
     successes: int = 0
+    floors: FloorSummary | None = None
 
 
 def mse_per_image(x: Tensor, y: Tensor) -> Tensor:
@@ -112,6 +134,15 @@ def ssim_per_image(x: Tensor, y: Tensor) -> Tensor:
     return values.double()
 
 
+def floor_scores(truth: Tensor, pool: MeanPool | None = None) -> FloorScores:
+    """PSNR and SSIM of every constant guess of :mod:`~fedleak.harness.metrics.floors` (grey,
+    the leave-one-out mean image of ``pool``, each image's own mean colour) against every
+    image of ``truth``; ``pool`` None: ``truth`` itself."""
+    guesses = constant_guesses(truth.float(), pool)
+    return FloorScores({g: psnr_per_image(x, truth) for g, x in guesses.items()},
+                       {g: ssim_per_image(x, truth) for g, x in guesses.items()})
+
+
 def match_one_to_one(reconstruction: Tensor, truth: Tensor) -> Tensor:
     """Hungarian matching on pairwise MSE: ``reconstruction[perm[i]]`` is matched to ``truth[i]``.
 
@@ -152,11 +183,13 @@ def pairwise_psnr(reconstruction: Tensor, truth: Tensor, data_range: float = 1.0
 def exact_matching(
     reconstruction: Tensor,
     truth: Tensor,
-    threshold: float = EXACT_PSNR,
+    threshold: float | Tensor = EXACT_PSNR,
     padding: Sequence[int] = (),
 ) -> list[tuple[int, int]]:
     """The largest one-to-one matching of truth images to reconstructions among the pairs at
     PSNR ≥ ``threshold``, padding slots left out: ``(truth index, reconstruction index)``.
+    ``threshold`` may be one value per truth image (``[len(truth)]``: e.g. its floor plus a
+    margin).
 
     A maximum bipartite matching (``scipy.sparse.csgraph.maximum_bipartite_matching``,
     Hopcroft–Karp): no other one-to-one pairing has more pairs at the threshold, so a count
@@ -170,7 +203,8 @@ def exact_matching(
     if reconstruction.shape[1:] != truth.shape[1:]:
         raise ValueError(f"reconstruction images are {tuple(reconstruction.shape[1:])} but "
                          f"truth images are {tuple(truth.shape[1:])}")
-    good = pairwise_psnr(reconstruction, truth) >= threshold
+    bar = threshold.double().view(-1, 1) if isinstance(threshold, Tensor) else threshold
+    good = pairwise_psnr(reconstruction, truth) >= bar
     skipped = [j for j in padding if 0 <= j < reconstruction.shape[0]]
     if skipped:
         good[:, skipped] = False
@@ -200,14 +234,18 @@ def score_reconstruction(
     true_labels: Sequence[int] | Tensor | None = None,
     match: bool = True,
     padding: Sequence[int] = (),
+    pool: MeanPool | None = None,
 ) -> BatchScore:
-    """Score a reconstructed batch against the truth, image by image.
+    """Score a reconstructed batch against the truth, image by image, beside its floors.
 
     With ``match`` the reconstruction is first reordered by :func:`match_one_to_one`; without
     it, ``reconstruction[i]`` is compared with ``truth[i]``. Label accuracy is computed when
     both label lists are given. ``padding`` lists the reconstruction's placeholder slots: they
     are flagged, and never counted as exact nor as the best image (module docstring).
+    ``pool`` is the data the floors' data-set mean image is taken over, each image left out of
+    its own (:class:`~fedleak.harness.metrics.floors.MeanPool`; None: the ``truth`` batch).
     """
+
     _check_pair(reconstruction, truth)
     padded = set(_check_padding(padding, reconstruction.shape[0]))
     if match:
@@ -219,9 +257,13 @@ def score_reconstruction(
     mse = mse_per_image(matched, truth)
     pairs = exact_matching(reconstruction, truth, padding=sorted(padded))
     exact_of = dict(pairs)
+    floors = floor_scores(truth, pool)
+    floor, floor_ssim, guess = floors.best_psnr, floors.best_ssim, floors.best_guess
     images = [
         ImageScore(i, int(perm[i]), float(psnr[i]), float(ssim[i]), float(mse[i]),
-                   padding=int(perm[i]) in padded, exact_index=exact_of.get(i, -1))
+                   padding=int(perm[i]) in padded, exact_index=exact_of.get(i, -1),
+                   floor_psnr=float(floor[i]), floor_ssim=float(floor_ssim[i]),
+                   floor_guess=guess[i])
         for i in range(truth.shape[0])
     ]
     labels = None
@@ -229,10 +271,15 @@ def score_reconstruction(
         labels = label_accuracy(predicted_labels, true_labels)
     kept = [j for j in range(reconstruction.shape[0]) if j not in padded]
     best = float(pairwise_psnr(reconstruction[kept], truth).max()) if kept else None
-    successes = len(exact_matching(reconstruction, truth, threshold=SUCCESS_PSNR,
+    above_floor = floor + FLOOR_MARGIN_DB
+    above = len(exact_matching(reconstruction, truth, threshold=above_floor,
+                               padding=sorted(padded)))
+    successes = len(exact_matching(reconstruction, truth,
+                                   threshold=above_floor.clamp_min(SUCCESS_PSNR),
                                    padding=sorted(padded)))
     return BatchScore(images, float(psnr.mean()), float(ssim.mean()), float(mse.mean()), labels,
-                      exact=len(pairs), best_psnr=best, successes=successes)
+                      exact=len(pairs), best_psnr=best, successes=successes,
+                      floors=summarise(floors, psnr, above))
 
 
 def _check_padding(padding: Sequence[int], count: int) -> list[int]:

@@ -23,6 +23,7 @@ import torch
 
 from fedleak.auditing.reconstruction.bounds import reconstruction_bound
 from fedleak.auditing.reconstruction.prior_baseline import PriorBaseline, prior_baseline
+from fedleak.harness.metrics.floors import FLOOR_MARGIN_DB
 from fedleak.harness.metrics.image_metrics import SUCCESS_PSNR
 from fedleak.harness.zoo.datasets import load_dataset
 
@@ -152,13 +153,16 @@ def place(psnrs: list[float], baseline: PriorBaseline | None, mechanism: Mechani
           successes: int | None = None) -> SuccessPlacement:
     """Success at ``threshold`` over ``psnrs`` and, with a prior and a mechanism, the bound.
 
-    ``successes``: the victim's count (the largest one-to-one matching at ``threshold``); without
+    ``successes``: the victim's count (the largest one-to-one matching at ``threshold`` and the
+    floor margin); without
     it the matched images at ``threshold`` are counted, which may be fewer."""
     if successes is None:
         successes = sum(1 for p in psnrs if p >= threshold)
         notes = ["counted on the victim's least-MSE matching (may undercount a batch)"]
     else:
-        notes = ["counted by the victim: the largest one-to-one matching at the threshold"]
+        notes = ["counted by the victim: the largest one-to-one matching at the threshold "
+                 f"and at least {FLOOR_MARGIN_DB:g} dB above each image's floor (the best "
+                 "constant guess)"]
     out = SuccessPlacement(threshold, len(psnrs), successes,
                            successes / len(psnrs) if psnrs else 0.0)
     if baseline is not None:

@@ -16,6 +16,11 @@ padding (a placeholder slot) scores as empty.
 - **Exact sequences**: a private sentence is recovered exactly when a non-padding submitted
   sentence has the same text token ids; the count is the largest one-to-one matching of such
   pairs (a multiset intersection), not read off the ROUGE assignment.
+- **The floor**: what a guess made without the update scores — each private sentence guessed as
+  the most frequent text token of the data (the victim's private pool; on a Flower node its
+  batch) repeated to the sentence's length, its ROUGE-1/2/L against that sentence, averaged
+  over the private sentences (:func:`floor_rouge`). A reconstruction whose ROUGE-1 and
+  ROUGE-2 do not exceed it recovered nothing beyond that guess.
 - **Token sets**: precision and recall of the set of submitted text-token ids (the attack's
   stated set, else the union of its sentences) against the batch's set; with stated counts,
   precision and recall of the multisets as well.
@@ -69,6 +74,8 @@ class TextBatchScore:
     tokens: TokenSetScore | None = None
     secrets: int = 0
     secrets_recovered: int = 0
+    #: ROUGE-1/2/L of the most-frequent-token guess (the floor), when sentences were scored
+    floor: tuple[float, float, float] | None = None
 
 
 def rouge_scorer() -> object:
@@ -151,3 +158,29 @@ def score_sentences(truth: Sequence[Sequence[int]], submitted: Sequence[Sequence
         batch.rouge2 = float(np.mean([s.rouge2 for s in scores]))
         batch.rougeL = float(np.mean([s.rougeL for s in scores]))
     return batch
+
+
+def most_frequent_token(sentences: Sequence[Sequence[int]]) -> int | None:
+    """The most frequent id over ``sentences`` (text tokens only; ties: the smallest id), or
+    None when they hold none."""
+    counts = Counter(t for sentence in sentences for t in sentence)
+    if not counts:
+        return None
+    return min(counts, key=lambda t: (-counts[t], t))
+
+
+def floor_rouge(truth: Sequence[Sequence[int]], token: int | None,
+                decode: Callable[[list[int]], str]) -> tuple[float, float, float]:
+    """The floor's ROUGE-1/2/L (module docstring): the mean over the private sentences of the
+    F-measures of ``token`` repeated to each sentence's length against it."""
+    if token is None or not truth:
+        return 0.0, 0.0, 0.0
+    scorer = rouge_scorer()
+    values = np.zeros((len(truth), len(ROUGE_TYPES)))
+    for i, sentence in enumerate(truth):
+        target, guess = decode(list(sentence)), decode([token] * max(1, len(sentence)))
+        if target.strip() and guess.strip():
+            scores = scorer.score(target, guess)  # type: ignore[attr-defined]
+            values[i] = [scores[k].fmeasure for k in ROUGE_TYPES]
+    mean = values.mean(0)
+    return float(mean[0]), float(mean[1]), float(mean[2])

@@ -98,6 +98,15 @@ class PointResult:
         return self.measured_attack.label_accuracy if self.measured_attack else None
 
     @property
+    def floor_psnr(self) -> float | None:
+        """The attacked images' trivial floor (best constant guess), mean PSNR."""
+        return self.measured_attack.floor_psnr if self.measured_attack else None
+
+    @property
+    def floor_ssim(self) -> float | None:
+        return self.measured_attack.floor_ssim if self.measured_attack else None
+
+    @property
     def shown_status(self) -> str:
         """The status a table shows: ``truncated`` beside it when the attack was cut."""
         return f"{self.status}, truncated" if self.truncated else self.status
@@ -177,18 +186,20 @@ def format_audit(result: PointResult) -> str:
 
 
 def summary_table(results: list[PointResult]) -> str:
-    """A plain-text table: one line per point with PSNR, SSIM, labels, accuracy, ε, the
-    audited ε_LB (``!``: above the claimed ε, a violation), status."""
+    """A plain-text table: one line per point with PSNR beside its floor (the best constant
+    guess's PSNR), SSIM, labels, accuracy, ε, the audited ε_LB (``!``: above the claimed ε, a
+    violation), status."""
     text = bool(results) and all(r.attack is None or r.psnr is None for r in results) and any(
         r.attack is not None and (r.attack.rouge1 is not None or r.attack.token_recall
                                   is not None) for r in results)
     first, second, third = ("ROUGE-1", "ROUGE-2", "tokR") if text else \
         ("PSNR dB", "SSIM", "labels")
-    header = (f"{'point':<16}  {'defense':<34}  {first:>7}  {second:>7}  {third:>6}  "
-              f"{'test acc':>8}  {'ε':>8}  {'ε_LB':>7}  status")
+    header = (f"{'point':<16}  {'defense':<34}  {first:>7}  {'floor':>7}  {second:>7}  "
+              f"{third:>6}  {'test acc':>8}  {'ε':>8}  {'ε_LB':>7}  status")
     lines = [header, "-" * len(header)]
     for r in results:
         psnr = "–" if r.psnr is None else f"{r.psnr:.2f}"
+        floor = "–" if r.floor_psnr is None else f"{r.floor_psnr:.2f}"
         ssim = "–" if r.ssim is None else f"{r.ssim:.3f}"
         labels = "–" if r.label_accuracy is None else f"{r.label_accuracy:.0%}"
         if text:
@@ -197,9 +208,13 @@ def summary_table(results: list[PointResult]) -> str:
                 None if a is None else a.rouge1, None if a is None else a.rouge2,
                 None if a is None else a.token_recall))
         acc = "–" if r.accuracy is None else f"{r.accuracy:.1%}"
-        lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {ssim:>7}  "
+        lines.append(f"{r.point_id:<16}  {r.label[:34]:<34}  {psnr:>7}  {floor:>7}  {ssim:>7}  "
                      f"{labels:>6}  {acc:>8}  {format_epsilon(r.epsilon):>8}  "
                      f"{format_audit(r):>7}  {r.shown_status}")
+    if any(r.floor_psnr is not None for r in results):
+        lines.append("floor: the mean PSNR of the best constant guess of each attacked image "
+                     "(grey, the data set's mean image, its own mean colour); a PSNR not above "
+                     "it recovered nothing beyond a constant guess")
     for r in results:
         if r.attack is not None and r.truncated:
             for reason in r.attack.truncated:

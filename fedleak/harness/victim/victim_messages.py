@@ -13,6 +13,7 @@ import grpc
 import torch
 
 from fedleak.auditing import DeclarationTest
+from fedleak.harness.metrics.floors import FloorSummary
 from fedleak.harness.metrics.image_metrics import EXACT_PSNR, SUCCESS_PSNR
 from fedleak.harness.victim.audit.claim import TrialClaim
 from fedleak.harness.victim.audit.informed_game import ADJACENCY, THREAT_MODEL
@@ -41,9 +42,12 @@ def score_response(score: SubmissionScore) -> pb.ScoreResponse:
         reply.images.extend(
             pb.ImageScore(index=s.index, matched_index=s.matched_index, psnr=s.psnr,
                           ssim=s.ssim, mse=s.mse, padding=s.padding,
-                          exact=s.exact_index >= 0, exact_index=max(s.exact_index, 0))
+                          exact=s.exact_index >= 0, exact_index=max(s.exact_index, 0),
+                          floor_psnr=s.floor_psnr or 0.0, floor_ssim=s.floor_ssim or 0.0,
+                          floor_guess=s.floor_guess)
             for s in score.images.images
         )
+        floors_pb(reply, score.images.floors)
         reply.mean_psnr, reply.mean_ssim = score.images.mean_psnr, score.images.mean_ssim
         reply.mean_mse = score.images.mean_mse
         reply.exact, reply.exact_psnr = score.images.exact, EXACT_PSNR
@@ -70,6 +74,18 @@ def score_response(score: SubmissionScore) -> pb.ScoreResponse:
         reply.mean_feature_cosine = score.features.mean_cosine
         reply.mean_feature_relative_error = score.features.mean_relative_error
     return reply
+
+
+def floors_pb(reply: pb.ScoreResponse, floors: FloorSummary | None) -> None:
+    """The batch's trivial floors into a ``Score`` answer (``floors_scored``)."""
+    if floors is None:
+        return
+    reply.floors_scored = True
+    reply.floors.extend(pb.FloorScore(guess=g, mean_psnr=p, mean_ssim=q)
+                        for g, (p, q) in floors.guesses.items())
+    reply.mean_floor_psnr, reply.mean_floor_ssim = floors.mean_psnr, floors.mean_ssim
+    reply.mean_floor_margin, reply.above_floor = floors.mean_margin, floors.above
+    reply.floor_margin_db = floors.margin_db
 
 
 def begin_audit_response(session: AuditSession, names: list[str], num_images: int,

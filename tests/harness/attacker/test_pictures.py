@@ -46,3 +46,17 @@ def test_a_reconstruction_leaves_its_array_and_its_picture(tmp_path: Path) -> No
     assert picture == tmp_path / "round-001" / "reconstruction.png" and picture.is_file()
     assert np.array_equal(np.load(tmp_path / "round-001" / "reconstruction.npy"),
                           images.numpy())
+
+
+def test_an_image_at_224_pixels_is_saved_with_its_224_pixels(tmp_path: Path) -> None:
+    """A ResNet-18-sized reconstruction keeps its resolution in the grid (not a 192-pixel
+    thumbnail): drawn pure red on white, it covers at least 224 x 224 pixels of the picture,
+    beside its truth and caption too."""
+    red = torch.zeros(1, 3, 224, 224)
+    red[:, 0] = 1.0
+    for truth in (None, torch.zeros(1, 3, 224, 224)):
+        picture = matplotlib.image.imread(save_grid(tmp_path / "big.png", red, truth,
+                                                    captions=["10.0 dB"], title="t"))
+        redness = (picture[..., 0] > 0.9) & (picture[..., 1] < 0.1) & (picture[..., 2] < 0.1)
+        rows, cols = np.nonzero(redness)
+        assert rows.max() - rows.min() + 1 >= 224 and cols.max() - cols.min() + 1 >= 224

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,6 +53,7 @@ from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_conf
 from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
 from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
 from fedleak.harness.zoo.models import build_model  # noqa: E402
+from tests.harness.flower.test_flower_deploy import marked_processes
 from tests.paths import REPO
 
 MLP = "mlp:width=16,depth=1"
@@ -786,19 +788,6 @@ def test_simulation_under_secagg_plus_attacks_the_aggregate(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- real deployment
 
 
-def marked_processes() -> list[int]:
-    """Processes of this user whose environment carries examples/flower_deploy.py's marker."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"FEDLEAK_FLOWER_DEPLOY=" in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("secagg_plus", [
     False,
@@ -819,8 +808,8 @@ def test_the_documented_deployment_script_runs_and_leaves_nothing_behind(
     work = tmp_path / "cwd"
     work.mkdir()
     temp = Path(os.environ.get("TMPDIR", "/tmp"))
-    before = set(temp.glob("fedleak-flower-*"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    token = uuid.uuid4().hex  # this test's marker: other deployments here are not its own
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FEDLEAK_FLOWER_DEPLOY": token}
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "flower_deploy.py"),
          str(ROOT / "examples" / "flower_app"), "--nodes", "2", "--run-config",
@@ -837,6 +826,6 @@ def test_the_documented_deployment_script_runs_and_leaves_nothing_behind(
         assert len(metrics["rounds"][0]["images"]) == 2
     else:  # stable readable node names from the nodes' partition ids
         assert sorted(r["round_id"] for r in metrics["rounds"]) == ["1/node-0", "1/node-1"]
-    assert marked_processes() == []
-    assert set(temp.glob("fedleak-flower-*")) == before
+    assert marked_processes(token) == []
+    assert list(temp.glob(f"fedleak-flower-{token[:12]}-*")) == []
     assert list(work.iterdir()) == []

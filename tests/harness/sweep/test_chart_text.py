@@ -67,7 +67,9 @@ def quick_run(folder: Path) -> Path:
             attack = AttackMeasurement(
                 point.attack, point.model, point.dataset, "points/x", images=3, mean_psnr=psnr,
                 mean_ssim=0.1 + 0.001 * index, defenses=list(point.defenses),
-                epsilon=None, delta=1e-5 if sigma else None)
+                epsilon=None, delta=1e-5 if sigma else None,
+                floor_psnr=11.1, floor_ssim=0.05, floor_margin=psnr - 11.1,
+                above_floor=3 if point.reference else 0)
             if sigma is not None:
                 attack.noise_multiplier, attack.dp_steps = sigma, 1
                 attack.sample_rate = 0.089 if deployed else 1.0
@@ -102,6 +104,9 @@ def test_every_report_chart_is_whole_and_apart(tmp_path: Path,
         <= set(charts), charts
     problems = {name: checked[name] for name in charts if checked[name]}
     assert not problems, problems
+    # the attacked images' trivial floor is drawn beside the figures, as a band
+    for name in ("privacy-utility-1.png", "strength-1.png"):
+        assert "trivial floor (best constant guess)" in " ".join(checked[name + " texts"]), name
 
 
 def test_the_bounds_chart_says_which_epsilon_is_which_and_at_what_delta(

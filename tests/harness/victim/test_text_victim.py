@@ -72,6 +72,9 @@ def test_dager_recovers_every_sentence_over_the_wire(victim: VictimProcess,
     entry = json.loads((out / "metrics.json").read_text())["rounds"][0]
     assert entry["rouge1"] == entry["rouge2"] == entry["rougeL"] == 1.0
     assert entry["exact"] == entry["num_sequences"] == 3
+    # the floor: a most-frequent-token guess of every sentence, well below a full recovery
+    assert 0 <= entry["floor_rouge1"] < 0.5 and entry["floor_rouge2"] == 0.0
+    assert "floor (the most frequent token repeated)" in done.stdout
     comparison = (out / entry["files"]["comparison"]).read_text()
     assert "| yes |" in comparison and "private" in comparison  # revealed beside recovered
 

@@ -58,6 +58,11 @@ class TextRoundRecord:
     reveal_error: str | None = field(default=None, metadata=OMIT)
     #: the attack's budget counted in work (iterations of an optimisation attack)
     budget: int | None = field(default=None, metadata=OMIT)
+    #: the floor: ROUGE-1/2/L of a most-frequent-token guess of every private sentence
+    #: (:func:`~fedleak.harness.metrics.text_metrics.floor_rouge`), scored by the victim
+    floor_rouge1: float | None = field(default=None, metadata=OMIT)
+    floor_rouge2: float | None = field(default=None, metadata=OMIT)
+    floor_rougeL: float | None = field(default=None, metadata=OMIT)  # noqa: N815
 
     def score(self, reply: pb.ScoreResponse) -> None:
         """Take the victim's ``Score`` answer (its ``text`` part)."""
@@ -69,6 +74,9 @@ class TextRoundRecord:
                                "rouge1": s.rouge1, "rouge2": s.rouge2, "rougeL": s.rouge_l,
                                "exact": s.exact, "padding": s.padding}
                               for s in t.sentence_scores]
+        if t.floor_scored:
+            self.floor_rouge1, self.floor_rouge2 = t.floor_rouge1, t.floor_rouge2
+            self.floor_rougeL = t.floor_rouge_l
         if t.token_set_scored:
             self.token_precision, self.token_recall = t.token_precision, t.token_recall
             self.tokens_recovered, self.tokens_true = t.tokens_recovered, t.tokens_true
@@ -76,6 +84,15 @@ class TextRoundRecord:
             self.count_precision, self.count_recall = t.count_precision, t.count_recall
         if t.secrets:
             self.secrets, self.secrets_recovered = t.secrets, t.secrets_recovered
+
+    @property
+    def above_floor(self) -> bool | None:
+        """Whether ROUGE-1 or ROUGE-2 exceeds the most-frequent-token guess's (None: either
+        is unknown)."""
+        if self.rouge1 is None or self.rouge2 is None or self.floor_rouge1 is None \
+                or self.floor_rouge2 is None:
+            return None
+        return self.rouge1 > self.floor_rouge1 or self.rouge2 > self.floor_rouge2
 
     @property
     def recovered(self) -> bool:
@@ -96,6 +113,9 @@ class TextRun:
     rounds: list[TextRoundRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     status: str = "running"
+    #: why the run ended as it did (a Flower audit), and the phase a running audit is in
+    status_reason: str | None = None
+    phase: str | None = None
 
     def summary(self) -> dict[str, Any]:
         r = [x for x in self.rounds if x.unscored is None]
@@ -108,6 +128,11 @@ class TextRun:
             "exact": sum(x.exact or 0 for x in scored) if scored else None,
             "rounds_at_rouge_bar": sum(x.recovered for x in scored) if scored else None,
             "rouge_bar": ROUGE_BAR,
+            "floor_rouge1": mean_of([x.floor_rouge1 for x in r]),
+            "floor_rouge2": mean_of([x.floor_rouge2 for x in r]),
+            "floor_rougeL": mean_of([x.floor_rougeL for x in r]),
+            "rounds_above_floor": sum(bool(x.above_floor) for x in scored)
+            if any(x.above_floor is not None for x in scored) else None,
             "token_precision": mean_of([x.token_precision for x in r]),
             "token_recall": mean_of([x.token_recall for x in r]),
             "secrets": sum(x.secrets or 0 for x in r),
@@ -118,6 +143,8 @@ class TextRun:
 
     def to_json(self) -> dict[str, Any]:
         return {**to_json(self.header), "threat_model": "text-update", "status": self.status,
+                **({"status_reason": self.status_reason} if self.status_reason else {}),
+                **({"phase": self.phase} if self.phase else {}),
                 "rounds": to_json(self.rounds), "summary": self.summary(),
                 "warnings": list(self.warnings)}
 
@@ -142,6 +169,8 @@ class TextRun:
                          f"{s['rougeL']:.4f}; {s['exact']} of {s['sentences']} sentence(s) "
                          f"exact; {s['rounds_at_rouge_bar']} of {s['rounds']} round(s) with "
                          f"ROUGE-1 and ROUGE-2 >= {ROUGE_BAR}")
+        if s["floor_rouge1"] is not None:
+            lines.append(floor_line(s))
         if s["token_precision"] is not None:
             lines.append(f"token set: mean precision {s['token_precision']:.4f}, recall "
                          f"{s['token_recall']:.4f}")
@@ -159,6 +188,24 @@ class TextRun:
         return lines
 
 
+def floor_line(summary: dict[str, Any]) -> str:
+    """The run's floor beside its ROUGE, in words when no round is above it."""
+    where = (f"floor (the most frequent token repeated): ROUGE-1 {summary['floor_rouge1']:.4f}, "
+             f"ROUGE-2 {summary['floor_rouge2']:.4f}, ROUGE-L {summary['floor_rougeL']:.4f}")
+    if summary["rounds_above_floor"] == 0:
+        return f"no sentence recovered beyond a most-frequent-token guess ({where})"
+    return f"{summary['rounds_above_floor']} of {summary['rounds']} round(s) above it ({where})"
+
+
+def floor_note(record: TextRoundRecord) -> str:
+    """A round's floor beside its ROUGE (empty without one)."""
+    if record.floor_rouge1 is None:
+        return ""
+    words = "" if record.above_floor else ": nothing beyond it"
+    return (f" (floor: most-frequent-token guess ROUGE-1 {record.floor_rouge1:.4f}, "
+            f"ROUGE-2 {record.floor_rouge2:.4f}{words})")
+
+
 def _f(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
@@ -170,7 +217,8 @@ def comparison_markdown(title: str, recovered: list[str], record: TextRoundRecor
     lines = [f"# {title}", ""]
     if record.rouge1 is not None:
         lines.append(f"ROUGE-1 {record.rouge1:.4f}, ROUGE-2 {record.rouge2:.4f}, ROUGE-L "
-                     f"{record.rougeL:.4f}, exact {record.exact} of {record.num_sequences}")
+                     f"{record.rougeL:.4f}, exact {record.exact} of {record.num_sequences}"
+                     f"{floor_note(record)}")
         lines.append("")
     if record.sentences:
         head = "| # | private | recovered | R-1 | R-2 | R-L | exact |" if private else \

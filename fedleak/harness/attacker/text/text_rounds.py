@@ -41,7 +41,12 @@ from fedleak.harness.attacker.text.text_described import (
     text_info,
     text_server_model,
 )
-from fedleak.harness.attacker.text.text_records import TextRoundRecord, TextRun, comparison_markdown
+from fedleak.harness.attacker.text.text_records import (
+    TextRoundRecord,
+    TextRun,
+    comparison_markdown,
+    floor_note,
+)
 from fedleak.harness.federated.text_observe import text_observation_from_update
 
 GONE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
@@ -189,7 +194,8 @@ def round_summary(index: int, entry: TextRoundRecord) -> str:
     parts = [f"round {index}:"]
     if entry.rouge1 is not None:
         parts.append(f"ROUGE-1 {entry.rouge1:.4f}, ROUGE-2 {entry.rouge2:.4f}, ROUGE-L "
-                     f"{entry.rougeL:.4f}, exact {entry.exact}/{entry.num_sequences};")
+                     f"{entry.rougeL:.4f}, exact {entry.exact}/{entry.num_sequences}"
+                     f"{floor_note(entry)};")
     if entry.token_precision is not None:
         parts.append(f"token set P {entry.token_precision:.4f} R {entry.token_recall:.4f};")
     parts.append(f"{entry.wall_time_s:.1f} s")

@@ -44,7 +44,6 @@ the quantisation bound under ``aggregate``.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -66,12 +65,14 @@ from fedleak.harness.flower.auditor import (
     NotAttackable,
     ScoreAnswer,
 )
+from fedleak.harness.flower.probe import ProbeOutcome
 from fedleak.harness.flower.procedure import REPLAYABLE_METRIC, procedure_from_config
-from fedleak.harness.flower.secagg.legacy import named_state
+from fedleak.harness.flower.secagg.aggregate_probe import AggregateProbe, check_aggregate_probe
+from fedleak.harness.flower.secagg.legacy import named_state, parameters_of
+from fedleak.harness.flower.secagg.pooled_score import pooled_score
 from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.zoo.datasets import DatasetInfo
-from fedleak.v1 import victim_pb2 as pb
 
 #: what the server sees under SecAgg+ (metrics.json ``server_view``)
 SERVER_VIEW = "secagg+ aggregate of the surviving nodes' updates, never one node's"
@@ -104,6 +105,14 @@ class AggregateAudit(Auditor, LegacyStrategy):
                             f"Strategy, which SecAggPlusWorkflow drives); got "
                             f"{type(inner).__module__}.{type(inner).__name__} (wrap a "
                             "Message-API strategy in LeakageAudit)")
+        attacks = audit.get("probe")
+        if attacks:  # refused before the run folder is claimed
+            check_aggregate_probe((attacks,) if isinstance(attacks, str) else tuple(attacks))
+            probe_round = audit.get("probe_round")
+            if not isinstance(probe_round, int) or probe_round < 1:
+                raise ValueError("a probe under SecAgg+ takes one workflow round: give "
+                                 "probe_round= the round to probe (one more than the "
+                                 "federation trains, ServerConfig(num_rounds=R + 1))")
         self.inner, self.secagg = inner, secagg
         super().__init__(model, dataset, out, **audit, settings={
             "inner_strategy": type(inner).__name__, "server_view": SERVER_VIEW,
@@ -112,6 +121,18 @@ class AggregateAudit(Auditor, LegacyStrategy):
         self.template = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         self._theta: dict[str, torch.Tensor] = {}
         self._configs: dict[int, dict[str, Any]] = {}
+        #: the malicious probe under SecAgg+ (:mod:`~fedleak.harness.flower.secagg.aggregate_probe`)
+        self.probe: AggregateProbe | None = None
+        self.probe_round = audit.get("probe_round")
+        self._before_probe: Parameters | None = None
+        self._probe_theta: dict[str, torch.Tensor] | None = None
+        self._examples: dict[int, int] = {}
+        if attacks:
+            self.probe = AggregateProbe(self.model, self.info,
+                                        (audit.get("probe_options") or {}).get("trap-weights",
+                                                                                {}),
+                                        audit.get("probe_public"), self.seed, self.device)
+            self.run.malicious_probe = self.probe.report
         #: (server round, the surviving node ids) of every aggregate attacked or recorded
         self.audited: list[tuple[int, tuple[int, ...]]] = []
         self.log("SecAgg+: the audit sees only the aggregate of the surviving nodes' updates, "
@@ -134,13 +155,71 @@ class AggregateAudit(Auditor, LegacyStrategy):
         self._configs = {proxy.node_id: dict(fitins.config) for proxy, fitins in instructions}
         for proxy, _ in instructions:
             self._grid = self._grid or getattr(proxy, "grid", None)
+        if self.probe is not None and server_round == self.probe_round:
+            return self._probe_instructions(server_round, parameters, instructions)
         return instructions
+
+    def _probe_instructions(self, server_round: int, parameters: Parameters,
+                            instructions: list[tuple[ClientProxy, FitIns]]
+                            ) -> list[tuple[ClientProxy, FitIns]]:
+        """The probe round's instructions: the trapped θ to every node (the honest θ kept to
+        return after the round, which so trains nothing)."""
+        assert self.probe is not None
+        self._before_probe, self._probe_theta = parameters, None
+        self._set_phase(f"the malicious-server probe (round {server_round}, under SecAgg+)")
+        if not self._theta:
+            return instructions
+        params, buffers = split_state(self.model, self._theta)
+        config = next(iter(self._configs.values()), {})
+        try:
+            kind = procedure_from_config(config).protocol.update_kind()
+        except ProtocolError:
+            kind = "delta"
+        per_node = max(self._examples.values(), default=1)
+        crafted = self.probe.craft(params, buffers, per_node, len(instructions), kind)
+        if crafted is None:
+            return instructions
+        self._probe_theta = {**self._theta, **crafted}
+        self._theta = self._probe_theta
+        sent = parameters_of(self._probe_theta)
+        self.log(f"malicious probe: trap-weights to {len(instructions)} node(s) under SecAgg+, "
+                 f"round {server_round} (its aggregate is discarded from training)")
+        return [(proxy, FitIns(sent, fitins.config)) for proxy, fitins in instructions]
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
                       failures: list[tuple[ClientProxy, FitRes] | BaseException]
                       ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        if self.probe is not None and server_round == self.probe_round:
+            self._probe_aggregate(server_round, results, failures)
+            return self._before_probe, {}  # the probe round trains nothing
         self.audit_aggregate(server_round, results, failures)
         return self.inner.aggregate_fit(server_round, results, failures)
+
+    def _probe_aggregate(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                         failures: list[Any]) -> None:
+        """Attack the probe round's aggregate (when the probe sent its traps) and record it."""
+        assert self.probe is not None
+        if self._probe_theta is None:
+            self.run.write(self.out)
+            return
+        try:
+            received, params, buffers, _, counts = self._received(server_round, results,
+                                                                  failures)
+        except NotAttackable as err:
+            self.probe.report.outcomes.append(ProbeOutcome(
+                "trap-weights", "secagg+ aggregate", "failed", str(err)))
+            self.run.write(self.out)
+            return
+        details = {"nodes": [{"node": node, "num_images": n} for node, n in counts.items()],
+                   **self._weights(counts)}
+        outcome = self.probe.attack_aggregate(
+            server_round, received, params, buffers,
+            lambda images, labels, padding: self._pooled_score(server_round, counts, images,
+                                                                labels, padding, details))
+        if outcome.round is not None:
+            outcome.round.aggregate = details
+        self.log(f"malicious probe: {outcome.line()}")
+        self.run.write(self.out)
 
     def configure_evaluate(self, server_round: int, parameters: Parameters,
                            client_manager: ClientManager
@@ -212,6 +291,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
                   sorted(results, key=lambda r: r[0].node_id)}
         if any(not isinstance(n, int) or n < 1 for n in counts.values()):
             raise NotAttackable(f"a survivor reports no example count >= 1: {counts}")
+        self._examples.update(counts)
         configs = [self._configs.get(node, {}) for node in counts]
         if any(c != configs[0] for c in configs):
             raise NotAttackable("the survivors were sent different train configs: their "
@@ -295,57 +375,7 @@ class AggregateAudit(Auditor, LegacyStrategy):
     def _pooled_score(self, server_round: int, counts: dict[int, int],
                       images: torch.Tensor | None, labels: list[int], padding: list[int],
                       details: dict[str, Any]) -> ScoreAnswer:
-        """Every survivor scores the reconstruction of all N images against its own batch
-        (finding its n_k images among them); their per-image scores pooled into one answer.
-
-        Each node matches its images one-to-one within the reconstruction; two nodes may
-        claim the same reconstructed image. When none is claimed twice, the pooled matching
-        is one-to-one over all N images and so the optimal one; otherwise the pooled score
-        is an upper bound, and ``details['matching']`` says how many were claimed twice."""
-        pooled = pb.ScoreResponse()
-        truths: list[torch.Tensor] = []
-        refused, accuracy = [], []
-        for node, entry in zip(counts, details["nodes"], strict=True):
-            score, truth, unscored = self._node_score(server_round, node, images, labels,
-                                                      aggregate=True, padding=padding)
-            if score is None or not score.images:
-                entry["unscored"] = unscored or "the node returned no image scores"
-                refused.append(node)
-                continue
-            entry["mean_psnr"], entry["mean_ssim"] = score.mean_psnr, score.mean_ssim
-            offset = len(pooled.images)
-            for s in score.images:
-                pooled.images.add(index=offset + s.index, matched_index=s.matched_index,
-                                  psnr=s.psnr, ssim=s.ssim, mse=s.mse, padding=s.padding,
-                                  exact=s.exact, exact_index=s.exact_index)
-            pooled.exact += score.exact  # each node's own matching: an upper bound if two
-            pooled.exact_psnr = score.exact_psnr  # nodes claimed one image (see above)
-            pooled.successes += score.successes  # the same
-            pooled.success_psnr = score.success_psnr
-            if score.best_scored:
-                pooled.best_psnr = max(pooled.best_psnr, score.best_psnr) \
-                    if pooled.best_scored else score.best_psnr
-                pooled.best_scored = True
-            if score.labels_scored:
-                accuracy.append((score.label_accuracy, len(score.images)))
-            truths.append(truth if truth is not None else torch.empty(0))
-        if not pooled.images:
-            return None, None, "no survivor scored the reconstruction: " + "; ".join(
-                f"node {e['node']}: {e['unscored']}" for e in details["nodes"])
-        n = len(pooled.images)
-        pooled.mean_psnr = sum(s.psnr for s in pooled.images) / n
-        pooled.mean_ssim = sum(s.ssim for s in pooled.images) / n
-        pooled.mean_mse = sum(s.mse for s in pooled.images) / n
-        if accuracy:
-            pooled.labels_scored = True
-            pooled.label_accuracy = sum(a * k for a, k in accuracy) / sum(k for _, k in accuracy)
-        shared = sum(1 for c in Counter(s.matched_index for s in pooled.images).values() if c > 1)
-        details["matching"] = (
-            "per node, one-to-one within each node; no reconstructed image claimed by two "
-            "nodes, so one-to-one over all images" if not shared else
-            f"per node, one-to-one within each node; {shared} reconstructed image(s) claimed "
-            "by two or more nodes, so the pooled score is an upper bound")
-        if refused:
-            details["matching"] += f"; nodes {refused} did not score (their images are left out)"
-        revealed = all(t.numel() for t in truths) and not refused
-        return pooled, torch.cat(truths) if revealed else None, None
+        """Every survivor's score of the reconstruction of all N images, pooled
+        (:func:`~fedleak.harness.flower.secagg.pooled_score.pooled_score`)."""
+        return pooled_score(self._node_score, server_round, counts, images, labels, padding,
+                            details)

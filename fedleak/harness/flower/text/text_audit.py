@@ -31,7 +31,7 @@ from fedleak.attacks.text_observation import TextReconstruction
 from fedleak.harness.attacker.attack_progress import reconstruct_with_progress
 from fedleak.harness.attacker.client import ReceivedUpdate
 from fedleak.harness.attacker.records import METRICS_NAME, RoundRecord
-from fedleak.harness.attacker.text.text_records import TextRun, comparison_markdown
+from fedleak.harness.attacker.text.text_records import TextRun, comparison_markdown, floor_note
 from fedleak.harness.attacker.text.text_rounds import padded, round_entry
 from fedleak.harness.federated.text_observe import text_observation_from_update
 from fedleak.harness.flower.arrays import tensors
@@ -116,7 +116,8 @@ class TextLeakageAudit(LeakageAudit):
         self.run.rounds.append(entry)  # type: ignore[arg-type]
         self.run.write(self.out)
         self.log(f"{label}, round {server_round}: " + (
-            f"ROUGE-1 {entry.rouge1:.4f}, ROUGE-2 {entry.rouge2:.4f}" if entry.rouge1 is not None
+            f"ROUGE-1 {entry.rouge1:.4f}, ROUGE-2 {entry.rouge2:.4f}{floor_note(entry)}"
+            if entry.rouge1 is not None
             else f"token set P {entry.token_precision} R {entry.token_recall}"
             if entry.token_precision is not None else f"unscored ({unscored})"))
         return None
@@ -148,6 +149,11 @@ class TextLeakageAudit(LeakageAudit):
             text.rouge1, text.rouge2 = float(metrics["rouge1"]), float(metrics["rouge2"])
             text.rouge_l, text.exact = float(metrics["rouge-l"]), int(metrics["exact"])
             text.sentences = int(metrics["sentences"])
+            if "floor-rouge1" in metrics:
+                text.floor_scored = True
+                text.floor_rouge1 = float(metrics["floor-rouge1"])
+                text.floor_rouge2 = float(metrics["floor-rouge2"])
+                text.floor_rouge_l = float(metrics["floor-rouge-l"])
             columns = [list(metrics.get(f"sentence-{k}") or []) for k in
                        ("matched", "rouge1", "rouge2", "rouge-l", "exact", "padding")]
             for i, (j, r1, r2, rl, exact, pad) in enumerate(zip(*columns, strict=False)):

@@ -36,7 +36,12 @@ from fedleak.harness.flower.node_scoring import (
     SUBMISSION_IMAGES,
 )
 from fedleak.harness.flower.train import held_batch, train
-from fedleak.harness.metrics.text_metrics import score_sentences, token_set_score
+from fedleak.harness.metrics.text_metrics import (
+    floor_rouge,
+    most_frequent_token,
+    score_sentences,
+    token_set_score,
+)
 from fedleak.harness.victim.scoring import precision
 from fedleak.harness.victim.text_pool import model_task
 from fedleak.harness.zoo.text.text_datasets import DEFAULT_SEQ_LEN, TextDataset, load_text_dataset
@@ -143,6 +148,10 @@ def text_score(msg: Message, context: Context, data: TextDataset,
     metrics: dict[str, Any] = {}
     if submitted:
         s = score_sentences(truth, submitted, tok.decode, padding)
+        floor = floor_rouge(truth, most_frequent_token(truth), tok.decode)
+        metrics.update({"floor-rouge1": precision.unit(floor[0]),
+                        "floor-rouge2": precision.unit(floor[1]),
+                        "floor-rouge-l": precision.unit(floor[2])})
         metrics.update({"rouge1": precision.unit(s.rouge1), "rouge2": precision.unit(s.rouge2),
                         "rouge-l": precision.unit(s.rougeL), "exact": s.exact,
                         "sentences": len(truth),

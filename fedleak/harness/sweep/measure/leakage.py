@@ -168,6 +168,7 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         label_accuracy=entry.label_accuracy,
         epsilon_total=float_or_none(entry.victim_metadata.get("epsilon_total")),
         files={k: str((out / v).relative_to(run_dir)) for k, v in entry.files.items()},
+        floor_psnr=None if entry.floors is None else entry.floors.mean_psnr,
     ) for entry in record.rounds]
     last = record.rounds[-1].victim_metadata
     summary = record.summary
@@ -185,6 +186,10 @@ def attack_measurement(point: Point, record: UpdateRun, described: pb.DescribeRe
         server_role=record.header.server_role, exact=summary.exact,
         fisher_psnr_ceiling=summary.mean_fisher_psnr_ceiling, truncated=record.truncated,
     )
+    floors = summary.floors
+    if floors is not None:
+        measured.floor_psnr, measured.floor_ssim = floors.mean_psnr, floors.mean_ssim
+        measured.floor_margin, measured.above_floor = floors.mean_margin, floors.above
     if placed is not None:
         measured.success_psnr, measured.successes = placed.success_psnr, placed.successes
         measured.success_rate = placed.success_rate

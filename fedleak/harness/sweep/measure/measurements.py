@@ -15,6 +15,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from fedleak.harness.metrics.floors import NOTHING_RECOVERED
+
 M = TypeVar("M")
 
 
@@ -32,6 +34,8 @@ class RoundMeasurement:
     label_accuracy: float | None = None
     epsilon_total: float | None = None
     files: dict[str, str] = field(default_factory=dict)
+    #: the round's trivial floor (mean over its images of the best constant guess's PSNR)
+    floor_psnr: float | None = None
 
 
 @dataclass
@@ -78,6 +82,13 @@ class AttackMeasurement:
     #: the public prior's mean image scored on the public prior (mean PSNR): the biased
     #: baseline the Fisher ceiling is read against (:mod:`~fedleak.harness.metrics.success_bounds`)
     prior_psnr: float | None = None
+    #: the trivial floors beside the figures (:mod:`~fedleak.harness.metrics.floors`): the
+    #: mean over the attacked images of the best constant guess's PSNR and SSIM, the mean
+    #: margin of the attack's PSNR above it, and the images above their floor by its margin
+    floor_psnr: float | None = None
+    floor_ssim: float | None = None
+    floor_margin: float | None = None
+    above_floor: int | None = None
     #: the rounds a safety time limit cut short, each with its reason: a point with any is
     #: truncated, not a measurement (left out of every chart, table figure and worst case)
     truncated: list[str] = field(default_factory=list)
@@ -203,6 +214,10 @@ def done_line(label: str, point_id: str, attack: AttackMeasurement | None,
                  f"token set P {attack.token_precision:.3f} R {attack.token_recall:.3f}"]
     elif attack is not None and attack.mean_psnr is not None and attack.mean_ssim is not None:
         parts = [f"PSNR {attack.mean_psnr:.2f} dB, SSIM {attack.mean_ssim:.3f}"]
+        if attack.floor_psnr is not None:
+            parts.append(f"floor {attack.floor_psnr:.2f} dB" + (
+                f" ({NOTHING_RECOVERED})" if attack.above_floor == 0 else
+                f" ({attack.above_floor} of {attack.images} image(s) above it)"))
     if utility is not None:
         parts.append(f"test accuracy {utility.test_accuracy:.1%}")
         if utility.perplexity is not None:

@@ -1,7 +1,9 @@
 """The sweep report's pictures: per context, the privacy–utility chart (attack PSNR and SSIM
 against test accuracy, one curve per defense from the no-defense reference ★) and the strength
-chart (attack PSNR and test accuracy against the defense's strength); per point, the image grid
-of its attacked rounds. :func:`~fedleak.harness.sweep.report.folder.write_report` places them.
+chart (attack PSNR and test accuracy against the defense's strength), each with the trivial
+floor of the attacked images as a grey band (the best constant guess: a point inside or below
+it recovered nothing beyond that guess); per point, the image grid of its attacked rounds.
+:func:`~fedleak.harness.sweep.report.folder.write_report` places them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from fedleak.harness.sweep.results import PointResult, format_epsilon  # noqa: E
 from fedleak.harness.sweep.worst_case import attack_names  # noqa: E402
 
 REFERENCE_STYLE = dict(marker="*", color="black", markersize=16, linestyle="none", zorder=5)
+FLOOR_LABEL = "trivial floor (best constant guess)"
+FLOOR_STYLE = dict(color="0.6", alpha=0.3, zorder=0, linewidth=0)
 #: a PSNR axis spans at least this many dB: a spread of hundredths of a dB between points at
 #: the floor is not stretched to the panel's height
 MIN_PSNR_SPAN = 4.0
@@ -100,6 +104,7 @@ def plot_privacy_utility(members: list[PointResult], path: Path, context: str) -
             if r.accuracy is not None and getattr(r, metric) is not None:
                 ax.plot([r.accuracy], [getattr(r, metric)], label="no defense (reference)",
                         **REFERENCE_STYLE)
+        floor_band(ax, [getattr(r, f"floor_{metric}") for r in members])
         ax.margins(x=0.15, y=0.08)
         if metric == "psnr":
             keep_span(ax, MIN_PSNR_SPAN)
@@ -122,6 +127,20 @@ def plot_privacy_utility(members: list[PointResult], path: Path, context: str) -
     return path
 
 
+def floor_band(ax: Any, floors: list[float | None]) -> None:
+    """The points' trivial floors as a horizontal grey band, from the lowest to the highest
+    (a thin band when they agree)."""
+    values = [f for f in floors if f is not None]
+    if not values:
+        return
+    low, high = min(values), max(values)
+    if high - low < 1e-9:  # one floor: a thick line, which stretches no axis
+        ax.axhline(low, label=FLOOR_LABEL, color=FLOOR_STYLE["color"], alpha=0.5,
+                   linewidth=5, zorder=0)
+    else:
+        ax.axhspan(low, high, label=FLOOR_LABEL, **FLOOR_STYLE)
+
+
 def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
     """Per defense: attack PSNR and test accuracy against its strength, reference leftmost."""
     references, groups = _curves(members)
@@ -136,8 +155,12 @@ def plot_strength(members: list[PointResult], path: Path, context: str) -> Path:
         psnr = [np.nan if r.psnr is None else r.psnr for r in curve]
         acc = [np.nan if r.accuracy is None else r.accuracy for r in curve]
         ax.plot(xs, psnr, marker="o", color="C0", label="attack PSNR")
+        floors = [r.floor_psnr for r in curve if r.floor_psnr is not None]
+        if floors:
+            floor_band(ax, list(floors))
+            ax.legend(loc="best", fontsize=7)
         ax.set_ylabel("attack PSNR (dB)", color="C0")
-        keep_span(ax, MIN_PSNR_SPAN, psnr)
+        keep_span(ax, MIN_PSNR_SPAN, psnr + floors)
         twin = ax.twinx()
         twin.plot(xs, acc, marker="s", color="C1", label="test accuracy")
         twin.set_ylabel("test accuracy", color="C1")

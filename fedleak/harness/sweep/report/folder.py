@@ -53,7 +53,8 @@ from fedleak.harness.sweep.worst_case import (
 HTML_NAME = "report.html"
 CSV_COLUMNS = ("point_id", "label", "group", "param", "strength", "reference", "attack", "model",
                "dataset", "protocol", "trained", "defenses", "rounds", "images_per_round",
-               "mean_psnr", "mean_ssim", "label_accuracy", "test_accuracy", "initial_accuracy",
+               "mean_psnr", "floor_psnr", "floor_ssim", "floor_margin", "above_floor",
+               "mean_ssim", "label_accuracy", "test_accuracy", "initial_accuracy",
                "epsilon", "delta", "epsilon_lb", "epsilon_lb_estimator", "audit_epsilon_claimed",
                "audit_violation", "audit_trials", "audit_canary", "status", "error",
                "success_psnr", "success_rate", "kappa", "reconstruction_bound",
@@ -148,7 +149,8 @@ def write_csv(results: list[PointResult], path: Path) -> Path:
                 "epsilon": r.epsilon, "delta": r.delta, **_audit_columns(r),
                 "status": r.status, "error": r.error or "",
                 **{key: getattr(r.measured_attack, key) if r.measured_attack else None
-                   for key in ("success_psnr", "success_rate", "kappa", "reconstruction_bound",
+                   for key in ("floor_psnr", "floor_ssim", "floor_margin", "above_floor",
+                               "success_psnr", "success_rate", "kappa", "reconstruction_bound",
                                "fisher_psnr_ceiling", "prior_psnr", "rouge1", "rouge2",
                                "rougeL", "exact_sentences", "token_precision",
                                "token_recall")},

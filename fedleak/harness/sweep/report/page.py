@@ -9,6 +9,7 @@ import html
 from datetime import datetime
 from pathlib import Path
 
+from fedleak.harness.metrics.floors import NOTHING_RECOVERED
 from fedleak.harness.sweep.report.bounds_chart import BoundsRow
 from fedleak.harness.sweep.results import PointResult, format_audit, format_epsilon
 from fedleak.harness.sweep.runner import SPEC_NAME
@@ -88,7 +89,8 @@ def report_page(name: str, run_dir: Path, results: list[PointResult],
                      f"<small>[{r.point_id}]</small></h3>")
         parts.append(f"<p>{e(r.context)} · defenses: "
                      f"{e(' | '.join(r.point.defenses) or 'none')} · PSNR "
-                     f"{_fmt(r.psnr, '.2f')} dB · SSIM {_fmt(r.ssim, '.3f')} · test accuracy "
+                     f"{_fmt(r.psnr, '.2f')} dB{e(_floor_note(r))} · SSIM "
+                     f"{_fmt(r.ssim, '.3f')} · test accuracy "
                      f"{_fmt(r.accuracy, '.1%')} · ε {e(format_epsilon(r.epsilon))}</p>")
         if r.error:
             parts.append(f'<p class="failed">failed: {e(r.error)}</p>')
@@ -174,16 +176,29 @@ def _audit_title(r: PointResult) -> str:
             f"{audit.canary}; claimed ε per trial {claimed}")
 
 
+def _floor_note(r: PointResult) -> str:
+    """The point's floor beside its PSNR, in words when nothing is above it."""
+    a = r.measured_attack
+    if a is None or a.floor_psnr is None:
+        return ""
+    words = f": {NOTHING_RECOVERED}" if a.above_floor == 0 else \
+        f", {a.above_floor} of {a.images} image(s) above it"
+    return f" (floor {a.floor_psnr:.2f} dB{words})"
+
+
 def _table(results: list[PointResult]) -> str:
     e = html.escape
     rows = ['<table><tr><th class="l">point</th><th class="l">defense</th><th>PSNR dB</th>'
-            "<th>SSIM</th><th>labels</th><th>test accuracy</th><th>ε</th><th>ε_LB</th>"
+            '<th title="the best constant guess of each attacked image: grey, the data set&#39;s '
+            'mean image, its own mean colour">floor dB</th><th>SSIM</th><th>labels</th>'
+            "<th>test accuracy</th><th>ε</th><th>ε_LB</th>"
             '<th class="l">status</th></tr>']
     for r in results:
         rows.append(
             f'<tr><td class="l"><a href="#p-{r.point_id}">{r.point_id}</a></td>'
             f'<td class="l">{e(r.label)}</td><td>{_fmt(r.psnr, ".2f")}</td>'
-            f'<td>{_fmt(r.ssim, ".3f")}</td><td>{_fmt(r.label_accuracy, ".0%")}</td>'
+            f'<td>{_fmt(r.floor_psnr, ".2f")}</td><td>{_fmt(r.ssim, ".3f")}</td>'
+            f'<td>{_fmt(r.label_accuracy, ".0%")}</td>'
             f'<td>{_fmt(r.accuracy, ".1%")}</td><td>{e(format_epsilon(r.epsilon))}</td>'
             f'<td title="{e(_audit_title(r))}">{e(format_audit(r))}</td>'
             f'<td class="l">{e(r.shown_status)}</td></tr>')

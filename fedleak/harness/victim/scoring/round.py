@@ -3,7 +3,10 @@
 One ``Score`` call is one :class:`Submission` for one round: images on [0, 1] (matched
 one-to-one to the private batch, Hungarian on MSE, then PSNR/SSIM/MSE per image; exact
 recoveries counted as the largest one-to-one matching at PSNR ≥ 40 dB, the attack's padding
-slots left out), recovered
+slots left out), each image beside its trivial floors (:mod:`~fedleak.harness.metrics.floors`: a
+flat grey image, the mean image of the victim's other private images, the image's own mean
+colour; a
+success needs 20 dB and the floor margin), recovered
 labels (multiset overlap), recovered inputs of a linear layer (matched on cosine to the true
 inputs, recomputed at the round's parameters), or several of these at once. Everything is
 checked first — an invalid submission spends nothing — then the round's budget is spent
@@ -20,6 +23,7 @@ import torch
 from torch import nn
 
 from fedleak.defenses import DefenseChain
+from fedleak.harness.metrics.floors import FloorSummary, MeanPool
 from fedleak.harness.metrics.image_metrics import BatchScore, ImageScore, score_reconstruction
 from fedleak.harness.metrics.image_metrics import label_accuracy as multiset_accuracy
 from fedleak.harness.victim.rounds import FEATURE_ROUNDS, Round, RoundBook
@@ -76,6 +80,15 @@ class RoundScorer:
         self.rounds = rounds
         self.budget = budget
         self.device = device
+        self._pool: MeanPool | None = None
+
+    @property
+    def pool(self) -> MeanPool:
+        """The private pool the floors' data-set mean guess is taken over (each scored image
+        left out of its own guess)."""
+        if self._pool is None:
+            self._pool = MeanPool.of(self.data.images.float())
+        return self._pool
 
     def expected_shape(self, round_id: str, user_ids: list[int]) -> tuple[int, ...]:
         """``[n, C, H, W]`` a reconstruction of this round must have (NOT_FOUND if unknown)."""
@@ -128,7 +141,8 @@ class RoundScorer:
             scored = score_reconstruction(images.float().clamp(0, 1), truth,
                                           predicted_labels=labels or None,
                                           true_labels=true_labels,
-                                          padding=submission.padding)
+                                          padding=submission.padding,
+                                          pool=self.pool)
             answer.images = _reported_images(scored)
             answer.label_accuracy = scored.label_accuracy
             if not round_.user_indices:  # one user's round: its own mechanism
@@ -200,12 +214,25 @@ class RoundScorer:
 def _reported_images(score: BatchScore) -> BatchScore:
     return BatchScore(
         [ImageScore(s.index, s.matched_index, precision.psnr(s.psnr), precision.unit(s.ssim),
-                    precision.significant(s.mse), s.padding, s.exact_index)
+                    precision.significant(s.mse), s.padding, s.exact_index,
+                    None if s.floor_psnr is None else precision.psnr(s.floor_psnr),
+                    None if s.floor_ssim is None else precision.unit(s.floor_ssim),
+                    s.floor_guess)
          for s in score.images],
         precision.psnr(score.mean_psnr), precision.unit(score.mean_ssim),
         precision.significant(score.mean_mse), score.label_accuracy, score.exact,
         None if score.best_psnr is None else precision.psnr(score.best_psnr), score.successes,
+        _reported_floors(score.floors),
     )
+
+
+def _reported_floors(floors: FloorSummary | None) -> FloorSummary | None:
+    if floors is None:
+        return None
+    return FloorSummary(
+        {g: (precision.psnr(p), precision.unit(q)) for g, (p, q) in floors.guesses.items()},
+        precision.psnr(floors.mean_psnr), precision.unit(floors.mean_ssim),
+        precision.psnr(floors.mean_margin), floors.above, floors.images, floors.margin_db)
 
 
 def _reported_features(score: FeatureBatchScore) -> FeatureBatchScore:

@@ -18,6 +18,8 @@ import torch
 
 from fedleak.harness.metrics.text_metrics import (
     TextBatchScore,
+    floor_rouge,
+    most_frequent_token,
     score_sentences,
     token_set_score,
 )
@@ -55,6 +57,11 @@ class TextScorer:
         self.budget = budget
         self.scored_indices = scored_indices  # RoundScorer.scored_indices
         self.tokenizer = data.info.checked_tokenizer
+
+    def most_frequent(self) -> int | None:
+        """The private pool's most frequent text token: the floor's guess."""
+        tok = self.tokenizer
+        return most_frequent_token([tok.text_tokens(row) for row in self.data.tokens.tolist()])
 
     def check(self, round_id: str, submission: TextSubmission) -> torch.Tensor:
         """The private rows this submission is scored against; InvalidArgument when malformed."""
@@ -107,6 +114,7 @@ class TextScorer:
             submitted = [tok.text_tokens([t for t in row if t >= 0])
                          for row in submission.tokens.tolist()]
             score = score_sentences(truth, submitted, tok.decode, submission.padding)
+            score.floor = floor_rouge(truth, self.most_frequent(), tok.decode)
         recovered = submission.token_set or sorted(
             {t for j, s in enumerate(submitted) if j not in set(submission.padding) for t in s})
         counts = submission.token_counts or None
@@ -136,6 +144,10 @@ def text_score_pb(score: TextBatchScore, sequences: bool) -> pb.TextScore:
         pb.SentenceScore(index=s.index, matched_index=s.matched_index, rouge1=unit(s.rouge1),
                          rouge2=unit(s.rouge2), rouge_l=unit(s.rougeL), exact=s.exact,
                          padding=s.padding) for s in score.sentences)
+    if score.floor is not None:
+        reply.floor_scored = True
+        reply.floor_rouge1, reply.floor_rouge2, reply.floor_rouge_l = (unit(v) for v in
+                                                                       score.floor)
     tokens = score.tokens
     if tokens is not None:
         reply.token_set_scored = True
