@@ -14,20 +14,20 @@ install command (``pip install 'fedleak[flower]'``).
   checked;
 - :class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout`: lets a Message-API ClientApp speak
   SecAgg+'s legacy messages;
-- :class:`~fedleak.harness.flower.mods.DefenseMod`: fedleak's update-stage defenses as a
+- :class:`~fedleak.harness.flower.node.mods.DefenseMod`: fedleak's update-stage defenses as a
   ClientApp mod;
-- :func:`~fedleak.harness.flower.train.train`: the node's local update (DP-SGD through Opacus
+- :func:`~fedleak.harness.flower.node.train.train`: the node's local update (DP-SGD through Opacus
   included);
-- :func:`~fedleak.harness.flower.batches.remember_batch`: keeps the batch a node trained on for
+- :func:`~fedleak.harness.flower.node.batches.remember_batch`: keeps the batch a node trained on for
   scoring (when it trains with its own loop);
-- :func:`~fedleak.harness.flower.node_scoring.answer_score_queries`: answers the audit's score
+- :func:`~fedleak.harness.flower.node.node_scoring.answer_score_queries`: answers the audit's score
   queries outside the ClientApp's mod chain (so Flower's DP mods never see them);
-- :func:`~fedleak.harness.flower.node_scoring.score_reply` and
-  :data:`~fedleak.harness.flower.node_scoring.SCORE_ACTION`: scores a reconstruction on the
+- :func:`~fedleak.harness.flower.node.node_scoring.score_reply` and
+  :data:`~fedleak.harness.flower.node.node_scoring.SCORE_ACTION`: scores a reconstruction on the
   node, the ground truth never leaving it;
 - :class:`~fedleak.harness.flower.procedure.LocalProcedure`: the clients' local procedure, as
   the server states it to the audit;
-- :func:`~fedleak.harness.flower.published_defenses.publishing`: publishes a defense chain
+- :func:`~fedleak.harness.flower.node.published_defenses.publishing`: publishes a defense chain
   Flower's own DP mods run;
 - :class:`~fedleak.harness.flower.federation.FederationSettings`,
   :func:`~fedleak.harness.flower.federation.make_server_app`,
@@ -41,21 +41,25 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedleak.harness.flower.batches import remember_batch
     from fedleak.harness.flower.federation import (
         FederationSettings,
         make_client_app,
         make_server_app,
     )
     from fedleak.harness.flower.leakage_audit import LeakageAudit
-    from fedleak.harness.flower.mods import DefenseMod
-    from fedleak.harness.flower.node_scoring import SCORE_ACTION, answer_score_queries, score_reply
+    from fedleak.harness.flower.node.batches import remember_batch
+    from fedleak.harness.flower.node.mods import DefenseMod
+    from fedleak.harness.flower.node.node_scoring import (
+        SCORE_ACTION,
+        answer_score_queries,
+        score_reply,
+    )
+    from fedleak.harness.flower.node.published_defenses import publishing
+    from fedleak.harness.flower.node.train import train
     from fedleak.harness.flower.procedure import LocalProcedure
-    from fedleak.harness.flower.published_defenses import publishing
     from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
     from fedleak.harness.flower.secagg.legacy import LegacyLayout
     from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
-    from fedleak.harness.flower.train import train
 
 #: each public name and the module of :mod:`fedleak.harness.flower` that defines it
 WHERE: dict[str, str] = {
@@ -63,14 +67,14 @@ WHERE: dict[str, str] = {
     "AggregateAudit": "secagg.aggregate_audit",
     "SecAggPlus": "secagg.secaggplus_settings",
     "LegacyLayout": "secagg.legacy",
-    "DefenseMod": "mods",
-    "train": "train",
-    "remember_batch": "batches",
-    "score_reply": "node_scoring",
-    "answer_score_queries": "node_scoring",
-    "SCORE_ACTION": "node_scoring",
+    "DefenseMod": "node.mods",
+    "train": "node.train",
+    "remember_batch": "node.batches",
+    "score_reply": "node.node_scoring",
+    "answer_score_queries": "node.node_scoring",
+    "SCORE_ACTION": "node.node_scoring",
     "LocalProcedure": "procedure",
-    "publishing": "published_defenses",
+    "publishing": "node.published_defenses",
     "FederationSettings": "federation",
     "make_server_app": "federation",
     "make_client_app": "federation",

@@ -181,7 +181,7 @@ def check_settings(settings: Any) -> None:
     """Fail before Flower starts on what would fail on every node: defenses, attack, data."""
     from fedleak.attacks import AttackConfigError, create_attack
     from fedleak.defenses import DefenseConfigError
-    from fedleak.harness.flower.mods import DefenseModError, update_chain
+    from fedleak.harness.flower.node.mods import DefenseModError, update_chain
     from fedleak.harness.victim.text_pool import is_text_dataset
     from fedleak.harness.zoo.datasets import DatasetError, dataset_info
     from fedleak.harness.zoo.models import ModelError, build_model

@@ -9,10 +9,10 @@ The only room that imports ``flwr`` (install it with ``pip install 'fedleak[flow
   nodes, as one batch of all their images
   (:class:`~fedleak.harness.flower.secagg.legacy.LegacyLayout` lets the same ClientApp speak
   SecAgg+'s legacy messages);
-- :class:`~fedleak.harness.flower.mods.DefenseMod` runs fedleak's update-stage defenses as a
-  ClientApp mod; :func:`~fedleak.harness.flower.train.train` is the node's local update
+- :class:`~fedleak.harness.flower.node.mods.DefenseMod` runs fedleak's update-stage defenses as a
+  ClientApp mod; :func:`~fedleak.harness.flower.node.train.train` is the node's local update
   (fedleak's own, DP-SGD through Opacus included);
-- :func:`~fedleak.harness.flower.node_scoring.score_reply` scores a reconstruction on the node
+- :func:`~fedleak.harness.flower.node.node_scoring.score_reply` scores a reconstruction on the node
   against the batch it trained on, ground truth never leaving it;
 - :mod:`~fedleak.harness.flower.federation` assembles ServerApp and ClientApp for
   ``fedleak flower simulate`` and for ``flwr run``.

@@ -7,7 +7,7 @@ aggregate Flower's SecAgg+ hands a legacy strategy) differ in what they read off
 :class:`Auditor`: record it (``record_only``) or build the attack's observation with the
 victim's own replay (:func:`~fedleak.harness.attacker.update_attack.observation_for`), run the
 attack, have the reconstruction scored on the node(s) that hold the batch
-(:mod:`~fedleak.harness.flower.node_scoring`; the truth stays there) and write the run folder
+(:mod:`~fedleak.harness.flower.node.node_scoring`; the truth stays there) and write the run folder
 ``fedleak attack`` writes (``metrics.json``, ``reconstruction.png``, ``comparison.png`` where
 the nodes reveal).
 

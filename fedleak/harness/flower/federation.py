@@ -3,8 +3,8 @@
 One :class:`FederationSettings` says everything: how many nodes and rounds, the data set (each
 node holds the images ``partition-id::num-partitions`` of its training split and trains on the
 next ``images`` of them each round), the model, the clients' procedure, their defenses
-(update defenses as :class:`~fedleak.harness.flower.mods.DefenseMod`, DP-SGD in
-:func:`~fedleak.harness.flower.train.train`), and the audit (attack, options, seed, record
+(update defenses as :class:`~fedleak.harness.flower.node.mods.DefenseMod`, DP-SGD in
+:func:`~fedleak.harness.flower.node.train.train`), and the audit (attack, options, seed, record
 only), and whether the nodes mask their updates with Flower's SecAgg+ (the server then holds
 only their aggregate, and the audit attacks that:
 :mod:`~fedleak.harness.flower.secagg.aggregate_audit`). ``fedleak flower simulate`` builds it from
@@ -43,13 +43,13 @@ from fedleak.harness.flower.audit_end import ended_by
 from fedleak.harness.flower.audit_worker import DEFAULT_QUEUE
 from fedleak.harness.flower.auditor import Auditor
 from fedleak.harness.flower.leakage_audit import LeakageAudit
-from fedleak.harness.flower.mods import DefenseMod
-from fedleak.harness.flower.node_scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.node.mods import DefenseMod
+from fedleak.harness.flower.node.node_scoring import SCORE_ACTION, score_reply
+from fedleak.harness.flower.node.train import ParametersRefused, train
 from fedleak.harness.flower.procedure import LocalProcedure
 from fedleak.harness.flower.secagg.aggregate_audit import AggregateAudit
 from fedleak.harness.flower.secagg.legacy import LegacyLayout, parameters_of
 from fedleak.harness.flower.secagg.secaggplus_settings import SecAggPlus
-from fedleak.harness.flower.train import ParametersRefused, train
 from fedleak.harness.zoo.datasets import ImageDataset, load_dataset
 from fedleak.harness.zoo.models import build_model
 

@@ -11,8 +11,8 @@ reply (``aggregate_train``) reads the update the node sent (:mod:`~fedleak.harne
 update`: Δ = θ′ − θ for FedAvg, g = (θ − θ′)/τ for one-step FedSGD), builds the attack's
 observation with the victim's own replay (:func:`~fedleak.harness.attacker.update_attack.
 observation_for`), runs any fedleak attack with its options, asks the node to score the
-reconstruction against the batch it trained on (:mod:`~fedleak.harness.flower.node_scoring`; the
-truth stays on the node) and writes the run folder ``fedleak attack`` writes
+reconstruction against the batch it trained on (:mod:`~fedleak.harness.flower.node.node_scoring`;
+the truth stays on the node) and writes the run folder ``fedleak attack`` writes
 (``metrics.json``, ``round-RRR-node-N/reconstruction.png``, ``comparison.png`` where the node
 reveals). The replies then go to the inner strategy unchanged: the audit only reads them.
 
@@ -50,13 +50,13 @@ from fedleak.harness.flower.auditor import (
     Auditor,
     NotAttackable,
 )
+from fedleak.harness.flower.node.published_defenses import CLIPPING_NORM_KEY, published_chain
 from fedleak.harness.flower.probe import MaliciousProbe, ProbeSettings
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
     REPLAYABLE_METRIC,
     procedure_from_config,
 )
-from fedleak.harness.flower.published_defenses import CLIPPING_NORM_KEY, published_chain
 from fedleak.harness.flower.update import update_of
 from fedleak.harness.zoo.datasets import DatasetInfo
 

@@ -1,6 +1,6 @@
 """The audit's side of node scoring: score queries sent, answers read.
 
-:mod:`~fedleak.harness.flower.node_scoring` answers on the node; this module builds the
+:mod:`~fedleak.harness.flower.node.node_scoring` answers on the node; this module builds the
 queries (:func:`score_query`), sends many at once (:func:`ask_nodes`: one
 ``send_and_receive`` for every node and round, answers matched by node and round) and turns an
 answer into the victim's ``ScoreResponse`` (:func:`read_answer`), or one readable line saying
@@ -18,7 +18,7 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedleak.harness.flower.arrays import tensors
-from fedleak.harness.flower.node_scoring import (
+from fedleak.harness.flower.node.node_scoring import (
     FLOOR_GUESSES,
     REVEALED,
     SCORE_ACTION,
@@ -137,7 +137,7 @@ def score_error(reason: str) -> str:
     text = ANSI.sub("", reason or "")
     if f"No query function registered with name '{SCORE_ACTION}'" in text:
         return (f"the node's ClientApp has no {SCORE_ACTION!r} query handler: add "
-                "`answer_score_queries(app, info)` (fedleak.harness.flower.node_scoring: it "
+                "`answer_score_queries(app, info)` (fedleak.harness.flower.node.node_scoring: it "
                 "answers outside the app's mods), or `@app.query(\"fedleak_score\")` returning "
                 "`score_reply(msg, context, info)`, and call `remember_batch` (or fedleak's "
                 "`train(..., context=context)`) when training (docs/flower.md)")
@@ -147,5 +147,5 @@ def score_error(reason: str) -> str:
     if mod and "expects" in last:
         return (f"a client mod ({mod.group(1)}) refused the score query: {last} — answer it "
                 "outside the mod chain with answer_score_queries(app, info) "
-                "(fedleak.harness.flower.node_scoring)")
+                "(fedleak.harness.flower.node.node_scoring)")
     return "the node refused to score: " + last

@@ -30,7 +30,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from fedleak.harness.flower import audit_end  # noqa: E402
 from fedleak.harness.flower.federation import FederationSettings, make_client_app  # noqa: E402
 from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
-from fedleak.harness.flower.node_scoring import SCORE_MESSAGE_TYPE  # noqa: E402
+from fedleak.harness.flower.node.node_scoring import SCORE_MESSAGE_TYPE  # noqa: E402
 from fedleak.harness.zoo.models import build_model  # noqa: E402
 from tests.paths import REPO
 

@@ -32,5 +32,5 @@ def test_the_audited_quickstart_clientapp_imports_no_attack_defense_or_scoring_c
                           timeout=600, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     modules = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "fedleak.harness.flower.node_scoring" in modules
+    assert "fedleak.harness.flower.node.node_scoring" in modules
     assert [m for m in modules if m.startswith(HEAVY)] == []

@@ -43,14 +43,14 @@ from fedleak.harness.flower.federation import (  # noqa: E402
     run_server,
 )
 from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
-from fedleak.harness.flower.mods import DefenseMod, DefenseModError  # noqa: E402
-from fedleak.harness.flower.node_scoring import (  # noqa: E402
+from fedleak.harness.flower.node.mods import DefenseMod, DefenseModError  # noqa: E402
+from fedleak.harness.flower.node.node_scoring import (  # noqa: E402
     SCORE_MESSAGE_TYPE,
     score_reply,
     submission_content,
 )
+from fedleak.harness.flower.node.train import remember_batch, train  # noqa: E402
 from fedleak.harness.flower.procedure import LocalProcedure, procedure_from_config  # noqa: E402
-from fedleak.harness.flower.train import remember_batch, train  # noqa: E402
 from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
 from fedleak.harness.zoo.models import build_model  # noqa: E402
 from tests.harness.flower.test_flower_deploy import marked_processes
@@ -435,7 +435,7 @@ def test_every_client_defense_publishes_itself_in_the_reply() -> None:
     an unrecognised mod without a chain is refused."""
     from flwr.clientapp.mod import LocalDpMod, fixedclipping_mod
 
-    from fedleak.harness.flower.published_defenses import (
+    from fedleak.harness.flower.node.published_defenses import (
         local_dp_sigma,
         published_chain,
         publishing,

@@ -39,13 +39,13 @@ from fedleak.harness.flower.audit_worker import (  # noqa: E402
 )
 from fedleak.harness.flower.federation import FederationSettings, node_batch  # noqa: E402
 from fedleak.harness.flower.leakage_audit import LeakageAudit  # noqa: E402
-from fedleak.harness.flower.node_scoring import (  # noqa: E402
+from fedleak.harness.flower.node.node_scoring import (  # noqa: E402
     SCORE_ACTION,
     answer_score_queries,
     score_reply,
 )
-from fedleak.harness.flower.published_defenses import publishing  # noqa: E402
-from fedleak.harness.flower.train import train  # noqa: E402
+from fedleak.harness.flower.node.published_defenses import publishing  # noqa: E402
+from fedleak.harness.flower.node.train import train  # noqa: E402
 from fedleak.harness.zoo.datasets import load_dataset  # noqa: E402
 from fedleak.harness.zoo.models import build_model  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The Flower score query's fields (fedleak.harness.flower.query_fields) on a node: every
+"""The Flower score query's fields (fedleak.harness.flower.node.query_fields) on a node: every
 malformed field answered with an error reply naming it, never a ValueError or OverflowError
 out of ``score_reply``; a well-formed query answered with the scores and their floors."""
 
@@ -15,8 +15,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedleak.harness.flower.arrays import record_of  # noqa: E402
-from fedleak.harness.flower.batches import remember_batch  # noqa: E402
-from fedleak.harness.flower.node_scoring import (  # noqa: E402
+from fedleak.harness.flower.node.batches import remember_batch  # noqa: E402
+from fedleak.harness.flower.node.node_scoring import (  # noqa: E402
     ECHO,
     SCORE_MESSAGE_TYPE,
     SUBMISSION_CONFIG,

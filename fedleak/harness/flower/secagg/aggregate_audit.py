@@ -34,7 +34,7 @@ which is warned about). After several local steps the aggregate is a mean of K s
 trajectories, which is not one client's update on the pooled batch: such rounds are not
 attacked, and the reason is recorded. Each survivor then scores the reconstruction of all N
 images against its own batch (it finds its n_k images among them:
-:mod:`~fedleak.harness.flower.node_scoring`), and the audit pools the scores.
+:mod:`~fedleak.harness.flower.node.node_scoring`), and the audit pools the scores.
 
 ``metrics.json`` says what the server saw: ``server_view`` in the header and in every round
 (``secagg+ aggregate of K nodes``), with the survivors, their example counts, the weights and

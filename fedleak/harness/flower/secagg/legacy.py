@@ -3,10 +3,11 @@
 Flower 1.41 runs SecAgg+ only through its legacy workflow API: the ServerApp's
 ``SecAggPlusWorkflow`` sends each node a ``fitins.parameters`` / ``fitins.config`` train
 message and ``secaggplus_mod`` reads the node's ``fitres.*`` reply, while fedleak's ClientApp,
-its :class:`~fedleak.harness.flower.mods.DefenseMod` and :func:`~fedleak.harness.flower.train.
-train` speak the Message API (``arrays`` named by the model's state dict, ``config``,
-``metrics``). :class:`LegacyLayout` is the client mod between the two, so the same ClientApp
-serves both; :func:`named_state` is what the server-side audit reads legacy parameters with.
+its :class:`~fedleak.harness.flower.node.mods.DefenseMod` and
+:func:`~fedleak.harness.flower.node.train. train` speak the Message API (``arrays`` named by the
+model's state dict, ``config``, ``metrics``). :class:`LegacyLayout` is the client mod between the
+two, so the same ClientApp serves both; :func:`named_state` is what the server-side audit reads
+legacy parameters with.
 
 Legacy ``Parameters`` carry no names: their arrays are the model's state dict in order (as
 ``ndarrays_to_parameters([v.numpy() for v in model.state_dict().values()])`` makes them), and

@@ -2,7 +2,7 @@
 pooled into one answer (floors included).
 
 Each survivor receives the reconstruction of all N images, finds its own n_k among them and
-scores those (:mod:`~fedleak.harness.flower.node_scoring`, ``aggregate``); :func:`pooled_score`
+scores those (:mod:`~fedleak.harness.flower.node.node_scoring`, ``aggregate``); :func:`pooled_score`
 puts their per-image scores, counts and floors into one ``ScoreResponse``.
 """
 

@@ -38,7 +38,7 @@ from fedleak.harness.flower.arrays import tensors
 from fedleak.harness.flower.auditor import AuditOptions, ScoreAnswer, Scorer, score_error
 from fedleak.harness.flower.federation import FederationSettings
 from fedleak.harness.flower.leakage_audit import LeakageAudit
-from fedleak.harness.flower.node_scoring import REVEALED, SCORE_MESSAGE_TYPE, SCORE_METRICS
+from fedleak.harness.flower.node.node_scoring import REVEALED, SCORE_MESSAGE_TYPE, SCORE_METRICS
 from fedleak.harness.flower.text.text_client import (
     make_text_client_app,
     text_submission,

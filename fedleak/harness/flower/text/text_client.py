@@ -4,7 +4,7 @@ update on each node's sentences, and node-side scoring of a text reconstruction.
 As LEAF federates Shakespeare, node p of N holds the train split's speaking roles r with
 r mod N = p (:func:`text_node_batch`; ``images`` of the settings is the number of sentences a
 node trains on per round, taken in order, wrapping around). The train handler is
-:func:`~fedleak.harness.flower.train.train` itself — the victim's defended path, so the audit's
+:func:`~fedleak.harness.flower.node.train.train` itself — the victim's defended path, so the audit's
 replay is exact — on token ids; update defenses run as the same client mod as for images.
 
 The score handler (``query.fedleak_score``) answers a text submission — recovered sentences
@@ -27,7 +27,7 @@ from flwr.clientapp import ClientApp
 
 from fedleak.harness.flower.arrays import record_of, tensors
 from fedleak.harness.flower.federation import ConfiguredDefenses, FederationSettings
-from fedleak.harness.flower.node_scoring import (
+from fedleak.harness.flower.node.node_scoring import (
     REVEALED,
     SCORE_ACTION,
     SCORE_ERROR,
@@ -35,7 +35,7 @@ from fedleak.harness.flower.node_scoring import (
     SUBMISSION_CONFIG,
     SUBMISSION_IMAGES,
 )
-from fedleak.harness.flower.train import held_batch, train
+from fedleak.harness.flower.node.train import held_batch, train
 from fedleak.harness.metrics.text_metrics import (
     floor_rouge,
     most_frequent_token,

@@ -3,7 +3,7 @@
 :func:`remember_batch` keeps round r's images (on [0, 1]; 8-bit data as uint8, exactly) and
 labels in the node's ``Context.state`` beside those of its last ``fedleak-keep-rounds`` rounds
 (node config, default :data:`KEEP_ROUNDS`); :func:`held_batch` gives them back to the node's
-scorer (:mod:`~fedleak.harness.flower.node_scoring`). The truth never leaves the node.
+scorer (:mod:`~fedleak.harness.flower.node.node_scoring`). The truth never leaves the node.
 
 This module is on a ClientApp's import path (``from fedleak.flower import remember_batch``), so
 it imports only torch and Flower's records: no attack, defense or scoring code.

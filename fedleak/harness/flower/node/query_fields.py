@@ -1,7 +1,7 @@
 """The fields of a score query, read and checked one by one on the node before anything is
 scored.
 
-A score query (:mod:`~fedleak.harness.flower.node_scoring`) carries a ConfigRecord with the
+A score query (:mod:`~fedleak.harness.flower.node.node_scoring`) carries a ConfigRecord with the
 round, the recovered labels, the padding slots and whether the reconstruction is an
 aggregate's, and an ArrayRecord with the images. Every field is checked for its type, its
 values and its length before any loop over it, and a field that is not what the node can

@@ -7,9 +7,9 @@ itself in the train reply, in one ConfigRecord, :data:`DEFENSES_RECORD`, whose `
 one link per defense in the order they acted — ``{"name", "params", "stage"}`` as JSON, the
 fields of the victim's ``DefenseSpec``, public parameters only (never a seed or noise draw):
 
-- fedleak's own: :func:`~fedleak.harness.flower.train.train` publishes its per-example defense
+- fedleak's own: :func:`~fedleak.harness.flower.node.train.train` publishes its per-example defense
   (``dpsgd``) in the reply content it builds, and every
-  :class:`~fedleak.harness.flower.mods.DefenseMod` appends its update defenses;
+  :class:`~fedleak.harness.flower.node.mods.DefenseMod` appends its update defenses;
 - Flower's own DP mods, wrapped by :func:`publishing`: ``LocalDpMod(C, sensitivity, ε, δ)``
   clips the update to L2 norm C over every array, then adds Gaussian noise of standard
   deviation σ = sensitivity · √(2 ln(1.25/δ)) / ε to every entry (Flower's formula), which is
@@ -39,7 +39,7 @@ from flwr.clientapp.typing import ClientAppCallable
 
 from fedleak.attacks.published import PublishedDefense, published
 from fedleak.defenses.chain import build_chain, parse_defense_spec
-from fedleak.harness.flower.query_fields import CLIPPING_NORM_KEY  # noqa: F401  (re-exported)
+from fedleak.harness.flower.node.query_fields import CLIPPING_NORM_KEY  # noqa: F401  (re-exported)
 
 #: the reply's ConfigRecord naming the defenses that acted on it, in order
 DEFENSES_RECORD = "fedleak.defenses"

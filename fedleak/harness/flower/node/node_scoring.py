@@ -2,7 +2,7 @@
 
 The audit sends the node a query message (``query.fedleak_score``) with its reconstruction of
 the node's update of round r (images on [0, 1]) and recovered labels; the node scores it
-against the batch it trained on in round r — the one :func:`~fedleak.harness.flower.train.
+against the batch it trained on in round r — the one :func:`~fedleak.harness.flower.node.train.
 remember_batch` kept in its Flower state — with the victim's own scorer
 (:class:`~fedleak.harness.victim.scoring.round.RoundScorer`: Hungarian matching on MSE, then PSNR,
 SSIM, MSE per image and label accuracy, at report precision) under the same budget rule as
@@ -28,13 +28,13 @@ from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, Record
 from flwr.clientapp import ClientApp
 
 from fedleak.harness.flower.arrays import record_of
-from fedleak.harness.flower.batches import (  # noqa: F401  (SPENT re-exported)
+from fedleak.harness.flower.node.batches import (  # noqa: F401  (SPENT re-exported)
     KEEP_ROUNDS,
     SPENT,
     held_batch,
     held_rounds,
 )
-from fedleak.harness.flower.query_fields import (  # noqa: F401  (re-exported)
+from fedleak.harness.flower.node.query_fields import (  # noqa: F401  (re-exported)
     CLIPPING_NORM_KEY,
     ECHO,
     SUBMISSION_CONFIG,
@@ -84,7 +84,7 @@ def score_reply(msg: Message, context: Context, info: DatasetInfo, *,
     for the comparison picture; only the node's operator may set it.
 
     Every malformed field is answered with an error reply that names it
-    (:mod:`~fedleak.harness.flower.query_fields`); whatever else the scorer cannot score is
+    (:mod:`~fedleak.harness.flower.node.query_fields`); whatever else the scorer cannot score is
     answered with the reason, never a traceback out of the node's handler."""
     from fedleak.harness.wire.request_errors import RequestError
 
@@ -120,9 +120,9 @@ def _score(msg: Message, context: Context, info: DatasetInfo,
     kept = held_rounds(context)
     if not kept:
         raise FailedPrecondition("this node keeps no training batch: its ClientApp must train "
-                                 "with fedleak.harness.flower.train.train(..., context=context), "
-                                 "or, with its own loop, call fedleak.harness.flower.train."
-                                 "remember_batch(context, server_round, images, labels) with "
+                                 "with fedleak.flower.train(..., context=context), or, with "
+                                 "its own loop, call fedleak.flower.remember_batch(context, "
+                                 "server_round, images, labels) with "
                                  "the images (on [0, 1]) it trained on")
     truth = held_batch(context, query.server_round)
     if truth is None:
@@ -242,7 +242,7 @@ def _scorer(context: Context, info: DatasetInfo, truth: dict[str, torch.Tensor],
     from torch import nn
 
     from fedleak.harness.federated.protocol import Protocol
-    from fedleak.harness.flower.node_budget import NodeBudget
+    from fedleak.harness.flower.node.score_budget import NodeBudget
     from fedleak.harness.victim.rounds import Round, RoundBook
     from fedleak.harness.victim.scoring.budget import ScoreBudget
     from fedleak.harness.victim.scoring.round import RoundScorer

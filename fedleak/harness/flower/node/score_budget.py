@@ -14,7 +14,7 @@ from typing import Any
 
 from flwr.app import ConfigRecord, Context
 
-from fedleak.harness.flower.batches import SPENT
+from fedleak.harness.flower.node.batches import SPENT
 from fedleak.harness.victim.scoring.budget import ScoreBudget
 
 

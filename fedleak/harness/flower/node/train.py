@@ -12,8 +12,8 @@ fedleak's) and, under DP-SGD, the accountant's ``epsilon-round``, ``epsilon-tota
 round this node served, kept in the node's Flower state) and ``delta``.
 
 With ``context`` the batch is remembered in the node's state, where the node-side scorer
-(:mod:`~fedleak.harness.flower.node_scoring`) finds it; it never leaves the node. A ClientApp with
-its own training loop still works with the audit, which then warns that it cannot check the
+(:mod:`~fedleak.harness.flower.node.node_scoring`) finds it; it never leaves the node. A ClientApp
+with its own training loop still works with the audit, which then warns that it cannot check the
 procedure.
 """
 
@@ -31,7 +31,7 @@ from fedleak.defenses.accounting import epsilon, make_accountant
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.flower.arrays import record_of, split_state, tensors
-from fedleak.harness.flower.batches import (  # noqa: F401  (re-exported)
+from fedleak.harness.flower.node.batches import (  # noqa: F401  (re-exported)
     KEEP_ROUNDS,
     TRUTH_RECORD,
     TRUTH_ROUND,
@@ -39,16 +39,16 @@ from fedleak.harness.flower.batches import (  # noqa: F401  (re-exported)
     held_rounds,
     remember_batch,
 )
+from fedleak.harness.flower.node.published_defenses import publish
 from fedleak.harness.flower.procedure import (
     PARTITION_METRIC,
     REPLAYABLE_METRIC,
     procedure_from_config,
 )
-from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying
 from fedleak.harness.zoo.datasets import DatasetInfo, normalize
 
-#: the node's DP accounting history (its batches: :mod:`~fedleak.harness.flower.batches`)
+#: the node's DP accounting history (its batches: :mod:`~fedleak.harness.flower.node.batches`)
 DP_HISTORY = "fedleak.dp-history"
 
 
@@ -60,7 +60,7 @@ class Trained(tuple[ArrayRecord, MetricRecord]):
     """What :func:`train` returns: ``(arrays, metrics)`` — θ′ and the reply's metrics, as a
     pair, so ``arrays, metrics = train(...)`` works — and :meth:`content`, the reply content
     with the defenses training applied published
-    (:mod:`~fedleak.harness.flower.published_defenses`)."""
+    (:mod:`~fedleak.harness.flower.node.published_defenses`)."""
 
     defenses: list[tuple[str, dict[str, str], str]]
 
@@ -94,7 +94,7 @@ def train(
 
     ``defenses`` may name one per-example defense (``dpsgd:...``) and parameter checks
     (``vet``, run on θ and the batch before training: :class:`ParametersRefused` when one
-    refuses); update-stage defenses belong in a :class:`~fedleak.harness.flower.mods.
+    refuses); update-stage defenses belong in a :class:`~fedleak.harness.flower.node.mods.
     DefenseMod`. Raises ``ValueError`` for a
     procedure fedleak's local update does not implement (an optimiser other than SGD).
     Shuffled batches are drawn in a secret order from ``generator``.

@@ -5,14 +5,14 @@ ClientApp train, reads the update the reply carries (:mod:`~fedleak.harness.flow
 Δ = θ′ − θ, or g for one-step FedSGD), applies the defenses in order, Δ ← D_k(Δ), exactly as
 fedleak's victim does (:func:`~fedleak.harness.federated.defended_update.defended_update`),
 replies with the state that carries the defended update, and publishes its chain in the reply
-(:mod:`~fedleak.harness.flower.published_defenses`), as a victim's ``Describe`` does:
+(:mod:`~fedleak.harness.flower.node.published_defenses`), as a victim's ``Describe`` does:
 
     app = ClientApp(mods=[DefenseMod("clip:max-norm=1", "prune:p=0.9")])
 
 Any registered update defense works (``clip``, ``noise``, ``prune``, ``quantize``, ``remote``,
 plug-ins from the ``fedleak.defenses`` entry point). Two stages cannot be mods, and are
 refused with the reason: per-example defenses (DP-SGD clips and noises every example's
-gradient inside the training loop: use :func:`fedleak.harness.flower.train.train` with
+gradient inside the training loop: use :func:`fedleak.harness.flower.node.train.train` with
 ``dpsgd``), and transport defenses (secure aggregation masks updates between nodes: use
 Flower's own SecAgg+, under which the server sees only the aggregate).
 """
@@ -29,8 +29,8 @@ from flwr.clientapp.typing import ClientAppCallable
 from fedleak.defenses import DefenseChain
 from fedleak.defenses.chain import build_chain, parse_defense_spec
 from fedleak.harness.flower.arrays import mismatch, record_of, tensors
+from fedleak.harness.flower.node.published_defenses import publish
 from fedleak.harness.flower.procedure import procedure_from_config
-from fedleak.harness.flower.published_defenses import publish
 from fedleak.harness.flower.update import state_carrying, update_of
 
 #: Flower error code of a reply a mod refused to defend (the ClientApp's own codes are < 100)
@@ -50,7 +50,7 @@ def update_chain(specs: Sequence[str]) -> DefenseChain:
         raise DefenseModError(
             f"{chain.per_example.name} is a per-example defense: it clips and noises every "
             "example's gradient inside the training loop, which a mod (acting on the finished "
-            "reply) cannot reach; train with fedleak.harness.flower.train.train(..., "
+            "reply) cannot reach; train with fedleak.harness.flower.node.train.train(..., "
             f"defenses=['{chain.per_example.name}:...']) in the ClientApp instead")
     if chain.transport is not None:
         raise DefenseModError(
