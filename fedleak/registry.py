@@ -79,7 +79,7 @@ class Registry(Generic[T]):
         return tuple(sorted(self._classes))
 
     def get(self, name: str) -> type[T]:
-        """The class registered as ``name``."""
+        """Return the class registered as ``name``."""
         if name not in self._classes:
             self._load_entry_points()
         if name in self._broken:
@@ -90,7 +90,7 @@ class Registry(Generic[T]):
         return self._classes[name]
 
     def config(self, name: str, options: Mapping[str, Any] | None = None) -> Any:
-        """The ``Config`` of ``name`` built from ``options`` (strings converted to field types)."""
+        """Build the ``Config`` of ``name`` from ``options`` (strings converted to field types)."""
         cls = self.get(name)
         config_class = cls.Config
         fields = {f.name: f for f in dataclasses.fields(config_class)}
@@ -108,7 +108,7 @@ class Registry(Generic[T]):
             raise self.error(f"{self.kind} {name!r}: {err}") from err
 
     def create(self, name: str, options: Mapping[str, Any] | None = None) -> T:
-        """An instance of ``name`` configured with ``options``."""
+        """Return an instance of ``name`` configured with ``options``."""
         factory: Any = self.get(name)
         made: T = factory(self.config(name, options))
         return made
