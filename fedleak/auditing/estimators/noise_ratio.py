@@ -129,7 +129,7 @@ ROUNDING = 64 * 2.0 ** -24
 
 def rounding_floor(values: np.ndarray) -> float:
     """The largest spread float rounding alone gives ``values`` (released in float32, so
-    each carries a relative error of 2⁻²⁴ per operation): :data:`ROUNDING` · max |value|.
+    each carries a relative error of 2⁻²⁴ per operation): :data:`ROUNDING` · ``max |value|``.
 
     A spread at or below it means the noise did not change across the trials (a fixed seed,
     noise reused, no noise); it is read as zero, so the test says so (r̂ = ∞) on every CPU
