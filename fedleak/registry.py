@@ -128,7 +128,9 @@ def _coerce(
 ) -> Any:
     if not isinstance(value, str):
         return value
-    kind = str(annotation).replace(" ", "")
+    # a Config written without ``from __future__ import annotations`` carries the type itself
+    kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    kind = kind.replace(" ", "")
     try:
         if kind.startswith("int"):
             return int(value)
