@@ -119,8 +119,19 @@ class Registry(Generic[T]):
         for f in dataclasses.fields(self.get(name).Config):
             default = f.default if f.default is not dataclasses.MISSING else "required"
             help_text = f.metadata.get("help", "")
-            lines.append(f"{f.name.replace('_', '-')} ({f.type}, default {default}): {help_text}")
+            lines.append(f"{f.name.replace('_', '-')} ({type_name(f.type)}, default {default}): "
+                         f"{help_text}")
         return "\n".join(lines)
+
+
+def type_name(annotation: Any) -> str:
+    """Return a field's type as written: ``float`` whether the annotation is a string or a type.
+
+    A ``Config`` written without ``from __future__ import annotations`` carries the type itself,
+    whose ``str`` is ``<class 'float'>``.
+    """
+    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return name.replace(" ", "")
 
 
 def _coerce(
@@ -128,9 +139,7 @@ def _coerce(
 ) -> Any:
     if not isinstance(value, str):
         return value
-    # a Config written without ``from __future__ import annotations`` carries the type itself
-    kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    kind = kind.replace(" ", "")
+    kind = type_name(annotation)
     try:
         if kind.startswith("int"):
             return int(value)

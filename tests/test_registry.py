@@ -34,3 +34,5 @@ def test_options_are_converted_to_the_field_types(config: type) -> None:
     assert isinstance(made.rate, float) and isinstance(made.count, int)
     with pytest.raises(ConfigError, match="thing 'thing' option count expects int, got 'x'"):
         registry.config("thing", {"count": "x"})
+    assert registry.describe("thing").splitlines()[:2] == ["rate (float, default 1.0): ",
+                                                           "count (int, default 2): "]
