@@ -35,10 +35,11 @@ class SectionedCommand(click.Command):
         assert not twice, f"options in more than one section of --help: {twice}"
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        records = {param.name: param.get_help_record(ctx) for param in self.get_params(ctx)}
+        records = {param.name: row for param in self.get_params(ctx)
+                   if (row := param.get_help_record(ctx)) is not None}
         held = {name for _, into in self.sections for name in section_names(into)}
-        headed = [("Options", [row for name, row in records.items() if name not in held and row])]
-        headed += [(title, [records[name] for name in section_names(into) if records.get(name)])
+        headed = [("Options", [row for name, row in records.items() if name not in held])]
+        headed += [(title, [records[name] for name in section_names(into) if name in records])
                    for title, into in self.sections]
         for title, rows in headed:
             if rows:

@@ -16,7 +16,7 @@ import secrets
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -34,6 +34,11 @@ from fedleak.harness.cli.victim.serving_options import (
     serving_options,
 )
 from fedleak.harness.cli.victim.settings import settings_file, victim_settings
+
+if TYPE_CHECKING:  # the CLI starts without importing the victim
+    from fedleak.harness.victim.federated_victim import Victim
+    from fedleak.harness.victim.settings import VictimSettings
+    from fedleak.harness.wire.serving import Server
 
 
 @click.group()
@@ -83,7 +88,7 @@ def victim_serve(ctx: click.Context, settings_file: str | None, victim: VictimOp
     os._exit(0)  # a computation that ignored the stop must not keep the process alive
 
 
-def _settings(ctx: click.Context, path: str | None, victim: VictimOptions) -> Any:
+def _settings(ctx: click.Context, path: str | None, victim: VictimOptions) -> VictimSettings:
     """The victim to serve: the ``--settings`` file's, or the one the options describe."""
     from fedleak.harness.victim.settings import SetupError
     from fedleak.harness.zoo.user_models import is_factory, trust
@@ -110,8 +115,8 @@ def _tokens(reveal: bool, serving: ServingOptions) -> tuple[str | None, str | No
     return token, score_token
 
 
-def _listen(v: Any, serving: ServingOptions, token: str | None,
-            score_token: str | None) -> tuple[Any, int, threading.Event]:
+def _listen(v: Victim, serving: ServingOptions, token: str | None,
+            score_token: str | None) -> tuple[Server, int, threading.Event]:
     """Start serving ``v`` where the options say: (server, bound port, its stop event)."""
     from fedleak.harness.victim.server import start_server
     from fedleak.harness.wire.serving import host_port

@@ -5,12 +5,16 @@ admission.ServingLimits`), and the warnings a person starting an unsafe victim m
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from fedleak.harness.cli.victim.game_options import DEFAULT_IMAGE_BUDGET
 from fedleak.harness.cli.victim.serving_options import WireLimitOptions
+
+if TYPE_CHECKING:  # the CLI starts without importing the victim
+    from fedleak.harness.victim.federated_victim import Victim
+    from fedleak.harness.wire.admission import ServingLimits
 
 
 def required_score_token(host: str, given: str | None, open_score: bool) \
@@ -25,7 +29,7 @@ def required_score_token(host: str, given: str | None, open_score: bool) \
     return secrets.token_hex(16), True
 
 
-def serving_limits(v: Any, wire: WireLimitOptions) -> Any:
+def serving_limits(v: Victim, wire: WireLimitOptions) -> ServingLimits:
     """What clients may hold of this victim, from the wire-limit options (a bad combination is
     a usage error naming the options)."""
     from fedleak.harness.victim.server import default_message_bytes
@@ -44,7 +48,7 @@ def serving_limits(v: Any, wire: WireLimitOptions) -> Any:
         raise click.UsageError(str(err)) from None
 
 
-def start_warnings(v: Any) -> list[str]:
+def start_warnings(v: Victim) -> list[str]:
     """What a person starting this victim must read: unsafe settings they chose."""
     from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING, UNSAFE_IMAGE_BUDGET_WARNING
 
