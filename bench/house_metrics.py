@@ -96,16 +96,19 @@ def rooms(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
 
 
 def floors(graph: dict[str, set[str]]) -> dict[str, int]:
-    """Module → its floor (1 + the highest floor it imports; a cycle is cut where met)."""
+    """Module → its floor (1 + the highest floor it imports).
+
+    A cycle (folded rooms can make one) is cut where the walk, in name order, meets it again.
+    """
     floor: dict[str, int] = {}
 
     def visit(node: str, path: frozenset[str]) -> int:
         if node not in floor:
-            below = [visit(m, path | {node}) for m in graph[node] if m not in path]
+            below = [visit(m, path | {node}) for m in sorted(graph[node]) if m not in path]
             floor[node] = 1 + max(below, default=0)
         return floor[node]
 
-    for node in graph:
+    for node in sorted(graph):
         visit(node, frozenset())
     return floor
 
