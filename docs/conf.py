@@ -69,6 +69,8 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
+# numpy sections (Parameters, Returns, Raises with dashed underlines) are the convention ruff's
+# D rules enforce (pyproject.toml); Google sections ("Args:") in rooms not yet converted still read
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 # Names the docstrings mention without a role (``Observation``) stay literal text.

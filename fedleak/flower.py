@@ -1,4 +1,5 @@
-"""The Flower bridge's public names from a short path:
+"""The Flower bridge's public names from a short path.
+
 ``from fedleak.flower import LeakageAudit``.
 
 Each name is imported from :mod:`fedleak.harness.flower` when first asked for, so

@@ -79,7 +79,7 @@ class Registry(Generic[T]):
         return tuple(sorted(self._classes))
 
     def get(self, name: str) -> type[T]:
-        """The class registered as ``name``."""
+        """Return the class registered as ``name``."""
         if name not in self._classes:
             self._load_entry_points()
         if name in self._broken:
@@ -90,7 +90,7 @@ class Registry(Generic[T]):
         return self._classes[name]
 
     def config(self, name: str, options: Mapping[str, Any] | None = None) -> Any:
-        """The ``Config`` of ``name`` built from ``options`` (strings converted to field types)."""
+        """Build the ``Config`` of ``name`` from ``options`` (strings converted to field types)."""
         cls = self.get(name)
         config_class = cls.Config
         fields = {f.name: f for f in dataclasses.fields(config_class)}
@@ -108,7 +108,7 @@ class Registry(Generic[T]):
             raise self.error(f"{self.kind} {name!r}: {err}") from err
 
     def create(self, name: str, options: Mapping[str, Any] | None = None) -> T:
-        """An instance of ``name`` configured with ``options``."""
+        """Return an instance of ``name`` configured with ``options``."""
         factory: Any = self.get(name)
         made: T = factory(self.config(name, options))
         return made
@@ -119,8 +119,19 @@ class Registry(Generic[T]):
         for f in dataclasses.fields(self.get(name).Config):
             default = f.default if f.default is not dataclasses.MISSING else "required"
             help_text = f.metadata.get("help", "")
-            lines.append(f"{f.name.replace('_', '-')} ({f.type}, default {default}): {help_text}")
+            lines.append(f"{f.name.replace('_', '-')} ({type_name(f.type)}, default {default}): "
+                         f"{help_text}")
         return "\n".join(lines)
+
+
+def type_name(annotation: Any) -> str:
+    """Return a field's type as written: ``float`` whether the annotation is a string or a type.
+
+    A ``Config`` written without ``from __future__ import annotations`` carries the type itself,
+    whose ``str`` is ``<class 'float'>``.
+    """
+    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return name.replace(" ", "")
 
 
 def _coerce(
@@ -128,7 +139,7 @@ def _coerce(
 ) -> Any:
     if not isinstance(value, str):
         return value
-    kind = str(annotation).replace(" ", "")
+    kind = type_name(annotation)
     try:
         if kind.startswith("int"):
             return int(value)

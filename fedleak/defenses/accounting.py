@@ -34,7 +34,7 @@ OPACUS_ACCOUNTANTS = ("rdp", "prv")
 
 
 def make_accountant(kind: str) -> Any:
-    """A fresh Opacus accountant (imported lazily: Opacus takes a second to import)."""
+    """Return a fresh Opacus accountant (imported lazily: Opacus takes a second to import)."""
     from opacus.accountants import PRVAccountant, RDPAccountant
 
     if kind not in OPACUS_ACCOUNTANTS:
@@ -43,10 +43,13 @@ def make_accountant(kind: str) -> Any:
 
 
 def record(accountant: Any, sigma: float, sample_rate: float, steps: int) -> None:
-    """Add ``steps`` steps at (σ, q) to the accountant's history, merged into the entry with the
-    same (σ, q) where there is one: composition of one mechanism is commutative and the RDP and
-    PRV accountants compose an entry's steps exactly so, so ε is unchanged while the history
-    stays one entry per distinct mechanism instead of growing with every round."""
+    """Add ``steps`` steps at (σ, q) to the accountant's history.
+
+    They are merged into the entry with the same (σ, q) where there is one: composition of one
+    mechanism is commutative and the RDP and PRV accountants compose an entry's steps exactly
+    so (RDP: ε_α adds over steps, Mironov 2017, Proposition 1), so ε is unchanged while the
+    history stays one entry per distinct mechanism instead of growing with every round.
+    """
     history = accountant.history
     for i, (s, q, n) in enumerate(history):
         if (s, q) == (sigma, sample_rate):
@@ -56,7 +59,7 @@ def record(accountant: Any, sigma: float, sample_rate: float, steps: int) -> Non
 
 
 def epsilon(accountant: Any, delta: float) -> float:
-    """ε at ``delta``; infinite when there was no noise."""
+    """Return the ε the accountant's history spends at ``delta``; ∞ when there was no noise."""
     if any(sigma == 0 for sigma, _, _ in accountant.history):
         return math.inf
     with numpy.errstate(divide="ignore", invalid="ignore"):  # PRV at q = 1 takes log(0)
@@ -72,8 +75,11 @@ class Accounted:
 
 
 def accounted(mechanism: Mechanism | None) -> Accounted | None:
-    """z and the unit of a declared mechanism, or None when it declares no clipped Gaussian
-    noise (no noise, no clip, a Laplace noise or a box clip)."""
+    """Return z and the unit of privacy of a declared mechanism (module docstring).
+
+    None when it declares no clipped Gaussian noise (no noise, no clip, a Laplace noise or a
+    box clip).
+    """
     if mechanism is None or mechanism.clip is None or mechanism.noise is None \
             or mechanism.noise.distribution != "gaussian":
         return None  # a declared std of 0 is accounted: z = 0, ε = ∞
@@ -102,8 +108,11 @@ class DeclaredAccountant:
         self.rounds = 0
 
     def charge(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
-        """Charge ``steps`` more steps (or rounds) at q; with ``report`` the ε of these steps
-        alone and of everything charged so far (metadata entries), else {} (no ε computed)."""
+        """Charge ``steps`` more steps (or rounds) at q.
+
+        With ``report``, return the ε of these steps alone and of everything charged so far
+        (metadata entries); else {} (no ε computed).
+        """
         record(self._total, self.noise_multiplier, sample_rate, steps)
         self.rounds += 1 if report else 0
         if not report:
@@ -124,16 +133,22 @@ class DeclaredAccountant:
         return out
 
     def round_rate(self) -> float:
-        """q of one round of a per-user mechanism: the declared user sample rate with shares
-        (the server sees only the sum), 1 otherwise (it sees this user's own update)."""
+        """Return q of one round of a per-user mechanism.
+
+        The declared user sample rate with shares (the server sees only the sum), 1 otherwise
+        (it sees this user's own update).
+        """
         return self.mechanism.user_sample_rate if self.mechanism.shares is not None else 1.0
 
 
 def per_example_schedule(mechanism: Mechanism, num_images: int, batch_size: int,
                          epochs: int, steps_run: int) -> tuple[int, float]:
-    """(steps, q) to charge for one round of local training under a declared per-example
-    mechanism: Poisson — every step run at the declared q; fixed or shuffled batches — one step
-    per epoch at q = 1 (each example sits in one batch of an epoch)."""
+    """Return (steps, q) to charge for one round of local training.
+
+    Under a declared per-example mechanism: Poisson — every step run at the declared q; fixed
+    or shuffled batches — one step per epoch at q = 1 (each example sits in one batch of an
+    epoch).
+    """
     q = mechanism.sampling.poisson_rate(num_images, batch_size)
     if q is None:
         return epochs, 1.0

@@ -33,11 +33,14 @@ from fedleak.defenses.stages import (
 
 @dataclass
 class DefenseChain:
+    """The user's defenses in order, each reached through the stage it declares."""
+
     defenses: list[Defense] = field(default_factory=list)
 
     _accountant: ChainAccountant | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Refuse two per-example or transport defenses, a bad declaration, a bad pairing."""
         for stage in ("per-example", "transport"):
             named = [d.name for d in self.defenses if d.stage == stage]
             if len(named) > 1:
@@ -57,18 +60,22 @@ class DefenseChain:
 
     @property
     def parameter_checks(self) -> list[ParameterCheck]:
+        """The defenses that inspect the server's parameters before training, in order."""
         return cast(list[ParameterCheck], self._staged("parameters"))
 
     @property
     def per_example(self) -> PerExampleDefense | None:
+        """The defense that owns local training's per-example gradients, if any."""
         return cast(PerExampleDefense | None, next(iter(self._staged("per-example")), None))
 
     @property
     def update(self) -> list[UpdateDefense]:
+        """The defenses of the finished update, in the order they apply."""
         return cast(list[UpdateDefense], self._staged("update"))
 
     @property
     def transport(self) -> TransportDefense | None:
+        """The defense between users on the way to the server (secure aggregation), if any."""
         return cast(TransportDefense | None, next(iter(self._staged("transport")), None))
 
     # -- declarations ---------------------------------------------------------------------
@@ -85,11 +92,12 @@ class DefenseChain:
 
     @property
     def transport_mechanism(self) -> Mechanism | None:
+        """The transport defense's declaration (None: none, or it declares nothing)."""
         defense = self.transport
         return defense.declared() if defense is not None else None
 
     def update_composition(self) -> UpdateComposition:
-        """The update stage's declarations composed up to the first Gaussian noise."""
+        """Compose the update stage's declarations up to the first Gaussian noise."""
         return compose_update([(d.name, d.declared()) for d in self.update])
 
     @property
@@ -109,8 +117,11 @@ class DefenseChain:
         return default
 
     def describe(self) -> list[tuple[str, dict[str, str], str]]:
-        """(name, public params, stage) per defense, for ``Describe``: the params carry the
-        declared mechanism as ``declared.*`` entries (Kerckhoffs: a claim is public)."""
+        """Return (name, public params, stage) per defense, for ``Describe``.
+
+        The params carry the declared mechanism as ``declared.*`` entries (Kerckhoffs: a claim
+        is public).
+        """
         out = []
         for d in self.defenses:
             declared = d.declared()
@@ -135,7 +146,7 @@ def parse_defense_spec(text: str) -> tuple[str, dict[str, str]]:
 
 
 def defense_tables(data: Mapping[str, Any], source: str) -> list[tuple[str, dict[str, Any]]]:
-    """The ``[[defense]]`` tables of a parsed TOML document as (name, params) pairs."""
+    """Return the ``[[defense]]`` tables of a parsed TOML document as (name, params) pairs."""
     tables = data.get("defense", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) and "name" in t
                                                for t in tables):

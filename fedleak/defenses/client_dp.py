@@ -1,6 +1,7 @@
-"""Client-level DP for federated averaging (McMahan et al. 2018, "Learning Differentially
-Private Recurrent Language Models", Algorithm 1, DP-FedAvg): the user's whole update is the
-unit of privacy.
+"""Client-level DP for federated averaging: the user's whole update is the unit of privacy.
+
+McMahan et al. 2018, "Learning Differentially Private Recurrent Language Models", Algorithm 1
+(DP-FedAvg).
 
 Each round the user clips its finished update Δ (all parameters together) to L2 norm S and
 adds Gaussian noise::
@@ -48,6 +49,8 @@ VARIANTS = ("local", "distributed")
 
 @dataclass
 class ClientDPConfig:
+    """Client-level DP's parameters: clip S, noise multiplier σ, variant, users, q, δ."""
+
     clip_norm: float = field(default=1.0, metadata={
         "help": "S: the user's whole update is clipped to this L2 norm"})
     noise_multiplier: float = field(default=1.0, metadata={"help": "σ: noise std / S"})
@@ -62,6 +65,7 @@ class ClientDPConfig:
     accountant: str = field(default="rdp", metadata={"help": "rdp or prv"})
 
     def __post_init__(self) -> None:
+        """Refuse a value that names no mechanism; the message names the parameter."""
         if not self.clip_norm > 0 or not math.isfinite(self.clip_norm):
             raise ValueError(f"clip-norm must be a positive number, got {self.clip_norm}")
         if not self.noise_multiplier >= 0:
@@ -101,6 +105,7 @@ class ClientDP(UpdateDefense):
             self._users = max(num_users, 1)
 
     def chain_problem(self, has_transport: bool) -> str | None:
+        """Refuse the distributed variant without secure aggregation to hide its shares."""
         if self.config.variant == "distributed" and not has_transport:
             return ("client-dp variant=distributed splits the noise among the users, so the "
                     "server must see only their sum: add --defense secagg (with --users K), or "
@@ -115,6 +120,11 @@ class ClientDP(UpdateDefense):
         return c.noise_multiplier * c.clip_norm / math.sqrt(share)
 
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        """Return Δ · min(1, S / ‖Δ‖₂) + N(0, s² I), s = σS (local) or σS/√n (distributed).
+
+        The clip π(Δ, S) and the noise of McMahan et al. 2018, Algorithm 1, drawn from
+        ``generator``; the norm is over every tensor together, in float64.
+        """
         norm = torch.stack([(u.double() ** 2).sum() for u in update]).sum().sqrt()
         scale = min(1.0, self.config.clip_norm / max(float(norm), 1e-12))
         std = self.noise_std
@@ -122,9 +132,12 @@ class ClientDP(UpdateDefense):
                                               device=u.device) for u in update]
 
     def mechanism(self) -> Mechanism:
-        """Clip the whole update to S, then N(0, σ²S²) — added by the user (local) or in n
-        shares of N(0, σ²S²/n) whose secure-aggregation sum carries all of it (distributed; a
-        dropped share is not compensated). The accountant reads this (module docstring)."""
+        """Declare the whole update clipped to S, then N(0, σ²S²).
+
+        The noise is added by the user (local) or in n shares of N(0, σ²S²/n) whose
+        secure-aggregation sum carries all of it (distributed; a dropped share is not
+        compensated). The accountant reads this (module docstring).
+        """
         c = self.config
         shares = Shares(self._users) if c.variant == "distributed" else None
         return Mechanism(UPDATE, clip=Clip(c.clip_norm),

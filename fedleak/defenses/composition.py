@@ -52,12 +52,17 @@ class UpdateComposition:
 
     @property
     def gaussian(self) -> bool:
+        """Whether the walk reached Gaussian noise with every clip before it declared."""
         return self.noise_std > 0 and not self.unbounded
 
     def distance(self, r: float, names: Sequence[str], from_zero: bool = False) -> float:
-        """How far apart two inputs at most ``r`` apart are when the noise is added; with
-        ``from_zero`` one of them is the zero update (a canary client absent), which every
-        clip leaves at zero, so the other ends within the clip's bound S, not 2S."""
+        """Return how far apart two inputs at most ``r`` apart are when the noise is added.
+
+        Each L2 clip of bound S maps r to min(r, 2S) (projection onto a ball is 1-Lipschitz
+        and its image has diameter 2S). With ``from_zero`` one of them is the zero update (a
+        canary client absent), which every clip leaves at zero, so the other ends within S,
+        not 2S.
+        """
         for _, clip in self.clips:
             if clip.geometry == PER_COORDINATE:
                 continue  # a box bounds no L2 distance by itself
@@ -66,15 +71,18 @@ class UpdateComposition:
 
     def declared_map(self, update: Sequence[torch.Tensor], names: Sequence[str]) \
             -> list[torch.Tensor]:
-        """The declared clips applied in order (float64): what the chain says it does to one
-        update before the noise, computed from the declarations alone."""
+        """Return the declared clips applied in order to ``update``, in float64.
+
+        What the chain says it does to one update before the noise, computed from the
+        declarations alone.
+        """
         out = [u.detach().double() for u in update]
         for _, clip in self.clips:
             out = clip.apply(out, names)
         return out
 
     def mechanism(self) -> Mechanism | None:
-        """The composed declaration (for the accountant): the tightest total clip, the noise."""
+        """Return the composed declaration for the accountant: the tightest total clip, noise."""
         totals = [c for _, c in self.clips if c.geometry == TOTAL]
         if not self.gaussian or not totals:
             return None
@@ -112,8 +120,11 @@ def compose_update(declarations: Sequence[tuple[str, Mechanism | None]]) -> Upda
 
 
 class ChainAccountant:
-    """The accountants a chain's declarations earn: its per-example mechanism's, charged per
-    local step, and its update stage's composition's, charged per round."""
+    """The accountants a chain's declarations earn.
+
+    Its per-example mechanism's, charged per local step, and its update stage's
+    composition's, charged per round.
+    """
 
     def __init__(self, per_example: Mechanism | None, update: UpdateComposition) -> None:
         self.per_example = DeclaredAccountant(per_example) \
@@ -123,8 +134,7 @@ class ChainAccountant:
 
     def local_training(self, num_images: int, batch_size: int, epochs: int, steps_run: int,
                        report: bool = True, trials: int = 1) -> dict[str, str]:
-        """Charge ``trials`` rounds of per-example local training (one metadata when
-        ``report``)."""
+        """Charge ``trials`` rounds of per-example local training (one metadata when ``report``)."""
         if self.per_example is None:
             return {}
         steps, q = per_example_schedule(self.per_example.mechanism, num_images, batch_size,
@@ -139,8 +149,11 @@ class ChainAccountant:
 
 
 def trial_noise_std(composition: UpdateComposition, users: int) -> float:
-    """The std the server sees on a sum over ``users`` users' updates: the per-user share
-    std √users times (s/√n with n shares), or s for a user seen alone."""
+    """Return the noise std the server sees on a sum over ``users`` users' updates.
+
+    Independent shares add in variance: k users each adding s/√n (n shares) give s·√(k/n);
+    without shares each adds s, so the sum carries s·√k.
+    """
     if composition.shares is None:
         return composition.noise_std * math.sqrt(max(users, 1))
     return composition.noise_std * math.sqrt(max(users, 1) / composition.shares.users)

@@ -1,6 +1,9 @@
-"""Defenses found by name: ``@register_defense`` for built-ins, the ``fedleak.defenses``
-entry-point group for third-party packages. ``DefenseSpec{name, params}`` on the wire and
-``--defense name:key=value`` on the CLI both resolve here."""
+"""Defenses found by name.
+
+``@register_defense`` registers the built-ins, the ``fedleak.defenses`` entry-point group
+third-party packages. ``DefenseSpec{name, params}`` on the wire and ``--defense
+name:key=value`` on the CLI both resolve here.
+"""
 
 from __future__ import annotations
 
@@ -32,4 +35,5 @@ def create_defense(name: str, params: Mapping[str, Any] | None = None) -> Defens
 
 
 def defense_names() -> tuple[str, ...]:
+    """Return the name of every defense, built-in or from an installed package."""
     return DEFENSES.names()

@@ -39,8 +39,12 @@ from fedleak.defenses.stages import PerExampleDefense
 __all__ = ["ACCOUNTANTS", "DPSGD", "DPSGDConfig", "epsilon", "make_accountant", "record"]
 
 ACCOUNTANTS = ("rdp", "prv")
+
+
 @dataclass
 class DPSGDConfig:
+    """DP-SGD's parameters: noise multiplier σ, clip C and its geometry, sampling, δ."""
+
     noise_multiplier: float = field(default=1.0, metadata={"help": "σ: noise std / C"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "per-example clipping norm C"})
     clipping: str = field(default="flat", metadata={"help": "flat or per-layer"})
@@ -50,6 +54,7 @@ class DPSGDConfig:
     accountant: str = field(default="rdp", metadata={"help": "rdp or prv"})
 
     def __post_init__(self) -> None:
+        """Refuse a value that names no mechanism; the message names the parameter."""
         if not self.noise_multiplier >= 0:
             raise ValueError(f"noise-multiplier must be >= 0, got {self.noise_multiplier}")
         if not self.max_grad_norm > 0:
@@ -77,6 +82,12 @@ class DPSGD(PerExampleDefense):
         expected_batch_size: int,
         generator: torch.Generator,
     ) -> list[torch.Tensor]:
+        """Return ``(Σ_i clip(g_i) + N(0, σ²C² I)) / E[|B|]`` by Opacus's ``pre_step``.
+
+        The noisy step of Abadi et al. 2016, Algorithm 1 (module docstring for the clip's
+        geometry); the noise is drawn from ``generator``, ``expected_batch_size`` is ``E[|B|]``
+        (B, or qn under Poisson sampling).
+        """
         from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
 
         params = [torch.zeros(g.shape[1:], dtype=g.dtype, device=g.device, requires_grad=True)
@@ -101,8 +112,11 @@ class DPSGD(PerExampleDefense):
         return [g.detach().clone() for g in grads if g is not None]
 
     def mechanism(self) -> Mechanism:
-        """Per example: clip to C (flat: total; per-layer: C/√L per tensor), N(0, σ²C²) on
-        each step's sum, fixed or Poisson-sampled batches, this accountant and δ."""
+        """Declare per example a clip to C, then N(0, σ²C²) on each step's sum.
+
+        Flat: a total clip; per-layer: C/√L per tensor. Fixed or Poisson-sampled batches, this
+        accountant and δ.
+        """
         c = self.config
         return Mechanism(PER_EXAMPLE,
                          clip=Clip(c.max_grad_norm, TOTAL if c.clipping == "flat" else PER_TENSOR),

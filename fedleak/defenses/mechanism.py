@@ -70,6 +70,7 @@ class Clip:
     group_norms: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        """Refuse a bound that is not a positive number and an unknown geometry."""
         if not (self.norm > 0 and math.isfinite(self.norm)):
             raise DeclarationError(f"a declared clip norm must be a positive number, got "
                                    f"{self.norm}")
@@ -80,7 +81,7 @@ class Clip:
             raise DeclarationError("every declared group clip norm must be positive")
 
     def groups(self, names: Sequence[str]) -> list[list[int]]:
-        """Which tensors (by position) are clipped together: all, one each, or per module."""
+        """Return which tensors (by position) are clipped together: all, one each, per module."""
         if self.geometry == TOTAL:
             return [list(range(len(names)))]
         if self.geometry == PER_LAYER:
@@ -91,7 +92,7 @@ class Clip:
         return [[i] for i in range(len(names))]
 
     def group_bounds(self, count: int) -> list[float]:
-        """Each group's bound: the declared ones, else S/√count (so Σ S_g² = S²)."""
+        """Return each group's bound: the declared ones, else S/√count (so Σ S_g² = S²)."""
         if self.group_norms:
             if len(self.group_norms) != count:
                 raise DeclarationError(f"the declaration gives {len(self.group_norms)} group "
@@ -100,8 +101,12 @@ class Clip:
         return [self.norm / math.sqrt(count)] * count
 
     def sensitivity(self, names: Sequence[str]) -> float:
-        """The largest L2 norm of a clipped contribution: S, √Σ S_g² for groups, S·√d for a
-        box of d coordinates is not bounded by S (∞ here; a box clip bounds no L2 norm)."""
+        """Return the largest L2 norm of a clipped contribution (its L2 sensitivity bound).
+
+        S for a total clip, √(Σ_g S_g²) for clips per group (= S with the default S/√G each),
+        and ∞ for a per-coordinate box: its L2 norm reaches S·√d, which no declared bound
+        caps.
+        """
         if self.geometry == TOTAL:
             return self.norm
         if self.geometry == PER_COORDINATE:
@@ -111,8 +116,13 @@ class Clip:
 
     def apply(self, vectors: Sequence[torch.Tensor], names: Sequence[str] | None = None) \
             -> list[torch.Tensor]:
-        """The declared clipping of one contribution ``[x_l]`` (float64; a reference map the
-        victim uses to say what a declared mechanism does, never the defense's own code)."""
+        r"""Return the declared clipping of one contribution ``[x_l]``, in float64.
+
+        Per group g of tensors, x_g ← x_g · min(1, S_g / ‖x_g‖₂) (the clip of Abadi et al.
+        2016, Algorithm 1, ḡ = g / max(1, ‖g‖₂ / C), group by group); per coordinate,
+        x ← clamp(x, −S, S). A reference map the victim uses to say what a declared mechanism
+        does, never the defense's own code.
+        """
         xs = [v.detach().double() for v in vectors]
         if self.geometry == PER_COORDINATE:
             return [x.clamp(-self.norm, self.norm) for x in xs]
@@ -136,6 +146,7 @@ class Noise:
     distribution: str = GAUSSIAN
 
     def __post_init__(self) -> None:
+        """Refuse a std that is negative or not finite and an unknown distribution."""
         if not (self.std >= 0 and math.isfinite(self.std)):
             raise DeclarationError(f"a declared noise std must be a number >= 0, got {self.std}")
         if self.distribution not in DISTRIBUTIONS:
@@ -144,6 +155,7 @@ class Noise:
 
     @property
     def gaussian(self) -> bool:
+        """Whether the noise is Gaussian with a positive std (a Gaussian mechanism's)."""
         return self.distribution == GAUSSIAN and self.std > 0
 
 
@@ -156,6 +168,7 @@ class Sampling:
     rate: float = 0.0
 
     def __post_init__(self) -> None:
+        """Refuse an unknown kind of sampling and a rate outside [0, 1]."""
         if self.kind not in SAMPLINGS:
             raise DeclarationError(f"sampling {self.kind!r} is unknown; use one of "
                                    f"{', '.join(SAMPLINGS)}")
@@ -163,7 +176,10 @@ class Sampling:
             raise DeclarationError(f"a declared sample rate must lie in [0, 1], got {self.rate}")
 
     def poisson_rate(self, num_images: int, batch_size: int) -> float | None:
-        """q for Poisson sampling over ``num_images`` (None: not Poisson)."""
+        """Return q for Poisson sampling over ``num_images`` (None: not Poisson).
+
+        The declared rate, else B/n with B the protocol's batch size (n when it is 0 or ≥ n).
+        """
         if self.kind != POISSON:
             return None
         if self.rate > 0:
@@ -174,13 +190,17 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Shares:
-    """Distributed noise: ``users`` shares summing to the declared noise, and what a dropped
-    share does."""
+    """Distributed noise: ``users`` shares summing to the declared noise.
+
+    Each of n users adds N(0, s²/n), so the sum carries N(0, s²); ``dropout`` says what a
+    dropped share does (``uncompensated``: the survivors' sum carries only n'/n of it).
+    """
 
     users: int
     dropout: str = UNCOMPENSATED
 
     def __post_init__(self) -> None:
+        """Refuse fewer than one user and an unknown dropout."""
         if self.users < 1:
             raise DeclarationError(f"declared shares need >= 1 user, got {self.users}")
         if self.dropout not in DROPOUTS:
@@ -190,9 +210,11 @@ class Shares:
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A defense's declared mechanism (module docstring). ``noise.std`` of a shared mechanism
-    is the *total* std the sum of all ``shares.users`` users carries; each user adds
-    std/√users."""
+    """A defense's declared mechanism (module docstring).
+
+    ``noise.std`` of a shared mechanism is the *total* std the sum of all ``shares.users``
+    users carries; each user adds std/√users.
+    """
 
     stage: str
     clip: Clip | None = None
@@ -206,6 +228,11 @@ class Mechanism:
     user_sample_rate: float = 1.0
 
     def __post_init__(self) -> None:
+        """Refuse a declaration that describes no mechanism.
+
+        An unknown stage, accountant or unit, a δ or rate out of range, or per-example
+        Gaussian noise without the clip it is calibrated to.
+        """
         if self.stage not in DECLARED_STAGES:
             raise DeclarationError(f"stage {self.stage!r} is unknown; use one of "
                                    f"{', '.join(DECLARED_STAGES)}")
@@ -246,7 +273,7 @@ class Mechanism:
         return self.noise.std / math.sqrt(self.shares.users) if self.shares else self.noise.std
 
     def words(self) -> str:
-        """One line a person reads."""
+        """Return the declaration in one line a person reads."""
         parts = [self.stage]
         if self.clip is not None:
             parts.append(f"clip {self.clip.geometry} L2 ≤ {self.clip.norm:g}"
@@ -262,7 +289,7 @@ class Mechanism:
         return ", ".join(parts)
 
     def to_params(self) -> dict[str, str]:
-        """The declaration as ``declared.*`` string entries (``DefenseSpec.params``)."""
+        """Return the declaration as ``declared.*`` string entries (``DefenseSpec.params``)."""
         out = {"stage": self.stage, "delta": f"{self.delta:g}"}
         if self.stage == PER_EXAMPLE:
             out["sampling"] = self.sampling.kind
@@ -289,7 +316,7 @@ class Mechanism:
 
 
 def mechanism_from_params(params: Mapping[str, str]) -> Mechanism | None:
-    """The declaration published as ``declared.*`` entries (None when there are none)."""
+    """Read the declaration published as ``declared.*`` entries (None when there are none)."""
     got = {k[len(DECLARED_PREFIX):]: v for k, v in params.items()
            if k.startswith(DECLARED_PREFIX)}
     if not got:

@@ -1,4 +1,10 @@
-"""Additive noise on the update: Δ ← Δ + ξ, ξ ~ N(0, σ²) or Laplace(0, σ) per coordinate."""
+"""Additive noise on the update: Δ ← Δ + ξ, ξ ~ N(0, σ²) or Laplace(0, σ) per coordinate.
+
+The noise of the Gaussian mechanism (Dwork & Roth 2014, Theorem A.1: f(x) + N(0, σ²I)) and of
+the Laplace mechanism (their Definition 3.3: f(x) + (Y_1, …, Y_d), Y_i ~ Lap(b)), with no clip
+in front: an update's sensitivity is unbounded, so this defense alone claims no ε (chain a
+``clip`` before it, or use ``client-dp``).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +25,13 @@ MAX_SIGMA = 1e36
 
 @dataclass
 class NoiseConfig:
+    """The noise's parameters: its scale σ and its distribution."""
+
     sigma: float = field(default=0.01, metadata={"help": "scale σ (Gaussian std, Laplace b)"})
     distribution: str = field(default="gaussian", metadata={"help": "gaussian or laplace"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or overflowing scale and an unknown distribution."""
         if not self.sigma >= 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
         if self.sigma > MAX_SIGMA:
@@ -40,6 +49,11 @@ class Noise(UpdateDefense):
     Config = NoiseConfig
 
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        r"""Return Δ + σ·ξ, ξ i.i.d. per coordinate from ``generator``.
+
+        Gaussian: ξ ~ N(0, 1). Laplace: ``ξ = −sgn(V)·ln(1 − 2|V|)``, V ~ Uniform(−½, ½), the
+        inverse CDF of Lap(1) (``|V|`` clamped below ½ so ξ stays finite, ``|ξ| < 16``).
+        """
         out = []
         for u in update:
             if self.config.distribution == "gaussian":

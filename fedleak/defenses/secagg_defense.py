@@ -18,6 +18,8 @@ from fedleak.defenses.stages import TransportDefense
 
 @dataclass
 class SecAggDefenseConfig:
+    """Secure aggregation's public parameters: the Shamir threshold t and the clip range c."""
+
     threshold: int = field(default=0, metadata={
         "help": "Shamir threshold t (0: a majority, floor(K/2)+1, at least 2)"})
     clip: float = field(default=1.0, metadata={
@@ -27,6 +29,7 @@ class SecAggDefenseConfig:
                 "lists to different users can unmask one user's update)"})
 
     def __post_init__(self) -> None:
+        """Refuse a threshold of 1 or below 0 and a clip range that is not positive."""
         if self.threshold < 0 or self.threshold == 1:
             raise ValueError(f"threshold must be 0 (majority) or >= 2, got {self.threshold}")
         if not self.clip > 0:
@@ -41,7 +44,7 @@ class SecAgg(TransportDefense):
     Config = SecAggDefenseConfig
 
     def threshold(self, num_users: int) -> int:
-        """t of the t-of-K Shamir sharing: more than half the users unless allowed otherwise.
+        """Return t of the t-of-K Shamir sharing: a majority of users unless allowed otherwise.
 
         Below a majority the honest-but-curious guarantee rests on the server sending every
         user the same survivor list in the unmasking round: with two disjoint lists, two
@@ -64,7 +67,7 @@ class SecAgg(TransportDefense):
         return t
 
     def minority_warning(self, num_users: int) -> str | None:
-        """A warning to print when a minority threshold was explicitly allowed."""
+        """Return a warning to print when a minority threshold was explicitly allowed."""
         t = self.threshold(num_users)
         if 2 * t > num_users:
             return None
@@ -73,11 +76,14 @@ class SecAgg(TransportDefense):
                 "to different users can unmask one user's update")
 
     def session_config(self, num_users: int, vector_length: int, session: int) -> SecAggConfig:
-        """The public parameters of one aggregation round."""
+        """Return the public parameters of one aggregation round."""
         return SecAggConfig(threshold=self.threshold(num_users), clip=self.config.clip,
                             vector_length=vector_length, num_users=num_users, session=session)
 
     def mechanism(self) -> Mechanism:
-        """Transport: each coordinate clipped to ±clip and quantised; no noise (secure
-        aggregation hides single updates from the server, it adds no DP of its own)."""
+        """Declare the transport stage: each coordinate clipped to ±clip and quantised.
+
+        No noise: secure aggregation hides single updates from the server, it adds no DP of its
+        own.
+        """
         return Mechanism(TRANSPORT, clip=Clip(self.config.clip, PER_COORDINATE))

@@ -59,6 +59,7 @@ class GaussianClaim:
     noise_std: float = 0.0
 
     def __post_init__(self) -> None:
+        """Refuse a clip norm that is not positive and a negative noise std."""
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ValueError(f"a claimed clip norm must be positive, got {self.clip_norm}")
         if not self.noise_std >= 0:
@@ -69,7 +70,7 @@ class GaussianClaim:
         return distance if self.clip_norm is None else min(distance, 2 * self.clip_norm)
 
     def as_mechanism(self) -> Mechanism:
-        """The update-stage declaration: a total clip to S (if any), then N(0, s²)."""
+        """Return the update-stage declaration: a total clip to S (if any), then N(0, s²)."""
         return Mechanism(UPDATE, clip=None if self.clip_norm is None else Clip(self.clip_norm),
                          noise=Noise(self.noise_std) if self.noise_std > 0 else None)
 
@@ -85,13 +86,16 @@ class Defense(ABC):
         self.config = config if config is not None else self.Config()
 
     def public_params(self) -> dict[str, str]:
-        """The configuration as strings, as ``DefenseSpec.params`` carries it."""
+        """Return the configuration as strings, as ``DefenseSpec.params`` carries it."""
         return {k.replace("_", "-"): str(v) for k, v in dataclasses.asdict(self.config).items()}
 
     def mechanism(self) -> Mechanism | None:
-        """What this defense claims to do (:class:`~fedleak.defenses.mechanism.Mechanism`), or
-        None when it claims no DP mechanism. Everything that reasons about privacy reads this,
-        never the class: declare what the implementation does, and an audit tests it."""
+        """Declare what this defense claims to do, or None when it claims no DP mechanism.
+
+        A :class:`~fedleak.defenses.mechanism.Mechanism`: everything that reasons about privacy
+        reads this, never the class; declare what the implementation does, and an audit tests
+        it.
+        """
         return None
 
     def declared(self) -> Mechanism | None:
@@ -103,9 +107,11 @@ class Defense(ABC):
         return mechanism
 
     def own_accountant(self) -> DeclaredAccountant | None:
-        """This defense's own accountant over its declaration (made on first use), or None
-        when it declares no accounted mechanism: for direct use of one defense; the victim
-        accounts its whole chain (:class:`~fedleak.defenses.composition.ChainAccountant`)."""
+        """Return an accountant over this defense's declaration alone (made on first use).
+
+        None when it declares no accounted mechanism. For direct use of one defense; the victim
+        accounts its whole chain (:class:`~fedleak.defenses.composition.ChainAccountant`).
+        """
         from fedleak.defenses.accounting import DeclaredAccountant, accounted
 
         mechanism = self.declared()
@@ -139,23 +145,31 @@ class UpdateDefense(Defense):
 
     @abstractmethod
     def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
-        """The defended update; must not modify ``update`` in place."""
+        """Return the defended update, drawing any randomness from ``generator``.
+
+        Must not modify ``update`` (one tensor per parameter, in model order) in place.
+        """
 
     def account_round(self, rounds: int = 1, report: bool = True) -> dict[str, str]:
-        """Privacy spent by ``rounds`` more rounds of this defense alone (metadata entries; {}
-        if it declares no clipped Gaussian mechanism), by its declaration's accountant
-        (:mod:`fedleak.defenses.accounting`). The victim accounts its whole chain instead
-        (:class:`~fedleak.defenses.composition.ChainAccountant`); this is for direct use."""
+        """Charge ``rounds`` more rounds of this defense alone; return the privacy spent.
+
+        Metadata entries ({} if it declares no clipped Gaussian mechanism), by its
+        declaration's accountant (:mod:`fedleak.defenses.accounting`). The victim accounts its
+        whole chain instead (:class:`~fedleak.defenses.composition.ChainAccountant`); this is
+        for direct use.
+        """
         own = self.own_accountant()
         return {} if own is None else own.charge(rounds, own.round_rate(), report)
 
     def gaussian_claim(self) -> GaussianClaim | None:
-        """Shorthand for a clip-then-Gaussian-noise declaration (:class:`GaussianClaim`), or
-        None; :meth:`mechanism` reads it unless overridden."""
+        """Declare a clip then Gaussian noise (:class:`GaussianClaim`), or None.
+
+        A shorthand: :meth:`mechanism` reads it unless overridden.
+        """
         return None
 
     def mechanism(self) -> Mechanism | None:
-        """The declaration: :meth:`gaussian_claim`'s, unless a subclass declares more."""
+        """Return the declaration: :meth:`gaussian_claim`'s, unless a subclass declares more."""
         claim = self.gaussian_claim()
         return None if claim is None else claim.as_mechanism()
 
@@ -173,12 +187,16 @@ class ParameterCheck(Defense):
         buffers: dict[str, torch.Tensor],
         images: torch.Tensor,
     ) -> str | None:
-        """Why the user refuses to train at ``parameters`` on its ``images`` (normalised, the
-        round's private batch), or None when it accepts them. Must not change anything."""
+        """Return why the user refuses to train at ``parameters``, or None to accept them.
+
+        ``images`` are the round's private batch, normalised. Must not change anything.
+        """
 
     def refuses_model(self, model: torch.nn.Module) -> str | None:
-        """Why this check will refuse *every* round whatever θ the server sends, judged from
-        the user's own ``model`` alone (said once when the user starts), or None."""
+        """Return why this check will refuse *every* round whatever θ the server sends, or None.
+
+        Judged from the user's own ``model`` alone (said once when the user starts).
+        """
         return None
 
 
@@ -194,28 +212,39 @@ class PerExampleDefense(Defense):
         expected_batch_size: int,
         generator: torch.Generator,
     ) -> list[torch.Tensor]:
-        """``per_example[l]`` has shape ``[B, *θ_l.shape]``; returns one tensor per parameter."""
+        """Return the gradient of one local step from its per-example gradients.
+
+        ``per_example[l]`` has shape ``[B, *θ_l.shape]``; one tensor per parameter comes back.
+        """
 
     def sample_rate(self, num_images: int, batch_size: int) -> float | None:
-        """The Poisson sampling rate q the harness draws local batches at, or None for the
-        protocol's batches (in order, or shuffled when the protocol shuffles). This is the
-        *implementation*; by default it follows the declaration's sampling."""
+        """Return the Poisson rate q the harness draws local batches at, or None.
+
+        None: the protocol's batches (in order, or shuffled when the protocol shuffles). This
+        is the *implementation*; by default it follows the declaration's sampling.
+        """
         mechanism = self.declared()
         if mechanism is None or mechanism.sampling.kind != POISSON:
             return None
         return mechanism.sampling.poisson_rate(num_images, batch_size)
 
     def account(self, steps: int, sample_rate: float, report: bool = True) -> dict[str, str]:
-        """Privacy spent by ``steps`` more steps at ``sample_rate`` by this defense alone
-        (metadata entries; {} without a declared Gaussian mechanism), by its declaration's
-        accountant; with ``report`` False the steps are only charged (no ε computed)."""
+        """Charge ``steps`` more steps at ``sample_rate``; return the privacy spent.
+
+        By this defense alone (metadata entries; {} without a declared Gaussian mechanism),
+        by its declaration's accountant; with ``report`` False the steps are only charged (no
+        ε computed).
+        """
         own = self.own_accountant()
         return {} if own is None else own.charge(steps, sample_rate, report)
 
 
 class TransportDefense(Defense):
-    """Acts between users on the way to the server (secure aggregation): the victim's users
-    run its protocol together, each round under :meth:`session_config`'s public parameters."""
+    """Acts between users on the way to the server (secure aggregation).
+
+    The victim's users run its protocol together, each round under :meth:`session_config`'s
+    public parameters.
+    """
 
     stage: ClassVar[str] = "transport"
 
@@ -225,8 +254,8 @@ class TransportDefense(Defense):
 
     @abstractmethod
     def session_config(self, num_users: int, vector_length: int, session: int) -> Any:
-        """The public parameters of one aggregation round among ``num_users`` users."""
+        """Return the public parameters of one aggregation round among ``num_users`` users."""
 
     def minority_warning(self, num_users: int) -> str | None:
-        """A warning a person must read when this setting is weaker than the default."""
+        """Return a warning a person must read when this setting is weaker than the default."""
         return None

@@ -19,6 +19,9 @@ any enabled test fires:
 - ``architecture``: the model carries fedleak's imprint block (recognised by type), an
   architecture a server designed to read inputs.
 
+The attacks each test answers: imprint (Fowl et al. 2022), trap weights (Boenisch et al.
+2023) and fishing (Wen et al. 2022).
+
 Kerckhoffs: these tests are public, and an adaptive server can sidestep each one — rows made
 to differ by small random perturbations pass ``rows`` while still binning approximately;
 traps calibrated to fire for 5 % of inputs pass ``activation`` with fewer exact recoveries; a
@@ -46,6 +49,8 @@ MAX_ROWS_COMPARED = 4096
 
 @dataclass
 class VetConfig:
+    """Which of vet's tests run, and the threshold of each."""
+
     rows: bool = field(default=True, metadata={"help": "refuse near-parallel rows/columns"})
     activation: bool = field(default=True, metadata={
         "help": "refuse ReLU layers whose units fire for few of the user's inputs"})
@@ -61,6 +66,7 @@ class VetConfig:
         "help": "largest ratio of a classifier row's norm to the median row norm"})
 
     def __post_init__(self) -> None:
+        """Refuse thresholds outside the range where a test means anything."""
         if not 0 < self.max_cosine <= 1:
             raise ValueError(f"max-cosine must lie in (0, 1], got {self.max_cosine}")
         if not 0 <= self.min_activation < 1:
@@ -70,7 +76,11 @@ class VetConfig:
 
 
 def max_abs_cosine(matrix: torch.Tensor) -> float:
-    """``max |cos|`` between two distinct non-zero rows of ``matrix`` (0 with fewer than two)."""
+    """Return ``max |cos|`` between two distinct non-zero rows (0 with fewer than two).
+
+    ``max_{i≠j} |⟨w_i, w_j⟩| / (‖w_i‖ ‖w_j‖)`` over the first :data:`MAX_ROWS_COMPARED` non-zero
+    rows of ``matrix``, in float64.
+    """
     rows = matrix.detach().double()
     norms = rows.norm(dim=1)
     rows = rows[norms > 0][:MAX_ROWS_COMPARED]
@@ -84,7 +94,7 @@ def max_abs_cosine(matrix: torch.Tensor) -> float:
 
 def linear_weights(model: nn.Module, parameters: dict[str, torch.Tensor]
                    ) -> list[tuple[str, nn.Linear, torch.Tensor]]:
-    """(module name, module, sent weight) of every linear layer, in module order."""
+    """Return (module name, module, sent weight) of every linear layer, in module order."""
     found = []
     for name, module in model.named_modules():
         key = f"{name}.weight" if name else "weight"
@@ -99,8 +109,11 @@ def unit_activation_rate(
     buffers: dict[str, torch.Tensor],
     images: torch.Tensor,
 ) -> dict[str, float]:
-    """Per linear layer followed by ReLU: the mean over units of the fraction of ``images``
-    for which the unit is on (pre-activation > 0), at ``parameters``."""
+    """Return, per linear layer followed by ReLU, how often its units are on.
+
+    The mean over units j and inputs x of ``images`` of 1[w_j·x + b_j > 0], at
+    ``parameters`` (the model in eval mode, without gradients).
+    """
     from torch.func import functional_call
 
     leaves = [(n, m) for n, m in model.named_modules() if not list(m.children())]
@@ -135,8 +148,11 @@ class Vet(ParameterCheck):
     config: VetConfig
 
     def refuses_model(self, model: nn.Module) -> str | None:
-        """The ``architecture`` test judges the model, not θ: a model with an imprint block is
-        refused in every round, so say so once, up front."""
+        """Return why every round will be refused: the model carries an imprint block.
+
+        The ``architecture`` test judges the model, not θ: a model with an imprint block is
+        refused in every round, so say so once, up front.
+        """
         if not self.config.architecture:
             return None
         block = next((n for n, m in model.named_modules()
@@ -155,6 +171,12 @@ class Vet(ParameterCheck):
         buffers: dict[str, torch.Tensor],
         images: torch.Tensor,
     ) -> str | None:
+        """Return the first enabled test that fires on θ (module docstring), or None.
+
+        In order: ``architecture``, ``classifier``, ``rows``, then ``activation`` on the
+        user's own ``images``; the reason names the layer, the figure and the attack it looks
+        like.
+        """
         cfg = self.config
         refused = self.refuses_model(model)
         if refused is not None:

@@ -107,7 +107,7 @@ def fresh_round_finite_differences(client: VictimClient, shape: tuple[int, ...],
 def test_the_oracle_across_fresh_rounds_is_refused_by_the_image_budget() -> None:
     """Each fresh round has its own target budget, but not its own private image: the image's
     lifetime budget (default 8) refuses the ninth score of the one image in the pool."""
-    from fedleak.harness.cli.victim_serving import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
+    from fedleak.harness.cli.victim.game_options import DEFAULT_IMAGE_BUDGET as CLI_DEFAULT
     from fedleak.harness.victim.scoring.budget import DEFAULT_IMAGE_BUDGET
 
     assert CLI_DEFAULT == DEFAULT_IMAGE_BUDGET == 8

@@ -1,8 +1,13 @@
-"""Secure aggregation (Bonawitz et al., CCS 2017, "Practical Secure Aggregation for
-Privacy-Preserving Machine Learning"): the semi-honest SecAgg protocol with double masking, as
-real messages between users and a server, so that a transport can carry them.
+r"""Secure aggregation: Bonawitz et al. 2017's semi-honest protocol with double masking.
 
-One idea per module: :mod:`.fixed_point` (floats to :math:`\\mathbb{Z}_{2^{32}}`), :mod:`.prg`
+"Practical Secure Aggregation for Privacy-Preserving Machine Learning" (CCS 2017), as real
+messages between users and a server, so that a transport can carry them. User u sends
+y_u = x_u + PRG(b_u) + Σ_{v>u} PRG(s_{u,v}) − Σ_{v<u} PRG(s_{v,u}) (mod R) (their §4, Round 2
+MaskedInputCollection): the pairwise masks cancel in Σ_u y_u, and the server removes the
+self-masks PRG(b_u) of survivors and the pairwise masks of dropped users from Shamir shares
+of b_u and s_u^{SK} (Round 4 Unmasking), learning z = Σ_{u∈U3} x_u and nothing else.
+
+One idea per module: :mod:`.fixed_point` (floats to :math:`\mathbb{Z}_{2^{32}}`), :mod:`.prg`
 (seed to mask), :mod:`.shamir` (t-of-n sharing), :mod:`.keys` (X25519, HKDF, AES-GCM),
 :mod:`.messages` and :mod:`.encoding` (the wire), :mod:`.user` and :mod:`.secagg_server` (the
 rounds), :mod:`.transcript` (the server's view), :mod:`.in_memory` (everything in one process).

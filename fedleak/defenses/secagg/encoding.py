@@ -43,17 +43,20 @@ class Writer:
         self._parts: list[bytes] = [MAGIC, bytes([VERSION, message_type])]
 
     def u32(self, value: int) -> Writer:
+        """Append ``value`` as 4 little-endian bytes (refused unless 0 ≤ value < 2³²)."""
         if not 0 <= value < 2**32:
             raise ValueError(f"{value} does not fit in an unsigned 32-bit field")
         self._parts.append(_U32.pack(value))
         return self
 
     def blob(self, value: bytes) -> Writer:
+        """Append ``value``'s length, then its bytes."""
         self.u32(len(value))
         self._parts.append(bytes(value))
         return self
 
     def ids(self, values: Iterable[int]) -> Writer:
+        """Append a count, then each id as ``u32``, in the order given."""
         values = list(values)
         self.u32(len(values))
         for value in values:
@@ -61,29 +64,34 @@ class Writer:
         return self
 
     def blobs(self, values: Mapping[int, bytes]) -> Writer:
+        """Append a count, then ``(id, blob)`` pairs by increasing id."""
         self.u32(len(values))
         for key in sorted(values):
             self.u32(key).blob(values[key])
         return self
 
     def share(self, share: Share) -> Writer:
+        """Append a Shamir share: x, threshold, then y as 66 big-endian bytes."""
         self.u32(share.x).u32(share.threshold)
         self._parts.append(share.y.to_bytes(FIELD_BYTES, "big"))
         return self
 
     def shares(self, values: Mapping[int, Share]) -> Writer:
+        """Append a count, then ``(id, share)`` pairs by increasing id."""
         self.u32(len(values))
         for key in sorted(values):
             self.u32(key).share(values[key])
         return self
 
     def vector(self, values: np.ndarray) -> Writer:
+        """Append a ``u64`` length d, then the d values as little-endian ``uint32``."""
         values = np.ascontiguousarray(values, dtype="<u4")
         self._parts.append(_U64.pack(values.size))
         self._parts.append(values.tobytes())
         return self
 
     def to_bytes(self) -> bytes:
+        """Return the message: header and every field appended so far."""
         return b"".join(self._parts)
 
 
@@ -110,13 +118,16 @@ class Reader:
         return chunk
 
     def u32(self) -> int:
+        """Read a little-endian unsigned 32-bit integer."""
         value: int = _U32.unpack(self._take(4))[0]
         return value
 
     def blob(self) -> bytes:
+        """Read a length, then that many bytes."""
         return bytes(self._take(self.u32()))
 
     def ids(self) -> tuple[int, ...]:
+        """Read a count, then that many ``u32`` ids."""
         return tuple(self.u32() for _ in range(self.u32()))
 
     def _keys_in_order(self, count: int, read_value: Callable[[], T]) -> dict[int, T]:
@@ -130,9 +141,11 @@ class Reader:
         return result
 
     def blobs(self) -> dict[int, bytes]:
+        """Read ``(id, blob)`` pairs; ids must strictly increase."""
         return self._keys_in_order(self.u32(), self.blob)
 
     def share(self) -> Share:
+        """Read a Shamir share; a y outside the field is a violation."""
         x, threshold = self.u32(), self.u32()
         y = int.from_bytes(self._take(FIELD_BYTES), "big")
         if y >= PRIME:
@@ -143,15 +156,18 @@ class Reader:
             raise SecAggViolation(f"{self._name}: {error}") from error
 
     def shares(self) -> dict[int, Share]:
+        """Read ``(id, share)`` pairs; ids must strictly increase."""
         return self._keys_in_order(self.u32(), self.share)
 
     def vector(self) -> np.ndarray:
+        """Read a ``u64`` length d, then d ``uint32`` values (refused when truncated)."""
         length = _U64.unpack(self._take(8))[0]
         if length > (len(self._data) - self._at) // 4:
             raise SecAggViolation(f"{self._name}: vector of {length} values is truncated")
         return np.frombuffer(self._take(4 * length), dtype="<u4").astype(np.uint32)
 
     def finish(self) -> None:
+        """Refuse the message if any bytes trail its last field."""
         if self._at != len(self._data):
             raise SecAggViolation(
                 f"{self._name}: {len(self._data) - self._at} unexpected trailing bytes"

@@ -47,15 +47,19 @@ MODULUS = 2**32
 class FixedPointQuantizer:
     """Maps floats in ``[-clip, clip]`` to ``uint32`` so that ``max_users`` of them sum exactly.
 
-    Args:
-        clip: the clipping bound :math:`c > 0`.
-        max_users: the most vectors :math:`K` that will ever be summed (the number of users).
+    Parameters
+    ----------
+    clip
+        the clipping bound :math:`c > 0`.
+    max_users
+        the most vectors :math:`K` that will ever be summed (the number of users).
     """
 
     clip: float
     max_users: int
 
     def __post_init__(self) -> None:
+        """Refuse a clip that is not positive and finite, and a user count outside [1, R)."""
         if not (math.isfinite(self.clip) and self.clip > 0):
             raise ValueError(f"clip must be a positive finite number, got {self.clip!r}")
         if not 1 <= self.max_users < MODULUS:
@@ -63,7 +67,7 @@ class FixedPointQuantizer:
 
     @property
     def levels(self) -> int:
-        """:math:`L = \\lfloor (2^{32} - 1) / K \\rfloor`, the largest quantised value."""
+        r""":math:`L = \lfloor (2^{32} - 1) / K \rfloor`, the largest quantised value."""
         return (MODULUS - 1) // self.max_users
 
     @property
@@ -72,10 +76,12 @@ class FixedPointQuantizer:
         return self.levels / (2.0 * self.clip)
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        """:math:`q(x) = \\operatorname{round}((\\operatorname{clip}(x) + c)\\,s)` as ``uint32``.
+        r""":math:`q(x) = \operatorname{round}((\operatorname{clip}(x) + c)\,s)` as ``uint32``.
 
-        Raises:
-            ValueError: ``x`` holds NaN or infinity.
+        Raises
+        ------
+        ValueError
+            ``x`` holds NaN or infinity.
         """
         values = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(values)):
@@ -85,11 +91,14 @@ class FixedPointQuantizer:
         return np.clip(levels, 0, self.levels).astype(np.uint32)
 
     def dequantize_sum(self, total: np.ndarray, count: int) -> np.ndarray:
-        """Float64 estimate :math:`\\sum_u q(x_u) / s - k c` of the sum of ``count`` inputs.
+        r"""Float64 estimate :math:`\sum_u q(x_u) / s - k c` of the sum of ``count`` inputs.
 
-        Args:
-            total: the ``uint32`` sum (mod :math:`2^{32}`) of ``count`` quantised vectors.
-            count: :math:`k`, how many vectors were summed, ``1 <= count <= max_users``.
+        Parameters
+        ----------
+        total
+            the ``uint32`` sum (mod :math:`2^{32}`) of ``count`` quantised vectors.
+        count
+            :math:`k`, how many vectors were summed, ``1 <= count <= max_users``.
         """
         if not 1 <= count <= self.max_users:
             raise ValueError(f"count must be in [1, {self.max_users}], got {count}")

@@ -50,23 +50,34 @@ def run_secagg_in_memory(
 ) -> tuple[np.ndarray, SecAggTranscript]:
     """Securely sum ``inputs`` (user ``u`` holds ``inputs[u]``) and return what the server gets.
 
-    Args:
-        inputs: one float vector of length :math:`d` per user; :math:`n` = ``len(inputs)``.
-        threshold: the Shamir threshold :math:`t`, ``2 <= t <= n``.
-        clip: coordinates are clipped to :math:`[-c, c]` before quantisation.
-        drop_after_masking, drop_before_masking, drop_before_sharing: ids of users that leave
-            at that point (see the module docstring); disjoint.
-        session: bound into every key and ciphertext (the FL round).
-        rng: ``None`` for real randomness (``os.urandom``); a seed or numpy ``Generator`` makes
-            keys, seeds and shares reproducible (for tests: not secure).
+    Parameters
+    ----------
+    inputs
+        one float vector of length :math:`d` per user; :math:`n` = ``len(inputs)``.
+    threshold
+        the Shamir threshold :math:`t`, ``2 <= t <= n``.
+    clip
+        coordinates are clipped to :math:`[-c, c]` before quantisation.
+    drop_after_masking, drop_before_masking, drop_before_sharing
+        ids of users that leave at that point (see the module docstring); disjoint.
+    session
+        bound into every key and ciphertext (the FL round).
+    rng
+        ``None`` for real randomness (``os.urandom``); a seed or numpy ``Generator`` makes
+        keys, seeds and shares reproducible (for tests: not secure).
 
-    Returns:
-        ``(total, transcript)``: the dequantised float64 sum over the survivors :math:`U_3`
-        (within ``transcript.config.quantizer.error_bound(len(U3))`` of the sum of the clipped
-        inputs), and the server's full view.
+    Returns
+    -------
+    total : numpy.ndarray
+        the dequantised float64 sum over the survivors :math:`U_3` (within
+        ``transcript.config.quantizer.error_bound(len(U3))`` of the sum of the clipped inputs).
+    transcript : SecAggTranscript
+        the server's full view.
 
-    Raises:
-        SecAggAbort: fewer than ``threshold`` users at some round.
+    Raises
+    ------
+    SecAggAbort
+        fewer than ``threshold`` users at some round.
     """
     if len(inputs) < 2:
         raise ValueError(f"secure aggregation needs at least 2 users, got {len(inputs)}")

@@ -42,17 +42,17 @@ RandomBytes = Callable[[int], bytes]
 
 
 def generate_private_key(randbytes: RandomBytes = os.urandom) -> X25519PrivateKey:
-    """A fresh X25519 private key from 32 bytes of ``randbytes``."""
+    """Draw a fresh X25519 private key from 32 bytes of ``randbytes``."""
     return X25519PrivateKey.from_private_bytes(randbytes(KEY_BYTES))
 
 
 def public_bytes(key: X25519PrivateKey) -> bytes:
-    """The 32-byte raw public key of ``key``."""
+    """Return the 32-byte raw public key of ``key``."""
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def private_bytes(key: X25519PrivateKey) -> bytes:
-    """The 32-byte raw private key (what is Shamir-shared as :math:`s_u^{SK}`)."""
+    """Return the 32-byte raw private key (what is Shamir-shared as :math:`s_u^{SK}`)."""
     return key.private_bytes(
         serialization.Encoding.Raw,
         serialization.PrivateFormat.Raw,
@@ -116,9 +116,11 @@ def encrypt(
 def decrypt(key: bytes, ciphertext: bytes, *, session: int, sender: int, recipient: int) -> bytes:
     """Inverse of :func:`encrypt`.
 
-    Raises:
-        SecAggViolation: the tag does not verify (tampered, truncated, or not from ``sender``
-            to ``recipient`` in ``session``).
+    Raises
+    ------
+    SecAggViolation
+        the tag does not verify (tampered, truncated, or not from ``sender``
+        to ``recipient`` in ``session``).
     """
     nonce, body = ciphertext[:NONCE_BYTES], ciphertext[NONCE_BYTES:]
     if len(nonce) != NONCE_BYTES:

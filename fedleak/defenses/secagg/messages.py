@@ -1,5 +1,6 @@
-"""The messages of SecAgg (Bonawitz et al. 2017), one dataclass per message, each with an
-explicit byte encoding (:mod:`~fedleak.defenses.secagg.encoding`; never pickle).
+r"""The messages of SecAgg (Bonawitz et al. 2017), one dataclass per message.
+
+Each has an explicit byte encoding (:mod:`~fedleak.defenses.secagg.encoding`; never pickle).
 
 =========================  ===============  ===========================================
 round (paper name)         direction        message
@@ -10,7 +11,7 @@ round (paper name)         direction        message
 2 MaskedInputCollection    server → user    :class:`MaskedInputRequest` (shares for u)
 2 MaskedInputCollection    user → server    :class:`MaskedInput` (y_u)
 3 ConsistencyCheck         —                skipped (semi-honest variant)
-4 Unmasking                server → user    :class:`UnmaskingRequest` (U3, U2 \\ U3)
+4 Unmasking                server → user    :class:`UnmaskingRequest` (U3, U2 \ U3)
 4 Unmasking                user → server    :class:`UnmaskingShares`
 =========================  ===============  ===========================================
 
@@ -53,10 +54,12 @@ class AdvertiseKeys:
         return AdvertiseKeys(reader.u32(), reader.blob(), reader.blob())
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         return self._write(Writer(self.MESSAGE_TYPE)).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AdvertiseKeys:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls._read(reader)
         reader.finish()
@@ -76,6 +79,7 @@ class ShareKeysRequest:
         return tuple(keys.user_id for keys in self.public_keys)
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         writer = Writer(self.MESSAGE_TYPE).u32(len(self.public_keys))
         for keys in self.public_keys:
             keys._write(writer)
@@ -83,6 +87,7 @@ class ShareKeysRequest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ShareKeysRequest:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(tuple(AdvertiseKeys._read(reader) for _ in range(reader.u32())))
         reader.finish()
@@ -91,18 +96,23 @@ class ShareKeysRequest:
 
 @dataclass(frozen=True)
 class ShareKeys:
-    """Round 1, user → server: :math:`c_{u,v} = \\mathrm{AE.enc}(u \\| v \\| s^{SK}_{u,v} \\|
-    b_{u,v})` for every other :math:`v \\in U1`, keyed by the recipient ``v``."""
+    r"""Round 1, user → server: the encrypted shares for every other user of U1.
+
+    :math:`c_{u,v} = \mathrm{AE.enc}(u \| v \| s^{SK}_{u,v} \| b_{u,v})` for every other
+    :math:`v \in U1`, keyed by the recipient ``v``.
+    """
 
     MESSAGE_TYPE: ClassVar[int] = 3
     user_id: int
     ciphertexts: dict[int, bytes] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         return Writer(self.MESSAGE_TYPE).u32(self.user_id).blobs(self.ciphertexts).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ShareKeys:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(reader.u32(), reader.blobs())
         reader.finish()
@@ -126,10 +136,12 @@ class MaskedInputRequest:
         return tuple(sorted({*self.ciphertexts, self.recipient}))
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         return Writer(self.MESSAGE_TYPE).u32(self.recipient).blobs(self.ciphertexts).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MaskedInputRequest:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(reader.u32(), reader.blobs())
         reader.finish()
@@ -138,12 +150,14 @@ class MaskedInputRequest:
 
 @dataclass(frozen=True, eq=False)
 class MaskedInput:
-    """Round 2, user → server: the masked input, a ``uint32`` vector of length :math:`d`,
+    r"""Round 2, user → server: the masked input, a ``uint32`` vector of length :math:`d`.
+
+    Bonawitz et al. 2017, §4, Round 2 (MaskedInputCollection):
 
     .. math::
 
-        y_u = q(x_u) + \\mathrm{PRG}(b_u) + \\sum_{v \\in U2, u < v} \\mathrm{PRG}(s_{u,v})
-              - \\sum_{v \\in U2, u > v} \\mathrm{PRG}(s_{u,v}) \\pmod{2^{32}}.
+        y_u = q(x_u) + \mathrm{PRG}(b_u) + \sum_{v \in U2, u < v} \mathrm{PRG}(s_{u,v})
+              - \sum_{v \in U2, u > v} \mathrm{PRG}(s_{u,v}) \pmod{2^{32}}.
     """
 
     MESSAGE_TYPE: ClassVar[int] = 5
@@ -151,10 +165,12 @@ class MaskedInput:
     masked: np.ndarray
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         return Writer(self.MESSAGE_TYPE).u32(self.user_id).vector(self.masked).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MaskedInput:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(reader.u32(), reader.vector())
         reader.finish()
@@ -163,8 +179,10 @@ class MaskedInput:
 
 @dataclass(frozen=True)
 class UnmaskingRequest:
-    """Round 4, server → every user of U3: which users survived (U3, whose inputs are summed)
-    and which dropped after sharing keys (U2 \\ U3).
+    r"""Round 4, server → every user of U3: which users survived, and which dropped.
+
+    The survivors are U3, whose inputs are summed; the dropped shared keys but sent no masked
+    input (U2 \ U3).
 
     A user answers with shares of :math:`b_v` for the survivors and of :math:`s_v^{SK}` for the
     dropped, and refuses a request naming one user in both lists (or, across requests, asking
@@ -177,10 +195,12 @@ class UnmaskingRequest:
     dropped: tuple[int, ...] = ()
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         return Writer(self.MESSAGE_TYPE).ids(self.survivors).ids(self.dropped).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UnmaskingRequest:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(reader.ids(), reader.ids())
         reader.finish()
@@ -189,8 +209,11 @@ class UnmaskingRequest:
 
 @dataclass(frozen=True)
 class UnmaskingShares:
-    """Round 4, user → server: its Shamir shares :math:`b_{v,u}` of the self-mask seeds of the
-    survivors and :math:`s^{SK}_{v,u}` of the mask keys of the dropped, keyed by ``v``."""
+    """Round 4, user → server: its Shamir shares of the survivors' and the dropped's secrets.
+
+    :math:`b_{v,u}` of the self-mask seeds of the survivors and :math:`s^{SK}_{v,u}` of the mask
+    keys of the dropped, keyed by ``v``.
+    """
 
     MESSAGE_TYPE: ClassVar[int] = 7
     user_id: int
@@ -198,11 +221,13 @@ class UnmaskingShares:
     mask_key_shares: dict[int, Share] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
+        """Encode the message in its byte layout (:mod:`~fedleak.defenses.secagg.encoding`)."""
         writer = Writer(self.MESSAGE_TYPE).u32(self.user_id)
         return writer.shares(self.self_mask_shares).shares(self.mask_key_shares).to_bytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> UnmaskingShares:
+        """Decode one message of this type; malformed or trailing bytes are a violation."""
         reader = Reader(data, cls.MESSAGE_TYPE, cls.__name__)
         message = cls(reader.u32(), reader.shares(), reader.shares())
         reader.finish()
@@ -245,7 +270,7 @@ M = TypeVar("M", AdvertiseKeys, ShareKeysRequest, ShareKeys, MaskedInputRequest,
 
 
 def decode_as(data: bytes, kind: type[M]) -> M:
-    """A message of type ``kind`` from its bytes; any other message type is a violation."""
+    """Decode a message of type ``kind`` from its bytes; any other type is a violation."""
     message = decode_message(data)
     if not isinstance(message, kind):
         raise SecAggViolation(f"expected a {kind.__name__}, got a {type(message).__name__}")

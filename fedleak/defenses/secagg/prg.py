@@ -18,11 +18,14 @@ _ZERO_COUNTER = bytes(16)
 
 
 def expand(seed: bytes, length: int) -> np.ndarray:
-    """:math:`\\mathrm{PRG}(\\text{seed})`: ``length`` uniform ``uint32`` values.
+    r""":math:`\mathrm{PRG}(\text{seed})`: ``length`` uniform ``uint32`` values.
 
-    Args:
-        seed: 32 secret bytes (an AES-256 key).
-        length: the vector length :math:`d \\ge 0`.
+    Parameters
+    ----------
+    seed
+        32 secret bytes (an AES-256 key).
+    length
+        the vector length :math:`d \ge 0`.
     """
     if len(seed) != SEED_BYTES:
         raise ValueError(f"a PRG seed is {SEED_BYTES} bytes, got {len(seed)}")

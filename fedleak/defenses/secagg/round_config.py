@@ -12,17 +12,23 @@ from fedleak.defenses.secagg.fixed_point import FixedPointQuantizer
 class SecAggConfig:
     """Parameters that the server and all users agree on before Round 0.
 
-    Args:
-        threshold: :math:`t`, the Shamir threshold. The sum is recovered while at least
-            :math:`t` users survive every round (so up to :math:`n - t` may drop out), and in the
-            honest-but-curious model the server together with fewer than :math:`t` users learns
-            nothing about the other users' inputs beyond their sum. ``2 <= t <= n``; the paper
-            suggests :math:`t > n/2`.
-        clip: :math:`c`, each coordinate is clipped to :math:`[-c, c]` before quantisation.
-        vector_length: :math:`d`, the length of every user's input vector.
-        num_users: :math:`n`, user ids are ``0 .. n-1``; also the :math:`K` of the quantiser.
-        session: a number that differs between protocol runs with the same keys' owners (the
-            FL round); bound into every derived key and ciphertext.
+    Parameters
+    ----------
+    threshold
+        :math:`t`, the Shamir threshold. The sum is recovered while at least
+        :math:`t` users survive every round (so up to :math:`n - t` may drop out), and in the
+        honest-but-curious model the server together with fewer than :math:`t` users learns
+        nothing about the other users' inputs beyond their sum. ``2 <= t <= n``; the paper
+        suggests :math:`t > n/2`.
+    clip
+        :math:`c`, each coordinate is clipped to :math:`[-c, c]` before quantisation.
+    vector_length
+        :math:`d`, the length of every user's input vector.
+    num_users
+        :math:`n`, user ids are ``0 .. n-1``; also the :math:`K` of the quantiser.
+    session
+        a number that differs between protocol runs with the same keys' owners (the
+        FL round); bound into every derived key and ciphertext.
     """
 
     threshold: int
@@ -32,6 +38,7 @@ class SecAggConfig:
     session: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse parameters outside the ranges above; the message names the parameter."""
         if not 2 <= self.num_users < 2**32 - 1:
             raise ValueError(f"num_users must be in [2, 2^32 - 1), got {self.num_users}")
         if not 2 <= self.threshold <= self.num_users:

@@ -103,8 +103,11 @@ class SecAggServer:
 
     # Round 1 -----------------------------------------------------------------------------
     def share_keys(self, messages: Iterable[ShareKeys]) -> dict[int, MaskedInputRequest]:
-        """End of Round 1: :math:`U_2`, and for each :math:`v \\in U_2` the ciphertexts
-        :math:`c_{u,v}`, :math:`u \\in U_2 \\setminus \\{v\\}`, to deliver to it."""
+        r"""End Round 1: return :math:`U_2` and, per user of it, the ciphertexts to deliver.
+
+        For each :math:`v \in U_2` the ciphertexts :math:`c_{u,v}`,
+        :math:`u \in U_2 \setminus \{v\}`.
+        """
         self._require("share", "ShareKeys")
         u1 = self.transcript.u1
         received = self._by_sender(messages, u1, "ShareKeys")

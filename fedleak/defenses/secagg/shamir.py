@@ -1,4 +1,6 @@
-r"""t-of-n Shamir secret sharing of short byte strings over :math:`\mathrm{GF}(p)`,
+r"""t-of-n Shamir secret sharing of short byte strings over a prime field.
+
+Shamir's scheme ("How to Share a Secret", CACM 1979), over :math:`\mathrm{GF}(p)` with
 :math:`p = 2^{521} - 1` (a Mersenne prime).
 
 A secret :math:`S` of at most 64 bytes becomes the field element
@@ -58,6 +60,7 @@ class Share:
     threshold: int
 
     def __post_init__(self) -> None:
+        """Refuse a point outside the field (x in [1, p), y in [0, p)) or a bad threshold."""
         if not 0 < self.x < PRIME:
             raise ShamirError(f"share x must be in [1, p), got {self.x}")
         if not 0 <= self.y < PRIME:
@@ -94,13 +97,19 @@ def split(
 ) -> list[Share]:
     """Split ``secret`` into ``num_shares`` shares, any ``threshold`` of which recover it.
 
-    Args:
-        secret: at most 64 bytes.
-        threshold: :math:`t`, ``1 <= t <= num_shares``.
-        num_shares: :math:`n`.
-        xs: the evaluation points, distinct and non-zero (default ``1, ..., n``); secure
-            aggregation uses ``user_id + 1``.
-        randbytes: source of the random coefficients; ``os.urandom`` unless testing.
+    Parameters
+    ----------
+    secret
+        at most 64 bytes.
+    threshold
+        :math:`t`, ``1 <= t <= num_shares``.
+    num_shares
+        :math:`n`.
+    xs
+        the evaluation points, distinct and non-zero (default ``1, ..., n``); secure
+        aggregation uses ``user_id + 1``.
+    randbytes
+        source of the random coefficients; ``os.urandom`` unless testing.
     """
     if not 1 <= threshold <= num_shares:
         raise ShamirError(f"need 1 <= threshold <= num_shares, got t={threshold}, n={num_shares}")
@@ -139,11 +148,13 @@ def interpolate_at_zero(points: Sequence[tuple[int, int]]) -> int:
 
 
 def combine(shares: Sequence[Share]) -> bytes:
-    """The secret behind ``shares``.
+    """Recover the secret behind ``shares`` by Lagrange interpolation at 0.
 
-    Raises:
-        ShamirError: fewer than ``threshold`` distinct shares, mixed thresholds, two different
-            ``y`` for one ``x``, or shares that do not interpolate to a valid secret.
+    Raises
+    ------
+    ShamirError
+        fewer than ``threshold`` distinct shares, mixed thresholds, two different
+        ``y`` for one ``x``, or shares that do not interpolate to a valid secret.
     """
     if not shares:
         raise ShamirError("no shares given")

@@ -20,15 +20,22 @@ from fedleak.defenses.secagg.round_config import SecAggConfig
 
 @dataclass(frozen=True, eq=False)
 class SecAggResult:
-    """The server's output of Round 4.
+    r"""The server's output of Round 4.
 
-    Attributes:
-        total: :math:`\\sum_{u \\in U_3} \\operatorname{clip}(x_u)`, dequantised (float64).
-        quantized_total: :math:`\\sum_{u \\in U_3} q(x_u) \\bmod 2^{32}` (``uint32``), exact.
-        survivors: :math:`U_3`, whose inputs are in the sum.
-        dropped: :math:`U_2 \\setminus U_3`, who shared keys but sent no masked input.
-        self_mask_seeds: :math:`b_u` reconstructed for each survivor.
-        mask_keys: :math:`s_v^{SK}` (raw X25519) reconstructed for each dropped user.
+    Attributes
+    ----------
+    total
+        :math:`\sum_{u \in U_3} \operatorname{clip}(x_u)`, dequantised (float64).
+    quantized_total
+        :math:`\sum_{u \in U_3} q(x_u) \bmod 2^{32}` (``uint32``), exact.
+    survivors
+        :math:`U_3`, whose inputs are in the sum.
+    dropped
+        :math:`U_2 \setminus U_3`, who shared keys but sent no masked input.
+    self_mask_seeds
+        :math:`b_u` reconstructed for each survivor.
+    mask_keys
+        :math:`s_v^{SK}` (raw X25519) reconstructed for each dropped user.
     """
 
     total: np.ndarray
@@ -71,9 +78,11 @@ class SecAggTranscript:
         return tuple(sorted(self.unmasking_shares))
 
     def masked_update(self, user_id: int) -> np.ndarray:
-        """User ``user_id``'s masked vector :math:`y_u` read as if it were its update:
-        :math:`y_u / s - c` (float64). Uniform noise in :math:`[-c, (2^{32}-1)/s - c]`, whatever
-        :math:`x_u` was; this is all a server gets to attack a single user with."""
+        """Return user ``user_id``'s masked vector :math:`y_u` read as if it were its update.
+
+        :math:`y_u / s - c` (float64): uniform noise in :math:`[-c, (2^{32}-1)/s - c]`, whatever
+        :math:`x_u` was; this is all a server gets to attack a single user with.
+        """
         if user_id not in self.masked_inputs:
             raise KeyError(f"no masked input from user {user_id}; survivors are {self.u3}")
         return self.config.quantizer.dequantize_sum(self.masked_inputs[user_id], 1)

@@ -60,8 +60,10 @@ _SHARE_BUNDLE = 0x10  # the plaintext inside c_{u,v}; never sent in the clear
 
 
 def as_randbytes(rng: np.random.Generator | RandomBytes | None) -> RandomBytes:
-    """A source of random bytes: ``os.urandom`` for ``None`` (use this outside tests), the
-    ``bytes`` method of a seeded numpy ``Generator`` (reproducible, *not* secure), or a callable.
+    """Return a source of random bytes for ``rng``.
+
+    ``os.urandom`` for ``None`` (use this outside tests), the ``bytes`` method of a seeded numpy
+    ``Generator`` (reproducible, *not* secure), or a callable as given.
     """
     if rng is None:
         return os.urandom
@@ -73,7 +75,7 @@ def as_randbytes(rng: np.random.Generator | RandomBytes | None) -> RandomBytes:
 
 
 def encode_share_bundle(sender: int, recipient: int, mask_key: Share, self_mask: Share) -> bytes:
-    """:math:`u \\| v \\| s^{SK}_{u,v} \\| b_{u,v}`, the plaintext of one ShareKeys ciphertext."""
+    r""":math:`u \| v \| s^{SK}_{u,v} \| b_{u,v}`, the plaintext of one ShareKeys ciphertext."""
     writer = Writer(_SHARE_BUNDLE).u32(sender).u32(recipient)
     return writer.share(mask_key).share(self_mask).to_bytes()
 
@@ -89,11 +91,15 @@ def decode_share_bundle(data: bytes) -> tuple[int, int, Share, Share]:
 class SecAggUser:
     """One user :math:`u` of secure aggregation: call the round methods in order.
 
-    Args:
-        user_id: :math:`u`, in ``[0, config.num_users)``.
-        config: the public parameters, the same for every user and the server.
-        rng: where keys, seeds and Shamir coefficients come from; ``None`` (``os.urandom``)
-            unless a test needs reproducible runs.
+    Parameters
+    ----------
+    user_id
+        :math:`u`, in ``[0, config.num_users)``.
+    config
+        the public parameters, the same for every user and the server.
+    rng
+        where keys, seeds and Shamir coefficients come from; ``None`` (``os.urandom``)
+        unless a test needs reproducible runs.
     """
 
     def __init__(
@@ -164,8 +170,10 @@ class SecAggUser:
         )
 
     def share_keys(self, request: ShareKeysRequest) -> ShareKeys:
-        """Round 1, ShareKeys: encrypted Shamir shares of :math:`s_u^{SK}` and :math:`b_u` for
-        every other user of :math:`U_1`."""
+        """Answer Round 1, ShareKeys: encrypted Shamir shares of this user's secrets.
+
+        Shares of :math:`s_u^{SK}` and :math:`b_u` for every other user of :math:`U_1`.
+        """
         self._require("advertise", "ShareKeys")
         peers = self._check_key_list(request)
         self._peers = peers
@@ -235,10 +243,13 @@ class SecAggUser:
     ) -> MaskedInput:
         """Round 2, MaskedInputCollection: :math:`y_u`, the quantised ``update`` under masks.
 
-        Args:
-            request: the ciphertexts from the other users of :math:`U_2`.
-            update: :math:`x_u`, a float vector of length :math:`d` (clipped to
-                :math:`[-c, c]` by the quantiser).
+        Parameters
+        ----------
+        request
+            the ciphertexts from the other users of :math:`U_2`.
+        update
+            :math:`x_u`, a float vector of length :math:`d` (clipped to
+            :math:`[-c, c]` by the quantiser).
         """
         self._require("shared", "MaskedInputCollection")
         update = np.asarray(update)
@@ -294,8 +305,7 @@ class SecAggUser:
             )
 
     def unmasking(self, request: UnmaskingRequest) -> UnmaskingShares:
-        """Round 4, Unmasking: shares of :math:`b_v` for survivors, :math:`s_v^{SK}` for the
-        dropped."""
+        """Answer Round 4, Unmasking: shares of survivors' :math:`b_v`, dropped :math:`s_v^{SK}`."""
         if self._stage not in ("masked", "unmasked"):
             self._require("masked", "Unmasking")
         self._check_unmasking(request)

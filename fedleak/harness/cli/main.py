@@ -23,7 +23,7 @@ from fedleak.harness.cli.flower_command import flower
 from fedleak.harness.cli.informed_command import informed_adversary
 from fedleak.harness.cli.sweep_command import report, sweep
 from fedleak.harness.cli.train_command import train_model
-from fedleak.harness.cli.victim_command import victim
+from fedleak.harness.cli.victim.command import victim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -32,9 +32,11 @@ def test_settings_file_describes_the_whole_victim(tmp_path) -> None:
     path = tmp_path / "victim.json"
     path.write_text(dataclasses.replace(VictimSettings(), dataset="digits").to_json())
     result = CliRunner().invoke(main, ["victim", "serve", "--settings", str(path),
-                                       "--dataset", "faces", "--lr", "0.1"])
+                                       "--dataset", "faces", "--lr", "0.1", "--port", "0",
+                                       "--defense", "clip:max-norm=1", "-n", "2"])
     assert result.exit_code == 2
-    assert "drop --dataset, --lr" in result.output
+    # by the flags a person typed (--defense, not its parameter name), serving ones left open
+    assert "drop --batch-size, --dataset, --defense, --lr or" in result.output
     bad = tmp_path / "bad.json"
     bad.write_text('{"dataset": "digits", "shape": 3}')
     result = CliRunner().invoke(main, ["victim", "serve", "--settings", str(bad)])

@@ -5,13 +5,16 @@ admission.ServingLimits`), and the warnings a person starting an unsafe victim m
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-#: Default of --image-score-budget (fedleak.harness.victim.scoring.budget.DEFAULT_IMAGE_BUDGET; a
-#: literal here so the CLI starts without importing the victim).
-DEFAULT_IMAGE_BUDGET = 8
+from fedleak.harness.cli.victim.game_options import DEFAULT_IMAGE_BUDGET
+from fedleak.harness.cli.victim.serving_options import WireLimitOptions
+
+if TYPE_CHECKING:  # the CLI starts without importing the victim
+    from fedleak.harness.victim.federated_victim import Victim
+    from fedleak.harness.wire.admission import ServingLimits
 
 
 def required_score_token(host: str, given: str | None, open_score: bool) \
@@ -26,30 +29,26 @@ def required_score_token(host: str, given: str | None, open_score: bool) \
     return secrets.token_hex(16), True
 
 
-def serving_limits(v: Any, *, max_message_mb: int | None, request_memory_mb: int | None,
-                   max_calls_per_peer: int, max_connections_per_peer: int,
-                   max_calls_per_prefix: int | None = None,
-                   max_connections_per_prefix: int | None = None,
-                   receive_timeout: float) -> Any:
-    """What clients may hold of this victim, from the options (a bad combination is a usage
-    error naming the options)."""
+def serving_limits(v: Victim, wire: WireLimitOptions) -> ServingLimits:
+    """What clients may hold of this victim, from the wire-limit options (a bad combination is
+    a usage error naming the options)."""
     from fedleak.harness.victim.server import default_message_bytes
     from fedleak.harness.wire.admission import ServingLimits
 
-    message = max_message_mb << 20 if max_message_mb else default_message_bytes(v)
-    memory = request_memory_mb << 20 if request_memory_mb else None
+    message = wire.max_message_mb << 20 if wire.max_message_mb else default_message_bytes(v)
+    memory = wire.request_memory_mb << 20 if wire.request_memory_mb else None
     try:
         return ServingLimits(max_message_bytes=message, request_memory_bytes=memory,
-                             max_calls_per_peer=max_calls_per_peer,
-                             max_connections_per_peer=max_connections_per_peer,
-                             max_calls_per_prefix=max_calls_per_prefix,
-                             max_connections_per_prefix=max_connections_per_prefix,
-                             receive_timeout=receive_timeout)
+                             max_calls_per_peer=wire.max_calls_per_peer,
+                             max_connections_per_peer=wire.max_connections_per_peer,
+                             max_calls_per_prefix=wire.max_calls_per_prefix,
+                             max_connections_per_prefix=wire.max_connections_per_prefix,
+                             receive_timeout=wire.receive_timeout)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
 
 
-def start_warnings(v: Any) -> list[str]:
+def start_warnings(v: Victim) -> list[str]:
     """What a person starting this victim must read: unsafe settings they chose."""
     from fedleak.harness.victim.limits import UNSAFE_BUDGET_WARNING, UNSAFE_IMAGE_BUDGET_WARNING
 

@@ -1,0 +1,1 @@
+"""``fedleak victim serve``: the command, its options by concern, and what it derives from them."""
