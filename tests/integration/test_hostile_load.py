@@ -27,12 +27,12 @@ import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from fedleak.harness.cli.victim.serving import required_score_token
 from fedleak.harness.cli.victim.serving_options import (
     DEFAULT_MAX_CALLS_PER_PEER,
     DEFAULT_MAX_CONNECTIONS_PER_PEER,
     DEFAULT_RECEIVE_TIMEOUT,
 )
+from fedleak.harness.cli.victim.victim_serving import required_score_token
 from fedleak.harness.victim.process import FEDLEAK_COMMAND, VictimProcess
 from fedleak.harness.victim.server import MIN_MESSAGE_BYTES, start_server
 from fedleak.harness.victim.settings import VictimSettings, create_victim

@@ -274,7 +274,7 @@ def test_vet_and_refusals_across_processes(tmp_path: Path) -> None:
 def test_vet_says_at_start_up_that_it_refuses_every_round_of_an_imprint_model() -> None:
     """The architecture test judges the user's own model: a victim running an imprint model
     with vet is told once, when it starts, instead of refusing round after round in silence."""
-    from fedleak.harness.cli.victim.serving import start_warnings
+    from fedleak.harness.cli.victim.victim_serving import start_warnings
     from fedleak.harness.victim.settings import VictimSettings, create_victim
 
     imprinted = create_victim(VictimSettings(dataset="digits", model="imprint:bins=16",

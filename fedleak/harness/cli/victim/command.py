@@ -3,7 +3,7 @@
     fedleak victim serve --dataset photos --model lenet-zhu --port 0 --allow-reveal
     fedleak victim serve --settings victim.json --port 0      # settings a sweep wrote
 
-The command takes its options by concern (:class:`~fedleak.harness.cli.victim.options.
+The command takes its options by concern (:class:`~fedleak.harness.cli.victim.victim_options.
 VictimOptions`, :class:`~fedleak.harness.cli.victim.serving_options.ServingOptions`), and
 ``--help`` lists them under one heading each; the victim's become one
 :class:`~fedleak.harness.victim.settings.VictimSettings` in ``settings.py``, and nowhere else.
@@ -22,18 +22,18 @@ import click
 
 from fedleak.harness.cli.help_sections import SectionedCommand
 from fedleak.harness.cli.options import SCORE_TOKEN_ENV, TOKEN_ENV, check_device
-from fedleak.harness.cli.victim.options import VICTIM_SECTIONS, VictimOptions, victim_options
-from fedleak.harness.cli.victim.serving import (
-    required_score_token,
-    serving_limits,
-    start_warnings,
-)
+from fedleak.harness.cli.victim.option_settings import settings_file, victim_settings
 from fedleak.harness.cli.victim.serving_options import (
     SERVING_SECTIONS,
     ServingOptions,
     serving_options,
 )
-from fedleak.harness.cli.victim.settings import settings_file, victim_settings
+from fedleak.harness.cli.victim.victim_options import VICTIM_SECTIONS, VictimOptions, victim_options
+from fedleak.harness.cli.victim.victim_serving import (
+    required_score_token,
+    serving_limits,
+    start_warnings,
+)
 
 if TYPE_CHECKING:  # the CLI starts without importing the victim
     from fedleak.harness.victim.federated_victim import Victim

@@ -7,8 +7,8 @@ from __future__ import annotations
 import click
 from click.testing import CliRunner
 
-from fedleak.harness.cli.victim.options import VictimOptions, victim_options
-from fedleak.harness.cli.victim.settings import victim_settings
+from fedleak.harness.cli.victim.option_settings import victim_settings
+from fedleak.harness.cli.victim.victim_options import VictimOptions, victim_options
 from fedleak.harness.federated.protocol import Protocol
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.release.releaser import ReleaseSettings

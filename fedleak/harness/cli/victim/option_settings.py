@@ -1,6 +1,7 @@
-"""The victim the options describe: :class:`~fedleak.harness.cli.victim.options.VictimOptions`
-→ :class:`~fedleak.harness.victim.settings.VictimSettings`, here and nowhere else, or the
-settings a ``--settings`` file holds (victim options given beside it refused by name)."""
+"""The victim the options describe:
+:class:`~fedleak.harness.cli.victim.victim_options.VictimOptions` →
+:class:`~fedleak.harness.victim.settings.VictimSettings`, here and nowhere else, or the settings a
+``--settings`` file holds (victim options given beside it refused by name)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from fedleak.harness.cli.victim.options import VictimOptions
 from fedleak.harness.cli.victim.serving_options import serving_names
+from fedleak.harness.cli.victim.victim_options import VictimOptions
 
 if TYPE_CHECKING:
     from fedleak.harness.victim.limits import VictimLimits
