@@ -88,6 +88,10 @@ def test_release_streams_progress_and_a_model_trained_on_the_training_set(
     assert all(s.matched_index == s.index for s in score.images)
     assert all(s.ssim > 0.999 for s in score.images if s.voters == 1)
     assert [s.margin for s in score.images] == pytest.approx(margins.tolist(), rel=1e-4)
+    # each sample beside its floors: the truth itself is far above every constant guess
+    assert score.floors_scored and {f.guess for f in score.floors} >= {"grey", "data-set mean"}
+    assert all(s.floor_guess and s.floor_psnr + 3 <= s.psnr for s in score.images)
+    assert score.above_floor == N and score.successes == N
 
 
 def test_kkt_attack_from_the_cli_writes_metrics_and_pictures(
@@ -111,6 +115,13 @@ def test_kkt_attack_from_the_cli_writes_metrics_and_pictures(
     assert all(-1 <= s["ssim"] <= 1 and s["margin"] > 0 and s["voters"] >= 1 for s in samples)
     recovered = sum(s["ssim"] >= 0.4 for s in samples)
     assert metrics["summary"]["recovered"] == recovered
+    floors = metrics["summary"]["floors"]  # every figure beside its floor, in the file and out
+    assert floors["images"] == N and "data-set mean" in floors["guesses"]
+    assert all(s["floor_psnr"] > 0 and s["floor_guess"] for s in samples)
+    above = sum(s["ssim"] >= 0.4 and s["psnr"] >= s["floor_psnr"] + 3 for s in samples)
+    assert metrics["summary"]["recovered_above_floor"] == above
+    assert "floor (best constant guess per image)" in result.output
+    assert f"above the floor: {above}/{N} training samples" in result.output
     assert metrics["local_voting_matches_victim"] is True
     for name in ("ssim_vs_margin.png", "best.png", "candidates.npy"):
         assert (out / name).stat().st_size > 0

@@ -15,6 +15,16 @@ Two matchings live here:
 - :func:`match_to_training` picks, per training sample, the candidate of highest SSIM: an
   optimistic oracle (it selects by the score itself), kept for controls in the benches.
 
+Every training sample is scored beside its trivial *floors* (:func:`release_floors`,
+:mod:`~fedleak.harness.metrics.floors`): a flat grey image, the mean of the victim's private
+pool without the sample (x̄₋ᵢ = (Σ_n x_n − x_i) / (N − 1)) and the sample's own mean colour. On
+small images a structured guess such as the pool's mean digit scores SSIM near the paper's 0.4
+bar by itself, so a sample counts as *recovered beyond its floor* only at SSIM ≥ the threshold
+**and** a voted reconstruction at least :data:`~fedleak.harness.metrics.floors.FLOOR_MARGIN_DB`
+(3 dB) of PSNR above its floor, the rule of every other attack's success count. Voting gives each
+sample a reconstruction of its own (several may share voters), so the counts are per sample,
+not a one-to-one matching.
+
 SSIM is :func:`fedleak.harness.metrics.ssim_per_image` (pytorch_msssim, Gaussian window σ 1.5,
 11 wide shrunk to the image, valid filtering) on images in [0, 1]; candidates should already be
 scaled to [0, 1] (:func:`fedleak.attacks.kkt.postprocess.scale_to_unit`). On 8×8 digits the
@@ -30,7 +40,19 @@ import torch
 from torch import Tensor
 
 from fedleak.attacks.kkt.postprocess import normalized_cross_correlation
-from fedleak.harness.metrics.image_metrics import mse_per_image, psnr_per_image, ssim_per_image
+from fedleak.harness.metrics.floors import (
+    FLOOR_MARGIN_DB,
+    FloorScores,
+    FloorSummary,
+    MeanPool,
+    summarise,
+)
+from fedleak.harness.metrics.image_metrics import (
+    floor_scores,
+    mse_per_image,
+    psnr_per_image,
+    ssim_per_image,
+)
 
 #: SSIM above which a training sample counts as reconstructed (paper Sec. 5.3).
 RECOVERED_SSIM = 0.4
@@ -150,3 +172,42 @@ def vote_reconstructions(
         psnr=psnr_per_image(reconstructions, truth).double(),
         mse=mse_per_image(reconstructions, truth),
     )
+
+
+@dataclass
+class ReleaseFloors:
+    """Every training sample's trivial floor beside its voted reconstruction.
+
+    ``scores``: each constant guess's PSNR and SSIM per sample; ``summary``: the guesses' means,
+    the mean per-sample floor (PSNR and SSIM), the mean margin m̄ = mean_i (PSNR_i − floor_i) and
+    ``summary.above`` = #{i : PSNR_i ≥ floor_i + margin_db}; ``recovered_above`` = #{i :
+    SSIM_i ≥ threshold and PSNR_i ≥ floor_i + margin_db}, the recovered count that a constant
+    guess cannot reach.
+    """
+
+    scores: FloorScores
+    summary: FloorSummary
+    recovered_above: int
+    threshold: float
+
+
+def release_floors(match: VotedMatch, train01: Tensor, pool: MeanPool | None = None, *,
+                   threshold: float = RECOVERED_SSIM,
+                   margin_db: float = FLOOR_MARGIN_DB) -> ReleaseFloors:
+    """The floors of the training samples ``train01`` ``[n, C, H, W]`` (on [0, 1]) that
+    ``match`` scored (module docstring).
+
+    ``pool`` is the data the data-set mean guess is taken over, each sample left out of its own
+    guess (the victim's private pool; None: the training set itself). A sample is above its
+    floor when PSNR_i ≥ max_g PSNR(g_i, x_i) + ``margin_db`` (g over grey, the pool's
+    leave-one-out mean, the sample's own mean colour), and recovered beyond it when also
+    SSIM_i ≥ ``threshold`` (Haim et al. 2022 Sec. 5.3's bar, 0.4).
+    """
+    _check_images("training images", train01)
+    if len(train01) != len(match.psnr):
+        raise ValueError(f"{len(match.psnr)} scored samples but {len(train01)} training images")
+    floors = floor_scores(train01.float(), pool)
+    above = match.psnr >= floors.best_psnr.double() + margin_db
+    recovered = above & (match.ssim >= threshold)
+    return ReleaseFloors(floors, summarise(floors, match.psnr, int(above.sum()), margin_db),
+                         int(recovered.sum()), threshold)

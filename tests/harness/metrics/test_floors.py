@@ -100,3 +100,26 @@ def test_floors_of_several_rounds_are_weighted_by_images() -> None:
     assert both is not None and both.images == 4 and both.above == one.above + three.above
     assert both.mean_psnr == pytest.approx((one.mean_psnr + 3 * three.mean_psnr) / 4)
     assert combined([]) is None
+
+
+def test_a_kkt_release_counts_a_sample_only_above_its_floor() -> None:
+    """KKT release scoring (Haim et al.'s SSIM >= 0.4 voting) stands every training sample
+    beside its floors: the pool's mean of the *other* images, grey, its own mean colour. A
+    candidate that is the data set's mean image reaches the SSIM bar on similar samples but is
+    not recovered beyond the floor; an exact copy is."""
+    from fedleak.harness.metrics.kkt_metrics import release_floors, vote_reconstructions
+
+    g = torch.Generator().manual_seed(6)
+    base = torch.rand(1, 1, 8, 8, generator=g)
+    pool = (base + 0.05 * torch.randn(6, 1, 8, 8, generator=g)).clamp(0, 1)
+    train, mean = pool[:2], pool.mean(0, keepdim=True)
+    # candidates: an exact copy of sample 0 and the pool's mean image
+    match = vote_reconstructions(torch.cat([train[:1], mean]), train)
+    floors = release_floors(match, train, MeanPool.of(pool))
+    assert torch.allclose(constant_guesses(train, MeanPool.of(pool))[DATASET_MEAN][1],
+                          (pool.sum(0) - pool[1]) / 5)
+    assert match.ssim[1] >= 0.4  # the mean image passes the paper's bar on sample 1 ...
+    assert floors.scores.best_guess[1] == DATASET_MEAN
+    assert float(match.psnr[1]) < float(floors.scores.best_psnr[1]) + FLOOR_MARGIN_DB
+    assert floors.summary.above == 1 and floors.recovered_above == 1  # ... only the copy counts
+    assert floors.summary.images == 2 and not floors.summary.recovered_nothing

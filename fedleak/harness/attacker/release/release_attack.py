@@ -10,7 +10,7 @@ One run (``fedleak attack --attack kkt``):
 4. Each candidate scaled to [0, 1] on its own (App. B.3 step 1), non-finite ones dropped, and
    ``Score`` with the release id: the victim matches them to its training set (NCC nearest
    neighbours and voting, SSIM per training sample) and returns each sample's margin
-   y_i Φ(θ; x_i); the training set stays there.
+   y_i Φ(θ; x_i) and its trivial floor (the best constant guess); the training set stays there.
 5. ``Reveal`` when the victim allows it and we hold its token: the training set, to draw the
    best recovered samples beside their originals (the voting is recomputed here with the same
    code the victim runs).
@@ -47,7 +47,9 @@ from fedleak.harness.attacker.release.release_records import (
     ReleaseRun,
     ReleaseSummary,
     TrainingSampleRecord,
+    floor_lines,
 )
+from fedleak.harness.metrics.floors import FloorSummary
 from fedleak.harness.metrics.kkt_metrics import vote_reconstructions
 from fedleak.v1 import victim_pb2 as pb
 
@@ -117,9 +119,14 @@ def run_release_attack(
         summary=ReleaseSummary(
             recovered=score.recovered, recovered_ssim=score.recovered_ssim,
             num_train=len(score.images), mean_ssim=score.mean_ssim, mean_psnr=score.mean_psnr,
-            max_ssim=max((s.ssim for s in score.images), default=float("nan"))),
-        training_samples=[TrainingSampleRecord(s.index, s.matched_index, s.ssim, s.psnr, s.mse,
-                                               s.margin, s.voters) for s in score.images],
+            max_ssim=max((s.ssim for s in score.images), default=float("nan")),
+            floors=score_floors(score),
+            recovered_above_floor=score.successes if score.floors_scored else None),
+        training_samples=[
+            TrainingSampleRecord(s.index, s.matched_index, s.ssim, s.psnr, s.mse, s.margin,
+                                 s.voters, *((s.floor_psnr, s.floor_ssim, s.floor_guess)
+                                             if score.floors_scored else ()))
+            for s in score.images],
     )
     np.save(out / "candidates.npy", candidates01.numpy())
     run.files["candidates"] = "candidates.npy"
@@ -135,7 +142,18 @@ def run_release_attack(
     run.write(out)
     log(f"recovered {score.recovered}/{len(ssims)} training samples at SSIM >= "
         f"{score.recovered_ssim:g} (mean SSIM {score.mean_ssim:.3f}); attack {attack_s:.1f} s")
+    for line in floor_lines(run.summary):
+        log(line)
     return run
+
+
+def score_floors(score: pb.ScoreResponse) -> FloorSummary | None:
+    """The training samples' floors as the victim scored them (None: it scored none)."""
+    if not score.floors_scored:
+        return None
+    return FloorSummary({f.guess: (f.mean_psnr, f.mean_ssim) for f in score.floors},
+                        score.mean_floor_psnr, score.mean_floor_ssim, score.mean_floor_margin,
+                        score.above_floor, len(score.images), score.floor_margin_db)
 
 
 def release_record(received: ReceivedRelease, wall: float) -> ReleaseRecord:

@@ -1,6 +1,7 @@
 """Typed records of a run against a released model (Haim et al. 2022): the release as the
 server received it, the KKT candidates it submitted, and the victim's per-training-sample
-scores, written as ``metrics.json`` and summarised for the terminal like an update run's
+scores, each sample beside its trivial floor (the best constant guess, scored by the victim),
+written as ``metrics.json`` and summarised for the terminal like an update run's
 (:mod:`~fedleak.harness.attacker.records`).
 """
 
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedleak.harness.attacker.records import METRICS_NAME, RunHeader, to_json, write_json
+from fedleak.harness.attacker.records import METRICS_NAME, OMIT, RunHeader, to_json, write_json
+from fedleak.harness.metrics.floors import FloorSummary, floor_words
 
 
 @dataclass
@@ -43,12 +45,18 @@ class CandidatesRecord:
 
 @dataclass
 class ReleaseSummary:
+    """The victim's counts and means over the training set; ``floors`` the samples' trivial
+    floors (None from a victim that scores none) and ``recovered_above_floor`` the samples
+    recovered at ``recovered_ssim`` *and* ≥ ``floors.margin_db`` of PSNR above their floor."""
+
     recovered: int
     recovered_ssim: float
     num_train: int
     mean_ssim: float
     mean_psnr: float
     max_ssim: float
+    floors: FloorSummary | None = field(default=None, metadata=OMIT)
+    recovered_above_floor: int | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -62,6 +70,10 @@ class TrainingSampleRecord:
     mse: float
     margin: float
     voters: int
+    #: the sample's trivial floor (best constant guess), its SSIM and which guess it is
+    floor_psnr: float | None = field(default=None, metadata=OMIT)
+    floor_ssim: float | None = field(default=None, metadata=OMIT)
+    floor_guess: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -108,8 +120,21 @@ class ReleaseRun:
         lines.append(f"recovered {s.recovered}/{s.num_train} training samples at SSIM >= "
                      f"{s.recovered_ssim:g} (mean SSIM {s.mean_ssim:.3f})"
                      + (f"; DP release, epsilon {eps}" if eps else ""))
+        lines += floor_lines(s)
         lines.append(f"metrics: {out / METRICS_NAME}")
         lines += [f"picture: {out / name}" for name in self.files.values()
                   if name.endswith(".png")]
         lines += [f"warning: {warning}" for warning in self.warnings]
         return lines
+
+
+def floor_lines(s: ReleaseSummary) -> list[str]:
+    """The release's figures beside their floor: the mean PSNR and SSIM against the floor's,
+    the floor in words (:func:`~fedleak.harness.metrics.floors.floor_words`), and the recovered
+    count that needs the floor margin too."""
+    if s.floors is None:
+        return []
+    f = s.floors
+    return [f"mean PSNR {s.mean_psnr:.2f} dB, mean SSIM {s.mean_ssim:.3f}; {floor_words(f)}",
+            f"recovered at SSIM >= {s.recovered_ssim:g} and >= {f.margin_db:g} dB above the "
+            f"floor: {s.recovered_above_floor}/{s.num_train} training samples"]

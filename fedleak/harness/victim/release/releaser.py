@@ -18,7 +18,9 @@ training hyperparameters within the victim's budget; the victim owns everything 
   are refused rather than silently skipped.
 - **Scoring** (``Score`` with the release id): App. B.3's nearest neighbours by NCC and voting
   (:func:`fedleak.harness.kkt_scoring.vote_reconstructions`), SSIM per training sample, and the
-  sample's margin y_i Φ(θ; x_i) under the released model (Fig. 4). Ground truth stays here.
+  sample's margin y_i Φ(θ; x_i) under the released model (Fig. 4), and each sample beside its
+  trivial floors (:func:`fedleak.harness.metrics.kkt_metrics.release_floors`: grey, the private
+  pool's mean without the sample, its own mean colour). Ground truth stays here.
 
 Training reports progress through a callback and stops when ``stop`` is set (the client
 cancelled); one release trains at a time.
@@ -45,7 +47,14 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
+from fedleak.harness.metrics.floors import MeanPool
+from fedleak.harness.metrics.kkt_metrics import (
+    RECOVERED_SSIM,
+    ReleaseFloors,
+    VotedMatch,
+    release_floors,
+    vote_reconstructions,
+)
 from fedleak.harness.victim.limits import VictimLimits
 from fedleak.harness.victim.scoring.budget import ScoreBudget
 from fedleak.harness.wire.request_errors import (
@@ -121,11 +130,13 @@ class ReleaseRecord:
 
 @dataclass
 class ReleaseScore:
-    """Per training sample scores (App. B.3) and the model's margins y_i Φ(θ; x_i)."""
+    """Per training sample scores (App. B.3), the model's margins y_i Φ(θ; x_i) and the
+    samples' trivial floors."""
 
     match: VotedMatch
     margins: Tensor
     threshold: float
+    floors: ReleaseFloors
 
     @property
     def recovered(self) -> int:
@@ -159,6 +170,7 @@ class ModelReleaser:
         self._lock = threading.Lock()
         self._training = threading.Lock()
         self._training_set: tuple[Tensor, Tensor] | None = None
+        self._pool: MeanPool | None = None
         #: Outputs of the model per input, probed once here: a probe while serving would race
         #: with local training for the model's train/eval mode.
         self.output_width = output_width(model, tuple(data.info.shape), device,
@@ -358,7 +370,17 @@ class ModelReleaser:
         match = vote_reconstructions(candidates01.float().clamp(0, 1), train01)
         with torch.no_grad():
             outputs = record.model(to_model_input(train01)).reshape(-1)
-        return ReleaseScore(match, outputs * record.labels, threshold or RECOVERED_SSIM)
+        threshold = threshold or RECOVERED_SSIM
+        floors = release_floors(match, train01, self.pool, threshold=threshold)
+        return ReleaseScore(match, outputs * record.labels, threshold, floors)
+
+    @property
+    def pool(self) -> MeanPool:
+        """The private pool the floors' data-set mean guess is taken over (each training sample
+        left out of its own guess), as the round scorer takes it."""
+        if self._pool is None:
+            self._pool = MeanPool.of(self.data.images.float())
+        return self._pool
 
     def reveal(self, release_id: str) -> tuple[Tensor, Tensor]:
         """The training set on [0, 1] and its class labels (the caller checks the token)."""

@@ -107,7 +107,9 @@ def release_stream(
 
 
 def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.ScoreResponse:
-    """Score KKT candidates against a release's training set (App. B.3) with margins.
+    """Score KKT candidates against a release's training set (App. B.3) with margins, each
+    sample beside its floors (``successes``: recovered at ``recovered_ssim`` *and* ≥ 3 dB of
+    PSNR above the floor).
 
     The declared shape and dtype are checked before the candidates are decoded; the release's
     budget is spent only by a valid submission; scores go out at report precision.
@@ -128,7 +130,9 @@ def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.Score
     except CodecError as err:
         raise InvalidArgument(str(err)) from err
     score = releaser.score(request.round_id, candidates, request.recovered_ssim)
-    match = score.match
+    match, floors = score.match, score.floors
+    best, best_ssim = floors.scores.best_psnr, floors.scores.best_ssim
+    guess, summary = floors.scores.best_guess, floors.summary
     return pb.ScoreResponse(
         images=[
             pb.ImageScore(index=i, matched_index=int(match.nearest[i]),
@@ -136,7 +140,9 @@ def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.Score
                           ssim=precision.unit(float(match.ssim[i])),
                           mse=precision.significant(float(match.mse[i])),
                           margin=precision.significant(float(score.margins[i]), 5),
-                          voters=int(match.voters[i]))
+                          voters=int(match.voters[i]),
+                          floor_psnr=precision.psnr(float(best[i])),
+                          floor_ssim=precision.unit(float(best_ssim[i])), floor_guess=guess[i])
             for i in range(len(match.ssim))
         ],
         mean_psnr=precision.psnr(float(match.psnr.mean())),
@@ -144,4 +150,12 @@ def score_release(releaser: ModelReleaser, request: pb.ScoreRequest) -> pb.Score
         mean_mse=precision.significant(float(match.mse.mean())),
         recovered=score.recovered,
         recovered_ssim=score.threshold,
+        floors_scored=True,
+        floors=[pb.FloorScore(guess=g, mean_psnr=precision.psnr(p), mean_ssim=precision.unit(q))
+                for g, (p, q) in summary.guesses.items()],
+        mean_floor_psnr=precision.psnr(summary.mean_psnr),
+        mean_floor_ssim=precision.unit(summary.mean_ssim),
+        mean_floor_margin=precision.psnr(summary.mean_margin),
+        above_floor=summary.above, floor_margin_db=summary.margin_db,
+        successes=floors.recovered_above,
     )
