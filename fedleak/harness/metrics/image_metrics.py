@@ -15,8 +15,8 @@ best such pair. Padding slots (an attack's placeholders, e.g. the mean image) st
 in the assignment behind the mean PSNR, and are flagged there.
 
 Every batch is scored beside its trivial *floors* (:mod:`~fedleak.harness.metrics.floors`: a
-flat grey image, the data set's mean image, the image's own mean colour): a *success* needs
-both PSNR ≥ :data:`SUCCESS_PSNR` and a PSNR at least :data:`~fedleak.harness.metrics.floors.
+flat grey image, the mean of the pool's other images, the image's own mean colour): a *success*
+needs both PSNR ≥ :data:`SUCCESS_PSNR` and a PSNR at least :data:`~fedleak.harness.metrics.floors.
 FLOOR_MARGIN_DB` above the image's floor, so a reconstruction no better than a constant guess
 never counts, however high its PSNR (a smooth image's mean colour may score 20 dB).
 """

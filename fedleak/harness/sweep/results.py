@@ -213,8 +213,8 @@ def summary_table(results: list[PointResult]) -> str:
                      f"{format_audit(r):>7}  {r.shown_status}")
     if any(r.floor_psnr is not None for r in results):
         lines.append("floor: the mean PSNR of the best constant guess of each attacked image "
-                     "(grey, the data set's mean image, its own mean colour); a PSNR not above "
-                     "it recovered nothing beyond a constant guess")
+                     "(grey, the mean of the victim's other private images, its own mean "
+                     "colour); a PSNR not above it recovered nothing beyond a constant guess")
     for r in results:
         if r.attack is not None and r.truncated:
             for reason in r.attack.truncated:

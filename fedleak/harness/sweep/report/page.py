@@ -189,8 +189,9 @@ def _floor_note(r: PointResult) -> str:
 def _table(results: list[PointResult]) -> str:
     e = html.escape
     rows = ['<table><tr><th class="l">point</th><th class="l">defense</th><th>PSNR dB</th>'
-            '<th title="the best constant guess of each attacked image: grey, the data set&#39;s '
-            'mean image, its own mean colour">floor dB</th><th>SSIM</th><th>labels</th>'
+            '<th title="the best constant guess of each attacked image: grey, the mean of the '
+            'victim&#39;s other private images, its own mean colour">floor dB</th>'
+            "<th>SSIM</th><th>labels</th>"
             "<th>test accuracy</th><th>ε</th><th>ε_LB</th>"
             '<th class="l">status</th></tr>']
     for r in results:
