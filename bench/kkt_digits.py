@@ -26,12 +26,21 @@ overlaps the training set:
 Outputs (``--out``), for the clean and the DP release: ``kkt_DATASET_NAME_ssim_vs_margin.png``
 (Fig. 4: SSIM of every training sample against its margin y_i Φ(θ; x_i), held-out mean as a
 line) and ``kkt_DATASET_NAME_best.png`` (training images above their voted reconstructions);
-a ``kkt_DATASET_NAME_held.png`` shows the held-out images above theirs.
+a ``kkt_DATASET_NAME_held.png`` shows the held-out images above theirs. Every count stands
+beside its trivial floor, as the victim's ``Score`` gives it (``floor``: grey, the pool's mean
+image without the sample, the sample's own mean colour; ``constant_guess@0.4`` how many
+samples the best of those guesses already scores at SSIM ≥ 0.4; ``recovered@0.4_above_floor``
+the samples at SSIM ≥ 0.4 *and* 3 dB of PSNR above their floor).
 
     .venv/bin/python bench/kkt_digits.py                       # defaults, ~3-10 min on 2 cores
     .venv/bin/python bench/kkt_digits.py --n 100 --attack '{"runs": 2}'
     .venv/bin/python bench/kkt_digits.py --depth 2             # the paper's d-1000-1000-1
     .venv/bin/python bench/kkt_digits.py --dataset faces --attack '{"iterations": 3000}'
+    .venv/bin/python bench/kkt_digits.py --n 50 --floors-only  # the floors alone, seconds
+
+``--floors-only`` trains and attacks nothing: it prints the floors of the training set and the
+held-out control (they depend on the images alone), e.g. how many samples a constant guess
+already scores at SSIM ≥ 0.4.
 """
 
 from __future__ import annotations
@@ -55,8 +64,14 @@ from fedleak.harness.federated.release_training import (
     to_model_input,
     train_release,
 )
-from fedleak.harness.metrics.image_metrics import ssim_per_image
-from fedleak.harness.metrics.kkt_metrics import RECOVERED_SSIM, VotedMatch, vote_reconstructions
+from fedleak.harness.metrics.floors import MeanPool, floor_words
+from fedleak.harness.metrics.image_metrics import floor_scores, ssim_per_image
+from fedleak.harness.metrics.kkt_metrics import (
+    RECOVERED_SSIM,
+    VotedMatch,
+    release_floors,
+    vote_reconstructions,
+)
 from fedleak.harness.zoo.binary_tasks import TASKS, balanced_subset
 from fedleak.harness.zoo.datasets import load_dataset
 
@@ -100,6 +115,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=Path("bench_out"))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--floors-only", action="store_true",
+                        help="print the training and held-out sets' floors; no training, no "
+                             "attack")
     return parser.parse_args()
 
 
@@ -191,8 +209,12 @@ def own_image_first(match: VotedMatch, images01: torch.Tensor) -> float:
     return round(float((own > table.max(1).values).sum()) / n, 3)
 
 
-def counts(match: VotedMatch, images01: torch.Tensor) -> dict[str, Any]:
-    """Recovered counts, SSIM summary, distinct nearest candidates (of n) and specificity."""
+def counts(match: VotedMatch, images01: torch.Tensor, pool: torch.Tensor) -> dict[str, Any]:
+    """Recovered counts, SSIM summary, distinct nearest candidates (of n), specificity, and
+    the floors the victim's ``Score`` stands them beside (``pool``: the images the data-set mean
+    guess is taken over, each image left out of its own)."""
+    floors = release_floors(match, images01, MeanPool.of(pool.float()))
+    f = floors.summary
     return {
         "recovered@0.4": match.recovered(RECOVERED_SSIM),
         "recovered@0.6": match.recovered(0.6),
@@ -200,7 +222,37 @@ def counts(match: VotedMatch, images01: torch.Tensor) -> dict[str, Any]:
         "max_ssim": round(float(match.ssim.max()), 3),
         "distinct_nearest": int(match.nearest.unique().numel()),
         "own_image_first": own_image_first(match, images01),
+        "mean_psnr": round(float(match.psnr.mean()), 2),
+        "floor": {"mean_psnr": round(f.mean_psnr, 2), "mean_ssim": round(f.mean_ssim, 3),
+                  "guesses": {g: [round(p, 2), round(q, 3)] for g, (p, q) in f.guesses.items()},
+                  "constant_guess@0.4": int((floors.scores.best_ssim >= RECOVERED_SSIM).sum()),
+                  "mean_margin_db": round(f.mean_margin, 2), "above": f.above,
+                  "recovered@0.4_above_floor": floors.recovered_above,
+                  "words": floor_words(f)},
     }
+
+
+def floors_alone(images01: torch.Tensor, pool: torch.Tensor) -> dict[str, Any]:
+    """The floors of ``images01`` against ``pool`` with no reconstruction: each guess's mean
+    PSNR and SSIM, the per-image floor's, and how many images a guess scores at SSIM ≥ 0.4."""
+    floors = floor_scores(images01.float(), MeanPool.of(pool.float()))
+    return {"images": len(images01),
+            "mean_psnr": round(float(floors.best_psnr.mean()), 2),
+            "mean_ssim": round(float(floors.best_ssim.mean()), 3),
+            "guesses": {g: [round(float(floors.psnr[g].mean()), 2),
+                            round(float(floors.ssim[g].mean()), 3)] for g in floors.made},
+            "constant_guess@0.4": int((floors.best_ssim >= RECOVERED_SSIM).sum()),
+            "constant_guess@0.6": int((floors.best_ssim >= 0.6).sum())}
+
+
+def pools(dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images the data-set mean guess is taken over: for the training set the pool it was
+    drawn from (digits: the train split, as the victim holds it; faces: all 200), for the
+    held-out control the one it came from (digits: the test split)."""
+    if dataset == "digits":
+        return load_dataset("digits", "train").images, load_dataset("digits", "test").images
+    images = load_dataset(dataset, "all").images
+    return images, images
 
 
 def plot(name: str, margins: torch.Tensor, match: VotedMatch, held: VotedMatch,
@@ -245,7 +297,8 @@ def experiment(name: str, config: ReleaseTrainingConfig, args: argparse.Namespac
         "train_s": round(train_s, 1),
         "stationarity_at_truth": round(residual_at_truth(model, to_model_input(train01), y), 4),
         **summary,
-        "training_set": counts(match, train01), "held_out_control": counts(held, held01),
+        "training_set": counts(match, train01, args.pools[0]),
+        "held_out_control": counts(held, held01, args.pools[1]),
         "all_held_out": {"images": len(rest01),
                          "recovered@0.4": rest.recovered(RECOVERED_SSIM),
                          "recovered@0.6": rest.recovered(0.6),
@@ -265,6 +318,12 @@ def main() -> None:
     torch.manual_seed(args.seed)
     train01, y, held01, rest01 = training_and_held_out(args.dataset, args.n, args.seed)
     args.shape = tuple(train01.shape[1:])
+    args.pools = pools(args.dataset)
+    if args.floors_only:
+        print(json.dumps({"dataset": args.dataset, "n": len(train01),
+                          "training_set_floor": floors_alone(train01, args.pools[0]),
+                          "held_out_floor": floors_alone(held01, args.pools[1])}))
+        return
     print(json.dumps({"attack_options": {**ATTACK_DEFAULTS, **args.attack},
                       "threads": torch.get_num_threads()}), flush=True)
     start = time.perf_counter()

@@ -9,6 +9,7 @@ rebuilt from typed values. :func:`create_victim` loads the private pool, builds 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import secrets
@@ -26,7 +27,8 @@ from fedleak.defenses import (
     defense_tables,
     parse_defense_spec,
 )
-from fedleak.harness.federated.protocol import Protocol
+from fedleak.harness.federated.local_update import set_training_mode
+from fedleak.harness.federated.protocol import FEDSGD, Protocol, local_batches
 from fedleak.harness.victim.audit.informed_game import GameSettings, InformedGame, prior_split
 from fedleak.harness.victim.config import VictimConfig
 from fedleak.harness.victim.federated_victim import Victim
@@ -35,7 +37,7 @@ from fedleak.harness.victim.release.releaser import ReleaseSettings
 from fedleak.harness.victim.secagg_session import parse_drops
 from fedleak.harness.victim.selection import private_pool
 from fedleak.harness.victim.text_pool import is_text_dataset, load_text_pool
-from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.datasets import load_dataset, normalize
 from fedleak.harness.zoo.models import OPACUS_OPTION, ModelSpec, build_model, load_checkpoint
 from fedleak.harness.zoo.text.text_datasets import TextDataset
 from fedleak.harness.zoo.text.text_models import build_text_model
@@ -165,6 +167,9 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
         net = build_model(spec, data.info.shape, data.info.num_classes)
     if s.checkpoint is not None:
         load_checkpoint(net, str(s.checkpoint))
+    if not isinstance(data, TextDataset):
+        check_trainable(net, s.protocol, normalize(data.images[:s.batch_size], data.info),
+                        f"{s.model} on {s.dataset}")
     config = VictimConfig(
         model=spec,
         protocol=s.protocol,
@@ -182,6 +187,38 @@ def create_victim(settings: VictimSettings, chain: DefenseChain | None = None) -
     )
     generator = None if s.defense_seed is None else torch.Generator().manual_seed(s.defense_seed)
     return Victim(config, data, net, generator, informed_game(s))
+
+
+def check_trainable(model: torch.nn.Module, protocol: Protocol, images: torch.Tensor,
+                    what: str) -> None:
+    """SetupError unless ``model`` runs forward the way its user will train it: in training
+    mode with BatchNorm as ``protocol.batchnorm`` says, on each local batch size one round of
+    ``images`` ``[n, C, H, W]`` makes (FedSGD: n; FedAvg: B and the last batch's n mod B).
+
+    BatchNorm in training mode normalises each channel over the N·H·W values of a batch; where
+    that is one value (a batch of one image whose feature map has shrunk to 1×1, e.g. ResNet-18
+    at 32×32) torch refuses, and every round would fail. A copy of the model is run, so the
+    victim's own BatchNorm statistics are not moved."""
+    if protocol.batchnorm != "train" or not any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return
+    probe = copy.deepcopy(model)
+    set_training_mode(probe, protocol)
+    n = images.shape[0]
+    sizes = sorted({b.stop - b.start for b in local_batches(n, protocol.batch_size)}) \
+        if protocol.kind != FEDSGD else [n]
+    for size in sizes:
+        try:
+            with torch.no_grad():
+                probe(images[:size])
+        except ValueError as err:
+            local = " (or --local-batch-size)" if protocol.kind != FEDSGD else ""
+            raise SetupError(
+                f"{what} cannot train as this victim would: BatchNorm in training mode on a "
+                f"local batch of {size} image(s) of {'×'.join(map(str, images.shape[1:]))} "
+                f"fails ({err}); start the victim with --batchnorm eval (BatchNorm on its "
+                f"running statistics), a larger --batch-size{local}, or larger images "
+                "(--image-size with --dataset imagefolder)") from None
 
 
 def informed_game(s: VictimSettings) -> InformedGame | None:

@@ -41,3 +41,28 @@ def test_settings_file_describes_the_whole_victim(tmp_path) -> None:
     bad.write_text('{"dataset": "digits", "shape": 3}')
     result = CliRunner().invoke(main, ["victim", "serve", "--settings", str(bad)])
     assert result.exit_code == 2 and "unknown victim setting(s) shape" in result.output
+
+
+
+def test_a_model_that_cannot_train_as_served_refuses_to_start_naming_the_fixes() -> None:
+    """ResNet-18 at 32×32 shrinks its feature map to 1×1: BatchNorm in training mode on a batch
+    of one image has one value per channel and every round would fail. The victim runs the
+    model the way it will train (BatchNorm mode, each local batch size) before it starts."""
+    import torch
+
+    from fedleak.harness.victim.settings import check_trainable, create_victim
+
+    with pytest.raises(SetupError, match="batch of 1 image") as info:
+        create_victim(VictimSettings(dataset="photos", model="resnet18", batch_size=1))
+    for fix in ("--batchnorm eval", "--batch-size", "--image-size"):
+        assert fix in str(info.value)
+    # the same 1×1 feature map in a tiny network
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.BatchNorm2d(4), torch.nn.Flatten())
+    images = torch.rand(3, 3, 8, 8)
+    # FedAvg's last local batch of 3 images in batches of 2 holds one image too
+    with pytest.raises(SetupError, match="--local-batch-size"):
+        check_trainable(net, Protocol("fedavg", 1, 2, 0.1), images, "tiny")
+    check_trainable(net, Protocol("fedavg", 1, 3, 0.1), images, "tiny")  # one batch of 3
+    check_trainable(net, Protocol(batchnorm="eval"), images[:1], "tiny")
+    assert net.training and int(net[2].num_batches_tracked) == 0  # a copy ran, not the model
