@@ -83,19 +83,28 @@ class ObjectivePart(AttackPart):
     @abstractmethod
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
-        """D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None
-        for D = 1."""
+        """Return the diagonal D per parameter, or None for D = 1.
+
+        D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None for D =
+        1.
+        """
 
     def packs(self, observation: Observation) -> bool:
-        """Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which
-        packed attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is
-        more: such observations are packed as row blocks, each through its own objective)."""
+        """Tell whether the objective is eq. (1) with a diagonal alone.
+
+        Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which packed
+        attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is more: such
+        observations are packed as row blocks, each through its own objective).
+        """
         return not getattr(self.config, "hinge", 0.0)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
-        """Eq. (1) over ``observed``: the cosine ``inner`` (one update, or restarts when
-        ``rows``) weighted when D is not 1; ``per_row``: ``observed`` is given per row."""
+        """Eq. (1) over ``observed``.
+
+        The cosine ``inner`` (one update, or restarts when ``rows``) weighted when D is not 1;
+        ``per_row``: ``observed`` is given per row.
+        """
         options = {"per_row": True} if per_row else {}
         diag = self.diagonal(observed, observation, per_row)
         if diag is None:
@@ -171,8 +180,11 @@ class MaskedConfig:
 
 @register_objective("masked-cosine")
 class MaskedCosine(ObjectivePart):
-    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0]: the cosine over the
-    coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones down-weighted."""
+    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0].
+
+    The cosine over the coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones
+    down-weighted.
+    """
 
     Config = MaskedConfig
     config: MaskedConfig
@@ -286,8 +298,11 @@ class GaussianLikelihood(ObjectivePart):
 def build_objective(part: ObjectivePart, inner: Callable[..., Any],
                     observed: Sequence[torch.Tensor], observation: Observation,
                     **options: Any) -> Any:
-    """``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted
-    when the part's D is not 1. ``options`` go to ``inner`` (``per_row``)."""
+    """Build ``part``'s objective over ``observed``.
+
+    ``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted when the
+    part's D is not 1. ``options`` go to ``inner`` (``per_row``).
+    """
     return part.build(inner, observed, observation, **options)
 
 

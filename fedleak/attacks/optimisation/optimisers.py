@@ -35,7 +35,7 @@ LINE_SEARCHES = ("none", "strong_wolfe")
 
 
 def decay_milestones(iterations: int) -> tuple[int, ...]:
-    """Iterations (0-based) from which the step size is decayed: ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋."""
+    """Return the 0-based iterations where the step size decays: ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋."""
     return tuple(int(iterations * f) for f in DECAY_FRACTIONS)
 
 
@@ -99,8 +99,11 @@ class OptimiserPart(AttackPart):
     first_order: ClassVar[bool] = True
 
     def evaluations_per_step(self) -> int:
-        """At most how many objective evaluations (replay + vector–Jacobian product) one step
-        spends: 1 for a first-order step."""
+        """Return at most how many objective evaluations one step spends.
+
+        At most how many objective evaluations (replay + vector–Jacobian product) one step spends: 1
+        for a first-order step.
+        """
         return 1
 
     def rate(self, iteration: int, iterations: int) -> float:
@@ -219,9 +222,12 @@ class LBFGSPart(OptimiserPart):
     first_order = False
 
     def evaluations_per_step(self) -> int:
-        """PyTorch's ``max_eval``: ``inner`` (``max_iter``) without a line search, whose
-        every iteration evaluates once; ⌊5·inner/4⌋ with one, which may evaluate more often
-        (a step may stop earlier on its tolerances either way)."""
+        """Return PyTorch's ``max_eval`` for ``inner`` iterations.
+
+        PyTorch's ``max_eval``: ``inner`` (``max_iter``) without a line search, whose every
+        iteration evaluates once; ⌊5·inner/4⌋ with one, which may evaluate more often (a step may
+        stop earlier on its tolerances either way).
+        """
         inner = self.config.inner
         return inner if self.config.line_search == "none" else inner * 5 // 4
 

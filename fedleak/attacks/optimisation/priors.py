@@ -61,8 +61,10 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
 
 
 def to_pixels(images: torch.Tensor, observation: Observation) -> torch.Tensor:
-    """Normalised images back on the [0, 1] pixel scale: ``x · std + mean`` per channel
-    (``images`` [..., C, H, W])."""
+    """Normalised images back on the [0, 1] pixel scale.
+
+    ``x · std + mean`` per channel (``images`` [..., C, H, W]).
+    """
     mean = torch.as_tensor(observation.mean, dtype=images.dtype, device=images.device)
     std = torch.as_tensor(observation.std, dtype=images.dtype, device=images.device)
     return images * std.view(-1, 1, 1) + mean.view(-1, 1, 1)
@@ -135,8 +137,10 @@ class PriorPart(AttackPart):
         raise NotImplementedError
 
     def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Apply the constraint in place (constraint priors only); ``box`` is the pixel box
-        (lower, upper) in normalised space."""
+        """Apply the constraint in place (constraint priors only).
+
+        ``box`` is the pixel box (lower, upper) in normalised space.
+        """
 
 
 PRIORS: Registry[PriorPart] = Registry("prior", "fedleak.priors", PartError)
@@ -191,8 +195,11 @@ class BatchNormConfig:
 
 @register_prior("bn")
 class BatchNormStatistics(PriorPart):
-    """λ R_BN: the batch's BatchNorm statistics pulled towards the threat model's (Yin et al.
-    2021, eq. 6); refused on a model without BatchNorm or without the asked-for statistics."""
+    """BatchNorm statistics prior λ R_BN (Yin et al. 2021, eq. 6).
+
+    λ R_BN: the batch's BatchNorm statistics pulled towards the threat model's (Yin et al. 2021, eq.
+    6); refused on a model without BatchNorm or without the asked-for statistics.
+    """
 
     Config = BatchNormConfig
     config: BatchNormConfig
@@ -222,8 +229,11 @@ class DecayingConfig:
 
 
 class DecayingPrior(PriorPart):
-    """λ_i R(x) with λ_i = λ₀ · decay^⌊i/m⌋ (Qian & Hansen, Algorithm 2, lines 15–16), R on
-    the [0, 1] pixel scale."""
+    """Decayed prior λ_i R(x) (Qian & Hansen, Algorithm 2, lines 15–16).
+
+    λ_i R(x) with λ_i = λ₀ · decay^⌊i/m⌋ (Qian & Hansen, Algorithm 2, lines 15–16), R on the [0, 1]
+    pixel scale.
+    """
 
     Config = DecayingConfig
     config: DecayingConfig
@@ -265,7 +275,7 @@ class QianRegularizer(DecayingPrior):
 
     @staticmethod
     def chosen(num_images: int) -> str:
-        """The regulariser used for a batch of ``num_images``."""
+        """Return the regulariser used for a batch of ``num_images``."""
         return "l2" if num_images == 1 else "orthogonality"
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -274,8 +284,11 @@ class QianRegularizer(DecayingPrior):
 
 @register_prior("group")
 class GroupConsistency(PriorPart):
-    """λ ‖x_r − E(x)‖₂ (Yin et al. 2021, eq. 8): each restart pulled towards the restarts'
-    pixel-wise mean (held fixed within a step; no registration). Needs restarts >= 2."""
+    """λ ‖x_r − E(x)‖₂ (Yin et al. 2021, eq. 8).
+
+    Each restart pulled towards the restarts' pixel-wise mean (held fixed within a step; no
+    registration). Needs restarts >= 2.
+    """
 
     Config = Weighted
     coupled = True
@@ -308,9 +321,12 @@ class EpochConfig:
 
 @register_prior("epoch")
 class EpochConsistency(PriorPart):
-    """λ R_epoch: the per-epoch copies of a shuffled FedAvg replay keep one mean image
-    (Dimitrov et al. 2022, :func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`);
-    zero when the replay takes one copy."""
+    """Epoch-consistency prior λ R_epoch (Dimitrov et al. 2022).
+
+    λ R_epoch: the per-epoch copies of a shuffled FedAvg replay keep one mean image (Dimitrov et al.
+    2022, :func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`); zero when the
+    replay takes one copy.
+    """
 
     Config = EpochConfig
     config: EpochConfig
@@ -328,8 +344,11 @@ class EpochConsistency(PriorPart):
 
 @register_prior("box")
 class Box(PriorPart):
-    """x ∈ [0, 1]^n on the pixel scale ([(0 − mean)/std, (1 − mean)/std] normalised), applied
-    by projection after every step (the proximal step of the box's indicator)."""
+    """Box constraint x ∈ [0, 1]^n on the pixel scale, applied by projection.
+
+    x ∈ [0, 1]^n on the pixel scale ([(0 − mean)/std, (1 − mean)/std] normalised), applied by
+    projection after every step (the proximal step of the box's indicator).
+    """
 
     Config = NoOptions
     constraint = True

@@ -45,7 +45,7 @@ class ReplayPart(AttackPart):
 
     @abstractmethod
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
-        """The replay this part makes of ``base``."""
+        """Return the replay this part makes of ``base``."""
 
     @property
     def packable(self) -> bool:
@@ -138,8 +138,11 @@ class ClippedReplay(ReplayPart):
 
 
 def clip_rows(update: list[torch.Tensor], norm: float, clipping: str) -> list[torch.Tensor]:
-    """Each row r (restart) of ``update`` clipped: ``flat`` scales row r by
-    min(1, C/(‖u_r‖ + 1e-6)) over all layers; ``per-layer`` clips layer l to C/√L alone."""
+    """Each row r (restart) of ``update`` clipped.
+
+    ``flat`` scales row r by min(1, C/(‖u_r‖ + 1e-6)) over all layers; ``per-layer`` clips layer l
+    to C/√L alone.
+    """
     rows = update[0].shape[0]
 
     def factor(squares: torch.Tensor, bound: float) -> torch.Tensor:

@@ -126,6 +126,6 @@ def prior_specs(priors: str) -> list[str]:
 
 
 def fitting(part: type[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The shorthand ``options`` that part class ``part``'s Config has."""
+    """Return the shorthand ``options`` that part class ``part``'s Config has."""
     names = {f.name for f in fields(part.Config)}
     return {k: v for k, v in options.items() if k in names}

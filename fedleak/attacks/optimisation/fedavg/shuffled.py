@@ -147,7 +147,7 @@ class ShuffledFedAvg(FedAvgInversion):
 
 
 def _one_restart(model: OrderModel) -> RestartsUpdateFn:
-    """The modelled replay in restart form (one restart): ``[1, rows, C, H, W]``."""
+    """Return the modelled replay in restart form (one restart): ``[1, rows, C, H, W]``."""
     def replay(images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         return [u.unsqueeze(0) for u in model.replay(images[0], labels)]
 
@@ -155,8 +155,11 @@ def _one_restart(model: OrderModel) -> RestartsUpdateFn:
 
 
 def identifiable(observation: Observation, replay: OrderedReplay) -> bool:
-    """Whether the output bias can tell an epoch's batches apart: the layer has a bias and
-    the steps of one epoch weigh differently per image (momentum, or unequal batches)."""
+    """Whether the output bias can tell an epoch's batches apart.
+
+    The layer has a bias and the steps of one epoch weigh differently per image (momentum, or
+    unequal batches).
+    """
     if last_layer_indices(observation)[1] is None:
         return False
     batches = replay.epoch_batches(observation.num_images)
@@ -170,7 +173,7 @@ def identifiable(observation: Observation, replay: OrderedReplay) -> bool:
 
 def order_extras(observation: Observation, replay: OrderedReplay, model: OrderModel,
                  steps: int, revisions: int) -> dict[str, Any]:
-    """What ``metrics.json`` records of the modelled order (the round's ``attack_extras``)."""
+    """Return what ``metrics.json`` records of the modelled order (``attack_extras``)."""
     modelled = revisions > 0 and identifiable(observation, replay)
     return {"order_model": MODELLED if modelled else GUESSED,
             "order_revisions": revisions, "order_revisions_kept": model.kept,

@@ -117,7 +117,7 @@ class FedAvgInversion(InvertingGradients):
 
 
 def _prepared(attack: FedAvgInversion, observation: Observation) -> Observation:
-    """The observation checked and with the labels the config's source allows."""
+    """Return the observation checked and with the labels the config's source allows."""
     check_fedavg_observation(observation)
     if attack.config.labels == "known":
         if observation.labels is None:

@@ -1,5 +1,6 @@
-"""GradInversion (Yin et al., CVPR 2021, "See through Gradients"): batch recovery with
-BatchNorm-statistics and group-consistency priors.
+"""GradInversion (Yin et al., CVPR 2021, "See through Gradients").
+
+Batch recovery with BatchNorm-statistics and group-consistency priors.
 
 The attack minimises (eq. 3 and 4 of the paper)
 
@@ -73,8 +74,11 @@ class GradInversionConfig(ComposedConfig):
 
 @register_attack("gradinversion")
 class GradInversion(ComposedInversion):
-    """Yin et al.'s GradInversion: l2 matching + TV, l2, BatchNorm and group-consistency
-    priors over restarts optimised together, with label restoration."""
+    """Yin et al.'s GradInversion.
+
+    l2 matching + TV, l2, BatchNorm and group-consistency priors over restarts optimised together,
+    with label restoration.
+    """
 
     Config = GradInversionConfig
     config: GradInversionConfig

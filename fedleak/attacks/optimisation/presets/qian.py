@@ -1,5 +1,6 @@
-"""Qian & Hansen (2021), "What can we learn from gradients?", Algorithm 2: DLG with a uniform
-initialisation and a decaying regulariser.
+"""Qian & Hansen (2021), "What can we learn from gradients?", Algorithm 2.
+
+DLG with a uniform initialisation and a decaying regulariser.
 
 The attack minimises the euclidean gradient distance of DLG plus a regulariser R,
 
@@ -126,7 +127,7 @@ class Qian(ComposedInversion):
         return [(name, {"weight": cfg.weight, "decay": cfg.decay, "every": cfg.decay_every})]
 
     def regularizer_name(self, num_images: int) -> str:
-        """The regulariser used for a batch of ``num_images`` ('auto' resolved)."""
+        """Return the regulariser used for a batch of ``num_images`` ('auto' resolved)."""
         if self.config.regularizer != "auto":
             return self.config.regularizer
         return QianRegularizer.chosen(num_images)
