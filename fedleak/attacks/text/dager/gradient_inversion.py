@@ -1,4 +1,6 @@
-"""``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
+"""DAGER (Petrov et al., NeurIPS 2024) as the registered attack ``dager``.
+
+``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
 :class:`~fedleak.attacks.text_observation.TextObservation`.
 
 The algorithm is :func:`fedleak.attacks.text.dager.layer_search.dager` (the span checks, the

@@ -1,5 +1,7 @@
-"""``lamp`` and ``tag``: LAMP (Balunović et al., NeurIPS 2022, arXiv 2202.08827) and TAG (Deng
-et al. 2021, arXiv 2103.06819) as registered attacks on a
+"""LAMP and TAG as the registered attacks ``lamp`` and ``tag``.
+
+``lamp`` and ``tag``: LAMP (Balunović et al., NeurIPS 2022, arXiv 2202.08827) and TAG (Deng et al.
+2021, arXiv 2103.06819) as registered attacks on a
 :class:`~fedleak.attacks.text_observation.TextObservation`.
 
 The engine is :func:`fedleak.attacks.text.lamp.inversion.invert_text` (continuous token embeddings
@@ -94,8 +96,10 @@ class Lamp(TextAttack):
         return int(self.config.iterations)
 
     def engine_config(self, seed: int) -> LampConfig:
-        """The engine's settings (TAG's table defaults are
-        :func:`~fedleak.attacks.text.lamp.inversion. tag_config`'s)."""
+        """Return the engine's settings.
+
+        TAG's table defaults are :func:`~fedleak.attacks.text.lamp.inversion.tag_config`'s.
+        """
         c = self.config
         return LampConfig(
             iterations=c.iterations, learning_rate=c.learning_rate, objective=c.objective,
@@ -156,7 +160,7 @@ class Lamp(TextAttack):
                                        "prior": prior is not None})
 
     def labels(self, target: TextObservation, mask: torch.Tensor) -> Any:
-        """A decoder's labels from its own tokens; a classifier's counted from the bias."""
+        """Return a decoder's labels from its own tokens; a classifier's counted from the bias."""
         if target.task == CLASSIFY:
             bias = next((n for n in target.parameter_names if n.endswith("classifier.bias")),
                         None)
@@ -181,8 +185,11 @@ class Tag(Lamp):
 
 
 def sentence_length(target: TextObservation) -> int:
-    """The longest sentence's length, from the position embedding's gradient rows (module
-    docstring); T when the model has no such parameter in the update."""
+    """Return the longest sentence's length, from the position embedding's gradient.
+
+    The longest sentence's length, from the position embedding's gradient rows (module docstring); T
+    when the model has no such parameter in the update.
+    """
     name = next((n for n in target.parameter_names
                  if n.endswith(("wpe.weight", "position_embeddings.weight"))), None)
     if name is None:
