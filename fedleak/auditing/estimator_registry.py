@@ -1,5 +1,7 @@
-"""Estimators found by name, as attacks and defenses are: a new estimator is one registered
-class (``@register_estimator``, or the ``fedleak.estimators`` entry-point group).
+"""Estimators found by name, as attacks and defenses are.
+
+a new estimator is one registered class (``@register_estimator``, or the ``fedleak.estimators``
+entry-point group).
 
 An estimator reads a :class:`Game` — the primary canary's scores and secret coins, the
 calibration split or declared threshold, the chain's declared claim for one trial, and, when
@@ -33,9 +35,11 @@ class EstimatorConfigError(ConfigError):
 
 
 class DeclaredFamily(Protocol):
-    """The chain's claim for one trial, as the estimators need it: ε at δ, the trial's
-    Gaussian μ (fixed batches, update stage) or Poisson (σ, q, steps), and ε of the same family
-    with its noise divided by a ratio."""
+    """The chain's claim for one trial, as the estimators need it.
+
+    ε at δ, the trial's Gaussian μ (fixed batches, update stage) or Poisson (σ, q, steps), and ε of
+    the same family with its noise divided by a ratio.
+    """
 
     @property
     def epsilon(self) -> float: ...
@@ -122,8 +126,11 @@ class Estimator(ABC):
 
     @abstractmethod
     def run(self, game: Game, level: float) -> Findings:
-        """Findings for ``game``; each test's p-value, and any bound the verdict relies on,
-        at the per-test share ``level`` of the false-alarm rate."""
+        """Return findings for ``game``.
+
+        Each test's p-value, and any bound the verdict relies on, at the per-test share ``level`` of
+        the false-alarm rate.
+        """
 
 
 @dataclass

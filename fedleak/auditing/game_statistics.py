@@ -37,7 +37,7 @@ class SuccessRate:
 
 
 def success_rate(successes: int, trials: int, confidence: float = 0.95) -> SuccessRate:
-    """The Clopper–Pearson interval of ``successes`` in ``trials`` at ``confidence``."""
+    """Return the Clopper–Pearson interval of ``successes`` in ``trials`` at ``confidence``."""
     if trials < 0 or not 0 <= successes <= max(trials, 0):
         raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
     if not 0 < confidence < 1:

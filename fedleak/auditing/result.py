@@ -1,8 +1,11 @@
-"""What an audit reports: one :class:`AuditBound` per estimator (and group), each carrying
-everything a figure needs to mean something — the estimator, ε, whether it is a bound or an
-estimate, its confidence, the trials it was computed from, δ, the canary and the threat model —
-and one :class:`DeclarationTest` per test of the declared mechanism, with its p-value, whether
-the family-wise correction rejects it and the power it had."""
+"""What an audit reports: ε bounds per estimator and tests of the declaration.
+
+What an audit reports: one :class:`AuditBound` per estimator (and group), each carrying everything a
+figure needs to mean something — the estimator, ε, whether it is a bound or an estimate, its
+confidence, the trials it was computed from, δ, the canary and the threat model — and one
+:class:`DeclarationTest` per test of the declared mechanism, with its p-value, whether the
+family-wise correction rejects it and the power it had.
+"""
 
 from __future__ import annotations
 
@@ -115,10 +118,12 @@ def format_confidence(confidence: float) -> str:
 
 @dataclass(frozen=True)
 class DeclarationTest:
-    """One test of the declared mechanism: its p-value, whether the family-wise correction
-    (Holm) rejects it — a violation — and, for noise-ratio tests, the ratio r̂ of how much
-    better the canary is told apart than declared, its lower bound, and the smallest noise
-    shortfall the test would have caught with ``power``."""
+    """One test of the declared mechanism.
+
+    Its p-value, whether the family-wise correction (Holm) rejects it — a violation — and, for
+    noise-ratio tests, the ratio r̂ of how much better the canary is told apart than declared, its
+    lower bound, and the smallest noise shortfall the test would have caught with ``power``.
+    """
 
     test: str
     group: str

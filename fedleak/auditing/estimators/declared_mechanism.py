@@ -1,6 +1,7 @@
-"""Tests of the declared mechanism over every part of it: the noise ratio per parameter group
-(``gaussian-scores``), the noise level per group (``noise-level``) and the sampling
-(``sampling``).
+"""Tests of the declared mechanism over every part of it.
+
+The noise ratio per parameter group (``gaussian-scores``), the noise level per group
+(``noise-level``) and the sampling (``sampling``).
 
 Both read the victim's :class:`~fedleak.auditing.estimators.noise_ratio.StreamTable` — the released
 updates projected on many public canaries, each with its own secret coin, covering every
@@ -113,7 +114,7 @@ class GaussianScores(Estimator):
 
 
 def _ratio_statement(group: str, test: RatioTest) -> str:
-    """What one noise-ratio test found, in words; a spread of zero is named as such."""
+    """Return what one noise-ratio test found, in words; a spread of zero is named as such."""
     if math.isinf(test.ratio):
         return (f"{group}: the noise did not change across trials (the released values "
                 f"without the canary varied by no more than float rounding: a fixed seed, "

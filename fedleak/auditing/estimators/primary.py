@@ -1,6 +1,7 @@
-"""The estimators of the primary canary's scores (the server's submitted test statistic):
-Clopper–Pearson, the Gaussian-DP route, the one-run bound, the subsampled-Gaussian route for
-Poisson sampling, and the one-shot estimate (an estimate, reported apart from the bounds).
+"""The estimators of the primary canary's scores (the server's submitted test statistic).
+
+Clopper–Pearson, the Gaussian-DP route, the one-run bound, the subsampled-Gaussian route for Poisson
+sampling, and the one-shot estimate (an estimate, reported apart from the bounds).
 
 Each bound chooses its threshold on the calibration share (or uses the threshold the auditor
 declared before the first trial) and is computed on the other trials
@@ -67,7 +68,7 @@ class Split:
 
 
 def split(game: Game) -> Split:
-    """The shares and the fields every bound of ``game`` carries."""
+    """Return the shares and the fields every bound of ``game`` carries."""
     scores = np.asarray(game.scores, float)
     coins = np.asarray(game.coins, bool)
     calibration = np.asarray(game.calibration, bool)
@@ -89,7 +90,7 @@ def split(game: Game) -> Split:
 
 def claim_test(game: Game, name: str, epsilon_at_level: float, level: float) -> list[
         DeclarationTest]:
-    """The bound as a test of the claim: rejected when, at ``level``, it exceeds it."""
+    """Return the bound as a test of the claim: rejected when, at ``level``, it exceeds it."""
     if not game.claims or game.claim is None:
         return []
     exceeds = epsilon_at_level > game.claim.epsilon * (1 + 1e-9)
@@ -169,8 +170,11 @@ class OneRun(PrimaryBound):
 
 @register_estimator(SUBSAMPLED_GAUSSIAN)
 class SubsampledGaussian(PrimaryBound):
-    """The Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve, for a
-    claim of one Poisson-sampled step (:mod:`fedleak.auditing.estimators.subsampled_gaussian`)."""
+    """Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve.
+
+    The Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve, for a claim of
+    one Poisson-sampled step (:mod:`fedleak.auditing.estimators.subsampled_gaussian`).
+    """
 
     def applies(self, game: Game) -> bool:
         c = game.claim
@@ -199,11 +203,14 @@ class SubsampledGaussian(PrimaryBound):
 
 @register_estimator(ONE_SHOT)
 class OneShot(Estimator):
-    """Andrew et al.'s one-shot estimate, kept honest: Gaussians with a common spread (the
-    Gaussian mechanism's) fitted to the canary-in and canary-out scores, μ̂ corrected for the
-    upward bias of the noncentral t (E t = δ·c(ν), c(ν) = √(ν/2) Γ((ν−1)/2)/Γ(ν/2)), and a
-    two-sided interval at the audit's confidence by inverting the noncentral t. An estimate,
-    not a bound: it assumes Gaussian scores, and it is reported apart from the bounds."""
+    """Andrew et al.'s one-shot estimate, kept honest.
+
+    Gaussians with a common spread (the Gaussian mechanism's) fitted to the canary-in and canary-out
+    scores, μ̂ corrected for the upward bias of the noncentral t (E t = δ·c(ν), c(ν) = √(ν/2)
+    Γ((ν−1)/2)/Γ(ν/2)), and a two-sided interval at the audit's confidence by inverting the
+    noncentral t. An estimate, not a bound: it assumes Gaussian scores, and it is reported apart
+    from the bounds.
+    """
 
     Config = NoOptions
 
@@ -227,8 +234,10 @@ class OneShot(Estimator):
 
 def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
                       confidence: float) -> tuple[float, float, float] | None:
-    """(ε estimate, interval low, high) of :class:`OneShot`; None when δ = 0, either side has
-    fewer than two trials, or the scores do not vary."""
+    """(ε estimate, interval low, high) of :class:`OneShot`.
+
+    None when δ = 0, either side has fewer than two trials, or the scores do not vary.
+    """
     inside, outside = scores[coins], scores[~coins]
     n1, n0 = inside.size, outside.size
     if delta <= 0 or n1 < 2 or n0 < 2:
@@ -250,9 +259,11 @@ def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
 
 
 def _noncentrality(t: float, dof: int, tail: float) -> float:
-    """The noncentrality d at which P(T ≥ t) = ``tail`` for T ~ nct(dof, d); from 100 degrees
-    of freedom on with the normal law T ≈ N(d, 1 + d²/(2·dof)) (exact enough, and robust at
-    the large t of a mechanism without noise)."""
+    """Return the noncentrality d at which P(T ≥ t) = ``tail`` for T ~ nct(dof, d).
+
+    From 100 degrees of freedom on with the normal law T ≈ N(d, 1 + d²/(2·dof)) (exact enough, and
+    robust at the large t of a mechanism without noise).
+    """
     from scipy.optimize import brentq
     from scipy.stats import norm
 
