@@ -38,11 +38,13 @@ class GradientObjective(Protocol):
     J alone (choosing the restart), and J with its cotangent g and scale s, ∂J/∂u = s·g (a step).
     """
 
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor: ...
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Return J at ``candidate`` alone (for choosing the restart)."""
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Return J, its cotangent g and scale s with ∂J/∂u = s·g (for a step)."""
 
 
 class CosineObjective:

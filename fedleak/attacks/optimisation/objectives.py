@@ -128,6 +128,7 @@ class Cosine(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return None: the plain cosine has D = 1."""
         return None
 
 
@@ -140,10 +141,12 @@ class Euclidean(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return None: DLG's distance is not weighted."""
         return None
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build DLG's squared distance ``Σ_l ‖u_l − u*_l‖²`` over ``observed``."""
         return EuclideanObjective(observed, rows=rows)
 
 
@@ -164,6 +167,8 @@ def require_prune(observation: Observation, part: str) -> None:
 
 @dataclass
 class MaskedConfig:
+    """Options of the masked cosine: the weight w outside the kept mask, and the hinge weight β."""
+
     outside: float = field(default=0.1, metadata={
         "help": "weight w of the coordinates pruning zeroed (0: ignore them, breaching's "
                 "masked cosine; 1: the plain cosine; 0.1 chosen on held-out photos)"})
@@ -172,6 +177,7 @@ class MaskedConfig:
                 "candidate exceeds the smallest kept |u*| is penalised (0: off)"})
 
     def __post_init__(self) -> None:
+        """Refuse w outside [0, 1] and a negative or infinite hinge weight."""
         if not 0 <= self.outside <= 1:
             raise ValueError(f"outside must lie in [0, 1], got {self.outside}")
         if not (self.hinge >= 0 and math.isfinite(self.hinge)):
@@ -190,17 +196,20 @@ class MaskedCosine(ObjectivePart):
     config: MaskedConfig
 
     def check(self, observation: Observation) -> None:
+        """Refuse an observation without a published prune (a hinge: without a known scale)."""
         require_prune(observation, self.name)
         if self.config.hinge:
             require_known_scale(observation, f"{self.name} (hinge)")
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return D = M + w(1 − M) with M = 1[u* ≠ 0] (M alone when w = 0)."""
         w = self.config.outside
         return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build the masked cosine over ``observed``, plus the pruning hinge when β > 0."""
         base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         if not self.config.hinge:
             return base
@@ -217,6 +226,8 @@ NOISE_PRIOR = 15.0
 
 @dataclass
 class GaussianConfig:
+    """Options of the Gaussian likelihood: masking, the quantisation hinge, the noise prior."""
+
     masked: str = field(default="auto", metadata={
         "help": "also mask to u* != 0: on, off, or auto (on when a prune defense is published)"})
     hinge: float = field(default=0.0, metadata={
@@ -229,6 +240,7 @@ class GaussianConfig:
                 f"(0: off; {NOISE_PRIOR:g} chosen on held-out photos)"})
 
     def __post_init__(self) -> None:
+        """Refuse an unknown ``masked`` value and a negative or infinite hinge weight."""
         if self.masked not in ("auto", "on", "off"):
             raise ValueError(f"masked must be auto, on or off, got {self.masked!r}")
         if not (self.hinge >= 0 and math.isfinite(self.hinge)):
@@ -250,6 +262,7 @@ class GaussianLikelihood(ObjectivePart):
         return self.config.masked == "on"
 
     def check(self, observation: Observation) -> None:
+        """Refuse ``masked=on`` without prune, and a hinge without quantize (or with prune)."""
         if self.config.masked == "on":
             require_prune(observation, f"{self.name} (masked=on)")
         if self.config.hinge:
@@ -262,12 +275,14 @@ class GaussianLikelihood(ObjectivePart):
             require_known_scale(observation, f"{self.name} (hinge)")
 
     def packs(self, observation: Observation) -> bool:
+        """Tell whether it packs: no quantisation hinge and no noise-prior weight in use."""
         hinged = self.config.hinge and find(observation.defenses, "quantize") is not None
         weighted = self.config.noise_prior and additive_variance(observation) > 0
         return not hinged and not weighted
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build the weighted cosine with D_l = 1/σ_l, plus the quantisation hinge when asked."""
         base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         quantize = find(observation.defenses, "quantize")
         if self.config.hinge and quantize is not None:
@@ -280,6 +295,7 @@ class GaussianLikelihood(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return D_l = 1/σ_l from the published noise (masked when asked); None for D = 1."""
         variances = noise_variances(observed, observation, per_row)
         positive = [v[v > 0] for v in variances]
         floor = min((float(p.min()) for p in positive if p.numel()), default=0.0)

@@ -158,9 +158,12 @@ def _check_weight(weight: float) -> None:
 
 @dataclass
 class Weighted:
+    """Options of a prior with a single weight λ."""
+
     weight: float = field(default=1e-2, metadata={"help": "weight λ of the prior"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or infinite weight."""
         _check_weight(self.weight)
 
 
@@ -172,11 +175,14 @@ class TotalVariation(PriorPart):
     packable = True
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind the total variation R_TV (one image and restart forms)."""
         return BoundPrior(self, total_variation, restart_total_variation)
 
 
 @dataclass
 class BatchNormConfig:
+    """Options of R_BN: its weight, the statistics' source and the distance's form."""
+
     weight: float = field(default=1e-2, metadata={"help": "weight of R_BN"})
     source: str = field(default="auto", metadata={
         "help": "statistics R_BN pulls towards: returned (inferred from the buffers the user "
@@ -186,6 +192,7 @@ class BatchNormConfig:
                 "(Yin et al.'s raw distances)"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad weight, an unknown statistics source or form."""
         _check_weight(self.weight)
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
@@ -205,9 +212,11 @@ class BatchNormStatistics(PriorPart):
     config: BatchNormConfig
 
     def check(self, observation: Observation) -> None:
+        """Refuse a model without BatchNorm or without the asked-for statistics."""
         target_statistics(observation, self.config.source)
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R_BN to the target statistics, recording their source."""
         targets, source = target_statistics(observation, self.config.source)
         return BoundPrior(self, batch_norm_prior(observation, targets, self.config.form),
                           source=source)
@@ -215,12 +224,15 @@ class BatchNormStatistics(PriorPart):
 
 @dataclass
 class DecayingConfig:
+    """Options of a decayed prior: λ₀, the decay factor and its interval m."""
+
     weight: float = field(default=1e-5, metadata={
         "help": "initial weight lambda_0 (R on the [0, 1] pixel scale)"})
     decay: float = field(default=0.9, metadata={"help": "lambda <- decay * lambda every m steps"})
     every: int = field(default=100, metadata={"help": "m: steps between two decays"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad weight, a decay outside (0, 1] and an interval below 1."""
         _check_weight(self.weight)
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay}")
@@ -239,16 +251,20 @@ class DecayingPrior(PriorPart):
     config: DecayingConfig
 
     def weight(self, iteration: int, iterations: int) -> float:
+        """Return λ_i = λ₀ · decay^⌊i/m⌋ at 0-based ``iteration``."""
         cfg = self.config
         return decayed_weight(iteration, cfg.weight, cfg.decay, cfg.every)
 
     def scheduled(self) -> bool:
+        """Tell whether λ changes with the iteration (decay below 1)."""
         return self.config.decay != 1
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return R for a batch of ``num_images`` (each decayed prior names its own)."""
         raise NotImplementedError
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R on the [0, 1] pixel scale of ``observation``."""
         regularizer = self.regularizer(observation.num_images)
         return BoundPrior(self, lambda x: regularizer(to_pixels(x, observation)))
 
@@ -258,6 +274,7 @@ class SquaredNorm(DecayingPrior):
     """λ_i ‖x‖_F² (Qian & Hansen, one image)."""
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return the squared l2 norm regulariser."""
         return l2_regularizer
 
 
@@ -266,6 +283,7 @@ class Orthogonality(DecayingPrior):
     """λ_i Σ_{k≠k'} (x_kᵀ x_{k'})² (Qian & Hansen, a batch: pushes the images apart)."""
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return the orthogonality regulariser between the batch's images."""
         return orthogonality_regularizer
 
 
@@ -279,6 +297,7 @@ class QianRegularizer(DecayingPrior):
         return "l2" if num_images == 1 else "orthogonality"
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return l2 for a single image, else orthogonality (Qian & Hansen)."""
         return l2_regularizer if num_images == 1 else orthogonality_regularizer
 
 
@@ -295,6 +314,7 @@ class GroupConsistency(PriorPart):
     packable = False
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind the pull towards the restarts' mean; refuse fewer than two restarts."""
         if restarts < 2:
             raise PartError("prior 'group' pulls restarts towards their mean: it needs "
                             f"restarts >= 2, got {restarts}; set -o restarts=4 or drop it")
@@ -312,10 +332,13 @@ class GroupConsistency(PriorPart):
 
 @dataclass
 class EpochConfig:
+    """Options of R_epoch: its weight."""
+
     weight: float = field(default=1.0, metadata={
         "help": "weight of R_epoch (normalised space; chosen in docs/fedavg.md)"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or infinite weight."""
         _check_weight(self.weight)
 
 
@@ -332,6 +355,7 @@ class EpochConsistency(PriorPart):
     config: EpochConfig
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R_epoch for the observation's per-epoch copies (zero for one copy)."""
         copies = epoch_copies(observation)
 
         def term(images: torch.Tensor) -> torch.Tensor:  # [..., copies·n, C, H, W] → [...]
@@ -355,12 +379,14 @@ class Box(PriorPart):
     packable = True
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind a zero term: the box acts by projection, not through F."""
         def zero(images: torch.Tensor) -> torch.Tensor:
             return torch.zeros((), dtype=images.dtype, device=images.device)
 
         return BoundPrior(self, zero)
 
     def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Clamp ``images`` to the pixel ``box`` in place."""
         images.clamp_(box[0], box[1])
 
 

@@ -79,6 +79,7 @@ class ComposedConfig:
     )
 
     def __post_init__(self) -> None:
+        """Refuse counts below 1, an unknown init or selection, and bad part specs."""
         check_numbers(self, at_least_one=("iterations", "restarts", "log_every"))
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")

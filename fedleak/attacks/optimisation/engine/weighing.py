@@ -38,18 +38,21 @@ class WeighedAttack(Protocol):
     """
 
     @property
-    def config(self) -> ComposedConfig: ...
+    def config(self) -> ComposedConfig:
+        """The attack's settings (iterations T, restarts, seed offsets)."""
 
     def variants(self) -> Mapping[str, WeighedAttack]:
         """Return the aware attack (⌈T/2⌉ iterations) and the blind one (⌊T/2⌋)."""
         ...
 
     def recover(self, observation: Observation, *, device: torch.device, seed: int,
-                progress: Progress | None) -> Reconstruction: ...
+                progress: Progress | None) -> Reconstruction:
+        """Reconstruct ``observation``'s images, reporting ``progress``."""
 
     def recover_many(self, targets: Sequence[Observation], *, device: torch.device,
                      seeds: Sequence[int], progress: Progress | None
-                     ) -> list[Reconstruction]: ...
+                     ) -> list[Reconstruction]:
+        """Reconstruct every one of ``targets``, packed where the replays allow it."""
 
 
 def select(attack: WeighedAttack, observation: Observation, *, device: torch.device,

@@ -75,6 +75,7 @@ class ShuffledFedAvgConfig(FedAvgConfig):
                 "even guess"})
 
     def __post_init__(self) -> None:
+        """Refuse ``revisions`` that is not an integer >= 0."""
         super().__post_init__()
         if isinstance(self.revisions, bool) or not isinstance(self.revisions, int) or \
                 self.revisions < 0:
@@ -90,6 +91,7 @@ class ShuffledFedAvg(FedAvgInversion):
 
     def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
                      seed: int, progress: Progress | None) -> Reconstruction:
+        """Invert the update with the visiting order modelled, revised ``revisions`` times."""
         simulate = observation.simulate
         if not isinstance(simulate, OrderedReplay) or \
                 not simulate.order_matters(observation.num_images):

@@ -61,6 +61,7 @@ class FedAvgConfig(InvertingGradientsConfig):
     )
 
     def __post_init__(self) -> None:
+        """Refuse an unknown label source."""
         super().__post_init__()
         if self.labels not in LABEL_SOURCES:
             raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {self.labels!r}")

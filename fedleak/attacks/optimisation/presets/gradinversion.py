@@ -67,6 +67,7 @@ class GradInversionConfig(ComposedConfig):
     group: float = field(default=1e-2, metadata={"help": "alpha_group; 0 for one restart"})
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive step size, negative prior weights and an unknown BN source."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("tv", "l2", "bn", "group"))
         check_source(self.bn_source)
@@ -84,9 +85,11 @@ class GradInversion(ComposedInversion):
     config: GradInversionConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return Adam with the step decay (Yin et al. 2021)."""
         return "adam", {"lr": self.config.lr, "decay": True}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return GradInversion's priors: TV, l2, BatchNorm statistics and group consistency."""
         cfg = self.config
         named: list[tuple[str, dict[str, Any]]] = [
                  ("tv", {"weight": cfg.tv}),

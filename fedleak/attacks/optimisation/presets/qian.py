@@ -95,6 +95,7 @@ class QianConfig(ComposedConfig):
     decay_every: int = field(default=100, metadata={"help": "m of Algorithm 2"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad step size, weight, decay outside (0, 1] or a decay interval below 1."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("weight",),
                       at_least_one=("decay_every",))
@@ -117,9 +118,11 @@ class Qian(ComposedInversion):
     config: QianConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return Adam with the preset's step size."""
         return "adam", {"lr": self.config.lr}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return the decayed regulariser of Qian & Hansen (none when ``regularizer=none``)."""
         cfg = self.config
         if cfg.regularizer == "none":
             return []
@@ -134,5 +137,6 @@ class Qian(ComposedInversion):
 
     def describe(self, result: Reconstruction, observation: Observation,
                  priors: Sequence[BoundPrior]) -> None:
+        """Record the parts and the regulariser used in the result's extras."""
         super().describe(result, observation, priors)
         result.extras["regularizer"] = self.regularizer_name(observation.num_images)
