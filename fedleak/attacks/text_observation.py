@@ -102,6 +102,7 @@ class TextObservation:
     public_sequences: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        """Refuse an unknown architecture or task and per-parameter lists of unequal length."""
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture must be one of {ARCHITECTURES}, got "
                              f"{self.architecture!r}")
@@ -171,6 +172,7 @@ class TextReconstruction(Reconstruction):
 
     @property
     def has_images(self) -> bool:
+        """Return False: a text reconstruction holds no images."""
         return False
 
 

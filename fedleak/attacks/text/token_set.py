@@ -58,6 +58,8 @@ METHODS = ("auto", "rows", "span")
 
 @dataclass
 class TokenSetConfig:
+    """Options of the token-set attack: the method and its span and rank tolerances."""
+
     method: str = field(default="auto", metadata={
         "help": "rows: non-zero rows of the input embedding gradient; span: inputs in the "
                 "first layer's gradient span (frozen or tied embeddings); auto: rows where the "
@@ -72,6 +74,7 @@ class TokenSetConfig:
                 "rank is the largest drop above it"})
 
     def __post_init__(self) -> None:
+        """Refuse an unknown method and non-positive tolerances."""
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}")
         if self.span_tolerance <= 0 or self.rank_tolerance <= 0:
@@ -87,13 +90,16 @@ class TokenSet(TextAttack):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Return None: the token set is read from any update setting."""
         return None
 
     def budget(self) -> int | None:
+        """Return None: the attack runs no search with a budget."""
         return None
 
     def recover(self, target: TextObservation, *, device: torch.device, seed: int,
                 progress: Progress | None) -> Reconstruction:
+        """Recover the set of token ids the batch holds (module docstring)."""
         c: TokenSetConfig = self.config
         text_ids = target.text_ids().to(device)
         method = c.method

@@ -37,6 +37,7 @@ class DagerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse thresholds outside (0, 1) and counts below 1."""
         for name in ("l1_threshold", "l2_threshold"):
             value = getattr(self, name)
             if not 0 < value < 1:
@@ -93,6 +94,7 @@ class Work:
         self._next = REPORT_EVERY
 
     def add(self, n: int) -> None:
+        """Count ``n`` more units of work, reporting progress every so often."""
         self.count += n
         if self.report is not None and self.count >= self._next:
             self.report(self.count, self.budget, float(self.found))
@@ -100,4 +102,5 @@ class Work:
 
     @property
     def exhausted(self) -> bool:
+        """Tell whether the work budget is spent."""
         return self.count >= self.budget

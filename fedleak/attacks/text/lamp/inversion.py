@@ -69,6 +69,7 @@ class LampConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse an unknown objective and counts or weights out of range."""
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got "
                              f"{self.objective!r}")

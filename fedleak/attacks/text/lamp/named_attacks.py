@@ -57,6 +57,8 @@ NOISY_DEFENSES = frozenset({"dpsgd", "client-dp", "noise"})
 
 @dataclass
 class LampAttackConfig:
+    """Options of ``lamp``: the continuous steps, Adam's rate, the objective and the priors."""
+
     iterations: int = field(default=500, metadata={"help": "continuous optimisation steps"})
     learning_rate: float = field(default=0.01, metadata={"help": "Adam's (cosine-decayed)"})
     objective: str = field(default="cosine", metadata={"help": "cosine (LAMP_cos) or tag"})
@@ -75,6 +77,8 @@ class LampAttackConfig:
 
 @dataclass
 class TagAttackConfig(LampAttackConfig):
+    """Options of ``tag``: LAMP's with TAG's objective (L2 + αL1) and no language prior."""
+
     objective: str = field(default="tag", metadata={"help": "tag (L2 + αL1) or cosine"})
     regulariser: float = field(default=0.0, metadata={"help": "embedding-length weight"})
     prior_weight: float = field(default=0.0, metadata={"help": "α_lm of the bigram prior"})
@@ -90,9 +94,11 @@ class Lamp(TextAttack):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Return None: LAMP and TAG accept any update setting."""
         return None
 
     def budget(self) -> int | None:
+        """Return the continuous optimisation steps."""
         return int(self.config.iterations)
 
     def engine_config(self, seed: int) -> LampConfig:
@@ -109,6 +115,7 @@ class Lamp(TextAttack):
 
     def recover(self, target: TextObservation, *, device: torch.device, seed: int,
                 progress: Progress | None) -> Reconstruction:
+        """Recover the batch's sentences by LAMP's optimisation (module docstring)."""
         warnings: list[str] = []
         config = self.engine_config(seed)
         model: Any = target.model
