@@ -42,24 +42,31 @@ class DeclaredFamily(Protocol):
     """
 
     @property
-    def epsilon(self) -> float: ...
+    def epsilon(self) -> float:
+        """Return the claimed ε at δ."""
 
     @property
-    def delta(self) -> float: ...
+    def delta(self) -> float:
+        """Return the claim's δ."""
 
     @property
-    def mu(self) -> float | None: ...
+    def mu(self) -> float | None:
+        """Return the trial's Gaussian μ (fixed batches, update stage), else None."""
 
     @property
-    def sigma(self) -> float | None: ...
+    def sigma(self) -> float | None:
+        """Return the noise multiplier σ of a Poisson-sampled claim, else None."""
 
     @property
-    def sample_rate(self) -> float | None: ...
+    def sample_rate(self) -> float | None:
+        """Return the Poisson sampling rate q, else None."""
 
     @property
-    def steps(self) -> int: ...
+    def steps(self) -> int:
+        """Return the number of steps the claim composes."""
 
-    def epsilon_at(self, ratio: float) -> float: ...
+    def epsilon_at(self, ratio: float) -> float:
+        """Return ε at δ of the same family with its noise divided by ``ratio``."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class GameSettings:
     threat_model: str
 
     def __post_init__(self) -> None:
+        """Refuse δ outside [0, 1) and a confidence outside (0, 1)."""
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must lie in [0, 1), got {self.delta}")
         if not 0 < self.confidence < 1:
@@ -79,6 +87,7 @@ class GameSettings:
 
     @property
     def alpha(self) -> float:
+        """Return α = 1 − confidence."""
         return 1 - self.confidence
 
 

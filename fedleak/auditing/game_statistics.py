@@ -29,9 +29,11 @@ class SuccessRate:
 
     @property
     def rate(self) -> float:
+        """Return the observed rate successes / trials (0 without trials)."""
         return self.successes / self.trials if self.trials else 0.0
 
     def describe(self) -> str:
+        """Describe the rate and its Clopper–Pearson interval in one line."""
         return (f"{self.successes}/{self.trials} = {self.rate:.3f} "
                 f"[{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%} Clopper–Pearson)")
 

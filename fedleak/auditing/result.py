@@ -78,6 +78,7 @@ class AuditBound:
 
     @property
     def reference(self) -> str:
+        """Return the estimator's paper reference ('' when none is listed)."""
         return REFERENCES.get(self.estimator, "")
 
     def describe(self) -> str:
@@ -95,6 +96,7 @@ class AuditBound:
                 f"samples, δ = {self.delta:g})")
 
     def to_json(self) -> dict[str, Any]:
+        """Return the bound as JSON data (non-finite figures as null, ε kept)."""
         data = dataclasses.asdict(self)
         data["reference"] = self.reference
         return {k: (None if isinstance(v, float) and not math.isfinite(v) and k != "epsilon"
@@ -140,6 +142,7 @@ class DeclarationTest:
     level: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """Return the test as JSON data (non-finite figures as null, ε and ratios kept)."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) and k not in
                     ("epsilon_lb", "ratio", "ratio_lower") else v)
                 for k, v in dataclasses.asdict(self).items()}

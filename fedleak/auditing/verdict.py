@@ -77,10 +77,12 @@ class Evaluation:
 
     @property
     def ratio_tests(self) -> list[DeclarationTest]:
+        """Return the noise-ratio tests."""
         return [t for t in self.tests if t.test == GAUSSIAN_SCORES]
 
     @property
     def noise_tests(self) -> list[DeclarationTest]:
+        """Return the χ² noise-level tests."""
         return [t for t in self.tests if t.test == NOISE_LEVEL]
 
     def detectable_noise(self) -> float | None:

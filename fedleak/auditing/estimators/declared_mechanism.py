@@ -84,9 +84,11 @@ class GaussianScores(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one test per parameter group with streams, none without a claim."""
         return len(stream_groups(game)) if game.claims else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Run the noise-ratio test of each parameter group (module docstring)."""
         table, claim = game.streams, game.claim
         if table is None or claim is None or not game.claims:
             return Findings()
@@ -152,6 +154,7 @@ class NoiseLevel(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one χ² test per noise group, plus the shape test when it applies."""
         return len(noise_groups(game)) + self.shape(game) if game.claims else 0
 
     @staticmethod
@@ -162,6 +165,7 @@ class NoiseLevel(Estimator):
                    and table.noise.kurtosis() is not None)
 
     def run(self, game: Game, level: float) -> Findings:
+        """Run the χ² tests of the declared noise, and the kurtosis test of its shape."""
         table = game.streams
         if table is None or table.noise is None or not game.claims:
             return Findings()
@@ -197,13 +201,16 @@ class SamplingCheck(Estimator):
     Config = NoOptions
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the claim declares sampling whose inclusion varies (shift variance > 0)."""
         return game.claims and game.streams is not None and \
             bool((game.streams.shift_variance > 0).any())
 
     def tests(self, game: Game) -> int:
+        """Return one test when the check applies, else none."""
         return 1 if self.applies(game) else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Test the canary's inclusion against the declared Poisson sampling."""
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()
@@ -236,14 +243,17 @@ class Interference(Estimator):
     Config = NoOptions
 
     def applies(self, game: Game) -> bool:
+        """Tell whether independent streams of more than two canaries were measured."""
         table = game.streams
         return game.claims and table is not None and table.independent and \
             table.values.shape[1] > 2
 
     def tests(self, game: Game) -> int:
+        """Return one test when the check applies, else none."""
         return 1 if self.applies(game) else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Test whether one canary's stream depends on how many others joined."""
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()

@@ -78,6 +78,7 @@ class StreamTable:
     exact: bool = False
 
     def __post_init__(self) -> None:
+        """Refuse streams whose values, coins and groups disagree, or a non-positive noise std."""
         t, k = self.values.shape
         if self.coins.shape != (t, k) or len(self.groups) != k:
             raise ValueError("stream values, coins and groups disagree in shape")
@@ -104,10 +105,12 @@ class Cells:
 
     @property
     def weights(self) -> np.ndarray:
+        """Return each cell's weight n₁n₀/(n₁ + n₀)."""
         return np.asarray(self.n1 * self.n0 / np.maximum(self.n1 + self.n0, 1), dtype=float)
 
     @property
     def samples(self) -> tuple[int, int]:
+        """Return the (canary-in, canary-out) sample counts."""
         return int(self.n1.sum()), int(self.n0.sum())
 
 
@@ -202,6 +205,7 @@ class RatioTest:
 
     @property
     def detectable_ratio(self) -> float:
+        """Return the ratio 1/f the test detects (∞ when no noise shortfall is detectable)."""
         return math.inf if self.detectable_noise <= 0 else 1 / self.detectable_noise
 
 

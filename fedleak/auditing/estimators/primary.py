@@ -107,9 +107,11 @@ class PrimaryBound(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one test of the claim when there is a claim and the bound applies."""
         return 1 if game.claims and self.applies(game) else 0
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the bound applies to ``game`` (always, by default)."""
         return True
 
 
@@ -118,6 +120,7 @@ class ClopperPearson(PrimaryBound):
     """ε_LB from exact binomial bounds on the test's error rates (Jagielski et al. 2020)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound ε by Clopper–Pearson bounds on the test's error rates (Jagielski et al. 2020)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         t = game.declared_threshold if game.declared_threshold is not None else best_threshold(
             sp.cal_s, sp.cal_c,
@@ -135,6 +138,7 @@ class GaussianDP(PrimaryBound):
     """μ_LB from the error rates, then ε of μ-GDP at δ (Nasr et al. 2023)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound μ from the error rates, then ε of μ-GDP at δ (Nasr et al. 2023)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         t = game.declared_threshold if game.declared_threshold is not None else \
             best_threshold_gaussian(sp.cal_s, sp.cal_c, int((~sp.ev_c).sum()),
@@ -154,6 +158,7 @@ class OneRun(PrimaryBound):
     """Correct guesses against Binomial(r, e^ε/(1+e^ε)) (Steinke, Nasr & Jagielski 2023)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound ε from the correct guesses of the three-way test (Steinke et al. 2023)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         fixed = game.declared_threshold
         lower, upper = (np.nextafter(fixed, -np.inf), fixed) if fixed is not None else \
@@ -177,11 +182,13 @@ class SubsampledGaussian(PrimaryBound):
     """
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the claim is one Poisson-sampled Gaussian step (q < 1, σ known)."""
         c = game.claim
         return c is not None and c.sample_rate is not None and c.sigma is not None \
             and c.steps == 1 and c.sample_rate < 1
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound μ under the subsampled Gaussian's trade-off curve, then ε at δ."""
         if not self.applies(game) or game.claim is None:
             return Findings()
         claim = game.claim
@@ -215,6 +222,7 @@ class OneShot(Estimator):
     Config = NoOptions
 
     def run(self, game: Game, level: float) -> Findings:
+        """Estimate ε from Gaussians fitted to the scores (Andrew et al. 2024; an estimate)."""
         scores, coins = np.asarray(game.scores, float), np.asarray(game.coins, bool)
         found = one_shot_interval(scores, coins, game.settings.delta,
                                   game.settings.confidence)
