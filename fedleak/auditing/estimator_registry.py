@@ -1,6 +1,6 @@
 """Estimators found by name, as attacks and defenses are.
 
-a new estimator is one registered class (``@register_estimator``, or the ``fedleak.estimators``
+A new estimator is one registered class (``@register_estimator``, or the ``fedleak.estimators``
 entry-point group).
 
 An estimator reads a :class:`Game` — the primary canary's scores and secret coins, the

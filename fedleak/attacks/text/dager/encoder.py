@@ -101,7 +101,7 @@ class _Objective:
 class _Shapes:
     """The sentence shapes the token filter allows.
 
-    a length ℓ, ending with ``end`` at ℓ − 1 (a text shorter than the batch's length) or filling
+    A length ℓ, ending with ``end`` at ℓ − 1 (a text shorter than the batch's length) or filling
     every position without it; and each shape's candidate sets.
     """
 
