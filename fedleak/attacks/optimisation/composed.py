@@ -123,11 +123,7 @@ class ComposedInversion(Attack[Observation]):
         return self._optimiser
 
     def budget(self) -> int:
-        """Return iterations × restarts × the optimiser's evaluations per step (L-BFGS: ``inner``).
-
-        The objective evaluations one target may cost, each a replay and one vector–Jacobian product
-        (the priors' cost is not counted).
-        """
+        """Return the objective evaluations one target may cost: T × R × evaluations per step."""
         cfg = self.config
         return cfg.iterations * cfg.restarts * self._optimiser.evaluations_per_step()
 
@@ -136,10 +132,7 @@ class ComposedInversion(Attack[Observation]):
         return list(self._priors)
 
     def _build_optimiser(self) -> OptimiserPart:
-        """Build the optimiser: ``optimizer=`` or the preset's.
-
-        ``optimizer=``'s options take precedence over the preset's shorthand.
-        """
+        """Build the optimiser: ``optimizer=`` (over the preset's shorthand) or the preset's."""
         name, shorthand = self.shorthand_optimiser()
         options: dict[str, Any] = {}
         if self.config.optimizer:
@@ -154,11 +147,7 @@ class ComposedInversion(Attack[Observation]):
         return [PRIORS.create(name, options) for name, options in self.shorthand_priors()]
 
     def parts(self, observation: Observation) -> Parts:
-        """Return the objective and replay parts for ``observation``, checked against it.
-
-        The objective and replay parts for ``observation`` (``auto``: from its published defenses),
-        checked against it before the first iteration.
-        """
+        """Return the objective and replay parts for ``observation``, checked before step 1."""
         return choose_parts(observation, self.config.objective, self.config.replay)
 
     def bind_priors(self, observation: Observation) -> list[BoundPrior]:
@@ -190,11 +179,7 @@ class ComposedInversion(Attack[Observation]):
     def problem(self, labels: torch.Tensor, replay: RestartsUpdateFn,
                 objective: GradientObjective, priors: Sequence[BoundPrior],
                 box: tuple[torch.Tensor, torch.Tensor], *, rows: bool) -> InversionProblem:
-        """Build the problem of eq. (1) over ``replay`` and ``objective``.
-
-        Eq. (1) over ``replay`` and ``objective`` with this attack's optimiser, iterations and
-        reporting cadence (:class:`~fedleak.attacks.optimisation.engine.problem.InversionProblem`).
-        """
+        """Build eq. (1) over ``replay`` and ``objective`` with this attack's settings."""
         cfg = self.config
         return InversionProblem(labels=labels, replay=replay, objective=objective,
                                 priors=tuple(priors), box=box, optimiser=self._optimiser,
@@ -230,12 +215,7 @@ class ComposedInversion(Attack[Observation]):
                                  progress=progress)
 
     def variants(self) -> dict[str, ComposedInversion]:
-        """Return the two attacks the default weighs (aware and blind).
-
-        The two attacks the default weighs (:mod:`fedleak.attacks.optimisation.engine.weighing`):
-        the aware parts with ⌈T/2⌉ iterations and the blind ones with ⌊T/2⌋ (named parts: they do
-        not weigh again).
-        """
+        """Return the attacks the default weighs: aware at ⌈T/2⌉ iterations, blind at ⌊T/2⌋."""
         cfg = self.config
         half = cfg.iterations // 2
         return {"aware": type(self)(dataclasses.replace(
@@ -316,12 +296,7 @@ class ComposedInversion(Attack[Observation]):
     def recover_lbfgs(self, problem: InversionProblem, target: Observation, parts: Parts,
                       recovered: torch.Tensor, copies: int, *, device: torch.device,
                       seed: int, progress: Progress | None) -> Reconstruction:
-        """Run the L-BFGS trials one by one and keep the best finite iterate.
-
-        L-BFGS trials one by one (:mod:`fedleak.attacks.optimisation.engine.lbfgs`) on ``target``
-        (``copies`` per-epoch copies of the n images, labels ``recovered``, merged at the end); the
-        best trial's best finite iterate wins.
-        """
+        """Run L-BFGS trials one by one on ``target``; the best trial's best finite iterate wins."""
         cfg = self.config
         graph_safe = self.graph_safe(device)
         best, finals, notices = lbfgs_restarts(

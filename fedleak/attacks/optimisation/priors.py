@@ -61,10 +61,7 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
 
 
 def to_pixels(images: torch.Tensor, observation: Observation) -> torch.Tensor:
-    """Normalised images back on the [0, 1] pixel scale.
-
-    ``x · std + mean`` per channel (``images`` [..., C, H, W]).
-    """
+    """Return normalised ``images`` [..., C, H, W] on the pixel scale: ``x · std + mean``."""
     mean = torch.as_tensor(observation.mean, dtype=images.dtype, device=images.device)
     std = torch.as_tensor(observation.std, dtype=images.dtype, device=images.device)
     return images * std.view(-1, 1, 1) + mean.view(-1, 1, 1)
@@ -137,10 +134,7 @@ class PriorPart(AttackPart):
         raise NotImplementedError
 
     def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Apply the constraint in place (constraint priors only).
-
-        ``box`` is the pixel box (lower, upper) in normalised space.
-        """
+        """Apply the constraint in place, ``box`` the pixel box (lower, upper) normalised."""
 
 
 PRIORS: Registry[PriorPart] = Registry("prior", "fedleak.priors", PartError)
@@ -204,8 +198,8 @@ class BatchNormConfig:
 class BatchNormStatistics(PriorPart):
     """BatchNorm statistics prior λ R_BN (Yin et al. 2021, eq. 6).
 
-    λ R_BN: the batch's BatchNorm statistics pulled towards the threat model's (Yin et al. 2021, eq.
-    6); refused on a model without BatchNorm or without the asked-for statistics.
+    The batch's BatchNorm statistics pulled towards the threat model's; refused on a model
+    without BatchNorm or without the asked-for statistics.
     """
 
     Config = BatchNormConfig
@@ -243,8 +237,7 @@ class DecayingConfig:
 class DecayingPrior(PriorPart):
     """Decayed prior λ_i R(x) (Qian & Hansen, Algorithm 2, lines 15–16).
 
-    λ_i R(x) with λ_i = λ₀ · decay^⌊i/m⌋ (Qian & Hansen, Algorithm 2, lines 15–16), R on the [0, 1]
-    pixel scale.
+    λ_i = λ₀ · decay^⌊i/m⌋, R on the [0, 1] pixel scale.
     """
 
     Config = DecayingConfig
@@ -346,9 +339,8 @@ class EpochConfig:
 class EpochConsistency(PriorPart):
     """Epoch-consistency prior λ R_epoch (Dimitrov et al. 2022).
 
-    λ R_epoch: the per-epoch copies of a shuffled FedAvg replay keep one mean image (Dimitrov et al.
-    2022, :func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`); zero when the
-    replay takes one copy.
+    The per-epoch copies of a shuffled FedAvg replay keep one mean image
+    (:func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`); zero for one copy.
     """
 
     Config = EpochConfig
@@ -370,8 +362,7 @@ class EpochConsistency(PriorPart):
 class Box(PriorPart):
     """Box constraint x ∈ [0, 1]^n on the pixel scale, applied by projection.
 
-    x ∈ [0, 1]^n on the pixel scale ([(0 − mean)/std, (1 − mean)/std] normalised), applied by
-    projection after every step (the proximal step of the box's indicator).
+    [(0 − mean)/std, (1 − mean)/std] normalised, applied by projection after every step.
     """
 
     Config = NoOptions
