@@ -13,15 +13,22 @@ registers unary methods as request streams), so it decides **before** gRPC hands
   :data:`SMALL_REQUEST_TIMEOUT`;
 - **request memory** (``request_memory_bytes``): the bytes that request bodies in flight may
   make the process hold, all clients together (default: room for four of the largest
-  requests), one client host at most half of it (so a host whose calls stall cannot keep the
-  others waiting). Before a body is read, its call reserves what the largest message would
+  requests), one address prefix (/24, /64: every host of one network together, as for calls
+  and connections) at most half of it, so hosts whose calls stall cannot keep other networks
+  waiting however many addresses they use. Of the budget, a *reserve* of one largest request
+  (:attr:`ServingLimits.request_memory_reserve`, when the budget holds two) is kept for fresh
+  clients: a call of a host that holds no reservation may use the whole budget, any other
+  only the rest — two networks that fill their shares still leave room for a third. Before a
+  body is read, its call reserves what the largest message would
   cost, ``REQUEST_COPIES`` × ``max_message_bytes``: gRPC's buffer, the bytes it hands over and
   the copy it assembles them in (measured 3.45 × a 1 GiB body at the peak), then the parsed
   message, the tensor bytes read out of it and the decoded tensor. Once the body is in, the
   reservation shrinks to its real size, and it is returned when the call's work has ended (a
   call its client cancelled keeps it until its worker has stopped). A call that finds the
   budget full waits without reading — HTTP/2 flow control keeps its bytes in the client —
-  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``);
+  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``). A call is
+  *stalled* from its headers until its body is in, the wait for memory included: its
+  connection is evictable (below) whatever it waits for;
 - **receive deadline** (``receive_timeout``): a body that has not arrived that many seconds
   after the call began is answered ``DEADLINE_EXCEEDED``, so a stalled call ends.
 
@@ -138,14 +145,33 @@ class ServingLimits:
         return 4 * self.largest_request_cost
 
     @property
-    def request_memory_per_peer(self) -> int:
-        """What one client host's bodies may reserve: half the budget (at least one of the
-        largest requests), so a host whose calls stall cannot keep every other host waiting."""
+    def request_memory_per_prefix(self) -> int:
+        """What the bodies of one address prefix may reserve: half the budget (at least one of
+        the largest requests), so hosts whose calls stall cannot keep other networks waiting."""
         return max(self.request_memory // 2, self.largest_request_cost)
+
+    @property
+    def request_memory_reserve(self) -> int:
+        """The part of the budget only a fresh client (a host holding no reservation) may
+        take: one of the largest requests, when the budget holds two (else nothing)."""
+        least = self.largest_request_cost
+        return least if self.request_memory >= 2 * least else 0
 
 
 def _flag(name: str) -> str:
     return name.replace("_bytes", "-mb").replace("_", "-")
+
+
+def _raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when this task was cancelled while ``wait_for`` returned.
+
+    Python 3.11's ``wait_for`` swallows a cancellation that arrives as its future completes
+    (a released reservation waking a waiter just as its call is cancelled): the call would then
+    go on to wait for a body that never comes, holding its memory until the receive deadline.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def peer_host(peer: str) -> str:
@@ -190,7 +216,8 @@ class Admission:
         self._calls: Counter[str] = Counter()
         self._prefix_calls: Counter[str] = Counter()
         self._reserved = 0
-        self._reserved_by: Counter[str] = Counter()
+        self._reserved_by: Counter[str] = Counter()  # per address prefix
+        self._reserved_host: Counter[str] = Counter()  # per host (a fresh host holds none)
         self._waiters: list[asyncio.Future[None]] = []
         self._connections: Counter[tuple[str, int]] = Counter()
         self._receiving: Counter[tuple[str, int]] = Counter()  # calls awaiting their body
@@ -287,10 +314,11 @@ class Admission:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.receive_timeout
         host = peer_host(context.peer())
-        reservation = self.limits.largest_request_cost
-        await self._reserve(host, reservation, deadline)
+        reservation = 0  # nothing held until _reserve returns
         try:
-            async with self._awaiting_body(context):
+            async with self._awaiting_body(context):  # stalled: waiting for memory, then bytes
+                await self._reserve(host, self.limits.largest_request_cost, deadline)
+                reservation = self.limits.largest_request_cost
                 body = [await self._receive(context, deadline)]
             size = len(body[0])
             kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
@@ -321,6 +349,7 @@ class Admission:
         left = deadline - asyncio.get_running_loop().time()
         try:
             raw = await asyncio.wait_for(context.read(), max(left, 0.0))
+            _raise_if_cancelled()
         except TimeoutError:
             allowed = self.limits.receive_timeout if seconds is None else seconds
             raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -334,8 +363,12 @@ class Admission:
         return raw
 
     def _fits(self, host: str, size: int) -> bool:
-        return (self._reserved + size <= self.limits.request_memory
-                and self._reserved_by[host] + size <= self.limits.request_memory_per_peer)
+        limits = self.limits
+        room = limits.request_memory - (limits.request_memory_reserve
+                                        if self._reserved_host[host] else 0)
+        return (self._reserved + size <= room
+                and self._reserved_by[address_prefix(host)] + size
+                <= limits.request_memory_per_prefix)
 
     async def _reserve(self, host: str, size: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -344,27 +377,32 @@ class Admission:
             self._waiters.append(waiter)
             try:
                 await asyncio.wait_for(waiter, max(deadline - loop.time(), 0.0))
+                _raise_if_cancelled()
             except TimeoutError:
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the server's memory for requests in flight "
                     f"({self.limits.request_memory >> 20} MiB, at most "
-                    f"{self.limits.request_memory_per_peer >> 20} MiB for one client; "
+                    f"{self.limits.request_memory_per_prefix >> 20} MiB for one network "
+                    f"({address_prefix(host)}); "
                     f"--request-memory-mb) stayed full for {self.limits.receive_timeout:g} s; "
                     "retry when fewer large requests are running") from None
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         self._reserved += size
-        self._reserved_by[host] += size
+        self._reserved_by[address_prefix(host)] += size
+        self._reserved_host[host] += size
 
     def _release(self, host: str, size: int) -> None:
         if size <= 0:
             return
         self._reserved -= size
-        self._reserved_by[host] -= size
-        if not self._reserved_by[host]:
-            del self._reserved_by[host]
+        prefix = address_prefix(host)
+        for counter, key in ((self._reserved_by, prefix), (self._reserved_host, host)):
+            counter[key] -= size
+            if not counter[key]:
+                del counter[key]
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:  # each checks again whether its reservation fits
             if not waiter.done():
