@@ -67,6 +67,60 @@ def test_a_factory_is_parsed_built_checked_and_imported_only_when_named(
         build_model("pytorchexample.task:load_centralized_dataset", (3, 32, 32), 10)
 
 
+HOSTILE_FACTORIES = '''
+import sys, threading, torch
+from torch import nn
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 2 * 2, 2)
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+class Boom(nn.Module):
+    def forward(self, x):
+        raise KeyError("no such layer")
+
+def boom(): raise RuntimeError("boom inside")
+def leaves(): sys.exit(3)
+def interrupts(): raise KeyboardInterrupt
+def typo(): return len(3)
+def needs(width): return Tiny()
+def frozen(): return nn.Flatten()
+def hangs(): threading.Event().wait()
+def bad_forward():
+    m = Tiny(); m.forward = Boom().forward; return m
+def pair():
+    m = Tiny(); m.forward = lambda x: (x, x); return m
+'''
+
+
+@pytest.mark.parametrize(("factory", "said"), [
+    ("boom", "the factory t6h:boom raised RuntimeError: boom inside"),
+    ("leaves", "the factory t6h:leaves raised SystemExit: 3"),
+    ("interrupts", "the factory t6h:interrupts raised KeyboardInterrupt"),
+    ("typo", "the factory t6h:typo raised TypeError: object of type 'int' has no len"),
+    ("needs", "must build the model with no arguments"),
+    ("frozen", "no trainable parameters"),
+    ("hangs", "did not return within 0.3 s"),
+    ("bad_forward", "forward of the model t6h:bad_forward() on one input of [3, 2, 2] raised "
+                    "KeyError"),
+    ("pair", "returns a tuple for one input"),
+])
+def test_every_failure_of_a_factory_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             factory: str, said: str) -> None:
+    (tmp_path / "t6h.py").write_text(HOSTILE_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDLEAK_FACTORY_DEADLINE", "0.3")
+    trust(f"t6h:{factory}")
+    with pytest.raises(ModelError) as refused:
+        build_model(f"t6h:{factory}", (3, 2, 2), 2)
+    assert said in str(refused.value)
+    trust("t6h:Tiny")
+    assert tuple(build_model("t6h:Tiny", (3, 2, 2), 2)(torch.zeros(1, 3, 2, 2)).shape) == (1, 2)
+
+
 def test_an_image_folder_at_its_own_size_and_normalisation(tmp_path: Path) -> None:
     folder = photo_folder(tmp_path / "photos", 10, 64)
     name = with_look("imagefolder", 48, "0.5/0.5")
