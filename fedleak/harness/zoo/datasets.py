@@ -51,6 +51,14 @@ from fedleak.harness.zoo.folder_look import (  # noqa: F401  (re-exported)
     folder_look,
     with_look,
 )
+from fedleak.harness.zoo.image_files import (
+    ImageFileError,
+    folder_files,
+    max_image_pixels,
+    open_image,
+    refuse,
+    say_skipped,
+)
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "faces", "photos", "cifar10", "cifar100", "imagefolder")
@@ -361,7 +369,8 @@ def _imagefolder_info(classes: tuple[str, ...], look: FolderLook | None = None
 
 def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tensor, Tensor]:
     """All images under ``folder``: RGB, shorter side resized to ``size``, centre-cropped to
-    ``size``×``size``."""
+    ``size``×``size``; every file checked first (:mod:`fedleak.harness.zoo.image_files`: each
+    unusable one named with its reason, skipped ones said)."""
     torchvision = import_torchvision()
     transforms = torchvision.transforms
     transform = transforms.Compose(
@@ -372,11 +381,22 @@ def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tens
         ]
     )
     try:
-        folder_set = torchvision.datasets.ImageFolder(str(folder), transform=transform)
-    except FileNotFoundError as error:
-        raise DatasetError(f"imagefolder: {error}; add images to the class folders") from error
-    images = torch.stack([folder_set[i][0] for i in range(len(folder_set))])
-    return images, torch.as_tensor(folder_set.targets, dtype=torch.int64)
+        found = folder_files(folder, _folder_classes([folder]))
+        ceiling = max_image_pixels()
+        say_skipped(found.skipped)
+        images, labels, problems = [], [], []
+        for path, label in found.files:
+            try:
+                image = open_image(path, ceiling)
+            except ImageFileError as err:
+                problems.append(str(err))
+                continue
+            images.append(transform(image))
+            labels.append(label)
+        refuse(problems, folder)
+    except ImageFileError as err:
+        raise DatasetError(str(err)) from None
+    return torch.stack(images), torch.as_tensor(labels, dtype=torch.int64)
 
 
 _LOADERS: dict[str, Callable[[str, str, Path | None, bool], ImageDataset]] = {
