@@ -56,6 +56,7 @@ from fedleak.harness.wire.connections import (
 from fedleak.harness.wire.serving import host_port, is_loopback
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
+from tests.paths import REPO
 from tests.raw_http2 import closed_by_server, idle_connection, stalled_call, unary_call
 
 DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
@@ -635,3 +636,34 @@ def test_the_image_budget_holds_exactly_under_a_race() -> None:
     for thread in threads:
         thread.join()
     assert len(answered) == 8 and budget.image_scores_left() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG)")
+def test_a_child_dies_with_its_fedleak_parent_from_its_first_import(tmp_path) -> None:
+    """``import fedleak`` alone arranges it (before any heavy import): the parent is killed
+    with SIGKILL, the child (sleeping right after ``import fedleak``) goes with it."""
+    import os
+    import signal
+    import subprocess
+
+    script = ("import os, subprocess, sys, time\n"
+              "env = dict(os.environ, FEDLEAK_PARENT_PID=str(os.getpid()))\n"
+              "child = subprocess.Popen([sys.executable, '-c', "
+              "'import fedleak, time; print(1, flush=True); time.sleep(60)'], env=env,"
+              " stdout=subprocess.PIPE)\n"
+              "child.stdout.readline()\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = int(parent.stdout.readline())  # type: ignore[union-attr]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(300):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its parent by 30 s")
