@@ -51,14 +51,7 @@ from fedleak.harness.zoo.folder_look import (  # noqa: F401  (re-exported)
     folder_look,
     with_look,
 )
-from fedleak.harness.zoo.image_files import (
-    ImageFileError,
-    folder_files,
-    max_image_pixels,
-    open_image,
-    refuse,
-    say_skipped,
-)
+from fedleak.harness.zoo.image_files import ImageFileError, read_image_folder
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "faces", "photos", "cifar10", "cifar100", "imagefolder")
@@ -368,35 +361,11 @@ def _imagefolder_info(classes: tuple[str, ...], look: FolderLook | None = None
 
 
 def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tensor, Tensor]:
-    """All images under ``folder``: RGB, shorter side resized to ``size``, centre-cropped to
-    ``size``×``size``; every file checked first (:mod:`fedleak.harness.zoo.image_files`: each
-    unusable one named with its reason, skipped ones said)."""
-    torchvision = import_torchvision()
-    transforms = torchvision.transforms
-    transform = transforms.Compose(
-        [
-            transforms.Resize(size),
-            transforms.CenterCrop(size),
-            transforms.ToTensor(),
-        ]
-    )
+    """All images under ``folder``, each file checked first (:func:`read_image_folder`)."""
     try:
-        found = folder_files(folder, _folder_classes([folder]))
-        ceiling = max_image_pixels()
-        say_skipped(found.skipped)
-        images, labels, problems = [], [], []
-        for path, label in found.files:
-            try:
-                image = open_image(path, ceiling)
-            except ImageFileError as err:
-                problems.append(str(err))
-                continue
-            images.append(transform(image))
-            labels.append(label)
-        refuse(problems, folder)
+        return read_image_folder(folder, _folder_classes([folder]), size)
     except ImageFileError as err:
         raise DatasetError(str(err)) from None
-    return torch.stack(images), torch.as_tensor(labels, dtype=torch.int64)
 
 
 _LOADERS: dict[str, Callable[[str, str, Path | None, bool], ImageDataset]] = {

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from PIL import Image
+    from torch import Tensor
 
 #: Extensions read as images (torchvision's, and GIF: a still GIF is an image too).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp",
@@ -161,3 +162,31 @@ def refuse(problems: list[str], folder: Path) -> None:
     more = f"\n  ... and {len(problems) - LISTED} more" if len(problems) > LISTED else ""
     raise ImageFileError(f"imagefolder: {len(problems)} file(s) under {folder} cannot be used; "
                          "fix or remove them:\n  " + "\n  ".join(problems[:LISTED]) + more)
+
+
+def read_image_folder(folder: Path, classes: tuple[str, ...], size: int) \
+        -> tuple[Tensor, Tensor]:
+    """All images under ``folder/<class>``: RGB, shorter side resized to ``size``,
+    centre-cropped to ``size``×``size`` (torchvision's transforms); every file checked first
+    (module docstring), each unusable one named in one :class:`ImageFileError`."""
+    import torch
+
+    from fedleak.harness.zoo.torchvision_compat import import_torchvision
+
+    transforms = import_torchvision().transforms
+    transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
+                                    transforms.ToTensor()])
+    found = folder_files(folder, classes)
+    ceiling = max_image_pixels()
+    say_skipped(found.skipped)
+    images, labels, problems = [], [], []
+    for path, label in found.files:
+        try:
+            image = open_image(path, ceiling)
+        except ImageFileError as err:
+            problems.append(str(err))
+            continue
+        images.append(transform(image))
+        labels.append(label)
+    refuse(problems, folder)
+    return torch.stack(images), torch.as_tensor(labels, dtype=torch.int64)
