@@ -35,7 +35,15 @@ Against real victim processes on loopback, prints:
    process can (reported: a connection-rate flood, for a firewall or proxy in front);
 12. address-flood — the same victim and probes against 16 stalled calls from each of 60
    loopback addresses (127.0.0.2–61: each within every per-host cap; 960 connections), the
-   same three ways.
+   same three ways;
+13. memory-flood (issue 50) — the same victim at ``--nofile=1024:1024``: the request memory
+   filled by 4 stalled ``ComputeUpdate`` bodies from two hosts, a second stalled stream on each
+   of those connections (it waits for memory), then 16 stalled calls from each of 60
+   addresses in their own /24s; 20 fresh probes from 127.0.0.250, target ≥ 19 within 1 s;
+14. prefix-hold (issue 50) — two stalled ``ComputeUpdate`` bodies from each of two hosts of one
+   /24 (127.0.2.2, 127.0.2.3), then a legitimate ``ComputeUpdate`` from 127.0.0.1 (another
+   network): its time, target < 2 s; and the same hold by 127.0.0.2/.3, the legitimate
+   client's own /24 (reported: one network's half is shared by its hosts).
 
 Parts 3–6 need up to ~10 GB of memory at once (run them one at a time on a shared machine).
 
@@ -666,6 +674,81 @@ def defend_stream(total_gib: int = 2, cap_mb: int = 512) -> None:
           f"{cancelled[1]:.0f} MB)")
 
 
+def memory_flood(probes: int = 20) -> None:
+    """Part 13 (module docstring): probes answered within 1 s under the memory-waiting flood."""
+    import resource
+
+    from tests.raw_http2 import another_stalled_stream, stalled_call
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(8192, hard), hard))
+    launcher = ["prlimit", "--nofile=1024:1024", *FEDLEAK_COMMAND, "victim", "serve"]
+    compute = "/fedleak.v1.Victim/ComputeUpdate"
+    with VictimProcess(DIGITS, command=launcher) as victim:
+        port = int(victim.address.rsplit(":", 1)[1])
+        fillers = [stalled_call("127.0.0.1", port, compute, source=host)
+                   for host in ("127.0.1.2", "127.0.1.2", "127.0.3.2", "127.0.3.2")]
+        time.sleep(0.5)
+        for sock in fillers:
+            another_stalled_stream(sock, "127.0.0.1", port, compute)
+        sources = [f"127.{10 + i}.0.2" for i in range(60)]
+        with Flood(port, sources, 16, STALLED_METHODS, 0.0) as flood:
+            time.sleep(3)
+            results = []
+            for _ in range(probes):
+                results.append(_raw_probe(port, "127.0.0.250"))
+                time.sleep(0.1)
+            held, sockets = len(flood.held), _sockets(victim.pid)
+            opened, closed = flood.opened, flood.closed_by_server
+        for sock in fillers:
+            sock.close()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    answered = sum(ok for ok, _, _ in results)
+    slowest = max(seconds for _, seconds, _ in results)
+    verdict = target("memory-flood: >= 19 of 20 within 1 s", answered >= probes - 1)
+    print(f"memory flood ({verdict}): open-file limit 1024:1024; 4 stalled ComputeUpdate "
+          f"bodies from 127.0.1.2 and 127.0.3.2 with a second stalled stream each, then 16 "
+          f"stalled calls from each of 60 /24s ({opened} opened, {closed} closed by the "
+          f"victim, {held} held at the end); {answered} of {probes} Describe + health probes "
+          f"from 127.0.0.250 answered within 1 s, slowest {slowest * 1000:.0f} ms; the victim "
+          f"held {sockets} sockets")
+
+
+def prefix_hold() -> None:
+    """Part 14 (module docstring): a legitimate ComputeUpdate under a two-host hold."""
+    from tests.raw_http2 import stalled_call
+
+    compute = "/fedleak.v1.Victim/ComputeUpdate"
+    for hosts, what in ((("127.0.2.2", "127.0.2.3"), "another /24"),
+                        (("127.0.0.2", "127.0.0.3"), "the legitimate client's own /24")):
+        with VictimProcess(DIGITS) as victim, VictimClient(victim.address, timeout=20) as client:
+            port = int(victim.address.rsplit(":", 1)[1])
+            params, buffers = client.global_model()
+            request = pb.ComputeUpdateRequest(
+                parameters=[encode_tensor(t, n) for n, t in params.items()],
+                buffers=[encode_tensor(t, n) for n, t in buffers.items()],
+                protocol=protocol_to_pb(Protocol("fedsgd", 1, 1, 0.1)))
+            client.stub.ComputeUpdate(request, timeout=20)  # warm: the first round's imports
+            held = [stalled_call("127.0.0.1", port, compute, source=h) for h in hosts
+                    for _ in range(2)]
+            time.sleep(0.5)
+            started = time.perf_counter()
+            try:
+                client.stub.ComputeUpdate(request, timeout=10)
+                outcome = "answered"
+            except grpc.RpcError as err:
+                outcome = err.code().name
+            took = time.perf_counter() - started
+            for sock in held:
+                sock.close()
+        limit = what == "another /24"
+        verdict = target("prefix-hold: a legitimate ComputeUpdate < 2 s",
+                         outcome == "answered" and took < 2) if limit else "reported"
+        print(f"prefix hold by {hosts[0]} and {hosts[1]} ({what}; {verdict}): 2 stalled "
+              f"ComputeUpdate bodies each; a legitimate ComputeUpdate from 127.0.0.1: "
+              f"{outcome} in {took:.2f} s (timeout 10 s)")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     parts = {"oracle": oracle, "across-rounds": oracle_across_rounds, "freezing": freezing,
@@ -673,7 +756,8 @@ if __name__ == "__main__":
              "parse-delay": parse_delay, "stalls": stalls, "secagg-flood": secagg_flood,
              "defend-stream": defend_stream,
              "describe-flood": functools.partial(stalled_floods, "describe"),
-             "address-flood": functools.partial(stalled_floods, "addresses")}
+             "address-flood": functools.partial(stalled_floods, "addresses"),
+             "memory-flood": memory_flood, "prefix-hold": prefix_hold}
     chosen = sys.argv[1:] or list(parts)
     for part in chosen:
         parts[part]()

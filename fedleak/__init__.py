@@ -14,7 +14,36 @@ Short entry points, imported on first use:
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, Any
+
+
+def _die_with_a_fedleak_parent() -> None:
+    """Die with the fedleak parent that started this process, from its first line.
+
+    A parent that starts a fedleak server (a victim for a sweep, a test, the demo) sets
+    ``FEDLEAK_PARENT_PID``; the child asks Linux at once, before torch, gRPC or click are
+    imported, to send it SIGTERM when that parent dies (``prctl(PR_SET_PDEATHSIG)``), so a
+    parent killed with ``kill -9`` during the child's seconds of imports leaves no orphan
+    listening. The variable is taken out, so the child's own children do not read it; a parent
+    already gone (pid changed) stops the child at once. A no-op elsewhere than Linux.
+    """
+    parent = os.environ.pop("FEDLEAK_PARENT_PID", "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):  # PR_SET_PDEATHSIG = 1
+        return
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_die_with_a_fedleak_parent()
 
 if TYPE_CHECKING:
     from fedleak.harness.federated.observe import observe

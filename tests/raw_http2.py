@@ -55,12 +55,19 @@ def idle_connection(host: str, port: int, timeout: float = 10.0,
     return _connect(host, port, timeout, source)
 
 
-def _call_headers(host: str, port: int, path: str) -> bytes:
+def _call_headers(host: str, port: int, path: str, stream: int = 1) -> bytes:
     block = b"".join(_literal(name, value) for name, value in (
         (":method", "POST"), (":scheme", "http"), (":path", path),
         (":authority", f"{host}:{port}"), ("content-type", "application/grpc"),
         ("te", "trailers")))
-    return frame(_HEADERS, _END_HEADERS, 1, block)
+    return frame(_HEADERS, _END_HEADERS, stream, block)
+
+
+def another_stalled_stream(sock: socket.socket, host: str, port: int, path: str,
+                           stream: int = 3) -> None:
+    """One more stalled call (headers, no body) on the connection of :func:`stalled_call`
+    (client streams have odd ids: 3, 5, ...)."""
+    sock.sendall(_call_headers(host, port, path, stream))
 
 
 def stalled_call(host: str, port: int, path: str, timeout: float = 10.0,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from fedleak.defenses.accounting import accounted
 from fedleak.defenses.composition import ChainAccountant, UpdateComposition, compose_update
 from fedleak.defenses.defense_registry import DefenseConfigError, create_defense
 from fedleak.defenses.mechanism import DeclarationError, Mechanism
@@ -54,6 +55,12 @@ class DefenseChain:
             problem = defense.chain_problem(has_transport=self.transport is not None)
             if problem:
                 raise DefenseConfigError(problem)
+        for what, mechanism in (("the per-example defense", self.per_example_mechanism),
+                                ("the update defenses", self.update_composition().mechanism())):
+            try:  # a noise the accountant cannot compute ε for is refused now, not per round
+                accounted(mechanism)
+            except DeclarationError as err:
+                raise DefenseConfigError(f"{what}: {err}") from None
 
     def _staged(self, stage: str) -> list[Defense]:
         return [d for d in self.defenses if d.stage == stage]

@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedleak.defenses.accounting import epsilon, make_accountant, record
+from fedleak.defenses.accounting import (
+    SMALLEST_NOISE_MULTIPLIER,
+    epsilon,
+    make_accountant,
+    record,
+)
 from fedleak.defenses.defense_registry import register_defense
 from fedleak.defenses.mechanism import (
     FIXED,
@@ -57,6 +62,11 @@ class DPSGDConfig:
         """Refuse a value that names no mechanism; the message names the parameter."""
         if not self.noise_multiplier >= 0:
             raise ValueError(f"noise-multiplier must be >= 0, got {self.noise_multiplier}")
+        if 0 < self.noise_multiplier < SMALLEST_NOISE_MULTIPLIER:
+            raise ValueError(f"noise-multiplier {self.noise_multiplier:g} is below the smallest "
+                             f"whose ε the accountant can compute "
+                             f"({SMALLEST_NOISE_MULTIPLIER:g}: z² underflows); use at least "
+                             f"{SMALLEST_NOISE_MULTIPLIER:g}, or 0 for no noise (ε = ∞)")
         if not self.max_grad_norm > 0:
             raise ValueError(f"max-grad-norm must be positive, got {self.max_grad_norm}")
         if not self.noise_multiplier * self.max_grad_norm <= 1e36:  # float32 max is 3.4e38

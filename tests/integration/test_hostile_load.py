@@ -56,6 +56,7 @@ from fedleak.harness.wire.connections import (
 from fedleak.harness.wire.serving import host_port, is_loopback
 from fedleak.v1 import victim_pb2 as pb
 from fedleak.v1 import victim_pb2_grpc as pb_grpc
+from tests.paths import REPO
 from tests.raw_http2 import closed_by_server, idle_connection, stalled_call, unary_call
 
 DIGITS = ["--dataset", "digits", "--split", "all", "--images", "0-3", "--model",
@@ -199,12 +200,82 @@ def test_one_host_cannot_hold_the_whole_budget() -> None:
     asyncio.run(scenario())
 
 
+async def _stalled_request(admission: Admission, context: FakeContext) -> None:
+    """A call, as the server makes it, whose body has not come (or is held once in)."""
+    async with admission.call(context, counted=False), admission.request(context):
+        await asyncio.Event().wait()
+
+
+def test_two_hosts_of_one_prefix_share_half_and_fresh_clients_keep_a_reserve() -> None:
+    """Budget 4 × L: two stalled hosts of 10.0.0.0/24 hold L each (the prefix's half); a host
+    of another network is read at once; a second network fills to 3 L; the last L is for a
+    host that holds nothing (fresh), not for a held host's next call."""
+
+    async def scenario() -> None:
+        limits = ServingLimits(max_message_bytes=1 << 20, request_memory_bytes=16 << 20,
+                               receive_timeout=30)
+        admission = Admission(limits)
+        big = limits.largest_request_cost
+
+        async def hold(peer: str) -> asyncio.Task[None]:
+            task = asyncio.create_task(_stalled_request(admission, FakeContext(peer)))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            return task
+
+        held = [await hold("ipv4:10.0.0.2:1"), await hold("ipv4:10.0.0.3:1")]
+        assert admission.reserved == 2 * big
+        held.append(await hold("ipv4:10.0.0.4:1"))  # a third host of the network waits
+        assert admission.reserved == 2 * big
+        assert admission.connection_calls()[("10.0.0.4", 1)] is False  # stalled, evictable
+        held.append(await hold("ipv4:10.0.1.2:1"))  # another network: its share
+        assert admission.reserved == 3 * big
+        held.append(await hold("ipv4:10.0.1.2:2"))  # a held host: not into the reserve
+        assert admission.reserved == 3 * big
+        fresh = FakeContext("ipv4:10.0.2.9:1", b"z")
+        fresh.arrived.set()
+        async with admission.request(fresh) as body:  # a fresh client takes the reserve
+            assert body == [b"z"]
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+        assert admission.reserved == 0 and admission.connection_calls() == {}
+
+    asyncio.run(scenario())
+
+
+def test_a_call_waiting_for_memory_counts_as_stalled() -> None:
+    """A call blocked before its reservation has not read its body: its connection is
+    stalled (evictable), not at work — and giving up leaves nothing reserved."""
+
+    async def scenario() -> None:
+        admission = Admission(ServingLimits(max_message_bytes=1 << 20,
+                                            request_memory_bytes=4 << 20, receive_timeout=0.2))
+        first = asyncio.create_task(_stalled_request(admission, FakeContext("ipv4:1.1.1.1:1")))
+        while admission.reserved == 0:
+            await asyncio.sleep(0)
+        second = FakeContext("ipv4:1.1.1.1:2")
+        waiting = asyncio.create_task(_stalled_request(admission, second))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert second.reads == 0
+        assert admission.connection_calls() == {("1.1.1.1", 1): False, ("1.1.1.1", 2): False}
+        with pytest.raises(Refused):
+            await waiting
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        assert admission.reserved == 0
+
+    asyncio.run(scenario())
+
+
 def test_a_budget_below_one_request_is_refused() -> None:
     with pytest.raises(ValueError, match="--request-memory-mb"):
         ServingLimits(max_message_bytes=64 << 20, request_memory_bytes=100 << 20)
     limits = ServingLimits(max_message_bytes=64 << 20)
     assert limits.request_memory == 4 * 4 * (64 << 20)
-    assert limits.request_memory_per_peer == 2 * 4 * (64 << 20)
+    assert limits.request_memory_per_prefix == 2 * 4 * (64 << 20)
+    assert limits.request_memory_reserve == 4 * (64 << 20)
 
 
 def test_excess_connections_are_the_oldest_idle_ones_of_a_host() -> None:
@@ -565,3 +636,34 @@ def test_the_image_budget_holds_exactly_under_a_race() -> None:
     for thread in threads:
         thread.join()
     assert len(answered) == 8 and budget.image_scores_left() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG)")
+def test_a_child_dies_with_its_fedleak_parent_from_its_first_import(tmp_path) -> None:
+    """``import fedleak`` alone arranges it (before any heavy import): the parent is killed
+    with SIGKILL, the child (sleeping right after ``import fedleak``) goes with it."""
+    import os
+    import signal
+    import subprocess
+
+    script = ("import os, subprocess, sys, time\n"
+              "env = dict(os.environ, FEDLEAK_PARENT_PID=str(os.getpid()))\n"
+              "child = subprocess.Popen([sys.executable, '-c', "
+              "'import fedleak, time; print(1, flush=True); time.sleep(60)'], env=env,"
+              " stdout=subprocess.PIPE)\n"
+              "child.stdout.readline()\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = int(parent.stdout.readline())  # type: ignore[union-attr]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(300):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the child outlived its parent by 30 s")

@@ -81,6 +81,8 @@ def run_secagg(
                     raise
                 alive.remove(user)
                 offline[user] = PHASE_NAMES[phase]
+                if not alive:
+                    _victim_gone(client, PHASE_NAMES[phase], err)
         return replies
 
     share_request = server.advertise_keys(ask(pb.ADVERTISE_KEYS, lambda u: b"", AdvertiseKeys))
@@ -93,6 +95,20 @@ def run_secagg(
     result = server.unmasking(ask(pb.UNMASKING, lambda u: unmask_request.to_bytes(),
                                   UnmaskingShares))
     return AggregationRound(begin, result, server.transcript, offline)
+
+
+def _victim_gone(client: VictimClient, phase: str, last: VictimError) -> None:
+    """Every user went ``UNAVAILABLE``: when the victim process itself no longer answers
+    ``Describe`` (stopped by a signal, killed, or its connection lost), say so — not a dropout
+    of every user."""
+    try:
+        client.describe()
+    except VictimError as err:
+        raise VictimError(grpc.StatusCode.UNAVAILABLE,
+                          f"the victim process stopped answering during secure aggregation's "
+                          f"{phase} phase (every user and Describe are unavailable: it was "
+                          f"stopped, e.g. by SIGTERM, or died — not a dropout; {last.details}; "
+                          f"then {err.details}); restart it and run the round again") from None
 
 
 def as_received_update(

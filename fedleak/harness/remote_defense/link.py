@@ -42,6 +42,7 @@ from fedleak.defenses.stages import GaussianClaim, PerExampleDefense, UpdateDefe
 from fedleak.harness.remote_defense.declaration import mechanism_from_pb
 from fedleak.harness.remote_defense.wire import (
     DEFAULT_CHUNK_BYTES,
+    ExpectedTensor,
     UpdateStreamError,
     assemble_update,
     update_chunks,
@@ -179,14 +180,23 @@ class RemoteLink:
         return f"the {self.label} refused the update: {code.name}: {err.details()}"
 
     def _defend(self, tensors: list[torch.Tensor], names: list[str], seed: int,
-                expected_batch_size: int = 0) -> tuple[list[str], list[torch.Tensor]]:
+                expected_batch_size: int = 0, reply: list[ExpectedTensor] | None = None) \
+            -> tuple[list[str], list[torch.Tensor]]:
+        """Stream ``tensors`` out and the reply back, checked chunk by chunk against
+        ``reply`` (default: the names, dtypes and shapes sent): a reply that declares more is
+        refused at its first byte too many, and the stream is cancelled."""
         chunks = update_chunks(tensors, names, seed, self.chunk_bytes, expected_batch_size)
+        if reply is None:
+            reply = [ExpectedTensor.like(t, n) for t, n in zip(tensors, names, strict=True)]
+        replies = None
         try:
             replies = self._stub.Defend(chunks, timeout=self.config.timeout)
-            defended = assemble_update(replies, f"reply of the {self.label}")
+            defended = assemble_update(replies, f"reply of the {self.label}", reply)
         except grpc.RpcError as err:
             raise FailedPrecondition(self._rpc_failure(err)) from None
         except UpdateStreamError as err:
+            if replies is not None:
+                replies.cancel()  # the rest of a lying reply is never read
             raise FailedPrecondition(f"{err}; fix the defense service") from None
         return defended.names, defended.tensors
 
@@ -261,8 +271,10 @@ class RemotePerExampleDefense(RemoteLink, PerExampleDefense):
                   generator: torch.Generator) -> list[torch.Tensor]:
         names = [str(i) for i in range(len(per_example))]
         seed = int(torch.randint(0, 2**63 - 1, (1,), generator=generator))
-        got_names, got = self._defend(per_example, names, seed, max(expected_batch_size, 1))
         shapes = [torch.empty(g.shape[1:], dtype=g.dtype) for g in per_example]
+        got_names, got = self._defend(per_example, names, seed, max(expected_batch_size, 1),
+                                      [ExpectedTensor.like(s, n) for s, n in
+                                       zip(shapes, names, strict=True)])
         return self._checked_reply(shapes, names, got_names, got)
 
 

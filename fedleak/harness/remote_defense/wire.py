@@ -5,14 +5,17 @@ and shape, and carries the bytes ``[offset, offset + len(data))`` of its raw lit
 (:mod:`fedleak.harness.wire.codec`), so no message is larger than ``chunk_bytes`` plus a small
 header however large the update: a ResNet-152 update (~240 MB) passes under gRPC's default 4 MiB
 message limit. :func:`assemble_update` checks everything a peer could get wrong and raises
-:class:`UpdateStreamError` naming the tensor and what to change.
+:class:`UpdateStreamError` naming the tensor and what to change. Given the tensors it expects
+(:class:`ExpectedTensor`: a reply carries the names, dtypes and shapes that were sent), it
+checks each tensor's header at its first chunk and refuses at the first byte beyond them, so
+a reply that declares gigabytes costs its receiver no more than the update it sent.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +25,7 @@ from fedleak.harness.wire.codec import (
     decode_tensor,
     dtype_from_pb,
     dtype_name,
+    dtype_to_pb,
     encode_tensor,
     shape_text,
 )
@@ -63,6 +67,25 @@ def update_chunks(
                 chunk.expected_batch_size = expected_batch_size
             first = False
             yield chunk
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    """A tensor a stream must carry: its name, wire dtype and shape."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def like(cls, tensor: torch.Tensor, name: str, shape: Sequence[int] | None = None) \
+            -> ExpectedTensor:
+        """The header of ``tensor`` (or of its dtype at ``shape``), as the wire writes it."""
+        return cls(name, int(dtype_to_pb(tensor.dtype)),
+                   tuple(int(s) for s in (tensor.shape if shape is None else shape)))
+
+    def words(self) -> str:
+        return f"{quoted(self.name)} {shape_text(self.shape)} {dtype_name(self.dtype)}"
 
 
 @dataclass
@@ -120,8 +143,14 @@ class _Pending:
                 from None
 
 
-def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update") -> AssembledUpdate:
-    """Rebuild the tensors of a chunk stream, validating order, sizes, dtypes and shapes."""
+def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update",
+                    expected: Sequence[ExpectedTensor] | None = None) -> AssembledUpdate:
+    """Rebuild the tensors of a chunk stream, validating order, sizes, dtypes and shapes.
+
+    With ``expected``, the stream must carry exactly those tensors in order: a header that
+    differs is refused at its first chunk, a tensor too many at its first byte, and no tensor
+    takes more bytes than its expected shape holds (module docstring).
+    """
     out = AssembledUpdate([], [])
     pending: _Pending | None = None
     for index, chunk in enumerate(chunks):
@@ -143,9 +172,27 @@ def assemble_update(chunks: Iterable[dpb.UpdateChunk], what: str = "update") -> 
             raise UpdateStreamError(f"{what}: tensor {len(out.names)} has no name")
         if piece.name in out.names:
             raise UpdateStreamError(f"{what}: tensor {quoted(piece.name)} is sent twice")
+        if expected is not None:
+            _check_expected(piece, expected, len(out.names), what)
         out.names.append(piece.name)
         pending = _Pending(piece, what)
         pending.add(piece, int(chunk.offset))
     if pending is not None:
         out.tensors.append(pending.finish())
+    if expected is not None and len(out.tensors) != len(expected):
+        raise UpdateStreamError(f"{what}: {len(out.tensors)} tensor(s), expected "
+                                f"{len(expected)}: answer every tensor that was sent")
     return out
+
+
+def _check_expected(piece: pb.Tensor, expected: Sequence[ExpectedTensor], index: int,
+                    what: str) -> None:
+    if index >= len(expected):
+        raise UpdateStreamError(f"{what}: tensor {index} ({quoted(piece.name)}) is one more "
+                                f"than the {len(expected)} sent; answer the same tensors")
+    want = expected[index]
+    got = ExpectedTensor(piece.name, int(piece.dtype), tuple(int(s) for s in piece.shape))
+    if got != want:
+        raise UpdateStreamError(f"{what}: tensor {index} is {got.words()}, expected "
+                                f"{want.words()}: answer the same names, dtypes and shapes "
+                                "in the same order")

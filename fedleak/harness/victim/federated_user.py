@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fedleak import __version__
+from fedleak.defenses.accounting import AccountingError
 from fedleak.harness.federated.defended_update import defended_update
 from fedleak.harness.federated.local_update import CancelCheck, ComputationCancelled
 from fedleak.harness.federated.private_update import TrialCanary
@@ -197,6 +198,10 @@ class FederatedUser:
                                    account=account, canary=canary, observe=observe)
         except ComputationCancelled as err:
             raise Cancelled(f"local training stopped: {err}") from err
+        except AccountingError as err:
+            raise FailedPrecondition(f"the round was trained but its privacy could not be "
+                                     f"accounted: {err}; restart the victim with another "
+                                     "noise scale") from err
         except ValueError as err:  # e.g. BatchNorm in training mode on a single value
             raise FailedPrecondition(
                 f"local training failed for {self.config.model} on {n} image(s): "

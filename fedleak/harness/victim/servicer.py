@@ -43,6 +43,7 @@ from fedleak.harness.wire.request_errors import (
     InvalidArgument,
     Unauthenticated,
     answer_errors,
+    refuse_long_lists,
 )
 from fedleak.harness.zoo.text.text_datasets import is_text
 from fedleak.v1 import victim_pb2 as pb
@@ -284,6 +285,7 @@ class VictimServicer(pb_grpc.VictimServicer):
         if not request.round_id:
             raise InvalidArgument("round_id is empty: pass the round_id ComputeUpdate or "
                                   "BeginSecAgg returned, or the release_id of Release")
+        refuse_long_lists(request, what="ScoreRequest")  # by length, before any loop
         if self.victim.releaser.get(request.round_id) is not None:  # KKT candidates
             return score_release(self.victim.releaser, request)
         if is_text(self.victim.info):

@@ -13,15 +13,22 @@ registers unary methods as request streams), so it decides **before** gRPC hands
   :data:`SMALL_REQUEST_TIMEOUT`;
 - **request memory** (``request_memory_bytes``): the bytes that request bodies in flight may
   make the process hold, all clients together (default: room for four of the largest
-  requests), one client host at most half of it (so a host whose calls stall cannot keep the
-  others waiting). Before a body is read, its call reserves what the largest message would
+  requests), one address prefix (/24, /64: every host of one network together, as for calls
+  and connections) at most half of it, so hosts whose calls stall cannot keep other networks
+  waiting however many addresses they use. Of the budget, a *reserve* of one largest request
+  (:attr:`ServingLimits.request_memory_reserve`, when the budget holds two) is kept for fresh
+  clients: a call of a host that holds no reservation may use the whole budget, any other
+  only the rest — two networks that fill their shares still leave room for a third. Before a
+  body is read, its call reserves what the largest message would
   cost, ``REQUEST_COPIES`` × ``max_message_bytes``: gRPC's buffer, the bytes it hands over and
   the copy it assembles them in (measured 3.45 × a 1 GiB body at the peak), then the parsed
   message, the tensor bytes read out of it and the decoded tensor. Once the body is in, the
   reservation shrinks to its real size, and it is returned when the call's work has ended (a
   call its client cancelled keeps it until its worker has stopped). A call that finds the
   budget full waits without reading — HTTP/2 flow control keeps its bytes in the client —
-  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``);
+  until another call ends or ``receive_timeout`` passes (``RESOURCE_EXHAUSTED``). A call is
+  *stalled* from its headers until its body is in, the wait for memory included: its
+  connection is evictable (below) whatever it waits for;
 - **receive deadline** (``receive_timeout``): a body that has not arrived that many seconds
   after the call began is answered ``DEADLINE_EXCEEDED``, so a stalled call ends.
 
@@ -38,19 +45,22 @@ another thread.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import math
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import grpc
 
 from fedleak.harness.wire.channel import DEFAULT_MAX_MESSAGE_BYTES
 from fedleak.harness.wire.heap import return_freed_heap
+from fedleak.harness.wire.peers import (  # noqa: F401  (re-exported)
+    address_prefix,
+    peer_address,
+    peer_host,
+)
 
 #: Copies of a request body a call may hold at its peak (see the module docstring).
 REQUEST_COPIES = 4
@@ -138,48 +148,33 @@ class ServingLimits:
         return 4 * self.largest_request_cost
 
     @property
-    def request_memory_per_peer(self) -> int:
-        """What one client host's bodies may reserve: half the budget (at least one of the
-        largest requests), so a host whose calls stall cannot keep every other host waiting."""
+    def request_memory_per_prefix(self) -> int:
+        """What the bodies of one address prefix may reserve: half the budget (at least one of
+        the largest requests), so hosts whose calls stall cannot keep other networks waiting."""
         return max(self.request_memory // 2, self.largest_request_cost)
+
+    @property
+    def request_memory_reserve(self) -> int:
+        """The part of the budget only a fresh client (a host holding no reservation) may
+        take: one of the largest requests, when the budget holds two (else nothing)."""
+        least = self.largest_request_cost
+        return least if self.request_memory >= 2 * least else 0
 
 
 def _flag(name: str) -> str:
     return name.replace("_bytes", "-mb").replace("_", "-")
 
 
-def peer_host(peer: str) -> str:
-    """The client host of a gRPC peer string: ``ipv4:10.0.0.5:5000`` → ``10.0.0.5``,
-    ``ipv6:[::1]:5000`` (or percent-encoded) → ``::1``; ``unix:...`` → ``unix``."""
-    kind, _, rest = unquote(peer).partition(":")
-    if kind == "ipv4":
-        return rest.rsplit(":", 1)[0]
-    if kind == "ipv6":
-        host = rest.rsplit(":", 1)[0] if "]" in rest else rest
-        host = host.strip("[]")
-        return host[7:] if host.startswith("::ffff:") and "." in host else host
-    return kind or peer
+def _raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when this task was cancelled while ``wait_for`` returned.
 
-
-def address_prefix(host: str) -> str:
-    """The network ``host`` counts in for the per-prefix caps: its /24 for IPv4, its /64 for
-    IPv6 (what one client can own: a subscriber's IPv6 allocation is a /64 or more); a host
-    that is not an IP address (``unix``) is its own prefix."""
-    try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    bits = 24 if ip.version == 4 else 64
-    return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
-
-
-def peer_address(peer: str) -> tuple[str, int] | None:
-    """(host, port) of a TCP peer string, None for another transport."""
-    host = peer_host(peer)
-    tail = unquote(peer).rsplit(":", 1)[-1]
-    return (host, int(tail)) if tail.isdigit() and peer.startswith(("ipv4", "ipv6")) else None
+    Python 3.11's ``wait_for`` swallows a cancellation that arrives as its future completes
+    (a released reservation waking a waiter just as its call is cancelled): the call would then
+    go on to wait for a body that never comes, holding its memory until the receive deadline.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class Admission:
@@ -190,7 +185,8 @@ class Admission:
         self._calls: Counter[str] = Counter()
         self._prefix_calls: Counter[str] = Counter()
         self._reserved = 0
-        self._reserved_by: Counter[str] = Counter()
+        self._reserved_by: Counter[str] = Counter()  # per address prefix
+        self._reserved_host: Counter[str] = Counter()  # per host (a fresh host holds none)
         self._waiters: list[asyncio.Future[None]] = []
         self._connections: Counter[tuple[str, int]] = Counter()
         self._receiving: Counter[tuple[str, int]] = Counter()  # calls awaiting their body
@@ -287,10 +283,11 @@ class Admission:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.receive_timeout
         host = peer_host(context.peer())
-        reservation = self.limits.largest_request_cost
-        await self._reserve(host, reservation, deadline)
+        reservation = 0  # nothing held until _reserve returns
         try:
-            async with self._awaiting_body(context):
+            async with self._awaiting_body(context):  # stalled: waiting for memory, then bytes
+                await self._reserve(host, self.limits.largest_request_cost, deadline)
+                reservation = self.limits.largest_request_cost
                 body = [await self._receive(context, deadline)]
             size = len(body[0])
             kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
@@ -321,6 +318,7 @@ class Admission:
         left = deadline - asyncio.get_running_loop().time()
         try:
             raw = await asyncio.wait_for(context.read(), max(left, 0.0))
+            _raise_if_cancelled()
         except TimeoutError:
             allowed = self.limits.receive_timeout if seconds is None else seconds
             raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -334,8 +332,12 @@ class Admission:
         return raw
 
     def _fits(self, host: str, size: int) -> bool:
-        return (self._reserved + size <= self.limits.request_memory
-                and self._reserved_by[host] + size <= self.limits.request_memory_per_peer)
+        limits = self.limits
+        room = limits.request_memory - (limits.request_memory_reserve
+                                        if self._reserved_host[host] else 0)
+        return (self._reserved + size <= room
+                and self._reserved_by[address_prefix(host)] + size
+                <= limits.request_memory_per_prefix)
 
     async def _reserve(self, host: str, size: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -344,27 +346,32 @@ class Admission:
             self._waiters.append(waiter)
             try:
                 await asyncio.wait_for(waiter, max(deadline - loop.time(), 0.0))
+                _raise_if_cancelled()
             except TimeoutError:
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the server's memory for requests in flight "
                     f"({self.limits.request_memory >> 20} MiB, at most "
-                    f"{self.limits.request_memory_per_peer >> 20} MiB for one client; "
+                    f"{self.limits.request_memory_per_prefix >> 20} MiB for one network "
+                    f"({address_prefix(host)}); "
                     f"--request-memory-mb) stayed full for {self.limits.receive_timeout:g} s; "
                     "retry when fewer large requests are running") from None
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         self._reserved += size
-        self._reserved_by[host] += size
+        self._reserved_by[address_prefix(host)] += size
+        self._reserved_host[host] += size
 
     def _release(self, host: str, size: int) -> None:
         if size <= 0:
             return
         self._reserved -= size
-        self._reserved_by[host] -= size
-        if not self._reserved_by[host]:
-            del self._reserved_by[host]
+        prefix = address_prefix(host)
+        for counter, key in ((self._reserved_by, prefix), (self._reserved_host, host)):
+            counter[key] -= size
+            if not counter[key]:
+                del counter[key]
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:  # each checks again whether its reservation fits
             if not waiter.done():

@@ -17,8 +17,12 @@ import grpc
 from fedleak.harness.wire.codec import CodecError
 from fedleak.harness.wire.quoting import quoted, short_details
 
-__all__ = ["Cancelled", "FailedPrecondition", "InvalidArgument", "NotFound", "RequestError",
-           "ResourceExhausted", "Unauthenticated", "Unavailable", "answer_errors", "quoted"]
+__all__ = ["MAX_LIST_ENTRIES", "Cancelled", "FailedPrecondition", "InvalidArgument", "NotFound",
+           "RequestError", "ResourceExhausted", "Unauthenticated", "Unavailable",
+           "answer_errors", "quoted", "refuse_long_lists"]
+
+#: Entries any list (repeated) field of a request may hold unless its own cap is smaller.
+MAX_LIST_ENTRIES = 1 << 16
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,26 @@ class Cancelled(RequestError):
     """The caller went away (cancelled, timed out, or the service is stopping)."""
 
     code = grpc.StatusCode.CANCELLED
+
+
+def refuse_long_lists(message: Any, caps: dict[str, int] | None = None,
+                      what: str = "request") -> None:
+    """Refuse a list field of ``message`` longer than its cap, by its length alone.
+
+    Every repeated field of the message (read from its descriptor, so a field added to the
+    proto is covered) may hold at most ``caps[name]`` entries, or :data:`MAX_LIST_ENTRIES`;
+    ``len`` of a protobuf list is O(1), so an 8-million-entry list is refused before any
+    Python loop walks it. Raises :class:`InvalidArgument` naming the field and its cap.
+    """
+    caps = caps or {}
+    for field in message.DESCRIPTOR.fields:
+        if not getattr(field, "is_repeated", field.label == 3):  # 3: LABEL_REPEATED
+            continue
+        cap = min(caps.get(field.name, MAX_LIST_ENTRIES), MAX_LIST_ENTRIES)
+        length = len(getattr(message, field.name))
+        if length > cap:
+            raise InvalidArgument(f"{what}: {field.name} holds {length} entries, at most {cap} "
+                                  "are meaningful here; send only the entries that apply")
 
 
 def answer_errors(method: Callable[..., R]) -> Callable[..., R]:

@@ -51,6 +51,7 @@ from fedleak.harness.zoo.folder_look import (  # noqa: F401  (re-exported)
     folder_look,
     with_look,
 )
+from fedleak.harness.zoo.image_files import ImageFileError, read_image_folder
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
 
 DATASET_NAMES: tuple[str, ...] = ("digits", "faces", "photos", "cifar10", "cifar100", "imagefolder")
@@ -360,23 +361,11 @@ def _imagefolder_info(classes: tuple[str, ...], look: FolderLook | None = None
 
 
 def _read_image_folder(folder: Path, size: int = IMAGEFOLDER_SIZE) -> tuple[Tensor, Tensor]:
-    """All images under ``folder``: RGB, shorter side resized to ``size``, centre-cropped to
-    ``size``×``size``."""
-    torchvision = import_torchvision()
-    transforms = torchvision.transforms
-    transform = transforms.Compose(
-        [
-            transforms.Resize(size),
-            transforms.CenterCrop(size),
-            transforms.ToTensor(),
-        ]
-    )
+    """All images under ``folder``, each file checked first (:func:`read_image_folder`)."""
     try:
-        folder_set = torchvision.datasets.ImageFolder(str(folder), transform=transform)
-    except FileNotFoundError as error:
-        raise DatasetError(f"imagefolder: {error}; add images to the class folders") from error
-    images = torch.stack([folder_set[i][0] for i in range(len(folder_set))])
-    return images, torch.as_tensor(folder_set.targets, dtype=torch.int64)
+        return read_image_folder(folder, _folder_classes([folder]), size)
+    except ImageFileError as err:
+        raise DatasetError(str(err)) from None
 
 
 _LOADERS: dict[str, Callable[[str, str, Path | None, bool], ImageDataset]] = {

@@ -39,7 +39,7 @@ from torch import nn
 from fedleak.harness.zoo.architectures import KKTMLP, MLP, CifarResNet, ConvNet, LeNetZhu
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec, Shape
 from fedleak.harness.zoo.torchvision_compat import import_torchvision
-from fedleak.harness.zoo.user_models import FACTORY, build_factory
+from fedleak.harness.zoo.user_models import FACTORY, build_factory, run_user_code
 
 OPACUS_OPTION = "opacus"
 Builder = Callable[[Shape, int, dict[str, str]], nn.Module]
@@ -81,9 +81,15 @@ def build_model(spec: ModelSpec | str, shape: tuple[int, ...], num_classes: int)
             raise ModelError(f"a module:factory model takes images (C, H, W), but the data's "
                              f"shape is {tuple(shape)} (text: token sequences); choose a text "
                              "model (gpt2, bert, hf) for text data")
-        model = build_factory(spec.options.get("path", ""))
+        path = spec.options.get("path", "")
+        model = build_factory(path)
         chw = (int(shape[0]), int(shape[1]), int(shape[2]))
-        logits = _check_forward(model, spec, chw)
+        logits = run_user_code(f"the forward of the model {path}() on one input of "
+                               f"{list(chw)}", lambda: _check_forward(model, spec, chw))
+        if not isinstance(logits, torch.Tensor):
+            raise ModelError(f"model {path} returns a {type(logits).__name__} for one input of "
+                             f"{list(chw)}: it must return the logits tensor "
+                             f"[1, {num_classes}]")
         if tuple(logits.shape) != (1, int(num_classes)):
             raise ModelError(f"model {spec.options.get('path')} gives outputs of shape "
                              f"{list(logits.shape)} for one input of {list(chw)}; the data has "

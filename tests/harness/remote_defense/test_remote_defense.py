@@ -127,6 +127,17 @@ class Misbehaving(dpb_grpc.DefenseServiceServicer):
             tensors, names = tensors[:-1], names[:-1]
         elif self.mode == "refuse":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "I only take even sizes")
+        elif self.mode in ("huge", "longer"):  # 4 GiB declared, or bytes beyond the shape
+            self.sent = 0
+            shape = [1 << 30] if self.mode == "huge" else [2, 3]
+            offset = 0
+            while self.sent < 4096:  # 4 GiB in 1 MiB chunks, were they all read
+                piece = pb.Tensor(name="w", dtype=pb.FLOAT32, shape=shape,
+                                  data=bytes(24 if self.mode == "longer" else 1 << 20))
+                self.sent += 1
+                yield dpb.UpdateChunk(piece=piece, offset=offset)
+                offset += len(piece.data)
+            return
         yield from update_chunks(tensors, names)
 
 
@@ -145,8 +156,10 @@ def misbehaving() -> Iterator[tuple[Misbehaving, str]]:
 
 @pytest.mark.parametrize("mode, words", [
     ("nan", ["NaN or infinite", "'w'"]),
-    ("shape", ["returned 'w' as [6]", "expected [2, 3]"]),
-    ("missing", ["returned tensors ['w']", "expected ['w', 'b']"]),
+    ("shape", ["tensor 0 is 'w' [6] FLOAT32", "expected 'w' [2, 3] FLOAT32"]),
+    ("missing", ["1 tensor(s), expected 2"]),
+    ("huge", ["tensor 0 is 'w' [1073741824] FLOAT32", "expected 'w' [2, 3] FLOAT32"]),
+    ("longer", ["'w': more than the 24 bytes"]),
     ("refuse", ["refused the update", "INVALID_ARGUMENT", "even sizes"]),
 ])
 def test_a_wrong_answer_of_the_service_is_refused_naming_it(misbehaving, mode: str,
@@ -161,6 +174,8 @@ def test_a_wrong_answer_of_the_service_is_refused_naming_it(misbehaving, mode: s
     assert f"remote defense 'misbehaving' at {address}" in str(err.value)
     for word in words:
         assert word in str(err.value)
+    if mode in ("huge", "longer"):  # refused at the first byte too many, the rest unread
+        assert servicer.sent < 64
     servicer.mode = "ok"  # the link recovers with the service
     assert torch.equal(remote.apply(update, torch.Generator())[0], update[0])
 

@@ -21,8 +21,9 @@ from PIL import Image
 
 from fedleak.harness.victim.process import VictimProcess
 from fedleak.harness.zoo.bundled_images import photo_crops
-from fedleak.harness.zoo.datasets import load_dataset
+from fedleak.harness.zoo.datasets import DatasetError, load_dataset
 from fedleak.harness.zoo.folder_look import FolderLookError, folder_look, with_look
+from fedleak.harness.zoo.image_files import SkippedFilesWarning
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec
 from fedleak.harness.zoo.models import build_model
 from fedleak.harness.zoo.user_models import is_factory, trust, user_model
@@ -67,6 +68,60 @@ def test_a_factory_is_parsed_built_checked_and_imported_only_when_named(
         build_model("pytorchexample.task:load_centralized_dataset", (3, 32, 32), 10)
 
 
+HOSTILE_FACTORIES = '''
+import sys, threading, torch
+from torch import nn
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 2 * 2, 2)
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+class Boom(nn.Module):
+    def forward(self, x):
+        raise KeyError("no such layer")
+
+def boom(): raise RuntimeError("boom inside")
+def leaves(): sys.exit(3)
+def interrupts(): raise KeyboardInterrupt
+def typo(): return len(3)
+def needs(width): return Tiny()
+def frozen(): return nn.Flatten()
+def hangs(): threading.Event().wait()
+def bad_forward():
+    m = Tiny(); m.forward = Boom().forward; return m
+def pair():
+    m = Tiny(); m.forward = lambda x: (x, x); return m
+'''
+
+
+@pytest.mark.parametrize(("factory", "said"), [
+    ("boom", "the factory t6h:boom raised RuntimeError: boom inside"),
+    ("leaves", "the factory t6h:leaves raised SystemExit: 3"),
+    ("interrupts", "the factory t6h:interrupts raised KeyboardInterrupt"),
+    ("typo", "the factory t6h:typo raised TypeError: object of type 'int' has no len"),
+    ("needs", "must build the model with no arguments"),
+    ("frozen", "no trainable parameters"),
+    ("hangs", "did not return within 0.3 s"),
+    ("bad_forward", "forward of the model t6h:bad_forward() on one input of [3, 2, 2] raised "
+                    "KeyError"),
+    ("pair", "returns a tuple for one input"),
+])
+def test_every_failure_of_a_factory_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             factory: str, said: str) -> None:
+    (tmp_path / "t6h.py").write_text(HOSTILE_FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FEDLEAK_FACTORY_DEADLINE", "0.3")
+    trust(f"t6h:{factory}")
+    with pytest.raises(ModelError) as refused:
+        build_model(f"t6h:{factory}", (3, 2, 2), 2)
+    assert said in str(refused.value)
+    trust("t6h:Tiny")
+    assert tuple(build_model("t6h:Tiny", (3, 2, 2), 2)(torch.zeros(1, 3, 2, 2)).shape) == (1, 2)
+
+
 def test_an_image_folder_at_its_own_size_and_normalisation(tmp_path: Path) -> None:
     folder = photo_folder(tmp_path / "photos", 10, 64)
     name = with_look("imagefolder", 48, "0.5/0.5")
@@ -80,6 +135,41 @@ def test_an_image_folder_at_its_own_size_and_normalisation(tmp_path: Path) -> No
         with_look("photos", 224, None)
     with pytest.raises(FolderLookError, match="MEAN/STD"):
         with_look("imagefolder", None, "half")
+
+
+def test_every_unusable_file_of_an_image_folder_is_named_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = photo_folder(tmp_path / "photos", 6, 8)
+    bad = folder / "class-0"
+    (bad / "empty.png").write_bytes(b"")
+    (bad / "garbage.jpg").write_bytes(bytes(range(256)) * 4)
+    (bad / "text.png").write_text("not a picture")
+    whole = bad / "whole.png"
+    Image.new("RGB", (64, 64), (10, 200, 30)).save(whole)
+    (bad / "truncated.png").write_bytes(whole.read_bytes()[:60])
+    Image.new("L", (400, 300)).save(bad / "large.png")  # 120,000 px: over the test's ceiling
+    Image.new("L", (2, 200)).save(bad / "sliver.png")
+    frames = [Image.new("RGB", (8, 8), c) for c in ((255, 0, 0), (0, 0, 255))]
+    frames[0].save(bad / "moving.gif", save_all=True, append_images=frames[1:])
+    (bad / "notes.txt").write_text("skipped")
+    monkeypatch.setenv("FEDLEAK_MAX_IMAGE_PIXELS", "100000")
+    with pytest.warns(SkippedFilesWarning, match="notes.txt"), \
+            pytest.raises(DatasetError) as refused:
+        load_dataset("imagefolder", "all", folder)
+    said = str(refused.value)
+    for name, reason in [("empty.png", "empty"), ("garbage.jpg", "not an image"),
+                         ("text.png", "not an image"), ("truncated.png", "cannot be decoded"),
+                         ("large.png", "over the ceiling of 100,000"),
+                         ("sliver.png", "sliver"), ("moving.gif", "animated (2 frames)")]:
+        assert f"{bad / name}: " in said and reason in said.split(name, 1)[1].split("\n")[0]
+    assert "7 file(s)" in said and "whole.png" not in said
+    for name in ("empty.png", "garbage.jpg", "text.png", "truncated.png", "large.png",
+                 "sliver.png", "moving.gif"):
+        (bad / name).unlink()
+    Image.new("RGB", (8, 8)).save(bad / "still.gif")
+    with pytest.warns(SkippedFilesWarning):
+        data = load_dataset("imagefolder", "all", folder)
+    assert data.images.shape == (8, 3, 32, 32)  # six crops, whole.png, the still GIF
 
 
 @pytest.mark.e2e

@@ -27,7 +27,7 @@ from fedleak.harness.victim.rounds import Round, RoundBook
 from fedleak.harness.victim.scoring import precision
 from fedleak.harness.victim.scoring.budget import ScoreBudget
 from fedleak.harness.wire.codec import check_declared, decode_tensor
-from fedleak.harness.wire.request_errors import InvalidArgument
+from fedleak.harness.wire.request_errors import InvalidArgument, refuse_long_lists
 from fedleak.harness.zoo.text.secret_sharer import secrets_in
 from fedleak.harness.zoo.text.text_datasets import TextDataset
 from fedleak.v1 import victim_pb2 as pb
@@ -166,6 +166,10 @@ def score_text(victim: Any, request: pb.ScoreRequest) -> pb.ScoreResponse:
         raise InvalidArgument("this victim holds text: submit recovered sentences as tokens "
                               "(token ids [m, L]) and/or a token_set, not images, features "
                               "or labels")
+    vocab = int(victim.data.info.checked_tokenizer.vocab_size)
+    rows = SENTENCES_PER_PRIVATE * int(victim.data.tokens.shape[0])
+    refuse_long_lists(request, {"token_set": vocab, "token_counts": vocab, "padding": rows,
+                                "user_ids": rows}, "ScoreRequest")
     submission = TextSubmission(token_set=list(request.token_set),
                                 token_counts=list(request.token_counts),
                                 padding=list(request.padding), user_ids=list(request.user_ids))
