@@ -144,4 +144,5 @@ def register_estimator(name: str) -> Callable[[E], E]:
 
 #: the order the built-ins report in (plug-ins after them)
 BUILTIN_ORDER = ("clopper-pearson", "gaussian-dp", "one-run", "subsampled-gaussian",
-                 "gaussian-scores", "noise-level", "interference", "sampling", "one-shot")
+                 "gaussian-scores", "noise-level", "interference", "sampling", "fresh-noise",
+                 "correlated-noise", "canary-free", "one-shot")

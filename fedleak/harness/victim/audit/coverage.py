@@ -36,6 +36,7 @@ import torch
 from fedleak.auditing.estimators.declared_mechanism import SPREAD
 from fedleak.auditing.estimators.noise_level import NoiseLevels
 from fedleak.auditing.estimators.noise_ratio import StreamTable
+from fedleak.auditing.estimators.releases import Releases
 from fedleak.defenses.composition import UpdateComposition
 from fedleak.defenses.mechanism import Mechanism
 from fedleak.harness.victim.audit.steps import StepPlan
@@ -49,6 +50,10 @@ MAX_CANARY_VALUES = 1 << 24
 NOISE_COORDINATES = 4096
 #: the key of the accumulators over every stratum together
 POOLED_STRATUM = -1
+#: coordinates per tensor (and in all) whose every release is kept for the tests across
+#: releases and across coordinates (fedleak.auditing.estimators.fresh_noise, noise_correlation)
+RELEASE_COORDINATES = 256
+MAX_RELEASE_COORDINATES = 2048
 
 
 @dataclass
@@ -120,12 +125,37 @@ class Coverage:
     by_coin: bool = False
     #: strata of the streams split by the primary canary's coin too (an input canary)
     coin_strata: bool = False
+    #: the canary-free phase: trials with no canary at all (not scored), and their cells
+    bare: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    bare_cells: dict[int, Moments] = field(default_factory=dict)
+    #: every release's values at a sample of the noise coordinates, its tensor and cell
+    release_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    release_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    release_cells: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
         self.values = np.zeros((trials, len(self.streams)))
         self.strata = np.zeros(trials, dtype=np.int64)
         self.shift_sums = np.zeros(len(self.streams))
+        self.bare = np.zeros(trials, dtype=bool)
+
+    def keep_trials(self, trials: int) -> None:
+        """Keep the first ``trials`` trials' rows (the session's count)."""
+        self.coins = self.coins[:trials]
+        self.values = self.values[:trials]
+        self.strata = self.strata[:trials]
+        self.bare = self.bare[:trials]
+
+    def canary_free(self, count: int, rng: np.random.Generator) -> None:
+        """Make ``count`` trials at secret positions canary-free (every coin out)."""
+        trials = self.coins.shape[0]
+        if count <= 0 or trials == 0:
+            return
+        chosen = rng.choice(trials, min(count, trials), replace=False)
+        self.coins[chosen] = False
+        self.bare[chosen] = True
 
     def watch_noise(self, names: Sequence[str], sizes: Sequence[int], std: float,
                     rng: np.random.Generator) -> None:
@@ -144,6 +174,11 @@ class Coverage:
         self.noise_group = np.concatenate(groups).astype(np.int64)
         self.group_names = list(names)
         self.noise_std = std
+        share = max(2, min(RELEASE_COORDINATES, MAX_RELEASE_COORDINATES // max(len(sizes), 1)))
+        kept = [np.sort(rng.choice(c, min(share, c.size), replace=False)) for c in coords]
+        self.release_columns = np.concatenate(kept).astype(np.int64)
+        self.release_groups = np.concatenate(
+            [np.full(k.size, g) for g, k in enumerate(kept)]).astype(np.int64)
 
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
              device: torch.device) -> list[torch.Tensor] | None:
@@ -173,15 +208,28 @@ class Coverage:
         if self.coin_strata:  # the primary canary moves every stream: hold its coin fixed
             stratum = 2 * stratum + int(self.coins[trial, 0])
         self.strata[trial] = stratum
+        coin = bool(self.coins[trial, 0]) if self.by_coin else False
+        bare = bool(self.bare[trial])
+        if self.release_columns.size:
+            trials = self.coins.shape[0]
+            if self.releases.shape != (trials, self.release_columns.size):
+                self.releases = np.zeros((trials, self.release_columns.size))
+                self.release_cells = np.zeros(trials, dtype=np.int64)
+            self.releases[trial] = flat[self.release_columns]
+            self.release_cells[trial] = (2 * stratum + int(coin)) * 2 + int(bare)
         if self.noise_coordinates.size:
-            coin = bool(self.coins[trial, 0]) if self.by_coin else False
             x = flat[self.noise_coordinates]
-            for key in ((stratum, coin), (POOLED_STRATUM, coin)):
+            keys = [(stratum, coin), (POOLED_STRATUM, coin)] if not bare else []
+            for key in keys:
                 if key not in self.cells:
                     self.cells[key] = Moments(x.copy())
                 self.cells[key].add(x)
+            if bare:
+                if stratum not in self.bare_cells:
+                    self.bare_cells[stratum] = Moments(x.copy())
+                self.bare_cells[stratum].add(x)
 
-    def noise_levels(self, trials: int) -> NoiseLevels | None:
+    def noise_levels(self, trials: int, main: np.ndarray | None = None) -> NoiseLevels | None:
         """ν and Q per tensor (:mod:`fedleak.auditing.estimators.noise_level`) from the coordinates
         away from the canaries and from every stream's canary-out trials, or None."""
         if not self.noise_std > 0 or not (self.noise_coordinates.size or self.streams):
@@ -207,10 +255,11 @@ class Coverage:
                 count += cell.n * second.size
         coordinate_dof, coordinate_squares = float(dof.sum()), float(squares.sum())
         coins = self.coins[:trials]
+        scored = np.ones(trials, dtype=bool) if main is None else main
         for k, stream in enumerate(self.streams):
             if not stream.noise_sample:
                 continue
-            out = ~coins[:, stream.canary]
+            out = ~coins[:, stream.canary] & scored
             for h in np.unique(strata[out]):
                 rows = out & (strata == h)
                 if self.by_coin:
@@ -248,18 +297,47 @@ class Coverage:
     exact: bool = False
 
     def table(self, trials: int) -> StreamTable:
-        """The measured streams of the first ``trials`` trials, with their declared values."""
+        """The measured streams of the first ``trials`` trials (the scored ones: the
+        canary-free phase apart), with their declared values, the noise levels of both, and
+        every release's sampled coordinates."""
         shifts = np.array([s.declared_shift for s in self.streams])
         if not self.per_example and self.shift_count:
             shifts = self.shift_sums / self.shift_count
+        main = ~self.bare[:trials]
         return StreamTable(
-            values=self.values[:trials], coins=self.coins[:trials][:, [s.canary for s in
-                                                                       self.streams]],
+            values=self.values[:trials][main],
+            coins=self.coins[:trials][main][:, [s.canary for s in self.streams]],
             groups=tuple(s.group for s in self.streams), declared_shift=shifts,
             declared_std=np.array([s.declared_std for s in self.streams]),
             shift_variance=np.array([s.shift_variance for s in self.streams]),
-            strata=self.strata[:trials], noise=self.noise_levels(trials),
-            independent=self.per_example and self.one_step, exact=self.exact)
+            strata=self.strata[:trials][main], noise=self.noise_levels(trials, main),
+            independent=self.per_example and self.one_step, exact=self.exact,
+            releases=self.release_table(trials), bare_noise=self.bare_levels(),
+            bare_releases=int((~main).sum()))
+
+    def release_table(self, trials: int) -> Releases | None:
+        """The sampled coordinates of the first ``trials`` releases, or None."""
+        if not self.release_columns.size or self.releases.shape[0] < trials or \
+                not self.noise_std > 0:
+            return None
+        return Releases(self.releases[:trials], self.release_cells[:trials],
+                        self.release_groups, tuple(self.group_names), self.noise_std)
+
+    def bare_levels(self) -> NoiseLevels | None:
+        """ν and Q per tensor of the canary-free releases' noise coordinates, or None."""
+        if not self.bare_cells or not self.noise_std > 0:
+            return None
+        dof, squares = np.zeros(len(self.group_names)), np.zeros(len(self.group_names))
+        for cell in self.bare_cells.values():
+            if cell.n >= 2:
+                second, _ = cell.central()
+                np.add.at(squares, self.noise_group, second / self.noise_std ** 2)
+                np.add.at(dof, self.noise_group, cell.n - 1)
+        keep = dof > 0
+        if not keep.any():
+            return None
+        return NoiseLevels(tuple(np.array(self.group_names)[keep].tolist()), dof[keep],
+                           squares[keep])
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

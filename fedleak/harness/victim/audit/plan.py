@@ -140,9 +140,11 @@ def trial_canary(canary: AuditCanary, coverage: Coverage | None, base: TrialCana
 
 def verdict_game(scores: np.ndarray, coins: np.ndarray, calibration: np.ndarray,
                  settings: GameSettings, threshold: float | None, claim: TrialClaim,
-                 coverage: Coverage | None, request: AuditRequest) -> Evaluation:
-    """Every estimator on the primary scores and the measured streams."""
-    streams = coverage.table(scores.size) if coverage is not None else None
+                 coverage: Coverage | None, request: AuditRequest,
+                 released: int | None = None) -> Evaluation:
+    """Every estimator on the primary scores and the measured streams (``released``: the
+    trials run, the canary-free phase's included; default: one per score)."""
+    streams = coverage.table(released or scores.size) if coverage is not None else None
     game = Game(scores, coins, calibration, settings, threshold, claim=claim,
                 streams=streams, false_alarm=request.false_alarm, power=request.power)
     return evaluate(game)
