@@ -211,10 +211,12 @@ GENERAL_GROUPS = (POOLED, "shape (kurtosis)")
 
 
 def specificity(test: DeclarationTest) -> int:
-    """Rank of a finding's specificity: dependence across releases or coordinates first,
-    then the data-dependence, sampling and interference tests, then one tensor's noise or
-    noise ratio, then pooled groups and the noise's shape."""
-    return SPECIFICITY.get(test.test, 3) + (1 if test.group in GENERAL_GROUPS else 0)
+    """Rank of a finding's specificity: noise reused across releases first, then correlated
+    noise and the data-dependence, sampling and interference tests, then one tensor's noise
+    or noise ratio, then pooled groups and the noise's shape (for those two the pooled test
+    says less than one tensor's)."""
+    general = test.test in (NOISE_LEVEL, GAUSSIAN_SCORES) and test.group in GENERAL_GROUPS
+    return SPECIFICITY.get(test.test, 3) + int(general)
 
 
 def severity(test: DeclarationTest) -> float:
@@ -233,18 +235,18 @@ def run_statement(evaluation: Evaluation) -> str:
     if fresh:
         releases = max(t.samples_out for t in fresh)
         detect = min((t.detectable for t in fresh if t.detectable), default=None)
-        caught = f", a lag correlation ≈ {detect:.2g} caught" if detect else ""
+        caught = f"; it would catch a lag correlation ≈ {detect:.2g}" if detect else ""
         parts.append(
-            f"tested as a run of {releases} consecutive releases: noise fresh in each (lags "
-            f"1–{lags_for(releases)}{caught}), which the accountant's composition of rounds "
-            "assumes — the claim is one release's ε, and the run's ε composes it over the "
-            "rounds")
+            f"audited as a run of {releases} consecutive releases: tested for noise fresh in "
+            f"each (lags 1–{lags_for(releases)}{caught}), which the accountant's composition "
+            "of rounds assumes — the claim is one release's ε, the run's ε composes it over "
+            "the rounds")
     else:
         parts.append("not tested across releases (too few trials, or the noise level was not "
                      "read): composition over rounds is assumed, not audited")
     if any(t.test == CORRELATED_NOISE for t in evaluation.tests):
-        parts.append("noise independent across coordinates and tensors")
+        parts.append("tested for noise independent across coordinates and tensors")
     if any(t.test == CANARY_FREE for t in evaluation.tests):
-        parts.append("the noise level on canary-free releases of the user's batch (noise "
-                     "that depends on the data)")
+        parts.append("tested the noise level on canary-free releases of the user's batch "
+                     "(noise that depends on the data)")
     return "; ".join(parts)

@@ -84,7 +84,8 @@ def within_pairs(columns: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def across_pairs(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Disjoint random pairs of columns, each from two different tensors."""
     order = rng.permutation(groups.size)
-    pairs, waiting = [], {}  # group → a column waiting for a partner of another group
+    pairs: list[tuple[int, int]] = []
+    waiting: dict[int, int] = {}  # group → a column waiting for a partner of another group
     for column in order.tolist():
         partner = next((g for g in waiting if g != groups[column]), None)
         if partner is None:

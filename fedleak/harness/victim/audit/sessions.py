@@ -53,7 +53,6 @@ from fedleak.harness.victim.audit.request import AuditRequest
 from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.harness.zoo.datasets import DatasetInfo
 
-
 #: the canary-free phase's releases per audit (a sixteenth of the scored trials, within these)
 MIN_CANARY_FREE = 8
 MAX_CANARY_FREE = 64
