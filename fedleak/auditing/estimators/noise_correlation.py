@@ -13,7 +13,8 @@ For a pair (a, b) of coordinates with within-cell residuals e_a, e_b
 noise make t = ρ̂ √(r − 1) / √(1 − ρ̂²) Student-t with r − 1 degrees of freedom exactly (ρ̂ the
 residuals' correlation); over P disjoint pairs the p-values are independent, and Fisher's
 X = −2 Σ log p is χ²_{2P} exactly. The pairs are drawn at random (fixed seed) within each
-tensor, and across tensors (each pair from two different tensors). The test runs where the
+tensor, and across tensors (each pair from two different tensors, first at the same offset
+within them). The test runs where the
 declared model is exact (one linear step: nothing but the noise moves a coordinate within a
 cell) — a multi-step local training couples the coordinates through its own dynamics.
 """
@@ -81,19 +82,33 @@ def within_pairs(columns: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return order[:2 * count].reshape(count, 2)
 
 
-def across_pairs(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Disjoint random pairs of columns, each from two different tensors."""
-    order = rng.permutation(groups.size)
+def across_pairs(groups: np.ndarray, offsets: np.ndarray | None,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Disjoint pairs of columns, each from two different tensors: first those at the same
+    offset within their tensors (where noise copied between same-shaped tensors lands), then
+    random ones."""
     pairs: list[tuple[int, int]] = []
+    used = np.zeros(groups.size, dtype=bool)
+    if offsets is not None:
+        for offset in rng.permutation(np.unique(offsets)).tolist():
+            members = [int(c) for c in np.flatnonzero(offsets == offset)]
+            while len(members) >= 2 and len(pairs) < MAX_PAIRS // 2:
+                a = members.pop(0)
+                b = next((c for c in members if groups[c] != groups[a]), None)
+                if b is None:
+                    break
+                members.remove(b)
+                pairs.append((a, b))
+                used[[a, b]] = True
     waiting: dict[int, int] = {}  # group → a column waiting for a partner of another group
-    for column in order.tolist():
+    for column in rng.permutation(np.flatnonzero(~used)).tolist():
+        if len(pairs) >= MAX_PAIRS:
+            break
         partner = next((g for g in waiting if g != groups[column]), None)
         if partner is None:
             waiting.setdefault(int(groups[column]), column)
             continue
         pairs.append((waiting.pop(partner), column))
-        if len(pairs) == MAX_PAIRS:
-            break
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
@@ -129,7 +144,7 @@ def correlation_tests(releases: Releases, alpha: float,
         if test is not None:
             out.append(test)
     if len(set(releases.column_groups.tolist())) > 1:
-        test = correlation_test(e, across_pairs(releases.column_groups, rng), rank, ACROSS,
+        test = correlation_test(e, across_pairs(releases.column_groups, releases.column_offsets, rng), rank, ACROSS,
                                 alpha, power)
         if test is not None:
             out.append(test)

@@ -29,10 +29,14 @@ class Releases:
     column_groups: np.ndarray     # [m] int: the parameter tensor of each column
     group_names: tuple[str, ...]  # names of the groups indexed by column_groups
     declared_std: float           # s: the declared noise std of one coordinate
+    #: [m] each column's flat offset within its tensor (tensors sampled at shared offsets,
+    #: so noise copied from one tensor to another meets itself), or None
+    column_offsets: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         t, m = self.values.shape
-        if self.cells.shape != (t,) or self.column_groups.shape != (m,):
+        if self.cells.shape != (t,) or self.column_groups.shape != (m,) or \
+                (self.column_offsets is not None and self.column_offsets.shape != (m,)):
             raise ValueError("release values, cells and column groups disagree in shape")
 
     @property

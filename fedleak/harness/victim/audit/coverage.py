@@ -131,6 +131,7 @@ class Coverage:
     #: every release's values at a sample of the noise coordinates, its tensor and cell
     release_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     release_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    release_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     release_cells: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -162,9 +163,15 @@ class Coverage:
         """Read the spread of up to NOISE_COORDINATES coordinates per tensor that no canary
         touches (their declared noise std ``std``)."""
         used = np.unique(np.concatenate([c for c, _ in self.canaries]))
-        coords, groups, start = [], [], 0
+        share = max(2, min(RELEASE_COORDINATES, MAX_RELEASE_COORDINATES // max(len(sizes), 1)))
+        keys = rng.random(max(sizes, default=0))  # one order of offsets for every tensor
+        coords, groups, kept, offsets, start = [], [], [], [], 0
         for g, size in enumerate(sizes):
             free = np.setdiff1d(np.arange(start, start + size), used, assume_unique=True)
+            # the releases' sample: the same offsets in every tensor, where free
+            first = np.sort(free[np.argsort(keys[free - start], kind="stable")[:share]])
+            kept.append(first)
+            offsets.append(first - start)
             if free.size > NOISE_COORDINATES:
                 free = np.sort(rng.choice(free, NOISE_COORDINATES, replace=False))
             coords.append(free)
@@ -174,9 +181,8 @@ class Coverage:
         self.noise_group = np.concatenate(groups).astype(np.int64)
         self.group_names = list(names)
         self.noise_std = std
-        share = max(2, min(RELEASE_COORDINATES, MAX_RELEASE_COORDINATES // max(len(sizes), 1)))
-        kept = [np.sort(rng.choice(c, min(share, c.size), replace=False)) for c in coords]
         self.release_columns = np.concatenate(kept).astype(np.int64)
+        self.release_offsets = np.concatenate(offsets).astype(np.int64)
         self.release_groups = np.concatenate(
             [np.full(k.size, g) for g, k in enumerate(kept)]).astype(np.int64)
 
@@ -321,7 +327,8 @@ class Coverage:
                 not self.noise_std > 0:
             return None
         return Releases(self.releases[:trials], self.release_cells[:trials],
-                        self.release_groups, tuple(self.group_names), self.noise_std)
+                        self.release_groups, tuple(self.group_names), self.noise_std,
+                        self.release_offsets)
 
     def bare_levels(self) -> NoiseLevels | None:
         """ν and Q per tensor of the canary-free releases' noise coordinates, or None."""

@@ -166,6 +166,10 @@ def covered_groups(coverage: Coverage | None) -> str:
     if coverage.noise_coordinates.size:
         text += (f"; the noise level read on {coverage.noise_coordinates.size} coordinates of "
                  f"{len(coverage.group_names)} tensors")
+    bare = int(coverage.bare.sum())
+    if bare:
+        text += (f"; {bare} of the trials canary-free (the user's batch alone, not scored: "
+                 "the noise level against the declared scale)")
     if coverage.uncovered:
         text += f"; not covered: {', '.join(coverage.uncovered)}"
     return text

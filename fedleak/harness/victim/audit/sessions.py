@@ -56,6 +56,8 @@ from fedleak.harness.zoo.datasets import DatasetInfo
 #: the canary-free phase's releases per audit (a sixteenth of the scored trials, within these)
 MIN_CANARY_FREE = 8
 MAX_CANARY_FREE = 64
+#: an asked-for trial count gets the phase (out of it) from this many trials on
+CANARY_FREE_FROM = 128
 
 
 @dataclass
@@ -167,7 +169,7 @@ def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
     evaluated = ~calibration if session.threshold is None else np.ones(served, dtype=bool)
     return AuditOutcome(session.audit_id, withheld_rates(evaluation.bounds, scores, evaluated),
                         claim, evaluation.violation, verdict,
-                        released_histogram(scores, coins), served,
+                        released_histogram(scores, coins), scored.size,
                         session.describe_canary(), session.threat_model,
                         tests=evaluation.tests,
                         power_statement=power_statement(evaluation, request.power)
@@ -207,8 +209,8 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
                                  noise_users, most, rng)
         trials = choose_trials(request, coverage, claim, most, canary.expected_shift)
     if coverage is not None:
-        bare = canary_free_trials(coverage, trials)
-        trials = min(trials + bare, most)
+        bare = canary_free_trials(coverage, trials, chosen=not request.trials)
+        trials = trials if request.trials else min(trials + bare, most)
         coverage.keep_trials(trials)
         coverage.canary_free(bare, rng)
     coins = coverage.coins[:trials, 0].copy() if coverage is not None else \
@@ -230,12 +232,15 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
                         secagg, canary_user, threshold, coverage, trials)
 
 
-def canary_free_trials(coverage: Coverage, trials: int) -> int:
+def canary_free_trials(coverage: Coverage, trials: int, chosen: bool = True) -> int:
     """How many canary-free releases the audit interleaves (the data-dependence phase:
     :mod:`fedleak.auditing.estimators.canary_free`): a sixteenth of the scored trials, 8 to
-    64, where the noise level is read. They come on top of the scored trials, or out of them
-    where the victim's trial cap leaves no room."""
-    if not coverage.noise_coordinates.size or trials < 16:
+    64, where the noise level is read. With trials the victim chose they come on top of
+    them (or out of them where its trial cap leaves no room); a count the server asked for
+    is kept as the number of releases, so the phase comes out of it, and only from
+    CANARY_FREE_FROM trials on (fewer keep every trial scored)."""
+    if not coverage.noise_coordinates.size or trials < 16 or \
+            (not chosen and trials < CANARY_FREE_FROM):
         return 0
     return min(MAX_CANARY_FREE, max(MIN_CANARY_FREE, trials // 16))
 
