@@ -144,8 +144,8 @@ def correlation_tests(releases: Releases, alpha: float,
         if test is not None:
             out.append(test)
     if len(set(releases.column_groups.tolist())) > 1:
-        test = correlation_test(e, across_pairs(releases.column_groups, releases.column_offsets, rng), rank, ACROSS,
-                                alpha, power)
+        pairs = across_pairs(releases.column_groups, releases.column_offsets, rng)
+        test = correlation_test(e, pairs, rank, ACROSS, alpha, power)
         if test is not None:
             out.append(test)
     return out
