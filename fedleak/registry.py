@@ -133,9 +133,12 @@ class Registry(Generic[T]):
 
 
 def field_types(config_class: type) -> dict[str, Any]:
-    """Each field's type as an object, whatever the annotation style: ``typing.get_type_hints``
-    resolves string annotations (``from __future__ import annotations``) in the Config's
-    module; a name it cannot resolve keeps the field's own annotation."""
+    """Return each field's type as an object, whatever the annotation style.
+
+    ``typing.get_type_hints`` resolves string annotations (``from __future__ import
+    annotations``) in the Config's module; where a name cannot be resolved the field's own
+    annotation is kept (a built-in's name as the type).
+    """
     try:
         module = sys.modules.get(getattr(config_class, "__module__", ""), None)
         return typing.get_type_hints(config_class, vars(module) if module else None)
@@ -150,13 +153,16 @@ _BUILTINS = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def _builtin(annotation: str) -> Any:
-    """A string annotation of a plain built-in type as the type (else the string)."""
+    """Return a string annotation of a plain built-in type as the type (else the string)."""
     return _BUILTINS.get(annotation.replace(" ", ""), annotation)
 
 
 def type_name(annotation: Any) -> str:
-    """A field's type as written: ``float``, ``int | None``, ``Literal['a', 'b']``, an enum's
-    name — whether the annotation was a string or a type."""
+    """Return a field's type as written: ``float``, ``int|None``, ``one of a|b``.
+
+    The same whether the annotation was a string or a type object (``Literal`` and enums
+    list their values).
+    """
     if isinstance(annotation, str):
         return annotation.replace(" ", "")
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -222,8 +228,11 @@ def _convert(value: str, annotation: Any) -> Any:
 def _coerce(
     owner: str, key: str, value: Any, annotation: Any, error: type[ConfigError]
 ) -> Any:
-    """A string option as its field's type (bool, int, float, Optional, Literal, enums); a
-    typed value as it is."""
+    """Return a string option as its field's type; a typed value as it is.
+
+    Bool, int, float, ``Optional``/unions, ``Literal`` and enums are converted; a value that
+    is none of them raises ``error`` naming the expected type.
+    """
     if not isinstance(value, str):
         return value
     try:
