@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from fedleak.auditing.audit_defaults import DEFAULT_FALSE_ALARM, DEFAULT_POWER
 from fedleak.auditing.estimators.noise_ratio import StreamTable
 from fedleak.auditing.result import AuditBound, DeclarationTest
 from fedleak.registry import ConfigError, Registry
@@ -90,8 +91,8 @@ class Game:
     claim: DeclaredFamily | None = None
     streams: StreamTable | None = None
     #: the family-wise false-alarm rate of the verdict, and the power its statements use
-    false_alarm: float = 1e-4
-    power: float = 0.95
+    false_alarm: float = DEFAULT_FALSE_ALARM
+    power: float = DEFAULT_POWER
 
     @property
     def claims(self) -> bool:
