@@ -36,9 +36,9 @@ import torch
 from fedleak.auditing.estimators.declared_mechanism import SPREAD
 from fedleak.auditing.estimators.noise_level import NoiseLevels
 from fedleak.auditing.estimators.noise_ratio import StreamTable
-from fedleak.auditing.estimators.releases import Releases
 from fedleak.defenses.composition import UpdateComposition
 from fedleak.defenses.mechanism import Mechanism
+from fedleak.harness.victim.audit.run_record import Moments, RunRecord
 from fedleak.harness.victim.audit.steps import StepPlan
 
 #: Default canaries per tensor (per-example) and spread canaries.
@@ -50,10 +50,6 @@ MAX_CANARY_VALUES = 1 << 24
 NOISE_COORDINATES = 4096
 #: the key of the accumulators over every stratum together
 POOLED_STRATUM = -1
-#: coordinates per tensor (and in all) whose every release is kept for the tests across
-#: releases and across coordinates (fedleak.auditing.estimators.fresh_noise, noise_correlation)
-RELEASE_COORDINATES = 256
-MAX_RELEASE_COORDINATES = 2048
 
 
 @dataclass
@@ -70,33 +66,6 @@ class Stream:
     #: whether its canary-out trials feed the noise-level test (streams sharing coordinates
     #: with others do not: their noise would count twice)
     noise_sample: bool = True
-
-
-class Moments:
-    """Running Σ(x − x₀)^k, k = 1..4, per coordinate (x₀ the first sample, which keeps the
-    sums well conditioned), and their central second and fourth moments."""
-
-    def __init__(self, first: np.ndarray) -> None:
-        self.n = 0
-        self.origin = first
-        self.sums = [np.zeros_like(first) for _ in range(4)]
-
-    def add(self, x: np.ndarray) -> None:
-        d = x - self.origin
-        power = d.copy()
-        for k in range(4):
-            self.sums[k] += power
-            power = power * d
-        self.n += 1
-
-    def central(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Σ(x − x̄)², Σ(x − x̄)⁴) per coordinate."""
-        s1, s2, s3, s4 = self.sums
-        mean = s1 / self.n
-        second = np.maximum(s2 - self.n * mean ** 2, 0.0)
-        fourth = np.maximum(s4 - 4 * mean * s3 + 6 * mean ** 2 * s2 - 3 * self.n * mean ** 4,
-                            0.0)
-        return second, fourth
 
 
 @dataclass
@@ -127,13 +96,8 @@ class Coverage:
     coin_strata: bool = False
     #: the canary-free phase: trials with no canary at all (not scored), and their cells
     bare: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    bare_cells: dict[int, Moments] = field(default_factory=dict)
-    #: every release's values at a sample of the noise coordinates, its tensor and cell
-    release_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    release_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    release_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    release_cells: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: every release's values at a sample of coordinates, and the canary-free moments
+    run: RunRecord = field(default_factory=RunRecord)
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
@@ -163,15 +127,11 @@ class Coverage:
         """Read the spread of up to NOISE_COORDINATES coordinates per tensor that no canary
         touches (their declared noise std ``std``)."""
         used = np.unique(np.concatenate([c for c, _ in self.canaries]))
-        share = max(2, min(RELEASE_COORDINATES, MAX_RELEASE_COORDINATES // max(len(sizes), 1)))
-        keys = rng.random(max(sizes, default=0))  # one order of offsets for every tensor
-        coords, groups, kept, offsets, start = [], [], [], [], 0
+        coords, groups, frees, starts, start = [], [], [], [], 0
         for g, size in enumerate(sizes):
             free = np.setdiff1d(np.arange(start, start + size), used, assume_unique=True)
-            # the releases' sample: the same offsets in every tensor, where free
-            first = np.sort(free[np.argsort(keys[free - start], kind="stable")[:share]])
-            kept.append(first)
-            offsets.append(first - start)
+            frees.append(free)
+            starts.append(start)
             if free.size > NOISE_COORDINATES:
                 free = np.sort(rng.choice(free, NOISE_COORDINATES, replace=False))
             coords.append(free)
@@ -181,10 +141,7 @@ class Coverage:
         self.noise_group = np.concatenate(groups).astype(np.int64)
         self.group_names = list(names)
         self.noise_std = std
-        self.release_columns = np.concatenate(kept).astype(np.int64)
-        self.release_offsets = np.concatenate(offsets).astype(np.int64)
-        self.release_groups = np.concatenate(
-            [np.full(k.size, g) for g, k in enumerate(kept)]).astype(np.int64)
+        self.run.choose(frees, starts, sizes, rng)
 
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
              device: torch.device) -> list[torch.Tensor] | None:
@@ -216,13 +173,8 @@ class Coverage:
         self.strata[trial] = stratum
         coin = bool(self.coins[trial, 0]) if self.by_coin else False
         bare = bool(self.bare[trial])
-        if self.release_columns.size:
-            trials = self.coins.shape[0]
-            if self.releases.shape != (trials, self.release_columns.size):
-                self.releases = np.zeros((trials, self.release_columns.size))
-                self.release_cells = np.zeros(trials, dtype=np.int64)
-            self.releases[trial] = flat[self.release_columns]
-            self.release_cells[trial] = (2 * stratum + int(coin)) * 2 + int(bare)
+        self.run.record(trial, self.coins.shape[0], flat,
+                        (2 * stratum + int(coin)) * 2 + int(bare))
         if self.noise_coordinates.size:
             x = flat[self.noise_coordinates]
             keys = [(stratum, coin), (POOLED_STRATUM, coin)] if not bare else []
@@ -231,9 +183,7 @@ class Coverage:
                     self.cells[key] = Moments(x.copy())
                 self.cells[key].add(x)
             if bare:
-                if stratum not in self.bare_cells:
-                    self.bare_cells[stratum] = Moments(x.copy())
-                self.bare_cells[stratum].add(x)
+                self.run.record_bare(stratum, x)
 
     def noise_levels(self, trials: int, main: np.ndarray | None = None) -> NoiseLevels | None:
         """ν and Q per tensor (:mod:`fedleak.auditing.estimators.noise_level`) from the coordinates
@@ -318,33 +268,10 @@ class Coverage:
             shift_variance=np.array([s.shift_variance for s in self.streams]),
             strata=self.strata[:trials][main], noise=self.noise_levels(trials, main),
             independent=self.per_example and self.one_step, exact=self.exact,
-            releases=self.release_table(trials), bare_noise=self.bare_levels(),
+            releases=self.run.releases(trials, self.group_names, self.noise_std),
+            bare_noise=self.run.bare_levels(self.group_names, self.noise_group,
+                                            self.noise_std),
             bare_releases=int((~main).sum()))
-
-    def release_table(self, trials: int) -> Releases | None:
-        """The sampled coordinates of the first ``trials`` releases, or None."""
-        if not self.release_columns.size or self.releases.shape[0] < trials or \
-                not self.noise_std > 0:
-            return None
-        return Releases(self.releases[:trials], self.release_cells[:trials],
-                        self.release_groups, tuple(self.group_names), self.noise_std,
-                        self.release_offsets)
-
-    def bare_levels(self) -> NoiseLevels | None:
-        """ν and Q per tensor of the canary-free releases' noise coordinates, or None."""
-        if not self.bare_cells or not self.noise_std > 0:
-            return None
-        dof, squares = np.zeros(len(self.group_names)), np.zeros(len(self.group_names))
-        for cell in self.bare_cells.values():
-            if cell.n >= 2:
-                second, _ = cell.central()
-                np.add.at(squares, self.noise_group, second / self.noise_std ** 2)
-                np.add.at(dof, self.noise_group, cell.n - 1)
-        keep = dof > 0
-        if not keep.any():
-            return None
-        return NoiseLevels(tuple(np.array(self.group_names)[keep].tolist()), dof[keep],
-                           squares[keep])
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
