@@ -47,8 +47,11 @@ MAX_LAG = 16
 #: fewer releases than this: no test (Z's normal law needs many release pairs)
 MIN_RELEASES = 24
 #: two releases whose difference has at most this share of a typical residual's energy
-#: carry the same noise (float rounding is ~1e-14 of it)
-IDENTICAL = 1e-10
+#: carry the same noise (a reused noise vector on the same data gives a difference of exactly
+#: 0); judged only over at least IDENTICAL_COLUMNS coordinates, where fresh noise cannot come
+#: that close by chance (χ²_8 ≤ 8·10⁻¹² has probability ~10⁻⁴⁸)
+IDENTICAL = 1e-12
+IDENTICAL_COLUMNS = 8
 #: the pooled test's group name
 ALL_TENSORS = "all tensors pooled"
 
@@ -93,10 +96,12 @@ def lag_test(releases: Releases, group: int | None, name: str, alpha: float,
     k_max = lags_for(t)
     z_crit = float(norm.isf(alpha / (2 * k_max)))
     detectable = (z_crit + float(norm.isf(1 - power))) / math.sqrt(t * columns.size)
-    if not typical > 0:  # the noise never changed: every release pair is identical
+    if not typical > 0 and columns.size >= IDENTICAL_COLUMNS:  # the noise never changed
         pairs = int((releases.cells[:-1] == releases.cells[1:]).sum())
         return LagTest(name, 1, math.inf, 1.0, 0.0, k_max, pairs, pairs, detectable)
     keep = energy > 0
+    if not keep.any():
+        return None
     u = e[:, keep] / np.sqrt(energy[keep])
     sizes = releases.cell_sizes()
     best: LagTest | None = None
@@ -107,7 +112,8 @@ def lag_test(releases: Releases, group: int | None, name: str, alpha: float,
         z = float(w.sum()) / spread if spread > 0 else 0.0
         same = releases.cells[:-k] == releases.cells[k:]
         gaps = ((raw[k:] - raw[:-k]) ** 2).sum(axis=1)
-        identical = int((same & (gaps <= IDENTICAL * typical)).sum())
+        identical = int((same & (gaps <= IDENTICAL * typical)).sum()) \
+            if columns.size >= IDENTICAL_COLUMNS else 0
         p = min(1.0, k_max * float(2 * norm.sf(abs(z))))
         if identical:
             p = 0.0
