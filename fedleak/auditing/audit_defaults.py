@@ -1,4 +1,6 @@
-"""The audit's defaults, in one place: the victim fills a request's zeros with them
+"""The audit's defaults, in one place.
+
+The victim fills a request's zeros with them
 (:mod:`fedleak.harness.victim.audit.request`), the server's settings and the ``fedleak audit``
 options start from them, and an estimator's :class:`~fedleak.auditing.estimator_registry.Game`
 does too.

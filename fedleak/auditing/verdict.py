@@ -220,25 +220,34 @@ GENERAL_GROUPS = (POOLED, "shape (kurtosis)")
 
 
 def specificity(test: DeclarationTest) -> int:
-    """Rank of a finding's specificity: noise reused across releases first, then correlated
+    """Return the rank of a finding's specificity (lower: more specific).
+
+    Noise reused across releases first, then correlated
     noise and the data-dependence, sampling and interference tests, then one tensor's noise
     or noise ratio, then pooled groups and the noise's shape (for those two the pooled test
-    says less than one tensor's)."""
+    says less than one tensor's).
+    """
     general = test.test in (NOISE_LEVEL, GAUSSIAN_SCORES) and test.group in GENERAL_GROUPS
     return SPECIFICITY.get(test.test, 3) + int(general)
 
 
 def severity(test: DeclarationTest) -> float:
-    """How far the finding is from the declaration: ∞ where its ε_LB is, else the ratio of
-    how much better the canaries are told apart than declared (1/noise factor), else 0."""
+    """Return how far the finding is from the declaration.
+
+    ∞ where its ε_LB is, else the ratio of how much better the canaries are told apart than
+    declared (1/noise factor), else 0.
+    """
     if test.epsilon_lb is not None and math.isinf(test.epsilon_lb):
         return math.inf
     return test.ratio if test.ratio is not None and test.ratio > 0 else 0.0
 
 
 def run_statement(evaluation: Evaluation) -> str:
-    """What the audit tested of the run: fresh noise over how many consecutive releases,
-    noise independent across coordinates, the canary-free phase — or that it did not."""
+    """Return what the audit tested of the run, in words.
+
+    Fresh noise over how many consecutive releases, noise independent across coordinates,
+    the canary-free phase — or that it did not.
+    """
     fresh = [t for t in evaluation.tests if t.test == FRESH_NOISE]
     parts = []
     if fresh:

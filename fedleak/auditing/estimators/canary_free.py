@@ -1,4 +1,6 @@
-"""Whether the noise depends on the data: the noise level of canary-free releases of the
+"""Test whether the noise depends on the data (``canary-free``).
+
+The noise level of canary-free releases of the
 user's own batch against the declared scale (``canary-free``).
 
 The coverage canaries sit at the clip bound in every trial, so a mechanism whose noise scale
@@ -46,9 +48,11 @@ class CanaryFree(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one test per tensor with canary-free samples, and the pooled one."""
         return len(_groups(game))
 
     def run(self, game: Game, level: float) -> Findings:
+        """Return the χ² tests of the canary-free releases' noise at ``level``."""
         table = game.streams
         found = Findings()
         if table is None or table.bare_noise is None:

@@ -1,4 +1,6 @@
-"""Whether the noise is fresh in every release: lag correlations of the released noise across
+"""Test whether the noise is fresh in every release (``fresh-noise``).
+
+Lag correlations of the released noise across
 consecutive releases (``fresh-noise``).
 
 An accountant composes T rounds as T independent releases: the noise of each drawn afresh.
@@ -84,7 +86,7 @@ def expected_correlation(cells: np.ndarray, sizes: np.ndarray, lag: int, rank: i
 
 def lag_test(releases: Releases, group: int | None, name: str, alpha: float,
              power: float) -> LagTest | None:
-    """The lag test of one group's columns (None: too few releases or coordinates)."""
+    """Return the lag test of one group's columns (None: too few releases or coordinates)."""
     t, rank = releases.trials, releases.rank
     columns = releases.columns(group)
     if t < MIN_RELEASES or rank < MIN_RELEASES // 2 or columns.size == 0:
@@ -125,7 +127,7 @@ def lag_test(releases: Releases, group: int | None, name: str, alpha: float,
 
 
 def lag_statement(test: LagTest) -> str:
-    """What one lag test found, in words."""
+    """Return what one lag test found, in words."""
     if test.identical:
         return (f"{test.group}: the noise is not fresh across releases: in {test.identical} "
                 f"of {test.pairs} pairs of releases {test.lag} apart it was identical (lag "
@@ -146,6 +148,7 @@ class FreshNoise(Estimator):
 
     @staticmethod
     def groups(game: Game) -> list[tuple[int | None, str]]:
+        """Return (column group, name) of every test: all tensors pooled, then each."""
         table = game.streams
         releases = table.releases if table is not None else None
         if releases is None or releases.trials < MIN_RELEASES or not game.claims:
@@ -157,9 +160,11 @@ class FreshNoise(Estimator):
         return out
 
     def tests(self, game: Game) -> int:
+        """Return the number of lag tests :meth:`run` returns."""
         return len(self.groups(game))
 
     def run(self, game: Game, level: float) -> Findings:
+        """Return the lag tests at ``level``."""
         table = game.streams
         found = Findings()
         if table is None or table.releases is None:

@@ -1,4 +1,6 @@
-"""Whether the noise is independent across coordinates: correlations of the released noise
+"""Test whether the noise is independent across coordinates (``correlated-noise``).
+
+Correlations of the released noise
 between coordinate pairs, within each tensor and across tensors (``correlated-noise``).
 
 The Gaussian mechanism adds N(0, s²I): every coordinate its own draw. Noise with the right
@@ -84,9 +86,11 @@ def within_pairs(columns: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def across_pairs(groups: np.ndarray, offsets: np.ndarray | None,
                  rng: np.random.Generator) -> np.ndarray:
-    """Disjoint pairs of columns, each from two different tensors: first those at the same
-    offset within their tensors (where noise copied between same-shaped tensors lands), then
-    random ones."""
+    """Return disjoint pairs of columns, each from two different tensors.
+
+    First those at the same offset within their tensors (where noise copied between
+    same-shaped tensors lands), then random ones.
+    """
     pairs: list[tuple[int, int]] = []
     used = np.zeros(groups.size, dtype=bool)
     if offsets is not None:
@@ -152,7 +156,7 @@ def correlation_tests(releases: Releases, alpha: float,
 
 
 def correlation_statement(test: CorrelationTest) -> str:
-    """What one correlation test found, in words."""
+    """Return what one correlation test found, in words."""
     where = "between tensors" if test.group == ACROSS else f"within {test.group}"
     text = (f"{test.group}: correlated noise {where}: the noise of coordinate pairs is "
             f"correlated (mean |ρ| {test.mean_abs:.3g} over {test.pairs} pairs; independent "
@@ -171,11 +175,13 @@ class CorrelatedNoise(Estimator):
 
     @staticmethod
     def applies(game: Game) -> bool:
+        """Return whether the test runs: a claim, an exact model, enough releases."""
         table = game.streams
         return (game.claims and table is not None and table.exact and
                 table.releases is not None and table.releases.rank >= MIN_RANK)
 
     def tests(self, game: Game) -> int:
+        """Return the number of correlation tests :meth:`run` returns."""
         table = game.streams
         if not self.applies(game) or table is None or table.releases is None:
             return 0
@@ -184,6 +190,7 @@ class CorrelatedNoise(Estimator):
         return int((counts >= 2).sum()) + int(len(set(groups.tolist())) > 1)
 
     def run(self, game: Game, level: float) -> Findings:
+        """Return the correlation tests at ``level``."""
         table = game.streams
         found = Findings()
         if not self.applies(game) or table is None or table.releases is None:

@@ -1,4 +1,6 @@
-"""A run of releases as the across-release and across-coordinate tests read it: the released
+"""A run of releases, as the tests across releases and coordinates read it.
+
+The released
 values of a sample of coordinates away from every canary, in the order the victim released
 them, with each release's cell.
 
@@ -34,6 +36,7 @@ class Releases:
     column_offsets: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        """Check the shapes agree."""
         t, m = self.values.shape
         if self.cells.shape != (t,) or self.column_groups.shape != (m,) or \
                 (self.column_offsets is not None and self.column_offsets.shape != (m,)):
@@ -41,15 +44,16 @@ class Releases:
 
     @property
     def trials(self) -> int:
+        """Return T, the number of releases."""
         return int(self.values.shape[0])
 
     @property
     def rank(self) -> int:
-        """r = T − #cells: the residuals' degrees of freedom per coordinate."""
+        """R = T − #cells: the residuals' degrees of freedom per coordinate."""
         return self.trials - int(np.unique(self.cells).size)
 
     def residuals(self) -> np.ndarray:
-        """e = P x: every column with its cell means removed."""
+        """E = P x: every column with its cell means removed."""
         out = self.values.astype(np.float64, copy=True)
         for cell in np.unique(self.cells):
             rows = self.cells == cell
@@ -57,7 +61,7 @@ class Releases:
         return out
 
     def columns(self, group: int | None) -> np.ndarray:
-        """The columns of one group (None: every column)."""
+        """Return the columns of one group (None: every column)."""
         if group is None:
             return np.arange(self.values.shape[1])
         return np.flatnonzero(self.column_groups == group)
