@@ -28,6 +28,17 @@ The classes of bug, from the literature and from incident reports:
   gradient is clipped to C, not each example's, so one example can move it by 2C, and by
   anything the others' sum leaves room for.
 
+and the assumptions a run's accountant makes (issue 48):
+
+- **noise reused across releases** (``dp-noise-every-second-call``, ``dp-noise-seed-cycle``,
+  ``noise-every-second-round``): a noise buffer refreshed every second call (per example, and
+  per round at the update stage), a generator seeded by a call counter that wraps with period
+  5 — every single release is the declared Gaussian, consecutive ones share their noise;
+- **noise calibrated to the batch** (``dp-batch-calibrated-noise``): std σ·max_i ‖ḡ_i‖;
+- **a clip bound computed from the batch** (``dp-clip-from-batch``): the batch's median norm,
+  noise σ times it;
+- **correlated noise** (``dp-correlated-noise``): one scalar draw per tensor.
+
 Put this folder on ``PYTHONPATH`` to install it (it is laid out as pip installs a package).
 """
 
