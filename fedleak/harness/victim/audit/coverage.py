@@ -98,6 +98,8 @@ class Coverage:
     bare: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: every release's values at a sample of coordinates, and the canary-free moments
     run: RunRecord = field(default_factory=RunRecord)
+    #: the declared std the release sample is read against where the noise level is not
+    release_std: float = 0.0
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
@@ -141,6 +143,21 @@ class Coverage:
         self.noise_group = np.concatenate(groups).astype(np.int64)
         self.group_names = list(names)
         self.noise_std = std
+        self.run.choose(frees, starts, sizes, rng)
+
+    def watch_releases(self, names: Sequence[str], sizes: Sequence[int], std: float,
+                       rng: np.random.Generator) -> None:
+        """Keep every release at sampled coordinates away from the canaries without reading
+        the noise level (a box clip near the noise biases its spread, not the releases'
+        independence, which the lag and correlation tests read scale-free)."""
+        used = np.unique(np.concatenate([c for c, _ in self.canaries]))
+        frees, starts, start = [], [], 0
+        for size in sizes:
+            frees.append(np.setdiff1d(np.arange(start, start + size), used, assume_unique=True))
+            starts.append(start)
+            start += size
+        self.group_names = list(names)
+        self.release_std = std
         self.run.choose(frees, starts, sizes, rng)
 
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
@@ -268,7 +285,8 @@ class Coverage:
             shift_variance=np.array([s.shift_variance for s in self.streams]),
             strata=self.strata[:trials][main], noise=self.noise_levels(trials, main),
             independent=self.per_example and self.one_step, exact=self.exact,
-            releases=self.run.releases(trials, self.group_names, self.noise_std),
+            releases=self.run.releases(trials, self.group_names,
+                                       self.noise_std or self.release_std),
             bare_noise=self.run.bare_levels(self.group_names, self.noise_group,
                                             self.noise_std),
             bare_releases=int((~main).sum()))

@@ -91,6 +91,7 @@ def _watch(coverage: Coverage, chain: DefenseChain, names: Sequence[str],
     if box is not None and box.geometry == PER_COORDINATE and box.norm < 6 * std:
         coverage.uncovered.append(f"the noise level (the transport's ±{box.norm:g} box clip "
                                   f"is within 6 noise stds, {std:.3g})")
+        coverage.watch_releases(names, sizes, std, rng)
         return
     coverage.watch_noise(names, sizes, std, rng)
 
