@@ -95,6 +95,22 @@ CASES = (
          ("noise-clip-after-noise",)),
     Case("noise-weights-only", "update noise on weight matrices only, behind the proto", "bug",
          served="noise-weights-only"),
+    Case("dp-noise-every-second-call", "noise redrawn every second call (per example)",
+         "bug", ("dp-noise-every-second-call",)),
+    Case("dp-noise-seed-cycle", "noise seeds cycling with period 5 (per example)", "bug",
+         ("dp-noise-seed-cycle",)),
+    Case("noise-every-second-round", "update noise redrawn every second round", "bug",
+         ("noise-every-second-round",)),
+    Case("noise-every-second-round-secagg",
+         "update noise redrawn every second call, secagg of 4 + canary client", "bug",
+         ("noise-every-second-round", "secagg:clip=8"), users=4, canary="client",
+         batch_size=2),
+    Case("dp-batch-calibrated-noise", "noise std σ·max‖ḡ_i‖, not σC, C = 10 (per example)", "bug",
+         ("dp-batch-calibrated-noise:max-grad-norm=10",)),
+    Case("dp-clip-from-batch", "clip at the batch's median norm, noise σ× it, C = 10",
+         "bug", ("dp-clip-from-batch:max-grad-norm=10",)),
+    Case("dp-correlated-noise", "one scalar noise draw per tensor (per example)", "bug",
+         ("dp-correlated-noise",)),
     Case("dpsgd", "built-in dpsgd σ = 1, C = 1", "control", ("dpsgd:noise-multiplier=1",)),
     Case("private-sgd", "third-party per-example DP-SGD plug-in σ = 1", "control",
          ("private-sgd:noise-multiplier=1",)),
@@ -157,7 +173,8 @@ def audit_row(case: Case, seed: int, record: AuditRecord, seconds: float) -> dic
             "largest_by": f"{worst.estimator} {worst.group}".strip() if worst else None,
             "caught_by": [f"{t.test} {t.group}".strip() for t in rejected],
             "detectable_noise": record.detectable_noise, "seconds": seconds,
-            "trial_seconds": record.trial_seconds, "load": os.getloadavg()[0]}
+            "trial_seconds": record.trial_seconds, "load": os.getloadavg()[0],
+            "verdict": record.verdict}
 
 
 def run_case(case: Case, audits: int, block_size: int, results: Path,

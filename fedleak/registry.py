@@ -11,9 +11,13 @@ keys with the list of valid ones. This module imports nothing of fedleak, so bot
 from __future__ import annotations
 
 import dataclasses
+import enum
+import sys
+import types
+import typing
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, Union, cast
 
 
 class Plugin(Protocol):
@@ -94,14 +98,15 @@ class Registry(Generic[T]):
         cls = self.get(name)
         config_class = cls.Config
         fields = {f.name: f for f in dataclasses.fields(config_class)}
+        hints = field_types(config_class)
         values: dict[str, Any] = {}
         for key, value in (options or {}).items():
             key = key.replace("-", "_")
             if key not in fields:
                 valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
                 raise self.error(f"{self.kind} {name!r} has no option {key!r}; valid: {valid}")
-            values[key] = _coerce(f"{self.kind} {name!r}", key, value, fields[key].type,
-                                  self.error)
+            values[key] = _coerce(f"{self.kind} {name!r}", key, value,
+                                  hints.get(key, fields[key].type), self.error)
         try:
             return config_class(**values)
         except (TypeError, ValueError) as err:
@@ -116,39 +121,122 @@ class Registry(Generic[T]):
     def describe(self, name: str) -> str:
         """One line per option of ``name``: ``key (type, default): help``."""
         lines = []
-        for f in dataclasses.fields(self.get(name).Config):
+        config_class = self.get(name).Config
+        hints = field_types(config_class)
+        for f in dataclasses.fields(config_class):
             default = f.default if f.default is not dataclasses.MISSING else "required"
             help_text = f.metadata.get("help", "")
-            lines.append(f"{f.name.replace('_', '-')} ({type_name(f.type)}, default {default}): "
+            shown = type_name(hints.get(f.name, f.type))
+            lines.append(f"{f.name.replace('_', '-')} ({shown}, default {default}): "
                          f"{help_text}")
         return "\n".join(lines)
 
 
-def type_name(annotation: Any) -> str:
-    """Return a field's type as written: ``float`` whether the annotation is a string or a type.
+def field_types(config_class: type) -> dict[str, Any]:
+    """Return each field's type as an object, whatever the annotation style.
 
-    A ``Config`` written without ``from __future__ import annotations`` carries the type itself,
-    whose ``str`` is ``<class 'float'>``.
+    ``typing.get_type_hints`` resolves string annotations (``from __future__ import
+    annotations``) in the Config's module; where a name cannot be resolved the field's own
+    annotation is kept (a built-in's name as the type).
     """
-    name = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    return name.replace(" ", "")
+    try:
+        module = sys.modules.get(getattr(config_class, "__module__", ""), None)
+        return typing.get_type_hints(config_class, vars(module) if module else None)
+    except Exception:  # an annotation naming something the module does not define
+        out = {}
+        for f in dataclasses.fields(config_class):
+            out[f.name] = _builtin(f.type) if isinstance(f.type, str) else f.type
+        return out
+
+
+_BUILTINS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _builtin(annotation: str) -> Any:
+    """Return a string annotation of a plain built-in type as the type (else the string)."""
+    return _BUILTINS.get(annotation.replace(" ", ""), annotation)
+
+
+def type_name(annotation: Any) -> str:
+    """Return a field's type as written: ``float``, ``int|None``, ``one of a|b``.
+
+    The same whether the annotation was a string or a type object (``Literal`` and enums
+    list their values).
+    """
+    if isinstance(annotation, str):
+        return annotation.replace(" ", "")
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "one of " + "|".join(str(a.value if isinstance(a, enum.Enum) else a)
+                                    for a in args)
+    if origin in (Union, types.UnionType):
+        return "|".join("None" if a is type(None) else type_name(a) for a in args)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + "|".join(str(m.value) for m in annotation)
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace(" ", "").replace("typing.", "")
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _convert(value: str, annotation: Any) -> Any:
+    """``value`` as ``annotation`` (ValueError where it is not one)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        if type(None) in args and value.strip().lower() in ("none", "null", ""):
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg)
+            except ValueError:
+                continue
+        raise ValueError(value)
+    if origin is Literal:
+        for arg in args:
+            shown = arg.value if isinstance(arg, enum.Enum) else arg
+            if str(shown).lower() == value.strip().lower():
+                return arg
+            if isinstance(arg, bool) and value.strip().lower() in (_TRUE if arg else _FALSE):
+                return arg
+        raise ValueError(value)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        for member in annotation:
+            if value in (member.name, str(member.value)) or \
+                    value.lower() == member.name.lower():
+                return member
+        raise ValueError(value)
+    if annotation is bool:
+        lowered = value.strip().lower()
+        if lowered not in _TRUE + _FALSE:
+            raise ValueError(value)
+        return lowered in _TRUE
+    if annotation is int:
+        return int(value)
+    if annotation is float:
+        return float(value)
+    if isinstance(annotation, str):  # an annotation nothing could resolve: a built-in name
+        built = _builtin(annotation)
+        if built is not annotation:
+            return _convert(value, built)
+    return value
 
 
 def _coerce(
     owner: str, key: str, value: Any, annotation: Any, error: type[ConfigError]
 ) -> Any:
+    """Return a string option as its field's type; a typed value as it is.
+
+    Bool, int, float, ``Optional``/unions, ``Literal`` and enums are converted; a value that
+    is none of them raises ``error`` naming the expected type.
+    """
     if not isinstance(value, str):
         return value
-    kind = type_name(annotation)
     try:
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("float"):
-            return float(value)
-        if kind.startswith("bool"):
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(value)
-            return value.lower() in ("true", "1", "yes")
+        return _convert(value, annotation)
     except ValueError as err:
-        raise error(f"{owner} option {key} expects {kind}, got {value!r}") from err
-    return value
+        raise error(f"{owner} option {key} expects {type_name(annotation)}, got "
+                    f"{value!r}") from err

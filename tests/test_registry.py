@@ -4,6 +4,8 @@ field types whether the Config's module writes its annotations as strings or as 
 from __future__ import annotations
 
 import dataclasses
+import enum
+from typing import Literal, Optional
 
 import pytest
 
@@ -36,3 +38,47 @@ def test_options_are_converted_to_the_field_types(config: type) -> None:
         registry.config("thing", {"count": "x"})
     assert registry.describe("thing").splitlines()[:2] == ["rate (float, default 1.0): ",
                                                            "count (int, default 2): "]
+
+
+class Shade(enum.Enum):
+    LIGHT = "light"
+    DARK = "dark"
+
+
+@dataclasses.dataclass
+class RichConfig:  # this module has the future import: the annotations are strings
+    limit: int | None = None
+    scale: Optional[float] = None  # noqa: UP045  (the Optional spelling, as users write it)
+    mode: Literal["sum", "mean"] = "sum"
+    shade: Shade = Shade.LIGHT
+    flag: bool = True
+
+
+RichPlain = dataclasses.make_dataclass(  # the same with type objects
+    "RichPlain", [("limit", int | None, None), ("scale", Optional[float], None),  # noqa: UP045
+                  ("mode", Literal["sum", "mean"], "sum"), ("shade", Shade, Shade.LIGHT),
+                  ("flag", bool, True)])
+
+
+@pytest.mark.parametrize("config", [RichConfig, RichPlain], ids=["strings", "types"])
+def test_optional_literal_and_enum_options_get_their_types(config: type) -> None:
+    registry: Registry[object] = Registry("thing", "fedleak.no-such-group", ConfigError)
+
+    @registry.register("thing")
+    class Thing:
+        Config = config
+
+    made = registry.config("thing", {"limit": "8", "scale": "0.5", "mode": "mean",
+                                     "shade": "dark", "flag": "false"})
+    assert (made.limit, made.scale, made.mode, made.shade, made.flag) == \
+        (8, 0.5, "mean", Shade.DARK, False)
+    assert isinstance(made.limit, int) and made.flag is False
+    none = registry.config("thing", {"limit": "none", "scale": "None"})
+    assert none.limit is None and none.scale is None
+    with pytest.raises(ConfigError, match="option mode expects one of sum\\|mean, got 'max'"):
+        registry.config("thing", {"mode": "max"})
+    with pytest.raises(ConfigError, match="option limit expects int\\|None, got '8.5'"):
+        registry.config("thing", {"limit": "8.5"})
+    with pytest.raises(ConfigError, match="option shade expects one of light\\|dark"):
+        registry.config("thing", {"shade": "grey"})
+    assert "limit (int|None, default None)" in registry.describe("thing")

@@ -28,6 +28,17 @@ The classes of bug, from the literature and from incident reports:
   gradient is clipped to C, not each example's, so one example can move it by 2C, and by
   anything the others' sum leaves room for.
 
+and the assumptions a run's accountant makes (issue 48):
+
+- **noise reused across releases** (``dp-noise-every-second-call``, ``dp-noise-seed-cycle``,
+  ``noise-every-second-round``): a noise buffer refreshed every second call (per example, and
+  per round at the update stage), a generator seeded by a call counter that wraps with period
+  5 — every single release is the declared Gaussian, consecutive ones share their noise;
+- **noise calibrated to the batch** (``dp-batch-calibrated-noise``): std σ·max_i ‖ḡ_i‖;
+- **a clip bound computed from the batch** (``dp-clip-from-batch``): the batch's median norm,
+  noise σ times it;
+- **correlated noise** (``dp-correlated-noise``): one scalar draw per tensor.
+
 Put this folder on ``PYTHONPATH`` to install it (it is laid out as pip installs a package).
 """
 
@@ -227,3 +238,113 @@ class UpdateNoiseWeightsOnly(UpdateDefense):
         return [u * scale + (self.config.sigma * torch.randn(u.shape, generator=generator,
                                                              dtype=u.dtype)
                              if u.dim() >= 2 else 0.0) for u in update]
+
+
+class NoiseEverySecondCall(DeclaredDPSGD):
+    """BUG: the noise vector is cached and redrawn only every second call (a noise buffer
+    refreshed lazily): each release alone is the declared Gaussian, two consecutive ones
+    share their noise."""
+
+    def __init__(self, config: DPConfig | None = None) -> None:
+        super().__init__(config)
+        self._calls = 0
+        self._cached: dict[int, torch.Tensor] = {}
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        if index == 0:
+            self._calls += 1
+        if self._calls % 2 == 1 or index not in self._cached:
+            self._cached[index] = super().noise(summed, index, generator)
+        return self._cached[index]
+
+
+@dataclass
+class CycleConfig(DPConfig):
+    period: int = field(default=5, metadata={"help": "calls before the seeds repeat"})
+
+
+class NoiseSeedCycle(DeclaredDPSGD):
+    """BUG: the noise generator is seeded with a call counter modulo ``period`` (a counter
+    that wraps, a seed list reused), so the noise repeats every ``period`` releases."""
+
+    Config = CycleConfig
+
+    def __init__(self, config: CycleConfig | None = None) -> None:
+        super().__init__(config)
+        self._calls = 0
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        self._calls += 1
+        seeded = torch.Generator().manual_seed(1_000 + self._calls % self.config.period)
+        return super().privatise(per_example, expected_batch_size, seeded)
+
+
+class BatchCalibratedNoise(DeclaredDPSGD):
+    """BUG: the noise std is σ · max_i ‖ḡ_i‖ (the batch's largest clipped norm) instead of
+    σC: equal to the declared noise whenever an example reaches the clip bound, less on a
+    batch whose gradients are all small."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        c = self.config
+        norms = torch.stack([g.reshape(len(g), -1).norm(2, dim=-1) for g in per_example],
+                            dim=1).norm(2, dim=1)
+        scale = float(norms.clamp(max=c.max_grad_norm).max()) if len(norms) else 0.0
+        summed = clip_total(per_example, c.max_grad_norm)
+        return [(s + torch.normal(0.0, c.noise_multiplier * scale, s.shape,
+                                  generator=generator)) / expected_batch_size
+                for s in summed]
+
+
+class ClipFromBatch(DeclaredDPSGD):
+    """BUG: the clip bound is the batch's median per-example norm (at most C), and the noise
+    σ times that bound (adaptive clipping without accounting for it): on a batch whose
+    gradients are small both shrink, while the claim keeps σ and C."""
+
+    def privatise(self, per_example: list[torch.Tensor], expected_batch_size: int,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+        c = self.config
+        norms = torch.stack([g.reshape(len(g), -1).norm(2, dim=-1) for g in per_example],
+                            dim=1).norm(2, dim=1)
+        bound = min(float(norms.median()), c.max_grad_norm) if len(norms) else c.max_grad_norm
+        summed = clip_total(per_example, bound)
+        return [(s + torch.normal(0.0, c.noise_multiplier * bound, s.shape,
+                                  generator=generator)) / expected_batch_size
+                for s in summed]
+
+
+class CorrelatedNoise(DeclaredDPSGD):
+    """BUG: one scalar draw per tensor, added to every coordinate (a broadcast of the wrong
+    shape): each coordinate has the declared std, but any two subtract to no noise."""
+
+    def noise(self, summed: torch.Tensor, index: int, generator: torch.Generator) \
+            -> torch.Tensor:
+        scalar = torch.normal(0.0, self.std(), (1,), generator=generator)
+        return scalar.expand(summed.shape).clone()
+
+
+class UpdateNoiseEverySecondRound(UpdateDefense):
+    """BUG: declares clip to S then N(0, s²) on the update; the noise is redrawn only every
+    second round (a cached noise tensor), so two consecutive rounds share it."""
+
+    Config = UpdateNoiseConfig
+
+    def __init__(self, config: UpdateNoiseConfig | None = None) -> None:
+        super().__init__(config)
+        self._rounds = 0
+        self._cached: list[torch.Tensor] = []
+
+    def mechanism(self) -> Mechanism:
+        c = self.config
+        return Mechanism("update", clip=Clip(c.clip_norm), noise=Noise(c.sigma))
+
+    def apply(self, update: list[torch.Tensor], generator: torch.Generator) -> list[torch.Tensor]:
+        self._rounds += 1
+        if self._rounds % 2 == 1 or len(self._cached) != len(update):
+            self._cached = [self.config.sigma * torch.randn(u.shape, generator=generator,
+                                                            dtype=u.dtype) for u in update]
+        norm = math.sqrt(sum(float((u.double() ** 2).sum()) for u in update))
+        scale = min(1.0, self.config.clip_norm / max(norm, 1e-12))
+        return [u * scale + n for u, n in zip(update, self._cached, strict=True)]

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from fedleak.auditing.audit_defaults import DEFAULT_FALSE_ALARM, DEFAULT_POWER
 from fedleak.auditing.estimators.noise_ratio import StreamTable
 from fedleak.auditing.result import AuditBound, DeclarationTest
 from fedleak.registry import ConfigError, Registry
@@ -103,8 +104,8 @@ class Game:
     claim: DeclaredFamily | None = None
     streams: StreamTable | None = None
     #: the family-wise false-alarm rate of the verdict, and the power its statements use
-    false_alarm: float = 1e-4
-    power: float = 0.95
+    false_alarm: float = DEFAULT_FALSE_ALARM
+    power: float = DEFAULT_POWER
 
     @property
     def claims(self) -> bool:
@@ -160,4 +161,5 @@ def register_estimator(name: str) -> Callable[[E], E]:
 
 #: the order the built-ins report in (plug-ins after them)
 BUILTIN_ORDER = ("clopper-pearson", "gaussian-dp", "one-run", "subsampled-gaussian",
-                 "gaussian-scores", "noise-level", "interference", "sampling", "one-shot")
+                 "gaussian-scores", "noise-level", "interference", "sampling", "fresh-noise",
+                 "correlated-noise", "canary-free", "one-shot")

@@ -25,8 +25,12 @@ SAMPLING = "sampling"
 NOISE_LEVEL = "noise-level"
 INTERFERENCE = "interference"
 ONE_SHOT = "one-shot"
+FRESH_NOISE = "fresh-noise"
+CORRELATED_NOISE = "correlated-noise"
+CANARY_FREE = "canary-free"
 ESTIMATORS = (CLOPPER_PEARSON, GAUSSIAN_DP, ONE_RUN, SUBSAMPLED_GAUSSIAN, GAUSSIAN_SCORES,
-              NOISE_LEVEL, INTERFERENCE, SAMPLING, ONE_SHOT)
+              NOISE_LEVEL, INTERFERENCE, SAMPLING, FRESH_NOISE, CORRELATED_NOISE, CANARY_FREE,
+              ONE_SHOT)
 #: Where each comes from.
 REFERENCES = {
     CLOPPER_PEARSON: "Jagielski et al. 2020; Nasr et al. 2021",
@@ -38,6 +42,12 @@ REFERENCES = {
     NOISE_LEVEL: "a χ² test of the released coordinates' spread against the declared noise",
     INTERFERENCE: "per-example canaries clipped on their own do not interact",
     ONE_SHOT: "Andrew et al. 2024 (estimate, not a bound)",
+    FRESH_NOISE: "lag correlations of the noise across consecutive releases (the accountant's "
+                 "composition assumes fresh noise; Steinke et al. 2023 audit a whole run)",
+    CORRELATED_NOISE: "correlations of the noise between coordinates (the Gaussian "
+                      "mechanism's noise is independent per coordinate)",
+    CANARY_FREE: "the noise level of canary-free releases of the user's own batch against "
+                 "the declared scale (noise that depends on the data)",
 }
 
 
@@ -140,6 +150,9 @@ class DeclarationTest:
     power: float | None = None
     epsilon_lb: float | None = None
     level: float | None = None
+    #: tests of dependence: the smallest departure caught with ``power``, in the test's own
+    #: unit (a lag correlation, a correlation between coordinates)
+    detectable: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the test as JSON data (non-finite figures as null, ε and ratios kept)."""

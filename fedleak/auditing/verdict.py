@@ -28,11 +28,22 @@ from fedleak.auditing.estimator_registry import (
     Estimator,
     Game,
 )
-from fedleak.auditing.estimators import primary  # noqa: F401  (registers the built-ins)
+from fedleak.auditing.estimators import (  # noqa: F401  (registers the built-ins)
+    canary_free,
+    fresh_noise,
+    noise_correlation,
+    primary,
+)
 from fedleak.auditing.estimators.declared_mechanism import POOLED
+from fedleak.auditing.estimators.fresh_noise import lags_for
 from fedleak.auditing.result import (
+    CANARY_FREE,
+    CORRELATED_NOISE,
+    FRESH_NOISE,
     GAUSSIAN_SCORES,
+    INTERFERENCE,
     NOISE_LEVEL,
+    SAMPLING,
     AuditBound,
     DeclarationTest,
     format_confidence,
@@ -173,21 +184,87 @@ def verdict_text(evaluation: Evaluation, claimed_epsilon: float, delta: float,
     bounds = [b for b in evaluation.bounds if not b.is_estimate]
     strongest = max(bounds, key=lambda b: b.epsilon) if bounds else None
     largest = (f"largest ε_LB {format_epsilon(strongest.epsilon)} ({strongest.estimator}"
-               f"{', ' + strongest.group if strongest.group else ''})" if strongest else
-               "no bound")
+               f"{', ' + strongest.group if strongest.group else ''}; "
+               f"{format_confidence(strongest.confidence or 0)} confidence)" if strongest
+               else "no bound")
     alarm = f"false-alarm rate {evaluation.false_alarm:g}, Holm over {len(evaluation.tests)} tests"
     if evaluation.violation:
-        first = min((t for t in evaluation.tests if t.rejected), key=lambda t: t.p_value)
-        return (f"VIOLATION: {first.statement} (p = {first.p_value:.2g}; {alarm}): the "
+        rejected = [t for t in evaluation.tests if t.rejected]
+        first = min(rejected, key=lambda t: (specificity(t), -severity(t), t.p_value))
+        worst = max(rejected, key=lambda t: (severity(t), -specificity(t), -t.p_value))
+        also = ""
+        if worst is not first and severity(worst) > severity(first):
+            also = f"; most severe: {worst.statement} (p = {worst.p_value:.2g})"
+        return (f"VIOLATION: {first.statement} (p = {first.p_value:.2g}; {alarm}){also}: the "
                 f"mechanism is not what the chain declares (claimed ε "
-                f"{format_epsilon(claimed_epsilon)} at δ = {delta:g}); {largest}")
+                f"{format_epsilon(claimed_epsilon)} at δ = {delta:g}); {largest}; "
+                f"{run_statement(evaluation)}")
     if math.isinf(claimed_epsilon):
         return (f"no claim to test: the chain declares no DP for this canary; {largest} "
                 "measures how far it is from private")
     above = strongest is not None and strongest.epsilon > claimed_epsilon * (1 + 1e-9)
-    relation = (f"{largest} at {format_confidence(strongest.confidence or 0)} exceeds the "
+    relation = (f"{largest} exceeds the "
                 f"claimed ε {format_epsilon(claimed_epsilon)}, but not at the family-wise "
                 "level: suspicious, rerun with more trials" if above and strongest else
                 f"{largest} does not exceed the claimed ε {format_epsilon(claimed_epsilon)}")
-    return (f"no violation found ({alarm}): {relation}; {power_statement(evaluation, power)}. "
-            "A gap is a weak canary or a loose accountant, never more privacy")
+    return (f"no violation found ({alarm}): {relation}; {power_statement(evaluation, power)}; "
+            f"{run_statement(evaluation)}. A gap is a weak canary or a loose accountant, never "
+            "more privacy")
+
+
+#: how specific a finding is (lower: names the broken assumption more precisely)
+SPECIFICITY = {FRESH_NOISE: 0, CORRELATED_NOISE: 1, CANARY_FREE: 1, SAMPLING: 1,
+               INTERFERENCE: 1, NOISE_LEVEL: 2, GAUSSIAN_SCORES: 2}
+#: the groups that pool others, and the shape test: less specific than one tensor's
+GENERAL_GROUPS = (POOLED, "shape (kurtosis)")
+
+
+def specificity(test: DeclarationTest) -> int:
+    """Return the rank of a finding's specificity (lower: more specific).
+
+    Noise reused across releases first, then correlated
+    noise and the data-dependence, sampling and interference tests, then one tensor's noise
+    or noise ratio, then pooled groups and the noise's shape (for those two the pooled test
+    says less than one tensor's).
+    """
+    general = test.test in (NOISE_LEVEL, GAUSSIAN_SCORES) and test.group in GENERAL_GROUPS
+    return SPECIFICITY.get(test.test, 3) + int(general)
+
+
+def severity(test: DeclarationTest) -> float:
+    """Return how far the finding is from the declaration.
+
+    ∞ where its ε_LB is, else the ratio of how much better the canaries are told apart than
+    declared (1/noise factor), else 0.
+    """
+    if test.epsilon_lb is not None and math.isinf(test.epsilon_lb):
+        return math.inf
+    return test.ratio if test.ratio is not None and test.ratio > 0 else 0.0
+
+
+def run_statement(evaluation: Evaluation) -> str:
+    """Return what the audit tested of the run, in words.
+
+    Fresh noise over how many consecutive releases, noise independent across coordinates,
+    the canary-free phase — or that it did not.
+    """
+    fresh = [t for t in evaluation.tests if t.test == FRESH_NOISE]
+    parts = []
+    if fresh:
+        releases = max(t.samples_out for t in fresh)
+        detect = min((t.detectable for t in fresh if t.detectable), default=None)
+        caught = f"; it would catch a lag correlation ≈ {detect:.2g}" if detect else ""
+        parts.append(
+            f"audited as a run of {releases} consecutive releases: tested for noise fresh in "
+            f"each (lags 1–{lags_for(releases)}{caught}), which the accountant's composition "
+            "of rounds assumes — the claim is one release's ε, the run's ε composes it over "
+            "the rounds")
+    else:
+        parts.append("not tested across releases (too few trials, or the noise level was not "
+                     "read): composition over rounds is assumed, not audited")
+    if any(t.test == CORRELATED_NOISE for t in evaluation.tests):
+        parts.append("tested for noise independent across coordinates and tensors")
+    if any(t.test == CANARY_FREE for t in evaluation.tests):
+        parts.append("tested the noise level on canary-free releases of the user's batch "
+                     "(noise that depends on the data)")
+    return "; ".join(parts)

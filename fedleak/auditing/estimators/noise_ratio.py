@@ -49,6 +49,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from fedleak.auditing.estimators.noise_level import NoiseLevels
+from fedleak.auditing.estimators.releases import Releases
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ class StreamTable:
     #: whether the declared model gives the streams' law exactly (nothing but the declared
     #: noise moves a stream within a stratum): then r < 1 is a departure too, tested two-sided
     exact: bool = False
+    #: the sampled coordinates of every release in release order (the canary-free phase
+    #: included), for the tests across releases and across coordinates
+    releases: Releases | None = None
+    #: the noise level of the canary-free releases alone, and how many there were
+    bare_noise: NoiseLevels | None = None
+    bare_releases: int = 0
 
     def __post_init__(self) -> None:
         """Refuse streams whose values, coins and groups disagree, or a non-positive noise std."""

@@ -16,6 +16,14 @@ from typing import Any
 
 import click
 
+from fedleak.auditing.audit_defaults import (
+    DEFAULT_CALIBRATION,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_FALSE_ALARM,
+    DEFAULT_POWER,
+    DEFAULT_SHORTFALL,
+    DEFAULT_THRESHOLD_RULE,
+)
 from fedleak.harness.cli.options import (
     ProtocolOptions,
     TokenOptions,
@@ -76,11 +84,11 @@ the claimed ε).
               help="Trials (coins); about half carry each canary. Default: as many as "
                    "--detect-shortfall needs (at most --max-trials), or 2000 when the chain "
                    "claims nothing.")
-@click.option("--detect-shortfall", default=0.9, show_default=True,
+@click.option("--detect-shortfall", default=DEFAULT_SHORTFALL, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Without --trials: choose the trials that catch noise this factor of the "
                    "declared std (0.9: 10 %% short) with --power probability.")
-@click.option("--power", default=0.99, show_default=True,
+@click.option("--power", default=DEFAULT_POWER, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="The probability --detect-shortfall asks for, and that every verdict "
                    "states its detectable shortfall at.")
@@ -88,7 +96,7 @@ the claimed ε).
               help="At most this many trials when they are chosen by power (default 4,000; "
                    "1,000 secure-aggregation rounds; never more than the victim's "
                    "--max-audit-trials).")
-@click.option("--false-alarm", default=1e-4, show_default=True,
+@click.option("--false-alarm", default=DEFAULT_FALSE_ALARM, show_default=True,
               type=click.FloatRange(0, 0.5, min_open=True, max_open=True),
               help="The verdict's family-wise false-alarm rate: a correct mechanism is "
                    "called a violation with at most this probability (Holm over every test).")
@@ -98,16 +106,16 @@ the claimed ε).
 @click.option("--delta", default=0.0, show_default=True, type=click.FloatRange(0, 1,
                                                                              max_open=True),
               help="δ of the bounds (0: the chain's δ, else 1e-5).")
-@click.option("--confidence", default=0.95, show_default=True,
+@click.option("--confidence", default=DEFAULT_CONFIDENCE, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Confidence of every bound.")
-@click.option("--threshold", "threshold", default="half-shift", show_default=True,
+@click.option("--threshold", "threshold", default=DEFAULT_THRESHOLD_RULE, show_default=True,
               help="How the decision threshold is chosen without the scored trials: "
                    "half-shift (fixed before the trials at half the canary's expected score "
                    "shift, from public settings; split where they do not fix it), split (a "
                    "random --calibration share chooses it), or a number (declared before "
                    "the trials).")
-@click.option("--calibration", default=0.2, show_default=True,
+@click.option("--calibration", default=DEFAULT_CALIBRATION, show_default=True,
               type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="split: the share of trials that chooses the threshold.")
 @click.option("--batch", default=256, show_default=True, type=click.IntRange(1),

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from fedleak.auditing import AuditBound, format_epsilon  # noqa: E402
+from fedleak.auditing.result import format_confidence  # noqa: E402
 
 
 class AuditFigures(Protocol):
@@ -33,6 +34,20 @@ class AuditFigures(Protocol):
     def bound(self, estimator: str) -> AuditBound | None: ...
 
 
+def score_density(counts: list[float], widths: np.ndarray) -> np.ndarray:
+    """Counts per bin as a density, n_b / (N · w_b): the victim's bins hold equal counts and
+    differ in width, so raw counts would draw the tails as plateaus; the area is 1."""
+    values = np.asarray(counts, dtype=float)
+    total = values.sum()
+    return values / (total * widths) if total > 0 else values
+
+
+def bar_label(bound: AuditBound) -> str:
+    """An ε bar's label: the estimator, its group where it has one, estimate or bound."""
+    group = f" · {bound.group}" if bound.group else ""
+    return f"{bound.estimator}{group}" + (" (estimate)" if bound.is_estimate else "")
+
+
 def plot_audit(record: AuditFigures, path: Path) -> Path:
     """Left: the two score histograms and the threshold; right: ε per estimator against the
     claimed ε (a bar above the line is a violation)."""
@@ -44,8 +59,8 @@ def plot_audit(record: AuditFigures, path: Path) -> Path:
         widths = np.diff(edges)
         for counts, label, color in ((record.histogram["canary_out"], "canary out", "C0"),
                                      (record.histogram["canary_in"], "canary in", "C3")):
-            left.bar(edges[:-1], counts, width=widths, align="edge", alpha=0.55, color=color,
-                     label=f"{label} ({int(sum(counts))} trials)")
+            left.bar(edges[:-1], score_density(counts, widths), width=widths, align="edge",
+                     alpha=0.55, color=color, label=f"{label} ({int(sum(counts))} trials)")
     else:
         left.text(0.5, 0.5, "no score histogram: the victim shows one only over bins of at "
                   "least 100 trials\n(fewer would give its secret coins away)",
@@ -55,18 +70,19 @@ def plot_audit(record: AuditFigures, path: Path) -> Path:
         left.axvline(bound.threshold, color="black", linestyle="--",
                      label=f"threshold ({bound.estimator})")
     left.set_xlabel("score: sign · ⟨received update, canary direction⟩")
-    left.set_ylabel("trials")
+    left.set_ylabel("density: trials / (all trials · bin width)")
     left.legend(fontsize=8)
     left.set_title(f"{record.canary['text']}", fontsize=9)
 
-    names = [b.estimator + (" (estimate)" if b.is_estimate else "") for b in record.bounds]
+    names = [bar_label(b) for b in record.bounds]
     values = [b.epsilon if math.isfinite(b.epsilon) else np.nan for b in record.bounds]
     colors = ["0.6" if b.is_estimate else ("C3" if b.epsilon > record.claimed_epsilon
                                           else "C2") for b in record.bounds]
     positions = np.arange(len(names))
     right.barh(positions, values, color=colors)
     for y, b in zip(positions, record.bounds, strict=True):
-        right.text(0, y, f" {format_epsilon(b.epsilon)}", va="center", fontsize=8)
+        confidence = "" if b.confidence is None else f" ({format_confidence(b.confidence)})"
+        right.text(0, y, f" {format_epsilon(b.epsilon)}{confidence}", va="center", fontsize=8)
     claimed = record.claimed_epsilon
     if math.isfinite(claimed):
         right.axvline(claimed, color="black", linestyle="--",

@@ -31,6 +31,14 @@ import numpy as np
 import torch
 
 from fedleak.auditing import AuditBound, DeclarationTest, format_epsilon
+from fedleak.auditing.audit_defaults import (
+    DEFAULT_CALIBRATION,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_FALSE_ALARM,
+    DEFAULT_POWER,
+    DEFAULT_SHORTFALL,
+    DEFAULT_THRESHOLD_RULE,
+)
 from fedleak.auditing.result import format_confidence
 from fedleak.defenses.secagg import SecAggAbort
 from fedleak.harness.attacker.client import VictimClient, VictimError
@@ -56,13 +64,13 @@ class AuditSettings:
     #: 0: as many as catch noise ``detect_shortfall``·σ with ``power`` (the victim chooses)
     trials: int = 0
     delta: float = 0.0
-    confidence: float = 0.95
-    threshold_rule: str = "half-shift"
+    confidence: float = DEFAULT_CONFIDENCE
+    threshold_rule: str = DEFAULT_THRESHOLD_RULE
     threshold: float = 0.0
-    calibration_fraction: float = 0.2
-    detect_shortfall: float = 0.9
-    power: float = 0.99
-    false_alarm: float = 1e-4
+    calibration_fraction: float = DEFAULT_CALIBRATION
+    detect_shortfall: float = DEFAULT_SHORTFALL
+    power: float = DEFAULT_POWER
+    false_alarm: float = DEFAULT_FALSE_ALARM
     #: canaries over every parameter tensor and the clip geometry (False: the primary alone)
     coverage: bool = True
     max_chosen_trials: int = 0

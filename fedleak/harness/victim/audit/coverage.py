@@ -38,6 +38,7 @@ from fedleak.auditing.estimators.noise_level import NoiseLevels
 from fedleak.auditing.estimators.noise_ratio import StreamTable
 from fedleak.defenses.composition import UpdateComposition
 from fedleak.defenses.mechanism import Mechanism
+from fedleak.harness.victim.audit.run_record import Moments, RunRecord
 from fedleak.harness.victim.audit.steps import StepPlan
 
 #: Default canaries per tensor (per-example) and spread canaries.
@@ -67,33 +68,6 @@ class Stream:
     noise_sample: bool = True
 
 
-class Moments:
-    """Running Σ(x − x₀)^k, k = 1..4, per coordinate (x₀ the first sample, which keeps the
-    sums well conditioned), and their central second and fourth moments."""
-
-    def __init__(self, first: np.ndarray) -> None:
-        self.n = 0
-        self.origin = first
-        self.sums = [np.zeros_like(first) for _ in range(4)]
-
-    def add(self, x: np.ndarray) -> None:
-        d = x - self.origin
-        power = d.copy()
-        for k in range(4):
-            self.sums[k] += power
-            power = power * d
-        self.n += 1
-
-    def central(self) -> tuple[np.ndarray, np.ndarray]:
-        """(Σ(x − x̄)², Σ(x − x̄)⁴) per coordinate."""
-        s1, s2, s3, s4 = self.sums
-        mean = s1 / self.n
-        second = np.maximum(s2 - self.n * mean ** 2, 0.0)
-        fourth = np.maximum(s4 - 4 * mean * s3 + 6 * mean ** 2 * s2 - 3 * self.n * mean ** 4,
-                            0.0)
-        return second, fourth
-
-
 @dataclass
 class Coverage:
     """The audit's canaries beyond (or around) the primary one, and what the victim measured."""
@@ -120,21 +94,46 @@ class Coverage:
     by_coin: bool = False
     #: strata of the streams split by the primary canary's coin too (an input canary)
     coin_strata: bool = False
+    #: the canary-free phase: trials with no canary at all (not scored), and their cells
+    bare: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: every release's values at a sample of coordinates, and the canary-free moments
+    run: RunRecord = field(default_factory=RunRecord)
+    #: the declared std the release sample is read against where the noise level is not
+    release_std: float = 0.0
 
     def __post_init__(self) -> None:
         trials = self.coins.shape[0]
         self.values = np.zeros((trials, len(self.streams)))
         self.strata = np.zeros(trials, dtype=np.int64)
         self.shift_sums = np.zeros(len(self.streams))
+        self.bare = np.zeros(trials, dtype=bool)
+
+    def keep_trials(self, trials: int) -> None:
+        """Keep the first ``trials`` trials' rows (the session's count)."""
+        self.coins = self.coins[:trials]
+        self.values = self.values[:trials]
+        self.strata = self.strata[:trials]
+        self.bare = self.bare[:trials]
+
+    def canary_free(self, count: int, rng: np.random.Generator) -> None:
+        """Make ``count`` trials at secret positions canary-free (every coin out)."""
+        trials = self.coins.shape[0]
+        if count <= 0 or trials == 0:
+            return
+        chosen = rng.choice(trials, min(count, trials), replace=False)
+        self.coins[chosen] = False
+        self.bare[chosen] = True
 
     def watch_noise(self, names: Sequence[str], sizes: Sequence[int], std: float,
                     rng: np.random.Generator) -> None:
         """Read the spread of up to NOISE_COORDINATES coordinates per tensor that no canary
         touches (their declared noise std ``std``)."""
         used = np.unique(np.concatenate([c for c, _ in self.canaries]))
-        coords, groups, start = [], [], 0
+        coords, groups, frees, starts, start = [], [], [], [], 0
         for g, size in enumerate(sizes):
             free = np.setdiff1d(np.arange(start, start + size), used, assume_unique=True)
+            frees.append(free)
+            starts.append(start)
             if free.size > NOISE_COORDINATES:
                 free = np.sort(rng.choice(free, NOISE_COORDINATES, replace=False))
             coords.append(free)
@@ -144,6 +143,22 @@ class Coverage:
         self.noise_group = np.concatenate(groups).astype(np.int64)
         self.group_names = list(names)
         self.noise_std = std
+        self.run.choose(frees, starts, sizes, rng)
+
+    def watch_releases(self, names: Sequence[str], sizes: Sequence[int], std: float,
+                       rng: np.random.Generator) -> None:
+        """Keep every release at sampled coordinates away from the canaries without reading
+        the noise level (a box clip near the noise biases its spread, not the releases'
+        independence, which the lag and correlation tests read scale-free)."""
+        used = np.unique(np.concatenate([c for c, _ in self.canaries]))
+        frees, starts, start = [], [], 0
+        for size in sizes:
+            frees.append(np.setdiff1d(np.arange(start, start + size), used, assume_unique=True))
+            starts.append(start)
+            start += size
+        self.group_names = list(names)
+        self.release_std = std
+        self.run.choose(frees, starts, sizes, rng)
 
     def rows(self, trial: int, shapes: Sequence[Sequence[int]], dtype: torch.dtype,
              device: torch.device) -> list[torch.Tensor] | None:
@@ -173,15 +188,21 @@ class Coverage:
         if self.coin_strata:  # the primary canary moves every stream: hold its coin fixed
             stratum = 2 * stratum + int(self.coins[trial, 0])
         self.strata[trial] = stratum
+        coin = bool(self.coins[trial, 0]) if self.by_coin else False
+        bare = bool(self.bare[trial])
+        self.run.record(trial, self.coins.shape[0], flat,
+                        (2 * stratum + int(coin)) * 2 + int(bare))
         if self.noise_coordinates.size:
-            coin = bool(self.coins[trial, 0]) if self.by_coin else False
             x = flat[self.noise_coordinates]
-            for key in ((stratum, coin), (POOLED_STRATUM, coin)):
+            keys = [(stratum, coin), (POOLED_STRATUM, coin)] if not bare else []
+            for key in keys:
                 if key not in self.cells:
                     self.cells[key] = Moments(x.copy())
                 self.cells[key].add(x)
+            if bare:
+                self.run.record_bare(stratum, x)
 
-    def noise_levels(self, trials: int) -> NoiseLevels | None:
+    def noise_levels(self, trials: int, main: np.ndarray | None = None) -> NoiseLevels | None:
         """ν and Q per tensor (:mod:`fedleak.auditing.estimators.noise_level`) from the coordinates
         away from the canaries and from every stream's canary-out trials, or None."""
         if not self.noise_std > 0 or not (self.noise_coordinates.size or self.streams):
@@ -207,10 +228,11 @@ class Coverage:
                 count += cell.n * second.size
         coordinate_dof, coordinate_squares = float(dof.sum()), float(squares.sum())
         coins = self.coins[:trials]
+        scored = np.ones(trials, dtype=bool) if main is None else main
         for k, stream in enumerate(self.streams):
             if not stream.noise_sample:
                 continue
-            out = ~coins[:, stream.canary]
+            out = ~coins[:, stream.canary] & scored
             for h in np.unique(strata[out]):
                 rows = out & (strata == h)
                 if self.by_coin:
@@ -248,18 +270,26 @@ class Coverage:
     exact: bool = False
 
     def table(self, trials: int) -> StreamTable:
-        """The measured streams of the first ``trials`` trials, with their declared values."""
+        """The measured streams of the first ``trials`` trials (the scored ones: the
+        canary-free phase apart), with their declared values, the noise levels of both, and
+        every release's sampled coordinates."""
         shifts = np.array([s.declared_shift for s in self.streams])
         if not self.per_example and self.shift_count:
             shifts = self.shift_sums / self.shift_count
+        main = ~self.bare[:trials]
         return StreamTable(
-            values=self.values[:trials], coins=self.coins[:trials][:, [s.canary for s in
-                                                                       self.streams]],
+            values=self.values[:trials][main],
+            coins=self.coins[:trials][main][:, [s.canary for s in self.streams]],
             groups=tuple(s.group for s in self.streams), declared_shift=shifts,
             declared_std=np.array([s.declared_std for s in self.streams]),
             shift_variance=np.array([s.shift_variance for s in self.streams]),
-            strata=self.strata[:trials], noise=self.noise_levels(trials),
-            independent=self.per_example and self.one_step, exact=self.exact)
+            strata=self.strata[:trials][main], noise=self.noise_levels(trials, main),
+            independent=self.per_example and self.one_step, exact=self.exact,
+            releases=self.run.releases(trials, self.group_names,
+                                       self.noise_std or self.release_std),
+            bare_noise=self.run.bare_levels(self.group_names, self.noise_group,
+                                            self.noise_std),
+            bare_releases=int((~main).sum()))
 
 
 def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

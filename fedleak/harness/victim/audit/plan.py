@@ -91,6 +91,7 @@ def _watch(coverage: Coverage, chain: DefenseChain, names: Sequence[str],
     if box is not None and box.geometry == PER_COORDINATE and box.norm < 6 * std:
         coverage.uncovered.append(f"the noise level (the transport's ±{box.norm:g} box clip "
                                   f"is within 6 noise stds, {std:.3g})")
+        coverage.watch_releases(names, sizes, std, rng)
         return
     coverage.watch_noise(names, sizes, std, rng)
 
@@ -140,9 +141,11 @@ def trial_canary(canary: AuditCanary, coverage: Coverage | None, base: TrialCana
 
 def verdict_game(scores: np.ndarray, coins: np.ndarray, calibration: np.ndarray,
                  settings: GameSettings, threshold: float | None, claim: TrialClaim,
-                 coverage: Coverage | None, request: AuditRequest) -> Evaluation:
-    """Every estimator on the primary scores and the measured streams."""
-    streams = coverage.table(scores.size) if coverage is not None else None
+                 coverage: Coverage | None, request: AuditRequest,
+                 released: int | None = None) -> Evaluation:
+    """Every estimator on the primary scores and the measured streams (``released``: the
+    trials run, the canary-free phase's included; default: one per score)."""
+    streams = coverage.table(released or scores.size) if coverage is not None else None
     game = Game(scores, coins, calibration, settings, threshold, claim=claim,
                 streams=streams, false_alarm=request.false_alarm, power=request.power)
     return evaluate(game)
@@ -164,6 +167,10 @@ def covered_groups(coverage: Coverage | None) -> str:
     if coverage.noise_coordinates.size:
         text += (f"; the noise level read on {coverage.noise_coordinates.size} coordinates of "
                  f"{len(coverage.group_names)} tensors")
+    bare = int(coverage.bare.sum())
+    if bare:
+        text += (f"; {bare} of the trials canary-free (the user's batch alone, not scored: "
+                 "the noise level against the declared scale)")
     if coverage.uncovered:
         text += f"; not covered: {', '.join(coverage.uncovered)}"
     return text

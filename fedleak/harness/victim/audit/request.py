@@ -14,6 +14,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fedleak.auditing.audit_defaults import (
+    DEFAULT_CALIBRATION,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_FALSE_ALARM,
+    DEFAULT_POWER,
+    DEFAULT_SHORTFALL,
+    DEFAULT_THRESHOLD_RULE,
+)
 from fedleak.auditing.canaries import (
     CANARY_KINDS,
     CLIENT,
@@ -26,17 +34,12 @@ from fedleak.harness.wire.quoting import quoted
 from fedleak.harness.wire.request_errors import InvalidArgument
 
 THRESHOLD_RULES = ("split", "half-shift", "declared")
-DEFAULT_THRESHOLD_RULE = "half-shift"
-DEFAULT_CALIBRATION = 0.2
-DEFAULT_CONFIDENCE = 0.95
-#: The verdict's family-wise false-alarm rate: a correct mechanism is called a violation with
-#: at most this probability, over every group and estimator together.
-DEFAULT_FALSE_ALARM = 1e-4
-#: Without a trial count the victim chooses the trials that catch noise this short of the
+#: DEFAULT_FALSE_ALARM: a correct mechanism is called a violation with at most this
+#: probability, over every group and estimator together; DEFAULT_SHORTFALL / DEFAULT_POWER:
+#: without a trial count the victim chooses the trials that catch noise this short of the
 #: declared std with this power (capped by its --max-audit-trials and DEFAULT_MAX_CHOSEN; a
-#: secure-aggregation trial is a whole protocol round, so those are capped lower).
-DEFAULT_SHORTFALL = 0.9
-DEFAULT_POWER = 0.99
+#: secure-aggregation trial is a whole protocol round, so those are capped lower). All in
+#: :mod:`fedleak.auditing.audit_defaults`.
 DEFAULT_MAX_CHOSEN = 4000
 SECAGG_MAX_CHOSEN = 1000
 #: Trials when the chain claims nothing (nothing to fall short of) and none are asked for.

@@ -53,6 +53,12 @@ from fedleak.harness.victim.audit.request import AuditRequest
 from fedleak.harness.wire.request_errors import FailedPrecondition
 from fedleak.harness.zoo.datasets import DatasetInfo
 
+#: the canary-free phase's releases per audit (a sixteenth of the scored trials, within these)
+MIN_CANARY_FREE = 8
+MAX_CANARY_FREE = 64
+#: an asked-for trial count gets the phase (out of it) from this many trials on
+CANARY_FREE_FROM = 128
+
 
 @dataclass
 class AuditOutcome:
@@ -146,19 +152,24 @@ class AuditSession:
 
 def outcome(session: AuditSession, scores: np.ndarray) -> AuditOutcome:
     """Bounds, tests, verdict and histograms of an answered audit."""
+    coverage = session.coverage
+    scored = ~coverage.bare[:scores.size] if coverage is not None else \
+        np.ones(scores.size, dtype=bool)
+    scores = scores[scored]  # the canary-free phase's releases are not scored
     served = scores.size
-    coins = session.coins[:served]
-    calibration = session.calibration[:served]
+    coins = session.coins[:scored.size][scored]
+    calibration = session.calibration[:scored.size][scored]
     if session.threshold is None and (calibration.all() or not calibration.any()):
         calibration = np.arange(served) < max(1, served // 5)  # too few trials to split
     claim, request = session.claim, session.request
     evaluation = verdict_game(scores, coins, calibration, session.settings(),
-                              session.threshold, claim, session.coverage, request)
+                              session.threshold, claim, session.coverage, request,
+                              released=scored.size)
     verdict = verdict_text(evaluation, claim.epsilon, claim.delta, request.power)
     evaluated = ~calibration if session.threshold is None else np.ones(served, dtype=bool)
     return AuditOutcome(session.audit_id, withheld_rates(evaluation.bounds, scores, evaluated),
                         claim, evaluation.violation, verdict,
-                        released_histogram(scores, coins), served,
+                        released_histogram(scores, coins), scored.size,
                         session.describe_canary(), session.threat_model,
                         tests=evaluation.tests,
                         power_statement=power_statement(evaluation, request.power)
@@ -197,12 +208,13 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
         coverage = plan_coverage(request, canary, chain, names, sizes, protocol, num_images,
                                  noise_users, most, rng)
         trials = choose_trials(request, coverage, claim, most, canary.expected_shift)
+    if coverage is not None:
+        bare = canary_free_trials(coverage, trials, chosen=not request.trials)
+        trials = trials if request.trials else min(trials + bare, most)
+        coverage.keep_trials(trials)
+        coverage.canary_free(bare, rng)
     coins = coverage.coins[:trials, 0].copy() if coverage is not None else \
         rng.random(trials) < 0.5
-    if coverage is not None:
-        coverage.coins = coverage.coins[:trials]
-        coverage.values = coverage.values[:trials]
-        coverage.strata = coverage.strata[:trials]
     rule = request.threshold_rule
     if rule == "half-shift" and not canary.expected_shift > 0:
         rule = "split"  # the default where public settings do not fix the shift
@@ -218,6 +230,19 @@ def new_session(request: AuditRequest, canary: AuditCanary, claim: TrialClaim,
     return AuditSession(secrets.token_hex(16), request, canary, canary.trial_canary(info), coins,
                         calibration, parameters, buffers, protocol, claim, describe,
                         secagg, canary_user, threshold, coverage, trials)
+
+
+def canary_free_trials(coverage: Coverage, trials: int, chosen: bool = True) -> int:
+    """How many canary-free releases the audit interleaves (the data-dependence phase:
+    :mod:`fedleak.auditing.estimators.canary_free`): a sixteenth of the scored trials, 8 to
+    64, where the noise level is read. With trials the victim chose they come on top of
+    them (or out of them where its trial cap leaves no room); a count the server asked for
+    is kept as the number of releases, so the phase comes out of it, and only from
+    CANARY_FREE_FROM trials on (fewer keep every trial scored)."""
+    if not coverage.noise_coordinates.size or trials < 16 or \
+            (not chosen and trials < CANARY_FREE_FROM):
+        return 0
+    return min(MAX_CANARY_FREE, max(MIN_CANARY_FREE, trials // 16))
 
 
 def session_claim(request: AuditRequest, chain: DefenseChain, canary: AuditCanary,
