@@ -80,6 +80,11 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
     run.write(out)
     tokenizer = info.checked_tokenizer
     public = public_text(described, info)
+    prior = None
+    if getattr(attack.config, "prior", None) == "model":
+        from fedleak.harness.attacker.text.language_prior import pretrained_prior
+
+        prior = pretrained_prior(tokenizer)
     try:
         for index in range(settings.rounds):
             if secagg:
@@ -95,6 +100,8 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
                 local_steps=received.local_steps, metadata=received.metadata,
                 device=settings.device, defenses=published_defenses(described),
                 public_sequences=public)
+            if prior is not None:
+                observation = dataclasses.replace(observation, language_prior=prior)
             started = time.perf_counter()
             found = reconstruct_with_progress(attack, observation, device=settings.device,
                                               seed=settings.seed + index,
