@@ -87,3 +87,30 @@ def test_dager_recovers_a_smollm2_batch_exactly(smollm2) -> None:
     assert sorted(tok.decode(s) for s in found.sequences) == \
         sorted(tok.decode(r.tolist()) for r in x)
     assert found.extras["certified"] == 2 and not found.extras["truncated"]
+
+
+def test_smollm2_as_lamps_prior_prefers_the_sentence_to_its_shuffle(minilm) -> None:
+    from fedleak.attacks.text.lamp.model_prior import ModelPrior
+    from fedleak.harness.attacker.text.language_prior import pretrained_prior
+
+    _, data = minilm  # candidates in MiniLM's WordPiece ids, scored by SmolLM2's BPE
+    tok = data.info.checked_tokenizer
+    sentence = tok.encode(["Alice was beginning to get very tired of sitting by her sister."],
+                          16)[0]
+    content = int((sentence != tok.pad_id).sum())
+    shuffled = sentence.clone()
+    shuffled[1:content - 1] = sentence[1:content - 1].flip(0)
+    prior = ModelPrior(pretrained_prior(tok), tok.vocab_size)
+    nll = prior.nll(torch.stack([sentence, shuffled]), (torch.stack([sentence, shuffled])
+                                                        != tok.pad_id).long())
+    assert nll.shape == (2,) and float(nll[0]) + 1.0 < float(nll[1])
+
+
+def test_dagers_full_span_warning_names_noise_below_the_hidden_size() -> None:
+    from fedleak.attacks.text.dager.layer_search import full_span_warning
+    from fedleak.attacks.text.dager.span_check import InputSpan
+
+    full = InputSpan(basis=torch.eye(8, dtype=torch.float64),
+                     singular_values=torch.ones(8, dtype=torch.float64), rank=8, input_dim=8)
+    assert "noise" in full_span_warning((full, full), 1, 4)  # B·T = 4 < d = 8
+    assert "B·T ≥ d" in full_span_warning((full, full), 4, 4)

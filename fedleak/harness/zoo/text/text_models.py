@@ -290,9 +290,16 @@ def _from_package(name: str, info: TextInfo) -> tuple[nn.Module, str]:
     config = _quiet(AutoConfig.from_pretrained(folder, local_files_only=True))
     if info.task == CLASSIFY:
         config.num_labels = info.num_classes
-    net = _auto_class(config, info.task).from_pretrained(
-        folder, config=config, local_files_only=True, attn_implementation="eager",
-        dtype=torch.float32)
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # not the load report of the fresh head, every time
+    try:
+        net = _auto_class(config, info.task).from_pretrained(
+            folder, config=config, local_files_only=True, attn_implementation="eager",
+            dtype=torch.float32)
+    finally:
+        logging.set_verbosity(verbosity)
     return net, source.family
 
 
