@@ -35,8 +35,10 @@ from fedleak.attacks.optimisation.engine.problem import (
 
 def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
                    ) -> torch.Tensor:
-    """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place;
-    returns the result per restart (module docstring)."""
+    """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place.
+
+    Returns the result per restart (module docstring).
+    """
     iterations = problem.iterations
     width = images.shape[0]
     terms = problem.terms()

@@ -1,6 +1,8 @@
-"""The last token of each sentence of a causal language model, from the final LayerNorm's
-gradient (an extension of DAGER: the last token has no loss after it, so its δ is zero in every
-layer and no span holds it).
+"""Recover each sentence's last token from the final LayerNorm's gradient.
+
+The last token of each sentence of a causal language model, from the final LayerNorm's gradient (an
+extension of DAGER: the last token has no loss after it, so its δ is zero in every layer and no span
+holds it).
 
 With the prefixes ``x_b = (x_{b,0}, …, x_{b,n_b−1})`` known (every token but the last), the
 model's forward on them gives, at every position t, the final LayerNorm's normalised input
@@ -148,9 +150,10 @@ def _feature(row: torch.Tensor, normalised: torch.Tensor, bias: bool = True) -> 
 
 def _pursuit(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.Tensor,
              bias: bool = True, guesses: torch.Tensor | None = None) -> list[int]:
-    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²`` over one token per sentence, with
-    exchanges of two sentences' tokens when no single change helps (two sentences' tokens
-    found but crossed is a fixed point of the single changes).
+    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²``, one token per sentence.
+
+    Single changes, and exchanges of two sentences' tokens when no single change helps (two
+    sentences' tokens found but crossed is a fixed point of the single changes).
 
     Several starts are descended and the best kept: none chosen (each token then first explains
     what the others leave), each sentence's token of largest normalised correlation with the
@@ -158,7 +161,8 @@ def _pursuit(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.T
     [B, k], most likely first), and ``DRAWS`` draws among those k. One start can explain two
     sentences' sum with one wrong token each — a fixed point of the single changes and
     exchanges — which a pretrained model's guesses avoid; the residual, not the guess,
-    decides."""
+    decides.
+    """
     d = head.shape[1]
     squares = head * head
     correlation = []
@@ -185,8 +189,10 @@ def _pursuit(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.T
 
 def _descend(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.Tensor,
              bias: bool, start: list[int]) -> tuple[list[int], float]:
-    """Coordinate descent with exchanges from ``start`` (-1: no token yet): the choice and
-    its residual norm."""
+    """Coordinate descent with exchanges from ``start`` (-1: no token yet).
+
+    Returns the choice and its residual norm.
+    """
     d = head.shape[1]
     squares = head * head
     row_norms = squares.sum(dim=1)

@@ -1,6 +1,8 @@
-"""DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large
-Language Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one
-FedSGD gradient of a transformer.
+"""DAGER (Petrov et al., NeurIPS 2024): exact text from one transformer gradient.
+
+DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large Language
+Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one FedSGD gradient
+of a transformer.
 
 **The rank condition.** A linear layer ``Z = X W`` over the b = B·T token vectors of a batch
 has ``∇_W L = Xᵀ ∂L/∂Z``: rank ≤ b (the paper's low-rank lemma), and when ``b < d`` (the
@@ -52,9 +54,11 @@ VOCAB_CHUNK = 8192
 
 def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
                      threshold: float, cap: int) -> tuple[torch.Tensor, bool]:
-    """The token filter at ``position``: every vocabulary id v whose first-layer
-    input ``x(v, position)`` has span distance below ``threshold``, nearest first, at most
-    ``cap`` of them; and whether the cap cut some."""
+    """Return the token filter at ``position``.
+
+    Every vocabulary id v whose first-layer input ``x(v, position)`` has span distance below
+    ``threshold``, nearest first, at most ``cap`` of them; and whether the cap cut some.
+    """
     distances = []
     for start in range(0, layout.vocab_size, VOCAB_CHUNK):
         ids = torch.arange(start, min(start + VOCAB_CHUNK, layout.vocab_size))[:, None]
@@ -67,8 +71,10 @@ def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
 
 
 def start_layout(candidates: list[torch.Tensor], start: int) -> list[torch.Tensor]:
-    """The filtered tokens with the published layout applied: the start token at position 0
-    (when it passed there) and nowhere else."""
+    """Apply the published layout to the filtered tokens.
+
+    The start token stays at position 0 (when it passed there) and nowhere else.
+    """
     first = candidates[0]
     head = first[first == start] if bool((first == start).any()) else first
     return [head] + [c[c != start] for c in candidates[1:]]
@@ -76,8 +82,11 @@ def start_layout(candidates: list[torch.Tensor], start: int) -> list[torch.Tenso
 
 def full_span_warning(spans: tuple[InputSpan, ...], batch_size: int,
                       max_length: int | None) -> str:
-    """Why the span is full: the batch's B·T token vectors reach the width d, or (B·T < d)
-    something else filled it, as noise added to the update (DP-SGD, a noise defense) does."""
+    """Say why the span is full.
+
+    Either the batch's B·T token vectors reach the width d, or (B·T < d) something else filled
+    it, as noise added to the update (DP-SGD, a noise defense) does.
+    """
     ranks = (f"ranks {spans[0].rank}, {spans[1].rank} of {spans[0].input_dim}, "
              f"{spans[1].input_dim}")
     tokens = batch_size * max_length if max_length else None
@@ -95,11 +104,14 @@ def full_span_warning(spans: tuple[InputSpan, ...], batch_size: int,
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
           batch_size: int, config: DagerConfig | None = None,
           progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
-    """Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by
-    parameter name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
-    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the
-    model's kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError
-    for input it cannot use, naming what to change."""
+    """Recover a batch of ``batch_size`` sentences from ``gradients`` of ``model``.
+
+    Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by parameter
+    name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
+    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the model's
+    kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError for input it
+    cannot use, naming what to change.
+    """
     config = config or DagerConfig()
     layout = model if isinstance(model, TransformerLayout) else layout_of(model)
     if batch_size < 1:

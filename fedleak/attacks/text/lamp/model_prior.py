@@ -24,8 +24,10 @@ SentenceScore = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
 class ModelPrior:
-    """LAMP's language-model prior from a scoring callable (module docstring); the same
-    interface as :class:`~fedleak.attacks.text.lamp.bigram_prior.BigramPrior`."""
+    """LAMP's language-model prior from a scoring callable (module docstring).
+
+    The same interface as :class:`~fedleak.attacks.text.lamp.bigram_prior.BigramPrior`.
+    """
 
     def __init__(self, score: SentenceScore, vocab_size: int, name: str = "model") -> None:
         if vocab_size < 2:
