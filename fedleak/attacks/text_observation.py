@@ -100,6 +100,9 @@ class TextObservation:
     #: corpus split the victim does not draw from): a language-model prior's counts; empty
     #: when the server has none
     public_sequences: list[list[int]] = field(default_factory=list)
+    #: a pretrained language model the server holds, as ``score(tokens, mask) → [N]`` (the
+    #: log-perplexity of each sentence of the victim's ids): LAMP's prior with ``prior=model``
+    language_prior: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         """Refuse an unknown architecture or task and per-parameter lists of unequal length."""

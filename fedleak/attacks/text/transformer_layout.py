@@ -14,9 +14,12 @@ never the last layer, whose gradient only sees what reaches the pooled token (ra
 Inputs are captured by a forward pre-hook on the module — whatever the model computes before it
 (embedding sum, LayerNorm, attention; dropout off) is the model's own code — and the forward
 stops there. :func:`layout_of` builds the layout of a Hugging Face GPT-2 (``GPT2LMHeadModel``,
-``GPT2ForSequenceClassification``, ``GPT2Model``) or BERT (``BertForSequenceClassification``,
-``BertModel``, ...) by module names, without importing ``transformers``; another architecture
-passes its own layout.
+``GPT2ForSequenceClassification``, ``GPT2Model``), BERT (``BertForSequenceClassification``,
+``BertModel``, ...) or llama (``LlamaForCausalLM``: ``model.layers``, the fused-less
+``self_attn.q_proj/k_proj/v_proj`` and ``mlp.gate_proj/up_proj``, RMSNorm) by module names,
+without importing ``transformers``; another architecture passes its own layout. A llama's
+positions enter as rotations of the queries and keys (RoPE) *after* the projections, so its
+first span's input ``RMSNorm(E_v)`` is the same at every position: the token filter is run once.
 """
 
 from __future__ import annotations
@@ -89,7 +92,9 @@ class TransformerLayout:
     sentence) and where DAGER reads it. ``token_type_id`` is passed as ``token_type_ids`` to models
     that take it (BERT); ``final_norm``/``final_norm_weights``/``head`` are a causal language
     model's last LayerNorm, its (weight, bias) parameter names and the output embedding [V, d]: the
-    last token of each sentence is read from their gradients.
+    last token of each sentence is read from their gradients (an RMSNorm has a weight only:
+    ``final_norm_weights`` is then one name). ``positional`` says whether the first span's input
+    depends on the position (False for rotary positions).
     """
 
     model: nn.Module
@@ -100,9 +105,10 @@ class TransformerLayout:
     max_positions: int
     token_type_id: int | None = None
     final_norm: nn.Module | None = None
-    final_norm_weights: tuple[str, str] | None = None
+    final_norm_weights: tuple[str, ...] | None = None
     head: torch.Tensor | None = None
     extra_inputs: dict[str, Any] = field(default_factory=dict)
+    positional: bool = True
 
     @property
     def token_embeddings(self) -> torch.Tensor:
@@ -230,15 +236,18 @@ def layout_of(model: nn.Module, second: Second = "feed-forward") -> TransformerL
         raise LayoutError(f"second must be 'feed-forward' or 'attention'; got {second!r}")
     blocks = _child(model, "transformer.h") or _child(model, "h")
     layers = _child(model, "bert.encoder.layer") or _child(model, "encoder.layer")
+    decoder_layers = _child(model, "model.layers")
     depth = 2 if second == "attention" else 1
     if isinstance(blocks, nn.ModuleList) and len(blocks) >= depth:
         return _gpt2_layout(model, blocks, second)
     if isinstance(layers, nn.ModuleList) and len(layers) >= depth:
         return _bert_layout(model, layers, second)
+    if isinstance(decoder_layers, nn.ModuleList) and len(decoder_layers) >= depth:
+        return _llama_layout(model, decoder_layers, second)
     raise LayoutError(
-        f"{type(model).__name__} is neither a GPT-2 (transformer.h) nor a BERT "
-        f"(bert.encoder.layer) with at least {depth} layer(s); pass a TransformerLayout naming "
-        "the layers DAGER reads")
+        f"{type(model).__name__} is neither a GPT-2 (transformer.h), a BERT "
+        f"(bert.encoder.layer) nor a llama (model.layers) with at least {depth} layer(s); pass "
+        "a TransformerLayout naming the layers DAGER reads")
 
 
 def _gpt2_layout(model: nn.Module, blocks: nn.ModuleList, second: Second) -> TransformerLayout:
@@ -281,3 +290,32 @@ def _bert_layout(model: nn.Module, layers: nn.ModuleList, second: Second) -> Tra
         vocab_size=_config_int(model, "vocab_size"),
         hidden_size=_config_int(model, "hidden_size"),
         max_positions=_config_int(model, "max_position_embeddings"), token_type_id=0)
+
+
+def _llama_layout(model: nn.Module, layers: nn.ModuleList, second: Second) -> TransformerLayout:
+    def qkv(layer: nn.Module) -> list[nn.Module | None]:
+        return [_child(layer, "self_attn." + p) for p in ("q_proj", "k_proj", "v_proj")]
+
+    first = _span_layer(model, qkv(layers[0]), "self_attn.q_proj/k_proj/v_proj in layer 0")
+    if second == "attention":
+        other = _span_layer(model, qkv(layers[1]), "self_attn.q_proj/k_proj/v_proj in layer 1")
+    else:
+        other = _span_layer(model, [_child(layers[0], "mlp." + p)
+                                    for p in ("gate_proj", "up_proj")],
+                            "mlp.gate_proj/up_proj in layer 0")
+    head: torch.Tensor | None = None
+    final_norm: nn.Module | None = None
+    norm_weights: tuple[str, ...] | None = None
+    lm_head = part(model, "lm_head")
+    if isinstance(lm_head, nn.Linear):
+        head = lm_head.weight
+        final_norm = _child(model, "model.norm")
+        if final_norm is None:
+            raise LayoutError("a llama language model without model.norm")
+        norm_weights = (_prefix(model, final_norm) + ".weight",)
+    return TransformerLayout(
+        model=model, kind="decoder", layers=(first, other),
+        vocab_size=_config_int(model, "vocab_size"),
+        hidden_size=_config_int(model, "hidden_size"),
+        max_positions=_config_int(model, "max_position_embeddings"),
+        final_norm=final_norm, final_norm_weights=norm_weights, head=head, positional=False)

@@ -230,7 +230,11 @@ def check_text_federation(settings: Any) -> None:
     if settings.secagg_plus or settings.record_only:
         raise click.UsageError("a text federation is audited reply by reply: drop "
                                "--secagg-plus and --record-only")
-    build_text_model(settings.model, load_text_dataset(settings.dataset, "test").info)
+    from fedleak.harness.victim.text_pool import model_task, model_tokenizer
+
+    build_text_model(settings.model, load_text_dataset(
+        settings.dataset, "test", task=model_task(settings.model),
+        tokenizer=model_tokenizer(settings.model)).info)
 
 
 def _flower() -> None:

@@ -23,8 +23,10 @@ from fedleak.harness.cli.options import TokenOptions, token_options
 @click.argument("spec_file", metavar="[SPEC.toml]", required=False,
                 type=click.Path(dir_okay=False, exists=True))
 @click.option("--preset", default=None, metavar="NAME",
-              help="Run a bundled spec instead of SPEC.toml (quick: dpsgd, prune and noise "
-                   "on digits, under 15 min on 2 cores).")
+              help="Run a bundled spec instead of SPEC.toml: quick (dpsgd, prune and noise "
+                   "on digits, under 15 min on 2 cores), text-quick (token-set and DAGER "
+                   "against a text decoder under DP-SGD and client-level DP, perplexity as "
+                   "utility), malicious (malicious-server attacks).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder holding results.sqlite and every picture "
                    "(default runs/sweep-NAME). Re-running into it skips finished work.")

@@ -18,10 +18,13 @@ class DagerConfig:
     ``max_candidates`` caps the tokens kept per position and ``max_prefixes`` the decoder's live
     prefixes (a cap that bites marks the result ``truncated``). ``end_token`` is the encoder's
     end-of-sentence id ([SEP]), ``None`` when every sentence fills the batch length.
-    ``max_evaluations`` caps the encoder search's sentence evaluations, ``restarts`` its failed
-    starts in a row (a start sliding onto a recovered sentence fails), ``screen`` the moves its
-    first-order screen passes to exact evaluation per step. ``ranks`` overrides the two spans' ranks
-    (the paper's rank cutoff).
+    ``start_token`` is the published layout's first token (BOS / [CLS]): position 0 holds it and
+    no other position does (``None``: unknown) — without it a model with rotary positions (llama)
+    passes a run of the start token at every position, since attention over identical tokens
+    returns the same value wherever it sits. ``max_evaluations`` caps the encoder search's
+    sentence evaluations, ``restarts`` its failed starts in a row (a start sliding onto a
+    recovered sentence fails), ``screen`` the moves its first-order screen passes to exact
+    evaluation per step. ``ranks`` overrides the two spans' ranks (the paper's rank cutoff).
     """
 
     l1_threshold: float = 1e-3
@@ -30,6 +33,7 @@ class DagerConfig:
     max_candidates: int = 2048
     max_prefixes: int = 4096
     end_token: int | None = None
+    start_token: int | None = None
     max_evaluations: int = 2_000_000
     restarts: int = 16
     screen: int = 64

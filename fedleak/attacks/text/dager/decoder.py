@@ -51,7 +51,7 @@ def search_decoder(layout: TransformerLayout, span: InputSpan, candidates: list[
                 finished.append((prefixes[row].tolist(), float(scores[row])))
         rows, cols = torch.nonzero(passed, as_tuple=True)
         if rows.numel() == 0:
-            prefixes = prefixes[:0]
+            prefixes, scores = prefixes[:0], scores[:0]
             break
         worst = torch.maximum(scores[rows], distance[rows, cols])
         order = torch.argsort(worst)
@@ -73,11 +73,11 @@ def search_decoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     result.scores = [score for _, score in kept]
     result.certified = [score < config.l2_threshold for score in result.scores]
     if layout.next_token and sentences:
-        from fedleak.attacks.text.dager.last_token import last_tokens
+        from fedleak.attacks.text.dager.last_token import FITTED, last_tokens
 
         tokens, fit = last_tokens(layout, gradients, sentences)
         sentences = [s + [t] for s, t in zip(sentences, tokens, strict=True)]
-        if fit > config.l2_threshold:
+        if fit > FITTED:
             result.certified = [False] * len(sentences)
             result.warnings.append(
                 f"the last tokens explain the final LayerNorm's gradient only up to a relative "

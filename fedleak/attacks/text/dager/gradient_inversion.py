@@ -91,7 +91,8 @@ class Dager(TextAttack):
             max_length=target.seq_len, max_candidates=c.max_candidates,
             max_prefixes=c.max_prefixes, max_evaluations=c.max_evaluations,
             restarts=c.restarts, screen=c.screen, seed=seed,
-            end_token=target.end_id if target.architecture == ENCODER else None)
+            end_token=target.end_id if target.architecture == ENCODER else None,
+            start_token=target.start_id)
         gradients = {n: g.to(device) for n, g in target.named_gradients().items()}
         result = dager(target.model, gradients, target.num_sequences, config, progress)
         if progress is not None:

@@ -70,6 +70,37 @@ def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
     return keep[:cap], keep.numel() > cap
 
 
+def start_layout(candidates: list[torch.Tensor], start: int) -> list[torch.Tensor]:
+    """Apply the published layout to the filtered tokens.
+
+    The start token stays at position 0 (when it passed there) and nowhere else.
+    """
+    first = candidates[0]
+    head = first[first == start] if bool((first == start).any()) else first
+    return [head] + [c[c != start] for c in candidates[1:]]
+
+
+def full_span_warning(spans: tuple[InputSpan, ...], batch_size: int,
+                      max_length: int | None) -> str:
+    """Say why the span is full.
+
+    Either the batch's B·T token vectors reach the width d, or (B·T < d) something else filled
+    it, as noise added to the update (DP-SGD, a noise defense) does.
+    """
+    ranks = (f"ranks {spans[0].rank}, {spans[1].rank} of {spans[0].input_dim}, "
+             f"{spans[1].input_dim}")
+    tokens = batch_size * max_length if max_length else None
+    if tokens is not None and tokens < min(spans[0].input_dim, spans[1].input_dim):
+        return (f"the gradient's span is full ({ranks}) although the batch holds at most "
+                f"B·T = {batch_size}×{max_length} = {tokens} token vectors, fewer than the "
+                "hidden size: something other than the batch filled it — noise added to the "
+                "update (DP-SGD, a noise defense) makes every gradient full rank — so every "
+                "token passes the span check; nothing recovered")
+    return (f"the gradient's span is full ({ranks}): the batch holds at least as many token "
+            "vectors as the hidden size (B·T ≥ d), so every token passes the span check and "
+            "DAGER cannot tell the sentences; nothing recovered")
+
+
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
           batch_size: int, config: DagerConfig | None = None,
           progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
@@ -88,22 +119,23 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
     spans = tuple(input_span(layout.layers[k].gradients(gradients), rank=config.ranks[k])
                   for k in (0, 1))
     result = DagerResult([], [], [], [], (spans[0].rank, spans[1].rank), layout.hidden_size)
-    if spans[0].full or spans[1].full:
-        result.warnings.append(
-            f"the gradient's span is full (ranks {spans[0].rank}, {spans[1].rank} of "
-            f"{spans[0].input_dim}, {spans[1].input_dim}): the batch holds at least as many "
-            "token vectors as the hidden size (B·T ≥ d), so every token passes the span check "
-            "and DAGER cannot tell the sentences; nothing recovered")
-        return result
     limit = min(config.max_length or layout.max_positions, layout.max_positions)
+    if spans[0].full or spans[1].full:
+        result.warnings.append(full_span_warning(spans, batch_size, config.max_length))
+        return result
     candidates: list[torch.Tensor] = []
     for position in range(limit):
+        if not layout.positional and candidates:  # RoPE: the same input at every position
+            candidates.append(candidates[0])
+            continue
         found, cut = token_candidates(layout, spans[0], position, config.l1_threshold,
                                       config.max_candidates)
         if found.numel() == 0:
             break
         result.truncated |= cut
         candidates.append(found)
+    if config.start_token is not None and candidates:
+        candidates = start_layout(candidates, config.start_token)
     result.candidates = [c.numel() for c in candidates]
     if not candidates:
         result.warnings.append("no token passed the first span check at position 0: the "

@@ -42,6 +42,7 @@ from fedleak.attacks.text.lamp.matching import (
     length_regulariser,
     nearest_tokens,
 )
+from fedleak.attacks.text.lamp.model_prior import ModelPrior
 
 #: ``replay(inputs_embeds, attention_mask, labels) -> gradients``
 TextReplay = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], list[torch.Tensor]]
@@ -115,7 +116,7 @@ class TextInversionResult:
 
 def invert_text(replay: TextReplay, observed: Sequence[torch.Tensor],
                 vocabulary: torch.Tensor, attention_mask: torch.Tensor, labels: Labels,
-                config: LampConfig | None = None, prior: BigramPrior | None = None,
+                config: LampConfig | None = None, prior: BigramPrior | ModelPrior | None = None,
                 template: torch.Tensor | None = None,
                 allowed: torch.Tensor | None = None) -> TextInversionResult:
     """Run LAMP (or TAG, by ``config``) against ``observed`` (module docstring).
@@ -191,7 +192,8 @@ def invert_text(replay: TextReplay, observed: Sequence[torch.Tensor],
 
 
 def _check(observed: Sequence[torch.Tensor], vocabulary: torch.Tensor,
-           mask: torch.Tensor, template: torch.Tensor | None, prior: BigramPrior | None,
+           mask: torch.Tensor, template: torch.Tensor | None,
+           prior: BigramPrior | ModelPrior | None,
            config: LampConfig) -> None:
     if not observed:
         raise ValueError("no observed gradient: pass the update's tensors aligned with the "

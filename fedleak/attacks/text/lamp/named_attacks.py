@@ -20,9 +20,11 @@ what it holds:
 - with ``restrict_tokens``, the projection is onto the batch's token set (the ``token-set``
   attack's rows), the honest server's knowledge at no cost — unless the published chain adds
   noise (DP-SGD, client-level DP, noise), which fills every row;
-- LAMP's prior: a bigram model counted from the public text the server holds
-  (``TextObservation.public_sequences``); without any, the discrete steps use the
-  reconstruction loss alone, and the run says so.
+- LAMP's prior (``prior``): ``bigram``, a bigram model counted from the public text the server
+  holds (``TextObservation.public_sequences``); ``model``, the perplexity under a pretrained
+  language model the server holds (``TextObservation.language_prior``: SmolLM2-135M, as the
+  paper uses GPT-2); ``none``. Without one, the discrete steps use the reconstruction loss
+  alone, and the run says so.
 
 The budget is work: ``iterations`` continuous steps (every replay is counted in the result's
 evaluations).
@@ -41,6 +43,7 @@ from fedleak.attacks.labels import count_labels
 from fedleak.attacks.observation import Reconstruction
 from fedleak.attacks.text.lamp.bigram_prior import BigramPrior
 from fedleak.attacks.text.lamp.inversion import LampConfig, invert_text
+from fedleak.attacks.text.lamp.model_prior import ModelPrior
 from fedleak.attacks.text.text_attack import TextAttack
 from fedleak.attacks.text.token_set import TokenSet
 from fedleak.attacks.text_observation import (
@@ -73,6 +76,9 @@ class LampAttackConfig:
         "help": "random starts scored; the best is optimised"})
     restrict_tokens: bool = field(default=True, metadata={
         "help": "project onto the batch's token set (from the embedding gradient)"})
+    prior: str = field(default="bigram", metadata={
+        "help": "bigram (counted from public text), model (the pretrained smollm2-135m the "
+                "server holds), none"})
 
 
 @dataclass
@@ -147,14 +153,10 @@ class Lamp(TextAttack):
             ids = set(found.token_set or []) | {i for i in (target.start_id, target.end_id)
                                                 if i is not None}
             allowed = torch.tensor(sorted(ids), device=device)
-        prior = None
-        if config.prior_weight > 0 and config.discrete_every:
-            if target.public_sequences:
-                prior = BigramPrior(target.public_sequences, int(vocabulary.shape[0]))
-            else:
-                warnings.append("no public text to count a language-model prior from: the "
-                                "discrete steps score the reconstruction loss alone")
-                config = replace(config, prior_weight=0.0)
+        prior = self.prior(target, int(vocabulary.shape[0]), warnings) \
+            if config.prior_weight > 0 and config.discrete_every else None
+        if prior is None:
+            config = replace(config, prior_weight=0.0)
         result = invert_text(replay, observed, vocabulary, mask, labels, config, prior,
                              template, allowed)
         if progress is not None:
@@ -164,7 +166,29 @@ class Lamp(TextAttack):
             sequences=sentences, iterations=result.evaluations, objective=result.objective,
             warnings=warnings, extras={"length": length, "evaluations": result.evaluations,
                                        "token_set": allowed is not None,
-                                       "prior": prior is not None})
+                                       "prior": self.config.prior if prior else "none"})
+
+    def prior(self, target: TextObservation, vocab_size: int, warnings: list[str]
+              ) -> BigramPrior | ModelPrior | None:
+        """Build LAMP's language-model prior as ``prior`` names it.
+
+        None: the discrete steps score the reconstruction loss alone, and ``warnings`` says why.
+        """
+        kind = self.config.prior
+        if kind not in ("bigram", "model", "none"):
+            raise ValueError(f"lamp prior must be bigram, model or none; got {kind!r}")
+        if kind == "model":
+            if target.language_prior is None:
+                raise ValueError("lamp prior=model needs a pretrained language model the "
+                                 "server holds (fedleak attack installs smollm2-135m's; "
+                                 "in process, set TextObservation.language_prior)")
+            return ModelPrior(target.language_prior, vocab_size)
+        if kind == "bigram" and target.public_sequences:
+            return BigramPrior(target.public_sequences, vocab_size)
+        if kind == "bigram":
+            warnings.append("no public text to count a language-model prior from: the "
+                            "discrete steps score the reconstruction loss alone")
+        return None
 
     def labels(self, target: TextObservation, mask: torch.Tensor) -> Any:
         """Return a decoder's labels from its own tokens; a classifier's counted from the bias."""

@@ -76,13 +76,13 @@ def text_global_parameters(client: VictimClient, described: pb.DescribeResponse,
 
 
 def public_text(described: pb.DescribeResponse, info: TextInfo) -> list[list[int]]:
-    """Public text the server holds, tokenised with the victim's tokenizer: the bundled corpus's
+    """Public text the server holds, tokenised with the victim's tokenizer: a bundled corpus's
     split the victim does not draw from (train for a test victim, test for a train victim);
     none for a victim on all of it or on the user's own text."""
     other = {"train": "test", "test": "train"}.get(described.data.split)
-    if described.data.dataset != "shakespeare" or other is None:
+    if described.data.dataset not in ("shakespeare", "alice") or other is None:
         return []
-    data = load_text_dataset("shakespeare", other, task=info.task, seq_len=info.seq_len,
+    data = load_text_dataset(described.data.dataset, other, task=info.task, seq_len=info.seq_len,
                              tokenizer=info.checked_tokenizer)
     pad = info.checked_tokenizer.pad_id
     return [[t for t in row if t != pad] for row in data.tokens.tolist()]

@@ -228,13 +228,16 @@ def comparison_markdown(title: str, recovered: list[str], record: TextRoundRecor
             j = s["matched_index"]
             got = _cell(recovered[j]) if 0 <= j < len(recovered) else "(none)"
             if s["padding"]:
-                got = "(padding)"
+                got = "(nothing recovered: see why below)" if record.warnings else \
+                    "(nothing recovered)"
             cells = [str(s["index"])] + ([_cell(private[s["index"]])] if private else []) + \
                 [got, f"{s['rouge1']:.3f}", f"{s['rouge2']:.3f}", f"{s['rougeL']:.3f}",
                  "yes" if s["exact"] else ""]
             lines.append("| " + " | ".join(cells) + " |")
     elif recovered:
         lines += [f"- {_cell(t)}" for t in recovered]
+    if record.warnings:  # why the attack recovered less than the batch, in its own words
+        lines += ["", "The attack said:", *[f"- {_cell(w)}" for w in record.warnings]]
     if record.token_precision is not None:
         lines += ["", f"token set: {record.tokens_recovered} id(s) submitted, precision "
                       f"{record.token_precision:.4f}, recall {record.token_recall:.4f} of the "

@@ -80,6 +80,11 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
     run.write(out)
     tokenizer = info.checked_tokenizer
     public = public_text(described, info)
+    prior = None
+    if getattr(attack.config, "prior", None) == "model":
+        from fedleak.harness.attacker.text.language_prior import pretrained_prior
+
+        prior = pretrained_prior(tokenizer)
     try:
         for index in range(settings.rounds):
             if secagg:
@@ -95,6 +100,8 @@ def run_text_attack(client: VictimClient, settings: AttackSettings, out: Path,
                 local_steps=received.local_steps, metadata=received.metadata,
                 device=settings.device, defenses=published_defenses(described),
                 public_sequences=public)
+            if prior is not None:
+                observation = dataclasses.replace(observation, language_prior=prior)
             started = time.perf_counter()
             found = reconstruct_with_progress(attack, observation, device=settings.device,
                                               seed=settings.seed + index,
@@ -167,7 +174,8 @@ def finish_round(client: VictimClient, described: object, received: ReceivedUpda
     if getattr(described, "reveal_enabled", False) and client.token:
         try:
             truth, _ = client.reveal(received.round_id)
-            private = [decode([t for t in row if t >= 0]) for row in truth.tolist()]
+            private = [decode(ids) + cut_mark(tokenizer, ids, len(row))
+                       for row in truth.tolist() for ids in [[t for t in row if t >= 0]]]
             if received.user_ids:
                 per_user = len(private) // max(1, getattr(described, "num_users", 1))
                 private = [p for u in sorted(received.user_ids)
@@ -177,6 +185,16 @@ def finish_round(client: VictimClient, described: object, received: ReceivedUpda
     (round_dir / "comparison.md").write_text(comparison_markdown(title, recovered, entry,
                                                                  private))
     entry.files["comparison"] = str((round_dir / "comparison.md").relative_to(out))
+
+
+def cut_mark(tokenizer: object, ids: list[int], seq_len: int) -> str:
+    """`` (cut at T tokens)`` after a private sentence that fills the T positions (the
+    tokenizer's :meth:`~fedleak.harness.zoo.text.tokenizer.TextTokenizer.fills`), else ''."""
+    fills, pad = getattr(tokenizer, "fills", None), getattr(tokenizer, "pad_id", None)
+    content = list(ids)
+    while content and content[-1] == pad:  # the trailing run of padding is no content
+        content.pop()
+    return f" (cut at {seq_len} tokens)" if callable(fills) and fills(content, seq_len) else ""
 
 
 def padded(sequences: list[list[int]]) -> torch.Tensor | None:

@@ -43,7 +43,7 @@ from fedleak.harness.metrics.text_metrics import (
     token_set_score,
 )
 from fedleak.harness.victim.scoring import precision
-from fedleak.harness.victim.text_pool import model_task
+from fedleak.harness.victim.text_pool import model_task, model_tokenizer
 from fedleak.harness.zoo.text.text_datasets import DEFAULT_SEQ_LEN, TextDataset, load_text_dataset
 from fedleak.harness.zoo.text.text_models import build_text_model
 
@@ -54,7 +54,8 @@ TEXT_SPENT = "fedleak.text-scored"
 @cache
 def text_train_data(dataset: str, model: str) -> TextDataset:
     """The train split every node draws its roles from (sequences of the default length)."""
-    return load_text_dataset(dataset, "train", task=model_task(model), seq_len=DEFAULT_SEQ_LEN)
+    return load_text_dataset(dataset, "train", task=model_task(model), seq_len=DEFAULT_SEQ_LEN,
+                             tokenizer=model_tokenizer(model))
 
 
 def text_node_batch(data: TextDataset, partition: int, partitions: int, server_round: int,

@@ -25,6 +25,15 @@ from fedleak.harness.sweep.results import PointResult, format_epsilon  # noqa: E
 TEXT_CHART = "text-"
 
 
+def leakage_label(kinds: set[str]) -> str:
+    """The y-axis label for the leakage measures drawn (both named when a chart mixes them)."""
+    if kinds == {"token set"}:
+        return "attack token-set recall"
+    if "token set" in kinds:
+        return "attack ROUGE-1, or token-set recall (token-set)"
+    return "attack ROUGE-1 (mean over private sentences)"
+
+
 def is_text_result(r: PointResult) -> bool:
     """Whether ``r`` was measured on text (ROUGE or a token set, or a text data set)."""
     from fedleak.harness.zoo.text.corpus import TEXT_CORPORA
@@ -65,7 +74,7 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     finite = [r.epsilon for r in members if r.epsilon is not None and math.isfinite(r.epsilon)]
     infinity = 2 * max(finite) if finite else 10.0  # where "no DP" is drawn on the ε axis
-    kind = "rouge"
+    kinds: set[str] = set()  # the leakage measures of the points drawn, not of the last read
     xlabel = "utility"
     notes_of: list[list[tuple[str, tuple[float, float], dict[str, object]]]] = [[], []]
     diverged = sorted({r.label for r in members if r.utility is not None and
@@ -82,6 +91,7 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
                     infinity if r.epsilon is None or not math.isfinite(r.epsilon) else r.epsilon)
                 if first is None or x is None:
                     continue
+                kinds.add(kind)
                 xs.append(x)
                 ys.append(first)
                 notes.append("" if r.reference else f"ε={format_epsilon(r.epsilon)}"
@@ -92,17 +102,17 @@ def plot_text_privacy_utility(members: list[PointResult], path: Path, context: s
             notes_of[panel] += [(note, (x, y), {"fontsize": 7, "color": f"C{index}"})
                                 for x, y, note in zip(xs, ys, notes, strict=True) if note]
         for r in references:
-            first = leakage(r)[0]
+            first, _, kind = leakage(r)
             x = utility(r)[0] if panel == 0 else infinity
             if first is not None and x is not None:
+                kinds.add(kind)
                 ax.plot([x], [first], label="no defense (reference)", **REFERENCE_STYLE)
         if panel == 0:
             xlabel = next((utility(r)[1] for r in members if r.utility), "utility")
             ax.set_xlabel(xlabel)
         else:
             ax.set_xlabel(f"ε the defense claims (no DP drawn at {infinity:.3g})")
-        ax.set_ylabel("attack ROUGE-1 (mean over private sentences)" if kind == "rouge" else
-                      "attack token-set recall")
+        ax.set_ylabel(leakage_label(kinds))
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
         ax.margins(x=0.15)

@@ -10,6 +10,15 @@ role is its user. Roles are numbered in order of first appearance; role r is *he
 tokenizer nor to tune an attack. ``train`` is every other role's speeches, ``all`` every
 speech in order.
 
+**alice**: Lewis Carroll's *Alice's Adventures in Wonderland* (1865, public domain), the text of
+Project Gutenberg eBook #11 (the Millennium Fulcrum Edition 3.0) with Project Gutenberg's header
+and licence removed (151 099 bytes, sha256 ``e3917589…bfdb1``), committed gzipped under
+``text_data/``: text that neither the bundled tokenizer nor any attack was tuned on, and that the
+pretrained models' own users would type more nearly than Elizabethan verse. Each chapter is a
+user; each sentence of a paragraph (split after ``.``, ``?``, ``!`` before a capital or an
+opening quote; ``_`` emphasis marks dropped; sentences of fewer than 3 words skipped) is a
+sentence. Chapter c (0-based) is held out iff ``c % 5 == 4`` (chapters V and X: 248 sentences).
+
 **textfile**: the user's own text under ``data_root``: a ``.txt`` file (each non-empty line a
 sentence, one user), or a folder of ``.txt`` files (each file one user, sorted by name), split
 by the same every-5th rule over users (one file: over lines). Text is read as UTF-8; nothing is
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +40,9 @@ from pathlib import Path
 CORPUS_DIR = Path(__file__).with_name("text_data")
 SHAKESPEARE_FILE = CORPUS_DIR / "tinyshakespeare.txt.gz"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-TEXT_CORPORA = ("shakespeare", "textfile")
+ALICE_FILE = CORPUS_DIR / "alice.txt.gz"
+ALICE_SHA256 = "e3917589f48b4e9f4b731a6b7e127cf9ddd6e1b3819c78be02a2702ee73bfdb1"
+TEXT_CORPORA = ("shakespeare", "alice", "textfile")
 HELD_OUT_EVERY = 5
 MOODS = ("statement", "question", "exclamation")
 
@@ -58,6 +70,8 @@ def read_corpus(name: str, split: str, data_root: str | Path | None = None) -> l
     """The sentences of corpus ``name`` (:data:`TEXT_CORPORA`) in ``split`` (train, test, all)."""
     if name == "shakespeare":
         sentences = shakespeare_sentences()
+    elif name == "alice":
+        sentences = alice_sentences()
     elif name == "textfile":
         sentences = textfile_sentences(data_root)
     else:
@@ -109,6 +123,33 @@ def shakespeare_speeches() -> tuple[Sentence, ...]:
 
 def shakespeare_sentences() -> list[Sentence]:
     return list(shakespeare_speeches())
+
+
+@lru_cache(maxsize=1)
+def alice_text() -> str:
+    """The bundled *Alice's Adventures in Wonderland*, checked against its sha256."""
+    raw = gzip.decompress(ALICE_FILE.read_bytes())
+    if hashlib.sha256(raw).hexdigest() != ALICE_SHA256:
+        raise CorpusError(f"{ALICE_FILE} is damaged (sha256 differs); reinstall fedleak")
+    return raw.decode("utf-8")
+
+
+_CHAPTER = re.compile(r"\n\s*CHAPTER [IVXL]+\.\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[”’]?\s+(?=[“‘A-Z(])")
+
+
+def alice_sentences() -> list[Sentence]:
+    """The book's sentences in order, each chapter a user (module docstring)."""
+    sentences = []
+    for index, chapter in enumerate(_CHAPTER.split(alice_text())[1:]):
+        body = chapter.split("\n", 1)[1]  # the chapter's title line goes
+        for paragraph in re.split(r"\n\s*\n", body):
+            text = " ".join(paragraph.split()).replace("_", "")
+            if not text or set(text) <= {"*", " "}:
+                continue
+            sentences += [Sentence(t.strip(), f"chapter-{index + 1}", index)
+                          for t in _SENTENCE_END.split(text) if len(t.split()) >= 3]
+    return sentences
 
 
 def textfile_sentences(data_root: str | Path | None) -> list[Sentence]:

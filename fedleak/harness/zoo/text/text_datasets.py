@@ -66,7 +66,7 @@ class TextDataset:
 
     ``images`` is ``tokens``: the victim's rounds index a data set's inputs by that name.
     ``secrets`` are the canaries' secrets (empty without canaries) and ``canary_rows`` the rows
-    holding them.
+    holding them; ``cut`` says which sentences were longer than T tokens and cut there.
     """
 
     tokens: Tensor
@@ -76,6 +76,7 @@ class TextDataset:
     users: list[str] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)
     canary_rows: list[int] = field(default_factory=list)
+    cut: list[bool] = field(default_factory=list)
 
     @property
     def images(self) -> Tensor:
@@ -93,6 +94,7 @@ class TextDataset:
         return replace(self, tokens=self.tokens[order].contiguous(),
                        labels=self.labels[order].contiguous(),
                        texts=[self.texts[i] for i in rows], users=[self.users[i] for i in rows],
+                       cut=[self.cut[i] for i in rows] if self.cut else [],
                        canary_rows=[k for k, _ in kept], secrets=[s for _, s in kept])
 
 
@@ -171,5 +173,6 @@ def load_text_dataset(
         classes, num_classes = MOODS, len(MOODS)
     info = TextInfo(name=name, shape=(seq_len,), num_classes=num_classes, mean=(), std=(),
                     class_names=classes, seq_len=seq_len, task=task, tokenizer=tok)
-    return TextDataset(ids, labels, info, [s.text for s in sentences],
-                       [s.user for s in sentences], secrets, rows)
+    texts = [s.text for s in sentences]
+    return TextDataset(ids, labels, info, texts, [s.user for s in sentences], secrets, rows,
+                       tok.cut(texts, seq_len))

@@ -8,6 +8,10 @@ Names (``name:key=value,...`` as for image models):
   data's sequence length);
 - ``bert``: a BERT-style encoder classifier (``BertForSequenceClassification``) over the data
   set's classes, options ``hidden``, ``layers``, ``heads``, ``positions``;
+- ``minilm``, ``smollm2-135m``: pretrained models that ship inside registry packages
+  (:mod:`fedleak.harness.zoo.text.pretrained`): all-MiniLM-L6-v2's BERT encoder under a fresh
+  classification head, and SmolLM2-135M-Instruct's llama decoder (its GGUF dequantised to
+  float32), each with its own tokenizer; no option but the common ones;
 - ``hf``: a local Hugging Face model folder, option ``path`` (``config.json`` and weights, a
   ``*ForCausalLM`` decoder or a ``*ForSequenceClassification`` encoder; a classifier's head is
   re-initialised when its class count differs).
@@ -33,18 +37,21 @@ import torch
 from torch import nn
 
 from fedleak.harness.zoo.model_spec import ModelError, ModelSpec
+from fedleak.harness.zoo.text.pretrained import PRETRAINED_MODELS, pretrained_folder
 from fedleak.harness.zoo.text.text_datasets import CLASSIFY, LANGUAGE_MODEL, TextInfo, content_mask
 from fedleak.harness.zoo.text.tokenizer import TEXT_EXTRA
 
-TEXT_MODELS = ("gpt2", "bert", "hf")
+TEXT_MODELS = ("gpt2", "bert", "minilm", "smollm2-135m", "hf")
 _OPTIONS = {"gpt2": ("hidden", "layers", "heads", "tied", "positions"),
-            "bert": ("hidden", "layers", "heads", "positions"), "hf": ("path", "task")}
+            "bert": ("hidden", "layers", "heads", "positions"), "hf": ("path", "task"),
+            "minilm": (), "smollm2-135m": ()}
 _COMMON = ("lora", "lora-alpha", "opacus")
 _DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
              "attention_probs_dropout_prob", "classifier_dropout", "summary_first_dropout",
              "dropout", "attention_dropout")
 #: the attention projections LoRA adapts, by model family
-_LORA_TARGETS = {"gpt2": ["c_attn"], "bert": ["query", "value"]}
+_LORA_TARGETS = {"gpt2": ["c_attn"], "bert": ["query", "value"],
+                 "llama": ["q_proj", "v_proj"]}
 _PREFIX = "net."
 
 
@@ -162,6 +169,8 @@ def build_text_model(spec: ModelSpec | str, info: TextInfo,
         net, family = _from_published(config_json, info.task)
     elif spec.name == "hf":
         net, family = _from_folder(options, info)
+    elif spec.name in PRETRAINED_MODELS:
+        net, family = _from_package(spec.name, info)
     else:
         net, family = _from_zoo(spec.name, options, info)
     vocab = int(net.get_input_embeddings().num_embeddings)  # type: ignore[operator]
@@ -266,6 +275,32 @@ def _from_folder(options: dict[str, str], info: TextInfo) -> tuple[nn.Module, st
                          f"{'causal LM' if info.task == LANGUAGE_MODEL else 'classifier'} "
                          f"from local files: {err}") from None
     return net, str(config.model_type)
+
+
+def _from_package(name: str, info: TextInfo) -> tuple[nn.Module, str]:
+    """A pretrained model of :mod:`~fedleak.harness.zoo.text.pretrained` (a classifier's head
+    initialised from the caller's seed)."""
+    source = PRETRAINED_MODELS[name]
+    if info.task != source.task:
+        kind = "an encoder classifier" if source.task == CLASSIFY else "a language model"
+        raise ModelError(f"model {name} is {kind}: serve it with task {source.task}")
+    folder = str(pretrained_folder(name))
+    from transformers import AutoConfig
+
+    config = _quiet(AutoConfig.from_pretrained(folder, local_files_only=True))
+    if info.task == CLASSIFY:
+        config.num_labels = info.num_classes
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # not the load report of the fresh head, every time
+    try:
+        net = _auto_class(config, info.task).from_pretrained(
+            folder, config=config, local_files_only=True, attn_implementation="eager",
+            dtype=torch.float32)
+    finally:
+        logging.set_verbosity(verbosity)
+    return net, source.family
 
 
 def _from_published(config_json: str, task: str) -> tuple[nn.Module, str]:

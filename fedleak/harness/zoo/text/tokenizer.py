@@ -10,7 +10,12 @@ server decodes recovered ids into the text a person reads. Sources, never downlo
   that holds one (``save_pretrained`` writes it).
 
 Sequences are laid out the same way for every model: ``start`` (BOS / CLS) first, the text's
-tokens, ``end`` (EOS / SEP) when the text ends within T tokens, then ``pad`` to T. Special
+tokens, ``end`` (EOS / SEP) when the text ends within T tokens, then ``pad`` to T. A tokenizer
+whose own post-processor closes every sequence with its end token (BERT's ``[CLS] A [SEP]``
+template) keeps it on a sentence cut at T too (``[CLS]``, the first T − 2 tokens, ``[SEP]``), as
+its model saw every input in pretraining. Padding and truncation stored in a ``tokenizer.json``
+(all-MiniLM-L6-v2's pads and cuts everything to 128) are turned off on load: fedleak lays the
+sequence out itself, and the JSON as shipped stays the tokenizer's identity. Special
 tokens are found by their usual names (``<pad>``/``[PAD]``, ``<s>``/``[CLS]``/
 ``<|endoftext|>``, ``</s>``/``[SEP]``/``<|endoftext|>``); a tokenizer without a padding token
 pads with its end token.
@@ -19,6 +24,7 @@ pads with its end token.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,7 @@ class TextTokenizer:
     end_id: int
     special_ids: tuple[int, ...]
     backend: Any
+    end_kept: bool = False
 
     @property
     def sha256(self) -> str:
@@ -72,9 +79,21 @@ class TextTokenizer:
                                  f"{seq_len}")
         rows = torch.full((len(texts), seq_len), self.pad_id, dtype=torch.int64)
         for i, encoding in enumerate(self.backend.encode_batch(texts, add_special_tokens=False)):
-            ids = [self.start_id, *encoding.ids, self.end_id][:seq_len]
+            ids = [self.start_id, *encoding.ids, self.end_id]
+            if len(ids) > seq_len:
+                ids = ids[:seq_len - 1] + [self.end_id] if self.end_kept else ids[:seq_len]
             rows[i, :len(ids)] = torch.tensor(ids, dtype=torch.int64)
         return rows
+
+    def cut(self, texts: list[str], seq_len: int) -> list[bool]:
+        """Whether each text is longer than ``seq_len`` tokens laid out (so cut there)."""
+        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        return [len(e.ids) + 2 > seq_len for e in encodings]
+
+    def fills(self, ids: list[int], seq_len: int) -> bool:
+        """Whether the sequence ``ids`` (padding dropped) may be a sentence cut at ``seq_len``:
+        it fills every position and lacks the end token (or the end token is kept on cuts)."""
+        return len(ids) >= seq_len and (self.end_kept or ids[seq_len - 1] != self.end_id)
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids``, special tokens dropped."""
@@ -116,8 +135,11 @@ def tokenizer_from_json(text: str, name: str) -> TextTokenizer:
 
     try:
         backend = Tokenizer.from_str(text)
+        settings = json.loads(text)
     except Exception as err:  # noqa: BLE001 - tokenizers raises its own Exception type
         raise TokenizerError(f"tokenizer {name} is not a tokenizers JSON file ({err})") from None
+    backend.no_padding()
+    backend.no_truncation()
     vocab = backend.get_vocab(with_added_tokens=True)
 
     def first(names: tuple[str, ...], what: str) -> int:
@@ -132,4 +154,19 @@ def tokenizer_from_json(text: str, name: str) -> TextTokenizer:
     start = first(_START_NAMES, "start")
     others = {int(vocab[t]) for t in _OTHER_NAMES if t in vocab}
     specials = tuple(sorted({pad, start, end} | others))
-    return TextTokenizer(name, text, pad, start, end, specials, backend)
+    return TextTokenizer(name, text, pad, start, end, specials, backend,
+                         _closes_with_end(settings.get("post_processor"), vocab, end))
+
+
+def _closes_with_end(processor: Any, vocab: dict[str, int], end: int) -> bool:
+    """Whether a ``tokenizer.json`` post-processor ends every single sequence with ``end``."""
+    if not isinstance(processor, dict):
+        return False
+    if processor.get("type") in ("BertProcessing", "RobertaProcessing"):
+        return True
+    if processor.get("type") == "Sequence":
+        return any(_closes_with_end(p, vocab, end) for p in processor.get("processors", []))
+    single = processor.get("single") if processor.get("type") == "TemplateProcessing" else None
+    last = single[-1] if isinstance(single, list) and single else {}
+    token = last.get("SpecialToken", {}).get("id") if isinstance(last, dict) else None
+    return token is not None and vocab.get(token) == end
