@@ -61,6 +61,7 @@ from fedleak.attacks.optimisation.adaptive import (
     selects,
 )
 from fedleak.attacks.optimisation.engine.captured import optimise_captured
+from fedleak.attacks.optimisation.engine.compiled import compiled_gradient
 from fedleak.attacks.optimisation.engine.composed_config import (
     ComposedConfig,
     check_numbers,
@@ -68,6 +69,7 @@ from fedleak.attacks.optimisation.engine.composed_config import (
     fitting,
     prior_specs,
 )
+from fedleak.attacks.optimisation.engine.convolutions import convolution_kernels, native_kernels
 from fedleak.attacks.optimisation.engine.eager import optimise_eager
 from fedleak.attacks.optimisation.engine.initial import gaussian_init, uniform_init
 from fedleak.attacks.optimisation.engine.lbfgs import check_closure, lbfgs_restarts
@@ -78,7 +80,12 @@ from fedleak.attacks.optimisation.fedavg.epochs import epoch_copies, merge_epoch
 from fedleak.attacks.optimisation.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.optimisation.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
 from fedleak.attacks.optimisation.priors import PRIORS, BoundPrior, PriorPart
-from fedleak.attacks.optimisation.restarts import RestartsCosineObjective, alone, side_by_side
+from fedleak.attacks.optimisation.restarts import (
+    RestartsCosineObjective,
+    alone,
+    batched_replay,
+    side_by_side,
+)
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.replay_contract import RestartsUpdateFn
 
@@ -182,14 +189,16 @@ class ComposedInversion(Attack[Observation]):
 
     def problem(self, labels: torch.Tensor, replay: RestartsUpdateFn,
                 objective: GradientObjective, priors: Sequence[BoundPrior],
-                box: tuple[torch.Tensor, torch.Tensor], *, rows: bool) -> InversionProblem:
+                box: tuple[torch.Tensor, torch.Tensor], *, rows: bool,
+                coordinates: int = 0) -> InversionProblem:
         """Eq. (1) over ``replay`` and ``objective`` with this attack's optimiser, iterations
         and reporting cadence
         (:class:`~fedleak.attacks.optimisation.engine.problem.InversionProblem`)."""
         cfg = self.config
         return InversionProblem(labels=labels, replay=replay, objective=objective,
                                 priors=tuple(priors), box=box, optimiser=self._optimiser,
-                                iterations=cfg.iterations, log_every=cfg.log_every, rows=rows)
+                                iterations=cfg.iterations, log_every=cfg.log_every, rows=rows,
+                                coordinates=coordinates)
 
     def graph_safe(self, device: torch.device) -> bool:
         """Whether the loops run their graph-safe step (``capture`` on, on CUDA)."""
@@ -250,8 +259,9 @@ class ComposedInversion(Attack[Observation]):
         recovered, copies, target, labels, priors, observed, single = self.setup(
             observation, parts, device)
         one_by_one = parts.replay.wrap(alone(observation), observation)
+        size = sum(u.numel() for u in observed)
         one = self.problem(labels, one_by_one, single, priors, observation.image_bounds(device),
-                           rows=False)
+                           rows=False, coordinates=size)
         if isinstance(self._optimiser, LBFGSPart):
             return self.recover_lbfgs(one, target, parts, recovered, copies, device=device,
                                       seed=seed, progress=progress)
@@ -260,6 +270,10 @@ class ComposedInversion(Attack[Observation]):
                               lambda batched: parts.replay.wrap(batched, observation),
                               restarts=cfg.restarts, vectorised=cfg.vectorised,
                               coupled=any(b.part.coupled for b in priors))
+        batched_one = batched_replay(observation) if cfg.compile and cfg.restarts == 1 \
+            else None
+        if batched_one is not None:  # the compiled step takes the functional replay
+            replay = parts.replay.wrap(batched_one, observation)
         notices: list[str | None] = []
         if replay is not None:
             stacked = torch.stack([self.initial(target, s, device)
@@ -267,7 +281,7 @@ class ComposedInversion(Attack[Observation]):
             batched = parts.objective.build(RestartsCosineObjective, observed, observation,
                                             rows=True)
             problem = self.problem(labels, replay, batched, priors,
-                                   target.image_bounds(device), rows=True)
+                                   target.image_bounds(device), rows=True, coordinates=size)
             notice, results = self.optimise(problem, stacked, ProgressSpan(progress, 0, total))
             notices.append(notice)
             candidates = list(results)
@@ -328,9 +342,16 @@ class ComposedInversion(Attack[Observation]):
         iterate, or the last with a finite objective when that one is not finite)."""
         if graph_safe is None:
             graph_safe = self.graph_safe(images.device)
-        if graph_safe:
-            return optimise_captured(problem, images, span)
-        return None, optimise_eager(problem, images, span)
+        native = native_kernels(self.config.convolutions, images, problem.coordinates)
+        with convolution_kernels(native):
+            if graph_safe:
+                return optimise_captured(problem, images, span)
+            if self.config.compile and problem.rows:
+                terms = problem.terms()
+                gradient, notice = compiled_gradient(
+                    problem, terms, images, [b.weight(0, problem.iterations) for b in terms])
+                return notice, optimise_eager(problem, images, span, gradient)
+            return None, optimise_eager(problem, images, span)
 
     # ----- several observations ------------------------------------------------------------
 
@@ -367,7 +388,8 @@ class ComposedInversion(Attack[Observation]):
         rows = pack(targets, parts, packed, lambda o, s: self.initial(o, s, device), seeds,
                     cfg.restarts, device)
         problem = self.problem(rows.labels, rows.replay, rows.objective, priors,
-                               first.image_bounds(device), rows=True)
+                               first.image_bounds(device), rows=True,
+                               coordinates=sum(u.numel() for u in first.update))
         span = ProgressSpan(progress, 0, rows.count * cfg.restarts * cfg.iterations)
         notice, flat = self.optimise(problem, rows.images, span)
         images = flat.view(rows.count, cfg.restarts, *flat.shape[1:])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from fedleak.attacks.optimisation.engine.compiled import GradientFn
 from fedleak.attacks.optimisation.engine.problem import (
     InversionProblem,
     ProgressSpan,
@@ -33,10 +34,12 @@ from fedleak.attacks.optimisation.engine.problem import (
 )
 
 
-def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
-                   ) -> torch.Tensor:
+def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,
+                   gradient: GradientFn | None = None) -> torch.Tensor:
     """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place;
-    returns the result per restart (module docstring)."""
+    returns the result per restart (module docstring). ``gradient`` computes step 1 instead of
+    :meth:`~fedleak.attacks.optimisation.engine.problem.InversionProblem.value_and_gradient`
+    (the compiled step, :mod:`~fedleak.attacks.optimisation.engine.compiled`)."""
     iterations = problem.iterations
     width = images.shape[0]
     terms = problem.terms()
@@ -46,8 +49,9 @@ def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: Progre
     alive = torch.ones(width, dtype=torch.bool, device=images.device)
     for iteration in range(iterations):
         problem.revision(iteration, images)
-        grad, value = problem.value_and_gradient(
-            images, terms, [b.weight(iteration, iterations) for b in terms])
+        weights = [b.weight(iteration, iterations) for b in terms]
+        grad, value = problem.value_and_gradient(images, terms, weights) if gradient is None \
+            else gradient(images, weights)
         finite = torch.isfinite(value.detach()).reshape(-1).expand(width)
         with torch.no_grad():
             if not bool(finite.all()):

@@ -72,6 +72,9 @@ class InversionProblem:
     #: fixed
     revise: Callable[[torch.Tensor], None] | None = None
     revise_at: tuple[int, ...] = ()
+    #: the observed update's size (coordinates of u*), read to choose the convolution kernels
+    #: (:mod:`~fedleak.attacks.optimisation.engine.convolutions`); 0: not known
+    coordinates: int = 0
 
     def revision(self, iteration: int, images: torch.Tensor) -> None:
         """Run :attr:`revise` on ``images`` when ``iteration`` is one of :attr:`revise_at`."""
