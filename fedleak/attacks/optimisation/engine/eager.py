@@ -47,6 +47,7 @@ def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: Progre
     last = images.detach().clone()
     stepper = problem.optimiser.eager(images)
     alive = torch.ones(width, dtype=torch.bool, device=images.device)
+    everyone = True  # every restart alive: known on the host, no read-back per step
     for iteration in range(iterations):
         problem.revision(iteration, images)
         weights = [b.weight(iteration, iterations) for b in terms]
@@ -56,9 +57,10 @@ def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: Progre
         with torch.no_grad():
             if not bool(finite.all()):
                 alive &= finite
+                everyone = False
                 if not bool(alive.any()):
                     break
-            before = None if bool(alive.all()) else images.detach().clone()
+            before = None if everyone else images.detach().clone()
             last.copy_(images)
             stepper.step(grad, problem.optimiser.rate(iteration, iterations))
             problem.project(images)
