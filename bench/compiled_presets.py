@@ -12,7 +12,8 @@ script twice; Inductor's caches live in the fedleak cache dir,
     .venv/bin/python bench/compiled_presets.py                 # every preset, lenet-zhu, n=1
     .venv/bin/python bench/compiled_presets.py --presets inverting-gradients --iterations 50
 
-``n/a``: the preset's optimiser is L-BFGS, whose closure always runs eagerly. Sign-fed optimisers hide rounding (a sign rarely flips), so the differences are also shown for
+``n/a``: the preset's optimiser is L-BFGS, whose closure always runs eagerly. Sign-fed
+optimisers hide rounding (a sign rarely flips), so the differences are also shown for
 ``inverting-gradients`` with ``signed=false`` (plain Adam).
 """
 
