@@ -1,5 +1,7 @@
-"""What the honest-but-curious server holds after one round of a *text* federation, as a data
-type, and what a text attack answers.
+"""What the server holds after one round of a *text* federation, and a text attack's answer.
+
+What the honest-but-curious server holds after one round of a *text* federation, as a data type, and
+what a text attack answers.
 
 The user trains a transformer (:mod:`transformers`: a GPT-2-style decoder language model or a
 BERT-style encoder classifier) on a private batch of ``n`` token sequences of ``T`` tokens, and
@@ -100,6 +102,7 @@ class TextObservation:
     public_sequences: list[list[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        """Refuse an unknown architecture or task and per-parameter lists of unequal length."""
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture must be one of {ARCHITECTURES}, got "
                              f"{self.architecture!r}")
@@ -119,7 +122,7 @@ class TextObservation:
                            f"{', ...' if len(self.parameter_names) > 6 else ''})") from None
 
     def gradient(self, name: str) -> torch.Tensor:
-        """The update of parameter ``name`` oriented like a loss gradient (a delta negated)."""
+        """Return the update of parameter ``name`` oriented like a loss gradient (delta negated)."""
         update = self.update[self.index_of(name)]
         return -update if self.update_kind == "delta" else update
 
@@ -128,7 +131,7 @@ class TextObservation:
         return {n: self.gradient(n) for n in self.parameter_names}
 
     def named_update(self) -> dict[str, torch.Tensor]:
-        """The update as received, by name."""
+        """Return the update as received, by name."""
         return dict(zip(self.parameter_names, self.update, strict=True))
 
     def named_parameters(self) -> dict[str, torch.Tensor]:
@@ -136,7 +139,7 @@ class TextObservation:
         return dict(zip(self.parameter_names, self.parameters, strict=True))
 
     def text_ids(self) -> torch.Tensor:
-        """The ids that can stand for text: every vocabulary id but the special ones."""
+        """Return the ids that can stand for text: every vocabulary id but the special ones."""
         keep = torch.ones(self.vocab_size, dtype=torch.bool)
         keep[[i for i in self.special_ids if 0 <= i < self.vocab_size]] = False
         return torch.nonzero(keep).flatten()
@@ -144,8 +147,10 @@ class TextObservation:
 
 @dataclass
 class TextReconstruction(Reconstruction):
-    """A text attack's answer: sequences of token ids (each without padding), and/or the set of
-    token ids it recovered (with multiplicities where the attack knows them).
+    """A text attack's answer: token id sequences and/or a recovered token set.
+
+    A text attack's answer: sequences of token ids (each without padding), and/or the set of token
+    ids it recovered (with multiplicities where the attack knows them).
 
     ``sequences[i]`` is one recovered sentence as token ids (special ids may be included;
     the victim's scoring drops them). ``padding`` lists the sentence slots that are
@@ -167,6 +172,7 @@ class TextReconstruction(Reconstruction):
 
     @property
     def has_images(self) -> bool:
+        """Return False: a text reconstruction holds no images."""
         return False
 
 
@@ -182,12 +188,12 @@ def as_token_lists(ids: torch.Tensor, pad_id: int) -> list[list[int]]:
 
 
 def named(model: nn.Module, trainable_only: bool = True) -> Mapping[str, nn.Parameter]:
-    """The model's parameters by name (the trainable ones by default: LoRA adapters)."""
+    """Return the model's parameters by name (the trainable ones by default: LoRA adapters)."""
     return {n: p for n, p in model.named_parameters() if p.requires_grad or not trainable_only}
 
 
 def describe(observation: TextObservation) -> dict[str, Any]:
-    """The public facts of an observation in one dictionary (for records and errors)."""
+    """Return the public facts of an observation in one dictionary (for records and errors)."""
     o = observation
     return {"architecture": o.architecture, "task": o.task, "num_sequences": o.num_sequences,
             "seq_len": o.seq_len, "vocab_size": o.vocab_size, "update_kind": o.update_kind,

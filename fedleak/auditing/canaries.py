@@ -1,6 +1,7 @@
-"""Audit canaries: synthetic, public objects whose presence a game tests. Only the coin that
-says whether a trial carries the canary is secret; the canary itself must be known to the
-auditor, who scores every trial against it.
+"""Audit canaries: synthetic, public objects whose presence a game tests.
+
+Only the coin that says whether a trial carries the canary is secret; the canary itself must be
+known to the auditor, who scores every trial against it.
 
 - **gradient canary** (Nasr et al. 2023, Sec. 5.1): a direction u in parameter space, ‖u‖₂ = 1,
   entering the user's computation as one extra example's gradient of norm ‖c‖ (``norm``) —
@@ -33,8 +34,11 @@ DIRECTIONS = (DIRAC, RANDOM)
 
 
 def dirac(shapes: Sequence[Sequence[int]], coordinate: int) -> list[torch.Tensor]:
-    """e_j: one tensor per parameter, zero but for a 1 at flat index ``coordinate`` of the
-    concatenated parameters."""
+    """Return e_j, the basis vector at flat index ``coordinate``, one tensor per parameter.
+
+    e_j: one tensor per parameter, zero but for a 1 at flat index ``coordinate`` of the concatenated
+    parameters.
+    """
     sizes = [int(torch.Size(s).numel()) for s in shapes]
     total = sum(sizes)
     if not 0 <= coordinate < total:
@@ -45,24 +49,31 @@ def dirac(shapes: Sequence[Sequence[int]], coordinate: int) -> list[torch.Tensor
 
 
 def random_direction(shapes: Sequence[Sequence[int]], seed: int) -> list[torch.Tensor]:
-    """A uniformly random unit direction: N(0, I) from a generator seeded with ``seed``,
-    normalised to ‖u‖₂ = 1."""
+    """Return a uniformly random unit direction.
+
+    N(0, I) from a generator seeded with ``seed``, normalised to ‖u‖₂ = 1.
+    """
     total = sum(int(torch.Size(s).numel()) for s in shapes)
     flat = torch.randn(total, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     return split_flat((flat / flat.norm()).float(), shapes)
 
 
 def quiet_coordinate(gradient: Sequence[torch.Tensor]) -> int:
-    """The flat index of the smallest ``|g_j|`` (ties: the first): where a Dirac canary stands out
-    most from what data moves. ``gradient`` should come from public, synthetic data."""
+    """Return the flat index of the smallest ``|g_j|`` (ties: the first).
+
+    Where a Dirac canary stands out most from what data moves. ``gradient`` should come from public,
+    synthetic data.
+    """
     flat = torch.cat([g.detach().flatten().abs() for g in gradient])
     return int(torch.argmin(flat))
 
 
 def input_canary(shape: Sequence[int], num_classes: int, seed: int) \
         -> tuple[torch.Tensor, int]:
-    """A seeded uniform-noise image on [0, 1] of ``shape`` (C, H, W) and a seeded label: an
-    input no real data resembles, labelled arbitrarily (mislabelled by construction)."""
+    """Return a seeded uniform-noise image on [0, 1] of ``shape`` (C, H, W) and a seeded label.
+
+    An input no real data resembles, labelled arbitrarily (mislabelled by construction).
+    """
     generator = torch.Generator().manual_seed(seed)
     image = torch.rand(tuple(shape), generator=generator)
     label = int(torch.randint(0, num_classes, (1,), generator=generator))
@@ -70,7 +81,7 @@ def input_canary(shape: Sequence[int], num_classes: int, seed: int) \
 
 
 def split_flat(flat: torch.Tensor, shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """A flat vector cut into tensors of ``shapes``, in order."""
+    """Return a flat vector cut into tensors of ``shapes``, in order."""
     out, start = [], 0
     for shape in shapes:
         size = int(torch.Size(shape).numel())

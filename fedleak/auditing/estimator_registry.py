@@ -1,5 +1,7 @@
-"""Estimators found by name, as attacks and defenses are: a new estimator is one registered
-class (``@register_estimator``, or the ``fedleak.estimators`` entry-point group).
+"""Estimators found by name, as attacks and defenses are.
+
+A new estimator is one registered class (``@register_estimator``, or the ``fedleak.estimators``
+entry-point group).
 
 An estimator reads a :class:`Game` — the primary canary's scores and secret coins, the
 calibration split or declared threshold, the chain's declared claim for one trial, and, when
@@ -33,29 +35,38 @@ class EstimatorConfigError(ConfigError):
 
 
 class DeclaredFamily(Protocol):
-    """The chain's claim for one trial, as the estimators need it: ε at δ, the trial's
-    Gaussian μ (fixed batches, update stage) or Poisson (σ, q, steps), and ε of the same family
-    with its noise divided by a ratio."""
+    """The chain's claim for one trial, as the estimators need it.
+
+    ε at δ, the trial's Gaussian μ (fixed batches, update stage) or Poisson (σ, q, steps), and ε of
+    the same family with its noise divided by a ratio.
+    """
 
     @property
-    def epsilon(self) -> float: ...
+    def epsilon(self) -> float:
+        """Return the claimed ε at δ."""
 
     @property
-    def delta(self) -> float: ...
+    def delta(self) -> float:
+        """Return the claim's δ."""
 
     @property
-    def mu(self) -> float | None: ...
+    def mu(self) -> float | None:
+        """Return the trial's Gaussian μ (fixed batches, update stage), else None."""
 
     @property
-    def sigma(self) -> float | None: ...
+    def sigma(self) -> float | None:
+        """Return the noise multiplier σ of a Poisson-sampled claim, else None."""
 
     @property
-    def sample_rate(self) -> float | None: ...
+    def sample_rate(self) -> float | None:
+        """Return the Poisson sampling rate q, else None."""
 
     @property
-    def steps(self) -> int: ...
+    def steps(self) -> int:
+        """Return the number of steps the claim composes."""
 
-    def epsilon_at(self, ratio: float) -> float: ...
+    def epsilon_at(self, ratio: float) -> float:
+        """Return ε at δ of the same family with its noise divided by ``ratio``."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class GameSettings:
     threat_model: str
 
     def __post_init__(self) -> None:
+        """Refuse δ outside [0, 1) and a confidence outside (0, 1)."""
         if not 0 <= self.delta < 1:
             raise ValueError(f"delta must lie in [0, 1), got {self.delta}")
         if not 0 < self.confidence < 1:
@@ -75,6 +87,7 @@ class GameSettings:
 
     @property
     def alpha(self) -> float:
+        """Return α = 1 − confidence."""
         return 1 - self.confidence
 
 
@@ -122,8 +135,11 @@ class Estimator(ABC):
 
     @abstractmethod
     def run(self, game: Game, level: float) -> Findings:
-        """Findings for ``game``; each test's p-value, and any bound the verdict relies on,
-        at the per-test share ``level`` of the false-alarm rate."""
+        """Return findings for ``game``.
+
+        Each test's p-value, and any bound the verdict relies on, at the per-test share ``level`` of
+        the false-alarm rate.
+        """
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The distinguishing game's statistics: from per-trial scores and the secret coins to an ε
-lower bound by every registered estimator.
+"""The distinguishing game's statistics.
+
+From per-trial scores and the secret coins to an ε lower bound by every registered estimator.
 
 Trial i flips a fair coin b_i and runs the mechanism with the canary (b_i = 1) or without it;
 the auditor, who never sees b_i, submits one score s_i per trial, larger meaning "the canary
@@ -37,7 +38,7 @@ __all__ = ["GameSettings", "ScoreHistogram", "audit_bounds", "calibration_split"
 
 def calibration_split(trials: int, fraction: float, generator: np.random.Generator) \
         -> np.ndarray:
-    """A random mask of ⌊fraction · trials⌋ calibration trials (the rest are evaluated)."""
+    """Return a random mask of ⌊fraction · trials⌋ calibration trials (the rest are evaluated)."""
     if not 0 < fraction < 1:
         raise ValueError(f"the calibration fraction must lie in (0, 1), got {fraction}")
     mask = np.zeros(trials, dtype=bool)
@@ -47,7 +48,7 @@ def calibration_split(trials: int, fraction: float, generator: np.random.Generat
 
 def checked_game(scores: np.ndarray, coins: np.ndarray, calibration: np.ndarray,
                  settings: GameSettings, declared_threshold: float | None = None) -> Game:
-    """A :class:`Game` of the primary scores, its inputs checked."""
+    """Return a :class:`Game` of the primary scores, its inputs checked."""
     scores, coins = np.asarray(scores, dtype=float), np.asarray(coins, dtype=bool)
     calibration = np.asarray(calibration, dtype=bool)
     if not scores.shape == coins.shape == calibration.shape or scores.ndim != 1:
@@ -62,16 +63,19 @@ def checked_game(scores: np.ndarray, coins: np.ndarray, calibration: np.ndarray,
 def audit_bounds(scores: np.ndarray, coins: np.ndarray, calibration: np.ndarray,
                  settings: GameSettings, declared_threshold: float | None = None) \
         -> list[AuditBound]:
-    """Every estimator's figure for these trials of the primary canary, without a claim or
-    streams (see the module docstring; :func:`fedleak.auditing.verdict.evaluate` for the
-    whole audit). With ``declared_threshold`` (fixed before any trial ran) the calibration
-    mask is ignored: every estimator tests "score ≥ threshold" on every trial."""
+    """Return every estimator's figure for these trials of the primary canary.
+
+    Every estimator's figure for these trials of the primary canary, without a claim or streams (see
+    the module docstring; :func:`fedleak.auditing.verdict.evaluate` for the whole audit). With
+    ``declared_threshold`` (fixed before any trial ran) the calibration mask is ignored: every
+    estimator tests "score ≥ threshold" on every trial.
+    """
     return evaluate(checked_game(scores, coins, calibration, settings,
                                  declared_threshold)).bounds
 
 
 def one_shot_estimate(scores: np.ndarray, coins: np.ndarray, delta: float) -> float | None:
-    """The one-shot estimate alone (bias-corrected; None when it cannot be fitted)."""
+    """Return the one-shot estimate alone (bias-corrected; None when it cannot be fitted)."""
     found = one_shot_interval(np.asarray(scores, float), np.asarray(coins, bool), delta, 0.95)
     return None if found is None else found[0]
 
@@ -86,7 +90,7 @@ class ScoreHistogram:
 
 
 def score_histogram(scores: np.ndarray, coins: np.ndarray, bins: int = 40) -> ScoreHistogram:
-    """The two hypotheses' score histograms over shared bins."""
+    """Return the two hypotheses' score histograms over shared bins."""
     scores, coins = np.asarray(scores, dtype=float), np.asarray(coins, dtype=bool)
     edges = np.histogram_bin_edges(scores, bins=bins) if scores.size else np.linspace(0, 1, 2)
     return ScoreHistogram([float(e) for e in edges],

@@ -29,15 +29,17 @@ class SuccessRate:
 
     @property
     def rate(self) -> float:
+        """Return the observed rate successes / trials (0 without trials)."""
         return self.successes / self.trials if self.trials else 0.0
 
     def describe(self) -> str:
+        """Describe the rate and its Clopper–Pearson interval in one line."""
         return (f"{self.successes}/{self.trials} = {self.rate:.3f} "
                 f"[{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%} Clopper–Pearson)")
 
 
 def success_rate(successes: int, trials: int, confidence: float = 0.95) -> SuccessRate:
-    """The Clopper–Pearson interval of ``successes`` in ``trials`` at ``confidence``."""
+    """Return the Clopper–Pearson interval of ``successes`` in ``trials`` at ``confidence``."""
     if trials < 0 or not 0 <= successes <= max(trials, 0):
         raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
     if not 0 < confidence < 1:

@@ -1,8 +1,11 @@
-"""What an audit reports: one :class:`AuditBound` per estimator (and group), each carrying
-everything a figure needs to mean something — the estimator, ε, whether it is a bound or an
-estimate, its confidence, the trials it was computed from, δ, the canary and the threat model —
-and one :class:`DeclarationTest` per test of the declared mechanism, with its p-value, whether
-the family-wise correction rejects it and the power it had."""
+"""What an audit reports: ε bounds per estimator and tests of the declaration.
+
+What an audit reports: one :class:`AuditBound` per estimator (and group), each carrying everything a
+figure needs to mean something — the estimator, ε, whether it is a bound or an estimate, its
+confidence, the trials it was computed from, δ, the canary and the threat model — and one
+:class:`DeclarationTest` per test of the declared mechanism, with its p-value, whether the
+family-wise correction rejects it and the power it had.
+"""
 
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ class AuditBound:
 
     @property
     def reference(self) -> str:
+        """Return the estimator's paper reference ('' when none is listed)."""
         return REFERENCES.get(self.estimator, "")
 
     def describe(self) -> str:
@@ -92,6 +96,7 @@ class AuditBound:
                 f"samples, δ = {self.delta:g})")
 
     def to_json(self) -> dict[str, Any]:
+        """Return the bound as JSON data (non-finite figures as null, ε kept)."""
         data = dataclasses.asdict(self)
         data["reference"] = self.reference
         return {k: (None if isinstance(v, float) and not math.isfinite(v) and k != "epsilon"
@@ -115,10 +120,12 @@ def format_confidence(confidence: float) -> str:
 
 @dataclass(frozen=True)
 class DeclarationTest:
-    """One test of the declared mechanism: its p-value, whether the family-wise correction
-    (Holm) rejects it — a violation — and, for noise-ratio tests, the ratio r̂ of how much
-    better the canary is told apart than declared, its lower bound, and the smallest noise
-    shortfall the test would have caught with ``power``."""
+    """One test of the declared mechanism.
+
+    Its p-value, whether the family-wise correction (Holm) rejects it — a violation — and, for
+    noise-ratio tests, the ratio r̂ of how much better the canary is told apart than declared, its
+    lower bound, and the smallest noise shortfall the test would have caught with ``power``.
+    """
 
     test: str
     group: str
@@ -135,6 +142,7 @@ class DeclarationTest:
     level: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """Return the test as JSON data (non-finite figures as null, ε and ratios kept)."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) and k not in
                     ("epsilon_lb", "ratio", "ratio_lower") else v)
                 for k, v in dataclasses.asdict(self).items()}

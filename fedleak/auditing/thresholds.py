@@ -23,8 +23,11 @@ from scipy.stats import norm
 
 
 def candidate_thresholds(scores: np.ndarray, limit: int = 400) -> np.ndarray:
-    """Midpoints between consecutive distinct scores (at most ``limit``, spread by rank),
-    with one threshold below and one above them all."""
+    """Return candidate thresholds between consecutive distinct scores.
+
+    Midpoints between consecutive distinct scores (at most ``limit``, spread by rank), with one
+    threshold below and one above them all.
+    """
     values = np.unique(scores)
     if values.size == 0:
         return np.array([0.0])
@@ -37,8 +40,11 @@ def candidate_thresholds(scores: np.ndarray, limit: int = 400) -> np.ndarray:
 
 def error_counts(scores: np.ndarray, coins: np.ndarray, threshold: float) \
         -> tuple[int, int, int, int]:
-    """(false positives, canary-out trials, false negatives, canary-in trials) of the test
-    "score ≥ threshold ⇒ in"."""
+    """Return the error counts of the test "score ≥ threshold ⇒ in".
+
+    (false positives, canary-out trials, false negatives, canary-in trials) of the test "score ≥
+    threshold ⇒ in".
+    """
     guess_in = scores >= threshold
     return (int(np.sum(guess_in & ~coins)), int(np.sum(~coins)),
             int(np.sum(~guess_in & coins)), int(np.sum(coins)))
@@ -46,9 +52,12 @@ def error_counts(scores: np.ndarray, coins: np.ndarray, threshold: float) \
 
 def best_threshold(scores: np.ndarray, coins: np.ndarray,
                    criterion: Callable[[int, int, int, int], float]) -> float:
-    """The candidate threshold maximising ``criterion(FP, n_out, FN, n_in)`` on these trials
-    (the calibration share); ties go to the lowest threshold, and when no candidate certifies
-    anything, the midpoint between the two hypotheses' mean scores."""
+    """Return the candidate threshold maximising ``criterion`` on these trials.
+
+    The candidate threshold maximising ``criterion(FP, n_out, FN, n_in)`` on these trials (the
+    calibration share); ties go to the lowest threshold, and when no candidate certifies anything,
+    the midpoint between the two hypotheses' mean scores.
+    """
     candidates = candidate_thresholds(scores)
     values = [criterion(*error_counts(scores, coins, float(t))) for t in candidates]
     return _chosen(candidates, values, scores, coins)
@@ -66,10 +75,13 @@ def _chosen(candidates: np.ndarray, values: list[float], scores: np.ndarray,
 def best_threshold_gaussian(scores: np.ndarray, coins: np.ndarray, negatives: int,
                             positives: int,
                             criterion: Callable[[float, int, float, int], float]) -> float:
-    """The candidate threshold maximising ``criterion(FP, n_out, FN, n_in)`` at the error
-    counts that Gaussians fitted to these (calibration) trials predict for ``negatives``
-    canary-out and ``positives`` canary-in trials; :func:`best_threshold` when either side
-    has fewer than two trials or no spread."""
+    """Return the threshold maximising ``criterion`` under fitted Gaussians.
+
+    The candidate threshold maximising ``criterion(FP, n_out, FN, n_in)`` at the error counts that
+    Gaussians fitted to these (calibration) trials predict for ``negatives`` canary-out and
+    ``positives`` canary-in trials; :func:`best_threshold` when either side has fewer than two
+    trials or no spread.
+    """
     inside, outside = scores[coins], scores[~coins]
     if inside.size < 2 or outside.size < 2 or not (inside.std() > 0 and outside.std() > 0):
         return best_threshold(scores, coins, lambda fp, n0, fn, n1: criterion(fp, n0, fn, n1))
@@ -84,9 +96,12 @@ def best_threshold_gaussian(scores: np.ndarray, coins: np.ndarray, negatives: in
 def best_threshold_pair(scores: np.ndarray, coins: np.ndarray,
                         criterion: Callable[[int, int, int], float],
                         points: int = 12) -> tuple[float, float]:
-    """(lower, upper) thresholds maximising ``criterion(canaries, guesses, correct)`` for the
-    three-way test "≥ upper ⇒ in, ≤ lower ⇒ out, abstain between" (the one-run bound's
-    guesses), searched over a grid of score quantiles; lower = −∞ guesses no "out"."""
+    """Return the (lower, upper) thresholds of the three-way test.
+
+    (lower, upper) thresholds maximising ``criterion(canaries, guesses, correct)`` for the three-way
+    test "≥ upper ⇒ in, ≤ lower ⇒ out, abstain between" (the one-run bound's guesses), searched over
+    a grid of score quantiles; lower = −∞ guesses no "out".
+    """
     quantiles = np.quantile(scores, np.linspace(0, 1, points + 2)[1:-1]) if scores.size else \
         np.array([0.0])
     uppers = np.unique(quantiles)

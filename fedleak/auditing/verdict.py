@@ -1,5 +1,7 @@
-"""The verdict of an audit: every registered estimator run, their tests of the declaration
-corrected for multiplicity, and what a verdict without a violation could have caught.
+"""Verdict of an audit: estimators, corrected tests, and what could have been caught.
+
+The verdict of an audit: every registered estimator run, their tests of the declaration corrected
+for multiplicity, and what a verdict without a violation could have caught.
 
 Each estimator returns ε figures and tests (:mod:`fedleak.auditing.estimator_registry`). With
 m tests in all, each runs at the share α/m of the family-wise false-alarm rate α (the bounds
@@ -75,16 +77,20 @@ class Evaluation:
 
     @property
     def ratio_tests(self) -> list[DeclarationTest]:
+        """Return the noise-ratio tests."""
         return [t for t in self.tests if t.test == GAUSSIAN_SCORES]
 
     @property
     def noise_tests(self) -> list[DeclarationTest]:
+        """Return the χ² noise-level tests."""
         return [t for t in self.tests if t.test == NOISE_LEVEL]
 
     def detectable_noise(self) -> float | None:
-        """The noise shortfall the whole-mechanism tests catch with the stated power: noise
-        below this factor of the declared std (the noise-level test's where it ran, else the
-        noise-ratio test's)."""
+        """Return the noise shortfall the whole-mechanism tests catch with the stated power.
+
+        Noise below this factor of the declared std (the noise-level test's where it ran, else the
+        noise-ratio test's).
+        """
         for tests in (self.noise_tests, self.ratio_tests):
             if tests:
                 whole = _whole(tests)
@@ -92,8 +98,11 @@ class Evaluation:
         return None
 
     def detectable_ratio(self) -> float | None:
-        """How much better than declared the canary must be told apart, by any cause, for the
-        whole-mechanism noise-ratio test to catch it with the stated power (∞: never)."""
+        """Return the detectable shortfall of the whole-mechanism noise-ratio test.
+
+        How much better than declared the canary must be told apart, by any cause, for the
+        whole-mechanism noise-ratio test to catch it with the stated power (∞: never).
+        """
         whole = _whole(self.ratio_tests)
         if whole is None or whole.detectable_noise is None:
             return None
@@ -101,7 +110,7 @@ class Evaluation:
 
 
 def _whole(tests: list[DeclarationTest]) -> DeclarationTest | None:
-    """The pooled test, else the most powerful single one."""
+    """Return the pooled test, else the most powerful single one."""
     if not tests:
         return None
     pooled = next((t for t in tests if t.group == POOLED), None)
@@ -130,7 +139,7 @@ def evaluate(game: Game) -> Evaluation:
 
 
 def power_statement(evaluation: Evaluation, power: float) -> str:
-    """What a verdict without a violation could have caught, in one sentence."""
+    """Return what a verdict without a violation could have caught, in one sentence."""
     parts = []
     noise = _whole(evaluation.noise_tests)
     if noise is not None and noise.detectable_noise:
@@ -160,7 +169,7 @@ def power_statement(evaluation: Evaluation, power: float) -> str:
 
 def verdict_text(evaluation: Evaluation, claimed_epsilon: float, delta: float,
                  power: float) -> str:
-    """The one-paragraph verdict (violation, no claim, or no violation with its power)."""
+    """Return the one-paragraph verdict (violation, no claim, or no violation with its power)."""
     bounds = [b for b in evaluation.bounds if not b.is_estimate]
     strongest = max(bounds, key=lambda b: b.epsilon) if bounds else None
     largest = (f"largest ε_LB {format_epsilon(strongest.epsilon)} ({strongest.estimator}"

@@ -57,7 +57,7 @@ class Parts:
     reasons: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, object]:
-        """What metrics.json records of the choice."""
+        """Return what metrics.json records of the choice."""
         return {"objective": self.objective.name, "replay": self.replay.name,
                 "part_reasons": list(self.reasons)}
 
@@ -93,7 +93,7 @@ QUANTISE_HINGE = {"hinge": "1"}
 
 
 def auto_objective(observation: Observation) -> tuple[str, dict[str, str], str]:
-    """The objective modelling the published chain, its options, and the reason."""
+    """Return the objective modelling the published chain, its options, and the reason."""
     names = {d.name for d in observation.defenses}
     noisy = sorted(names & set(NOISY))
     if noisy:
@@ -116,7 +116,7 @@ def auto_objective(observation: Observation) -> tuple[str, dict[str, str], str]:
 
 
 def auto_replay(observation: Observation) -> tuple[str, str | None]:
-    """The replay modelling the published chain, and the reason (None: nothing to model)."""
+    """Return the replay modelling the published chain, and the reason (None: nothing to model)."""
     dp = find(observation.defenses, "dpsgd")
     if dp is None:
         return "plain", None
@@ -132,9 +132,11 @@ def auto_replay(observation: Observation) -> tuple[str, str | None]:
 
 def choose_parts(observation: Observation, objective: str = AUTO,
                  replay: str = AUTO) -> Parts:
-    """The parts for ``observation``: ``auto`` and ``aware`` specs are chosen from its
-    published defenses, named ones are built and checked. Raises :class:`PartError` (what to
-    change) when a part does not fit the observation."""
+    """Return the parts for ``observation``.
+
+    ``auto`` and ``aware`` specs are chosen from its published defenses, named ones are built and
+    checked. Raises :class:`PartError` (what to change) when a part does not fit the observation.
+    """
     reasons = []
     if objective in CHOSEN:
         name, options, reason = auto_objective(observation)
@@ -158,7 +160,9 @@ def choose_parts(observation: Observation, objective: str = AUTO,
 
 
 def selects(observation: Observation, objective: str, replay: str, parts: Parts) -> bool:
-    """Whether the default weighs the aware ``parts`` against the blind ones: both specs
-    ``auto`` and the aware choice is not the blind one itself."""
+    """Whether the default weighs the aware ``parts`` against the blind ones.
+
+    Both specs ``auto`` and the aware choice is not the blind one itself.
+    """
     return objective == AUTO and replay == AUTO and \
         (parts.objective.name, parts.replay.name) != BLIND

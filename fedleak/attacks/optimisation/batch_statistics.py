@@ -77,14 +77,14 @@ class LayerStatistics:
 
 
 def batch_norm_layers(model: nn.Module) -> dict[str, nn.modules.batchnorm._BatchNorm]:
-    """The model's BatchNorm modules that track running statistics, by module name."""
+    """Return the model's BatchNorm modules that track running statistics, by module name."""
     return {name: m for name, m in model.named_modules()
             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats}
 
 
 def replay_model(observation: Observation) -> tuple[nn.Module, dict[str, torch.Tensor],
                                                     dict[str, torch.Tensor]]:
-    """The server's model with θ and the global buffers from the observation's replay."""
+    """Return the server's model with θ and the global buffers from the observation's replay."""
     simulate = observation.simulate
     if not isinstance(simulate, Replay):
         raise PartError("the BatchNorm prior needs the model behind the observation's replay "
@@ -113,9 +113,12 @@ def layer_sizes(model: nn.Module, parameters: Mapping[str, torch.Tensor],
 
 def target_statistics(observation: Observation, source: str = "auto"
                       ) -> tuple[list[LayerStatistics], str]:
-    """The statistics the prior pulls towards, and where they come from (``returned``: batch
-    statistics inferred from the buffers the user sent; ``global``: the global model's running
-    statistics). Refuses a model without BatchNorm and a source the observation lacks."""
+    """Return the statistics the BatchNorm prior pulls towards, and their source.
+
+    The statistics the prior pulls towards, and where they come from (``returned``: batch statistics
+    inferred from the buffers the user sent; ``global``: the global model's running statistics).
+    Refuses a model without BatchNorm and a source the observation lacks.
+    """
     if source not in SOURCES:
         raise PartError(f"bn-source must be one of {', '.join(SOURCES)}, got {source!r}")
     model, parameters, buffers = replay_model(observation)

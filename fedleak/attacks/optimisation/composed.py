@@ -118,31 +118,28 @@ class ComposedInversion(Attack[Observation]):
     # ----- parts ---------------------------------------------------------------------------
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
-        """The preset's optimiser and the shorthand options it fills in when unset."""
+        """Return the preset's optimiser and the shorthand options it fills in when unset."""
         return "signed-adam", {}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
-        """The preset's priors from its shorthand options."""
+        """Return the preset's priors from its shorthand options."""
         return []
 
     def optimiser_part(self) -> OptimiserPart:
-        """The optimiser, built once from the config."""
+        """Return the optimiser, built once from the config."""
         return self._optimiser
 
     def budget(self) -> int:
-        """iterations × restarts × the optimiser's evaluations per step (L-BFGS: ``inner``):
-        the objective evaluations one target may cost, each a replay and one vector–Jacobian
-        product (the priors' cost is not counted)."""
+        """Return the objective evaluations one target may cost: T × R × evaluations per step."""
         cfg = self.config
         return cfg.iterations * cfg.restarts * self._optimiser.evaluations_per_step()
 
     def prior_parts(self) -> list[PriorPart]:
-        """The priors, built once from the config."""
+        """Return the priors, built once from the config."""
         return list(self._priors)
 
     def _build_optimiser(self) -> OptimiserPart:
-        """The optimiser: ``optimizer=`` (its options over the preset's shorthand) or the
-        preset's."""
+        """Build the optimiser: ``optimizer=`` (over the preset's shorthand) or the preset's."""
         name, shorthand = self.shorthand_optimiser()
         options: dict[str, Any] = {}
         if self.config.optimizer:
@@ -151,18 +148,17 @@ class ComposedInversion(Attack[Observation]):
         return OPTIMISERS.create(name, {**fitting(part_class, shorthand), **options})
 
     def _build_priors(self) -> list[PriorPart]:
-        """The priors: ``priors=`` or the preset's shorthand ones."""
+        """Return the priors: ``priors=`` or the preset's shorthand ones."""
         if self.config.priors:
             return [PRIORS.create(*parse_part(spec)) for spec in prior_specs(self.config.priors)]
         return [PRIORS.create(name, options) for name, options in self.shorthand_priors()]
 
     def parts(self, observation: Observation) -> Parts:
-        """The objective and replay parts for ``observation`` (``auto``: from its published
-        defenses), checked against it before the first iteration."""
+        """Return the objective and replay parts for ``observation``, checked before step 1."""
         return choose_parts(observation, self.config.objective, self.config.replay)
 
     def bind_priors(self, observation: Observation) -> list[BoundPrior]:
-        """The priors checked against ``observation`` and bound to it."""
+        """Return the priors checked against ``observation`` and bound to it."""
         priors = []
         parts = self.prior_parts()
         if epoch_copies(observation) > 1 and not any(p.name == "epoch" for p in parts):
@@ -173,7 +169,7 @@ class ComposedInversion(Attack[Observation]):
         return priors
 
     def initial(self, observation: Observation, seed: int, device: torch.device) -> torch.Tensor:
-        """The init x₀ [n, C, H, W] drawn from ``seed``."""
+        """Return the init x₀ [n, C, H, W] drawn from ``seed``."""
         if self.config.init == "uniform":
             return uniform_init(observation, seed, device)
         return gaussian_init((observation.num_images, *observation.image_shape), seed, device)
@@ -191,9 +187,7 @@ class ComposedInversion(Attack[Observation]):
                 objective: GradientObjective, priors: Sequence[BoundPrior],
                 box: tuple[torch.Tensor, torch.Tensor], *, rows: bool,
                 coordinates: int = 0) -> InversionProblem:
-        """Eq. (1) over ``replay`` and ``objective`` with this attack's optimiser, iterations
-        and reporting cadence
-        (:class:`~fedleak.attacks.optimisation.engine.problem.InversionProblem`)."""
+        """Build eq. (1) over ``replay`` and ``objective`` with this attack's settings."""
         cfg = self.config
         return InversionProblem(labels=labels, replay=replay, objective=objective,
                                 priors=tuple(priors), box=box, optimiser=self._optimiser,
@@ -214,12 +208,14 @@ class ComposedInversion(Attack[Observation]):
         seed: int,
         progress: Progress | None,
     ) -> Reconstruction:
-        """Run ``restarts`` × ``iterations`` steps of the optimiser on eq. (1); keep the best
-        restart. Restart r starts from ``initial(observation, seed + r)``, drawn on the CPU.
-        With the default ``objective=auto``, ``replay=auto`` and a published defense that makes
-        the aware parts differ from the blind ones, half the iterations go to each and the
+        """Run ``restarts`` × ``iterations`` steps of the optimiser on eq. (1).
+
+        Keep the best restart. Restart r starts from ``initial(observation, seed + r)``, drawn on
+        the CPU. With the default ``objective=auto``, ``replay=auto`` and a published defense that
+        makes the aware parts differ from the blind ones, half the iterations go to each and the
         reconstruction that better explains the update is kept
-        (:func:`~fedleak.attacks.optimisation.engine.weighing.select`)."""
+        (:func:`~fedleak.attacks.optimisation.engine.weighing.select`).
+        """
         parts = self.parts(observation)
         if selects(observation, self.config.objective, self.config.replay, parts) and \
                 self.config.iterations >= 2:
@@ -228,9 +224,7 @@ class ComposedInversion(Attack[Observation]):
                                  progress=progress)
 
     def variants(self) -> dict[str, ComposedInversion]:
-        """The two attacks the default weighs (:mod:`fedleak.attacks.optimisation.engine.weighing`):
-        the aware parts with ⌈T/2⌉ iterations and the blind ones with ⌊T/2⌋ (named parts: they
-        do not weigh again)."""
+        """Return the attacks the default weighs: aware at ⌈T/2⌉ iterations, blind at ⌊T/2⌋."""
         cfg = self.config
         half = cfg.iterations // 2
         return {"aware": type(self)(dataclasses.replace(
@@ -240,10 +234,12 @@ class ComposedInversion(Attack[Observation]):
 
     def setup(self, observation: Observation, parts: Parts, device: torch.device) -> tuple[
             torch.Tensor, int, Observation, torch.Tensor, Any, list[torch.Tensor], Any]:
-        """What every recovery starts from: the recovered labels, the epoch copies (shuffled
-        epochs: one copy of the n images per epoch, Dimitrov et al.), the observation over
-        those copies and its labels, the bound priors, the observed update on ``device`` and the
-        one-observation objective."""
+        """Return what every recovery starts from.
+
+        The recovered labels, the epoch copies (shuffled epochs: one copy of the n images per epoch,
+        Dimitrov et al.), the observation over those copies and its labels, the bound priors, the
+        observed update on ``device`` and the one-observation objective.
+        """
         recovered = recover_labels(observation).to(device)
         copies = epoch_copies(observation)
         target, labels = with_epoch_copies(observation, recovered, copies)
@@ -314,9 +310,7 @@ class ComposedInversion(Attack[Observation]):
     def recover_lbfgs(self, problem: InversionProblem, target: Observation, parts: Parts,
                       recovered: torch.Tensor, copies: int, *, device: torch.device,
                       seed: int, progress: Progress | None) -> Reconstruction:
-        """L-BFGS trials one by one (:mod:`fedleak.attacks.optimisation.engine.lbfgs`) on ``target``
-        (``copies`` per-epoch copies of the n images, labels ``recovered``, merged at the
-        end); the best trial's best finite iterate wins."""
+        """Run L-BFGS trials one by one on ``target``; the best trial's best finite iterate wins."""
         cfg = self.config
         graph_safe = self.graph_safe(device)
         best, finals, notices = lbfgs_restarts(
@@ -335,11 +329,14 @@ class ComposedInversion(Attack[Observation]):
 
     def optimise(self, problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,
                  *, graph_safe: bool | None = None) -> tuple[str | None, torch.Tensor]:
-        """The first-order loop on ``images`` ``[R, n, C, H, W]``: R restarts side by side,
-        captured (:mod:`fedleak.attacks.optimisation.engine.captured`) when ``graph_safe`` (default:
-        :meth:`graph_safe`), else eager (:mod:`fedleak.attacks.optimisation.engine.eager`). Returns
-        a notice when CUDA capture fell back to eager, and the result per restart (the last
-        iterate, or the last with a finite objective when that one is not finite)."""
+        """Run the first-order loop on ``images`` ``[R, n, C, H, W]``.
+
+        R restarts side by side, captured (:mod:`fedleak.attacks.optimisation.engine.captured`) when
+        ``graph_safe`` (default: :meth:`graph_safe`), else eager
+        (:mod:`fedleak.attacks.optimisation.engine.eager`). Returns a notice when CUDA capture fell
+        back to eager, and the result per restart (the last iterate, or the last with a finite
+        objective when that one is not finite).
+        """
         if graph_safe is None:
             graph_safe = self.graph_safe(images.device)
         native = native_kernels(self.config.convolutions, images, problem.coordinates)

@@ -71,7 +71,7 @@ class Explanation:
     coordinates: int = 1
 
     def discrepancy(self) -> float:
-        """What :func:`better` minimises: ``|log ρ|`` with published noise, else log E."""
+        """Return what :func:`better` minimises: ``|log ρ|`` with published noise, else log E."""
         if self.noise_ratio is None:
             return math.log(max(self.residual, 1e-300))
         return abs(math.log(max(self.noise_ratio, 1e-300)))
@@ -79,8 +79,11 @@ class Explanation:
 
 def explain(observation: Observation, images: torch.Tensor, labels: torch.Tensor,
             replay: RestartsUpdateFn) -> Explanation:
-    """E(x) (and ρ) of the module docstring for ``images`` [n, C, H, W] (normalised space)
-    with ``labels``, replayed by ``replay`` (restart form: the mechanism's replay)."""
+    """Return E(x) (and ρ) of the module docstring for ``images``.
+
+    E(x) (and ρ) of the module docstring for ``images`` [n, C, H, W] (normalised space) with
+    ``labels``, replayed by ``replay`` (restart form: the mechanism's replay).
+    """
     observed = [u.detach() for u in observation.update]
     with torch.enable_grad():  # the replay differentiates the loss (no graph to the images)
         update = [u[0].detach() for u in replay(images.detach().unsqueeze(0), labels)]
@@ -109,16 +112,22 @@ def explain(observation: Observation, images: torch.Tensor, labels: torch.Tensor
 
 
 def better(aware: Explanation, blind: Explanation) -> bool:
-    """Whether the aware candidate explains u* better than the blind one by more than the
-    criterion's sampling noise √(2/d) (module docstring); a tie or less: no."""
+    """Tell whether the aware candidate explains u* better than the blind one.
+
+    Whether the aware candidate explains u* better than the blind one by more than the criterion's
+    sampling noise √(2/d) (module docstring); a tie or less: no.
+    """
     margin = math.sqrt(2 / max(min(aware.coordinates, blind.coordinates), 1))
     return aware.discrepancy() < blind.discrepancy() - margin
 
 
 def deterministic_part(defense: PublishedDefense, update: Sequence[torch.Tensor]
                        ) -> list[torch.Tensor]:
-    """What ``defense`` does to ``update`` apart from its noise: ``clip`` scales it; noise,
-    unbiased rounding and DP-SGD (whose clipping is the replay's) leave its mean as it is."""
+    """Return what ``defense`` does to ``update`` apart from its noise.
+
+    ``clip`` scales it; noise, unbiased rounding and DP-SGD (whose clipping is the replay's) leave
+    its mean as it is.
+    """
     if defense.name == "clip":
         norm = float(torch.stack([u.double().square().sum() for u in update]).sum().sqrt())
         scale = min(1.0, defense.number("max-norm", 1.0) / max(norm, 1e-12))
@@ -128,8 +137,11 @@ def deterministic_part(defense: PublishedDefense, update: Sequence[torch.Tensor]
 
 def pruning_thresholds(observed: Sequence[torch.Tensor], prune: PublishedDefense
                        ) -> list[float]:
-    """t_l: the smallest kept magnitude per layer (``scope=global``: over the whole update);
-    a layer with nothing kept: the global one."""
+    """Return t_l, the smallest kept magnitude per layer.
+
+    t_l: the smallest kept magnitude per layer (``scope=global``: over the whole update); a layer
+    with nothing kept: the global one.
+    """
     def smallest(tensors: Sequence[torch.Tensor]) -> float:
         kept = [t.abs()[t != 0] for t in tensors]
         kept = [k for k in kept if k.numel()]
@@ -142,9 +154,11 @@ def pruning_thresholds(observed: Sequence[torch.Tensor], prune: PublishedDefense
 
 
 def mechanism_replay(base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
-    """The replay both candidates are judged with: DP-SGD's per-example clipping where the
-    ``dp-clipped`` replay fits the observation (any n: for one image it is a scale, which E
-    is not blind to), else ``base``."""
+    """Return the replay both candidates are judged with.
+
+    DP-SGD's per-example clipping where the ``dp-clipped`` replay fits the observation (any n: for
+    one image it is a scale, which E is not blind to), else ``base``.
+    """
     clipped = create_replay("dp-clipped")
     try:
         clipped.check(observation)

@@ -33,18 +33,24 @@ import torch
 
 
 class GradientObjective(Protocol):
-    """What the optimisation loop needs from an objective over replayed updates: J alone
-    (choosing the restart), and J with its cotangent g and scale s, ∂J/∂u = s·g (a step)."""
+    """What the optimisation loop needs from an objective over replayed updates.
 
-    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor: ...
+    J alone (choosing the restart), and J with its cotangent g and scale s, ∂J/∂u = s·g (a step).
+    """
+
+    def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Return J at ``candidate`` alone (for choosing the restart)."""
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
-    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """Return J, its cotangent g and scale s with ∂J/∂u = s·g (for a step)."""
 
 
 class CosineObjective:
-    """``1 − cos(u, u*)`` over the whole update (eq. 4 of Geiping et al.) with its gradient with
+    """Cosine objective ``1 − cos(u, u*)`` (Geiping et al. 2020, eq. 4).
+
+    ``1 − cos(u, u*)`` over the whole update (eq. 4 of Geiping et al.) with its gradient with
     respect to ``u``.
 
     ``u*`` is fixed for the whole attack: its squared norm is computed once.
@@ -56,7 +62,7 @@ class CosineObjective:
         self.observed_norm = squares.sqrt().to(self.observed[0].dtype)
 
     def dots(self, candidate: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation).
+        """Return ``a = ⟨u, u*⟩`` and ``b = ‖u‖²`` (0-dim tensors, no synchronisation).
 
         Both per tensor, one right after the other, so the second read of ``u_l`` hits the cache.
         """
@@ -75,7 +81,7 @@ class CosineObjective:
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """The objective and its gradient with respect to ``u`` as ``scale · g`` (c = ‖u*‖):
+        """Return the objective and its gradient with respect to ``u`` as ``scale · g`` (c = ‖u*‖).
 
             ∂/∂u = −u*/(√b c) + a u/(b^{3/2} c) = scale · g,  scale = −1/(√b c),  g = u* − (a/b) u.
 
@@ -94,8 +100,10 @@ class CosineObjective:
 
 
 class EuclideanObjective:
-    """DLG's squared distance ``J(u) = Σ_l ‖u_l − u*_l‖²`` (eq. (3) of Geiping et al.), with
-    its gradient ``∂J/∂u = 2 (u − u*)`` in the form the optimisation loop takes (scale 1).
+    """DLG's squared L2 distance (Geiping et al. 2020, eq. 3; Zhu et al. 2019).
+
+    DLG's squared distance ``J(u) = Σ_l ‖u_l − u*_l‖²`` (eq. (3) of Geiping et al.), with its
+    gradient ``∂J/∂u = 2 (u − u*)`` in the form the optimisation loop takes (scale 1).
 
     With ``rows`` the candidates carry a leading restart dimension and J is one value per
     row ([R]); ``u*`` is shared by the rows, or given per row when it has that dimension too.
@@ -130,8 +138,11 @@ class EuclideanObjective:
 
 
 class WeightedObjective:
-    """Eq. (1): an unweighted cosine objective applied to D ⊙ u and D ⊙ u*, its gradient
-    multiplied by D (the chain rule). ``inner`` builds the cosine (one update, or restarts)."""
+    """Weighted cosine objective of eq. (1): the cosine of D ⊙ u and D ⊙ u*.
+
+    Eq. (1): an unweighted cosine objective applied to D ⊙ u and D ⊙ u*, its gradient multiplied by
+    D (the chain rule). ``inner`` builds the cosine (one update, or restarts).
+    """
 
     def __init__(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
                  diag: Sequence[torch.Tensor], **options: Any) -> None:
@@ -155,21 +166,23 @@ class WeightedObjective:
 
 
 class ScaledObjective:
-    """A gradient-matching objective times a positive weight c (one, or one per row): c J,
-    whose gradient is c s g, so the loop's priors (α TV, bn R_BN) weigh 1/c times more."""
+    """A gradient-matching objective times a positive weight c (one, or one per row).
+
+    c J, whose gradient is c s g, so the loop's priors (α TV, bn R_BN) weigh 1/c times more.
+    """
 
     def __init__(self, base: Any, weight: torch.Tensor) -> None:
         self.base = base
         self.weight = weight
 
     def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """c J at ``candidate``."""
+        """Return c J at ``candidate``."""
         value: torch.Tensor = self.base.value(candidate) * self.weight
         return value
 
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """c J, the base's cotangents g and the scale c s (∂(cJ)/∂u = c s g)."""
+        """Return c J, the base's cotangents g and the scale c s (∂(cJ)/∂u = c s g)."""
         value, grads, scale = self.base.value_and_output_grads(candidate)
         return value * self.weight, grads, scale * self.weight

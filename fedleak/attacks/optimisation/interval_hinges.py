@@ -36,8 +36,11 @@ SCALING = ("clip", "dpsgd", "noise")
 
 
 def require_known_scale(observation: Observation, part: str) -> None:
-    """Refuse a hinge when a published defense changes the update's scale or adds noise the
-    bounds do not model (the hinge's bounds are in the units of the user's own update)."""
+    """Refuse a hinge when a published defense changes the update's scale or noise.
+
+    Refuse a hinge when a published defense changes the update's scale or adds noise the bounds do
+    not model (the hinge's bounds are in the units of the user's own update).
+    """
     scaling = sorted({d.name for d in observation.defenses} & set(SCALING))
     if scaling:
         raise PartError(f"objective {part!r} with hinge > 0 bounds the update in the user's "
@@ -47,9 +50,12 @@ def require_known_scale(observation: Observation, part: str) -> None:
 
 def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
                      ) -> list[torch.Tensor]:
-    """t per tensor (per row when ``per_row``): the smallest kept magnitude ``min{|u*_i| : u*_i ≠
-    0}`` of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was
-    kept (no bound is known there)."""
+    """Return the pruning threshold t per tensor (per row when ``per_row``).
+
+    t per tensor (per row when ``per_row``): the smallest kept magnitude ``min{|u*_i| : u*_i ≠ 0}``
+    of the layer (``scope`` layer) or of the whole update (``global``); 0 where nothing was kept (no
+    bound is known there).
+    """
     def smallest(o: torch.Tensor) -> torch.Tensor:
         flat = o.detach().reshape(o.shape[0], -1) if per_row else o.detach().reshape(1, -1)
         kept = torch.where(flat != 0, flat.abs(), torch.full_like(flat, math.inf)).amin(1)
@@ -68,9 +74,12 @@ def prune_thresholds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
 
 def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bool
                         ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The support of stochastic rounding: QSGD rounds ``|u|`` to a neighbouring level of step
-    Δ_l = m_l/s (m_l = max|u*_l|, which rounding keeps exactly; s = 2^{bits−1} − 1), so
-    u_i ∈ [q_i − Δ_l, q_i + Δ_l] for every coordinate (and q_i ≠ 0 fixes the sign)."""
+    """Return the support of stochastic rounding.
+
+    QSGD rounds ``|u|`` to a neighbouring level of step Δ_l = m_l/s (m_l = max|u*_l|, which rounding
+    keeps exactly; s = 2^{bits−1} − 1), so u_i ∈ [q_i − Δ_l, q_i + Δ_l] for every coordinate (and
+    q_i ≠ 0 fixes the sign).
+    """
     levels = 2 ** (bits - 1) - 1
     lower, upper = [], []
     for o in observed:
@@ -87,9 +96,12 @@ def quantisation_bounds(observed: Sequence[torch.Tensor], bits: int, per_row: bo
 
 def pruning_bounds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Magnitude pruning zeroes exactly the coordinates with ``|u_i| ≤ t`` (t the smallest kept
+    """Return the interval [−t, t] magnitude pruning leaves on the zeroed coordinates.
+
+    Magnitude pruning zeroes exactly the coordinates with ``|u_i| ≤ t`` (t the smallest kept
     ``|u*|``, :func:`prune_thresholds`): [−t, t] there; no bound (±inf) on the kept ones and in a
-    tensor where nothing was kept."""
+    tensor where nothing was kept.
+    """
     lower, upper = [], []
     for o, t in zip(observed, prune_thresholds(observed, scope, per_row), strict=True):
         bounded = (o == 0) & (t > 0)
@@ -100,8 +112,10 @@ def pruning_bounds(observed: Sequence[torch.Tensor], scope: str, per_row: bool
 
 
 class IntervalHinge:
-    """A gradient-matching objective plus β H, a hinge on what a defense says the true update
-    satisfies coordinate by coordinate, lower_i ≤ u_i(x*) ≤ upper_i (:func:`pruning_bounds`,
+    """Gradient-matching objective plus β H, a hinge on the defense's interval bounds.
+
+    A gradient-matching objective plus β H, a hinge on what a defense says the true update satisfies
+    coordinate by coordinate, lower_i ≤ u_i(x*) ≤ upper_i (:func:`pruning_bounds`,
     :func:`quantisation_bounds`):
 
         H(u) = Σ_i [max(0, u_i − upper_i)² + max(0, lower_i − u_i)²] / ‖u*‖²,
@@ -112,7 +126,8 @@ class IntervalHinge:
     units of the user's own update, so a hinge needs a chain that keeps its scale (pruning and
     quantisation do; clipping and DP-SGD do not, see :func:`require_known_scale`). (Fitting
     the scale as the least-squares κ of the candidate onto u*, held fixed in the gradient, was
-    tried: the attack diverged, lenet-zhu photo 5 at 6.7 dB.)"""
+    tried: the attack diverged, lenet-zhu photo 5 at 6.7 dB.)
+    """
 
     def __init__(self, base: Any, observed: Sequence[torch.Tensor],
                  bounds: tuple[list[torch.Tensor], list[torch.Tensor]], weight: float, *,
@@ -148,7 +163,7 @@ class IntervalHinge:
         return value, grads
 
     def value(self, candidate: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The base objective plus β H at ``candidate``."""
+        """Return the base objective plus β H at ``candidate``."""
         extra, _ = self.hinge(candidate)
         total: torch.Tensor = self.base.value(candidate) + self.weight * extra
         return total
@@ -156,8 +171,11 @@ class IntervalHinge:
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """The base's value, cotangents and scale s with β ∂H/∂u added as (β/s) ∂H/∂u (the loop
-        multiplies every cotangent by s)."""
+        """Return the base's value, cotangents and scale s with β ∂H/∂u added.
+
+        The base's value, cotangents and scale s with β ∂H/∂u added as (β/s) ∂H/∂u (the loop
+        multiplies every cotangent by s).
+        """
         extra, hinge_grads = self.hinge(candidate)  # before the base consumes ``candidate``
         value, grads, scale = self.base.value_and_output_grads(candidate)
         out = []

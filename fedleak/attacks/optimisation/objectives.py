@@ -83,19 +83,28 @@ class ObjectivePart(AttackPart):
     @abstractmethod
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
-        """D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None
-        for D = 1."""
+        """Return the diagonal D per parameter, or None for D = 1.
+
+        D per parameter (broadcastable to ``observed``; per row when ``per_row``), or None for D =
+        1.
+        """
 
     def packs(self, observation: Observation) -> bool:
-        """Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which
-        packed attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is
-        more: such observations are packed as row blocks, each through its own objective)."""
+        """Tell whether the objective is eq. (1) with a diagonal alone.
+
+        Whether the objective for ``observation`` is eq. (1) with a diagonal alone, which packed
+        attacks build per row from :meth:`diagonal` (a hinge or a data-term weight is more: such
+        observations are packed as row blocks, each through its own objective).
+        """
         return not getattr(self.config, "hinge", 0.0)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
-        """Eq. (1) over ``observed``: the cosine ``inner`` (one update, or restarts when
-        ``rows``) weighted when D is not 1; ``per_row``: ``observed`` is given per row."""
+        """Eq. (1) over ``observed``.
+
+        The cosine ``inner`` (one update, or restarts when ``rows``) weighted when D is not 1;
+        ``per_row``: ``observed`` is given per row.
+        """
         options = {"per_row": True} if per_row else {}
         diag = self.diagonal(observed, observation, per_row)
         if diag is None:
@@ -119,6 +128,7 @@ class Cosine(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return None: the plain cosine has D = 1."""
         return None
 
 
@@ -131,10 +141,12 @@ class Euclidean(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return None: DLG's distance is not weighted."""
         return None
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build DLG's squared distance ``Σ_l ‖u_l − u*_l‖²`` over ``observed``."""
         return EuclideanObjective(observed, rows=rows)
 
 
@@ -155,6 +167,8 @@ def require_prune(observation: Observation, part: str) -> None:
 
 @dataclass
 class MaskedConfig:
+    """Options of the masked cosine: the weight w outside the kept mask, and the hinge weight β."""
+
     outside: float = field(default=0.1, metadata={
         "help": "weight w of the coordinates pruning zeroed (0: ignore them, breaching's "
                 "masked cosine; 1: the plain cosine; 0.1 chosen on held-out photos)"})
@@ -163,6 +177,7 @@ class MaskedConfig:
                 "candidate exceeds the smallest kept |u*| is penalised (0: off)"})
 
     def __post_init__(self) -> None:
+        """Refuse w outside [0, 1] and a negative or infinite hinge weight."""
         if not 0 <= self.outside <= 1:
             raise ValueError(f"outside must lie in [0, 1], got {self.outside}")
         if not (self.hinge >= 0 and math.isfinite(self.hinge)):
@@ -171,24 +186,30 @@ class MaskedConfig:
 
 @register_objective("masked-cosine")
 class MaskedCosine(ObjectivePart):
-    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0]: the cosine over the
-    coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones down-weighted."""
+    """``1 − cos(D ⊙ u, D ⊙ u*)`` with D = M + w(1 − M), M = 1[u* ≠ 0].
+
+    The cosine over the coordinates pruning kept (w = ``outside`` = 0), or with the zeroed ones
+    down-weighted.
+    """
 
     Config = MaskedConfig
     config: MaskedConfig
 
     def check(self, observation: Observation) -> None:
+        """Refuse an observation without a published prune (a hinge: without a known scale)."""
         require_prune(observation, self.name)
         if self.config.hinge:
             require_known_scale(observation, f"{self.name} (hinge)")
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return D = M + w(1 − M) with M = 1[u* ≠ 0] (M alone when w = 0)."""
         w = self.config.outside
         return [m * (1 - w) + w for m in kept_mask(observed)] if w else kept_mask(observed)
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build the masked cosine over ``observed``, plus the pruning hinge when β > 0."""
         base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         if not self.config.hinge:
             return base
@@ -205,6 +226,8 @@ NOISE_PRIOR = 15.0
 
 @dataclass
 class GaussianConfig:
+    """Options of the Gaussian likelihood: masking, the quantisation hinge, the noise prior."""
+
     masked: str = field(default="auto", metadata={
         "help": "also mask to u* != 0: on, off, or auto (on when a prune defense is published)"})
     hinge: float = field(default=0.0, metadata={
@@ -217,6 +240,7 @@ class GaussianConfig:
                 f"(0: off; {NOISE_PRIOR:g} chosen on held-out photos)"})
 
     def __post_init__(self) -> None:
+        """Refuse an unknown ``masked`` value and a negative or infinite hinge weight."""
         if self.masked not in ("auto", "on", "off"):
             raise ValueError(f"masked must be auto, on or off, got {self.masked!r}")
         if not (self.hinge >= 0 and math.isfinite(self.hinge)):
@@ -238,6 +262,7 @@ class GaussianLikelihood(ObjectivePart):
         return self.config.masked == "on"
 
     def check(self, observation: Observation) -> None:
+        """Refuse ``masked=on`` without prune, and a hinge without quantize (or with prune)."""
         if self.config.masked == "on":
             require_prune(observation, f"{self.name} (masked=on)")
         if self.config.hinge:
@@ -250,12 +275,14 @@ class GaussianLikelihood(ObjectivePart):
             require_known_scale(observation, f"{self.name} (hinge)")
 
     def packs(self, observation: Observation) -> bool:
+        """Tell whether it packs: no quantisation hinge and no noise-prior weight in use."""
         hinged = self.config.hinge and find(observation.defenses, "quantize") is not None
         weighted = self.config.noise_prior and additive_variance(observation) > 0
         return not hinged and not weighted
 
     def build(self, inner: Callable[..., Any], observed: Sequence[torch.Tensor],
               observation: Observation, *, rows: bool = False, per_row: bool = False) -> Any:
+        """Build the weighted cosine with D_l = 1/σ_l, plus the quantisation hinge when asked."""
         base = super().build(inner, observed, observation, rows=rows, per_row=per_row)
         quantize = find(observation.defenses, "quantize")
         if self.config.hinge and quantize is not None:
@@ -268,6 +295,7 @@ class GaussianLikelihood(ObjectivePart):
 
     def diagonal(self, observed: Sequence[torch.Tensor], observation: Observation,
                  per_row: bool) -> list[torch.Tensor] | None:
+        """Return D_l = 1/σ_l from the published noise (masked when asked); None for D = 1."""
         variances = noise_variances(observed, observation, per_row)
         positive = [v[v > 0] for v in variances]
         floor = min((float(p.min()) for p in positive if p.numel()), default=0.0)
@@ -286,8 +314,11 @@ class GaussianLikelihood(ObjectivePart):
 def build_objective(part: ObjectivePart, inner: Callable[..., Any],
                     observed: Sequence[torch.Tensor], observation: Observation,
                     **options: Any) -> Any:
-    """``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted
-    when the part's D is not 1. ``options`` go to ``inner`` (``per_row``)."""
+    """Build ``part``'s objective over ``observed``.
+
+    ``part``'s objective over ``observed`` (built by ``inner``: a cosine class), weighted when the
+    part's D is not 1. ``options`` go to ``inner`` (``per_row``).
+    """
     return part.build(inner, observed, observation, **options)
 
 

@@ -35,7 +35,7 @@ LINE_SEARCHES = ("none", "strong_wolfe")
 
 
 def decay_milestones(iterations: int) -> tuple[int, ...]:
-    """Iterations (0-based) from which the step size is decayed: ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋."""
+    """Return the 0-based iterations where the step size decays: ⌊3T/8⌋, ⌊5T/8⌋, ⌊7T/8⌋."""
     return tuple(int(iterations * f) for f in DECAY_FRACTIONS)
 
 
@@ -81,15 +81,22 @@ class PlainSGD:
         self.images = images
 
     def step(self, grad: torch.Tensor, lr: float) -> None:
+        """Take one step ``x ← x − lr ∇`` in place."""
         self.images.add_(grad, alpha=-lr)
 
 
 class Stepper(Protocol):
-    def step(self, grad: torch.Tensor, lr: float) -> None: ...
+    """An eager optimiser step on the images, with the step size passed in."""
+
+    def step(self, grad: torch.Tensor, lr: float) -> None:
+        """Take one step along ``grad`` with step size ``lr``, in place."""
 
 
 class DeviceStepper(Protocol):
-    def step(self, grad: torch.Tensor) -> None: ...
+    """An optimiser step whose state and step-size schedule live on the device (CUDA capture)."""
+
+    def step(self, grad: torch.Tensor) -> None:
+        """Take the next scheduled step along ``grad``, in place."""
 
 
 class OptimiserPart(AttackPart):
@@ -99,8 +106,11 @@ class OptimiserPart(AttackPart):
     first_order: ClassVar[bool] = True
 
     def evaluations_per_step(self) -> int:
-        """At most how many objective evaluations (replay + vector–Jacobian product) one step
-        spends: 1 for a first-order step."""
+        """Return at most how many objective evaluations one step spends.
+
+        At most how many objective evaluations (replay + vector–Jacobian product) one step spends: 1
+        for a first-order step.
+        """
         return 1
 
     def rate(self, iteration: int, iterations: int) -> float:
@@ -113,9 +123,11 @@ class OptimiserPart(AttackPart):
                             dtype=torch.float64)
 
     def eager(self, images: torch.Tensor) -> Stepper:
+        """Return the eager stepper over ``images``."""
         raise NotImplementedError
 
     def device(self, images: torch.Tensor, iterations: int) -> DeviceStepper:
+        """Return the device stepper over ``images`` for ``iterations`` steps."""
         raise NotImplementedError
 
 
@@ -134,11 +146,14 @@ def _check_lr(lr: float) -> None:
 
 @dataclass
 class AdamConfig:
+    """Options of Adam: the step size and the step decay at 3/8, 5/8 and 7/8 of T."""
+
     lr: float = field(default=0.1, metadata={"help": "step size"})
     decay: bool = field(default=True, metadata={
         "help": "multiply the step size by 0.1 at 3/8, 5/8 and 7/8 of the iterations"})
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive or infinite step size."""
         _check_lr(self.lr)
 
 
@@ -149,19 +164,24 @@ class SignedAdamPart(OptimiserPart):
     Config = AdamConfig
 
     def eager(self, images: torch.Tensor) -> Stepper:
+        """Return Adam on the sign of the gradient (Geiping et al. 2020), eager."""
         return SignedAdam(images, signed=True)
 
     def device(self, images: torch.Tensor, iterations: int) -> DeviceStepper:
+        """Return Adam on the sign of the gradient on the device, with the step schedule."""
         return DeviceSignedAdam(images, self.schedule(iterations), signed=True)
 
 
 @dataclass
 class ConstantConfig:
+    """Options of a plain optimiser: the step size and the optional step decay."""
+
     lr: float = field(default=0.05, metadata={"help": "step size"})
     decay: bool = field(default=False, metadata={
         "help": "multiply the step size by 0.1 at 3/8, 5/8 and 7/8 of the iterations"})
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive or infinite step size."""
         _check_lr(self.lr)
 
 
@@ -172,9 +192,11 @@ class AdamPart(OptimiserPart):
     Config = ConstantConfig
 
     def eager(self, images: torch.Tensor) -> Stepper:
+        """Return Adam on the raw gradient, eager."""
         return SignedAdam(images, signed=False)
 
     def device(self, images: torch.Tensor, iterations: int) -> DeviceStepper:
+        """Return Adam on the raw gradient on the device, with the step schedule."""
         return DeviceSignedAdam(images, self.schedule(iterations), signed=False)
 
 
@@ -185,14 +207,18 @@ class SGDPart(OptimiserPart):
     Config = ConstantConfig
 
     def eager(self, images: torch.Tensor) -> Stepper:
+        """Return plain SGD, eager."""
         return PlainSGD(images)
 
     def device(self, images: torch.Tensor, iterations: int) -> DeviceStepper:
+        """Return plain SGD on the device, with the step schedule."""
         return DeviceSGD(images, self.schedule(iterations))
 
 
 @dataclass
 class LBFGSConfig:
+    """Options of L-BFGS: step size, evaluations per step, history and line search."""
+
     lr: float = field(default=1.0, metadata={"help": "L-BFGS step size (Zhu's code: 1)"})
     inner: int = field(default=20, metadata={
         "help": "objective evaluations per L-BFGS step (max_iter)"})
@@ -201,6 +227,7 @@ class LBFGSConfig:
         "help": "'none' (Zhu's code) or 'strong_wolfe'"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad step size, ``inner`` or ``history`` below 1, an unknown line search."""
         _check_lr(self.lr)
         for name in ("inner", "history"):
             if getattr(self, name) < 1:
@@ -219,13 +246,17 @@ class LBFGSPart(OptimiserPart):
     first_order = False
 
     def evaluations_per_step(self) -> int:
-        """PyTorch's ``max_eval``: ``inner`` (``max_iter``) without a line search, whose
-        every iteration evaluates once; ⌊5·inner/4⌋ with one, which may evaluate more often
-        (a step may stop earlier on its tolerances either way)."""
+        """Return PyTorch's ``max_eval`` for ``inner`` iterations.
+
+        PyTorch's ``max_eval``: ``inner`` (``max_iter``) without a line search, whose every
+        iteration evaluates once; ⌊5·inner/4⌋ with one, which may evaluate more often (a step may
+        stop earlier on its tolerances either way).
+        """
         inner = self.config.inner
         return inner if self.config.line_search == "none" else inner * 5 // 4
 
     def rate(self, iteration: int, iterations: int) -> float:
+        """Return the constant L-BFGS step size."""
         return self.config.lr
 
     def optimiser(self, images: torch.Tensor) -> torch.optim.LBFGS:

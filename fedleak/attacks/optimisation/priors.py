@@ -61,8 +61,7 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
 
 
 def to_pixels(images: torch.Tensor, observation: Observation) -> torch.Tensor:
-    """Normalised images back on the [0, 1] pixel scale: ``x · std + mean`` per channel
-    (``images`` [..., C, H, W])."""
+    """Return normalised ``images`` [..., C, H, W] on the pixel scale: ``x · std + mean``."""
     mean = torch.as_tensor(observation.mean, dtype=images.dtype, device=images.device)
     std = torch.as_tensor(observation.std, dtype=images.dtype, device=images.device)
     return images * std.view(-1, 1, 1) + mean.view(-1, 1, 1)
@@ -135,8 +134,7 @@ class PriorPart(AttackPart):
         raise NotImplementedError
 
     def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
-        """Apply the constraint in place (constraint priors only); ``box`` is the pixel box
-        (lower, upper) in normalised space."""
+        """Apply the constraint in place, ``box`` the pixel box (lower, upper) normalised."""
 
 
 PRIORS: Registry[PriorPart] = Registry("prior", "fedleak.priors", PartError)
@@ -154,9 +152,12 @@ def _check_weight(weight: float) -> None:
 
 @dataclass
 class Weighted:
+    """Options of a prior with a single weight λ."""
+
     weight: float = field(default=1e-2, metadata={"help": "weight λ of the prior"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or infinite weight."""
         _check_weight(self.weight)
 
 
@@ -168,11 +169,14 @@ class TotalVariation(PriorPart):
     packable = True
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind the total variation R_TV (one image and restart forms)."""
         return BoundPrior(self, total_variation, restart_total_variation)
 
 
 @dataclass
 class BatchNormConfig:
+    """Options of R_BN: its weight, the statistics' source and the distance's form."""
+
     weight: float = field(default=1e-2, metadata={"help": "weight of R_BN"})
     source: str = field(default="auto", metadata={
         "help": "statistics R_BN pulls towards: returned (inferred from the buffers the user "
@@ -182,6 +186,7 @@ class BatchNormConfig:
                 "(Yin et al.'s raw distances)"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad weight, an unknown statistics source or form."""
         _check_weight(self.weight)
         if self.source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
@@ -191,16 +196,21 @@ class BatchNormConfig:
 
 @register_prior("bn")
 class BatchNormStatistics(PriorPart):
-    """λ R_BN: the batch's BatchNorm statistics pulled towards the threat model's (Yin et al.
-    2021, eq. 6); refused on a model without BatchNorm or without the asked-for statistics."""
+    """BatchNorm statistics prior λ R_BN (Yin et al. 2021, eq. 6).
+
+    The batch's BatchNorm statistics pulled towards the threat model's; refused on a model
+    without BatchNorm or without the asked-for statistics.
+    """
 
     Config = BatchNormConfig
     config: BatchNormConfig
 
     def check(self, observation: Observation) -> None:
+        """Refuse a model without BatchNorm or without the asked-for statistics."""
         target_statistics(observation, self.config.source)
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R_BN to the target statistics, recording their source."""
         targets, source = target_statistics(observation, self.config.source)
         return BoundPrior(self, batch_norm_prior(observation, targets, self.config.form),
                           source=source)
@@ -208,12 +218,15 @@ class BatchNormStatistics(PriorPart):
 
 @dataclass
 class DecayingConfig:
+    """Options of a decayed prior: λ₀, the decay factor and its interval m."""
+
     weight: float = field(default=1e-5, metadata={
         "help": "initial weight lambda_0 (R on the [0, 1] pixel scale)"})
     decay: float = field(default=0.9, metadata={"help": "lambda <- decay * lambda every m steps"})
     every: int = field(default=100, metadata={"help": "m: steps between two decays"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad weight, a decay outside (0, 1] and an interval below 1."""
         _check_weight(self.weight)
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay}")
@@ -222,23 +235,29 @@ class DecayingConfig:
 
 
 class DecayingPrior(PriorPart):
-    """λ_i R(x) with λ_i = λ₀ · decay^⌊i/m⌋ (Qian & Hansen, Algorithm 2, lines 15–16), R on
-    the [0, 1] pixel scale."""
+    """Decayed prior λ_i R(x) (Qian & Hansen, Algorithm 2, lines 15–16).
+
+    λ_i = λ₀ · decay^⌊i/m⌋, R on the [0, 1] pixel scale.
+    """
 
     Config = DecayingConfig
     config: DecayingConfig
 
     def weight(self, iteration: int, iterations: int) -> float:
+        """Return λ_i = λ₀ · decay^⌊i/m⌋ at 0-based ``iteration``."""
         cfg = self.config
         return decayed_weight(iteration, cfg.weight, cfg.decay, cfg.every)
 
     def scheduled(self) -> bool:
+        """Tell whether λ changes with the iteration (decay below 1)."""
         return self.config.decay != 1
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return R for a batch of ``num_images`` (each decayed prior names its own)."""
         raise NotImplementedError
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R on the [0, 1] pixel scale of ``observation``."""
         regularizer = self.regularizer(observation.num_images)
         return BoundPrior(self, lambda x: regularizer(to_pixels(x, observation)))
 
@@ -248,6 +267,7 @@ class SquaredNorm(DecayingPrior):
     """λ_i ‖x‖_F² (Qian & Hansen, one image)."""
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return the squared l2 norm regulariser."""
         return l2_regularizer
 
 
@@ -256,6 +276,7 @@ class Orthogonality(DecayingPrior):
     """λ_i Σ_{k≠k'} (x_kᵀ x_{k'})² (Qian & Hansen, a batch: pushes the images apart)."""
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return the orthogonality regulariser between the batch's images."""
         return orthogonality_regularizer
 
 
@@ -265,23 +286,28 @@ class QianRegularizer(DecayingPrior):
 
     @staticmethod
     def chosen(num_images: int) -> str:
-        """The regulariser used for a batch of ``num_images``."""
+        """Return the regulariser used for a batch of ``num_images``."""
         return "l2" if num_images == 1 else "orthogonality"
 
     def regularizer(self, num_images: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Return l2 for a single image, else orthogonality (Qian & Hansen)."""
         return l2_regularizer if num_images == 1 else orthogonality_regularizer
 
 
 @register_prior("group")
 class GroupConsistency(PriorPart):
-    """λ ‖x_r − E(x)‖₂ (Yin et al. 2021, eq. 8): each restart pulled towards the restarts'
-    pixel-wise mean (held fixed within a step; no registration). Needs restarts >= 2."""
+    """λ ‖x_r − E(x)‖₂ (Yin et al. 2021, eq. 8).
+
+    Each restart pulled towards the restarts' pixel-wise mean (held fixed within a step; no
+    registration). Needs restarts >= 2.
+    """
 
     Config = Weighted
     coupled = True
     packable = False
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind the pull towards the restarts' mean; refuse fewer than two restarts."""
         if restarts < 2:
             raise PartError("prior 'group' pulls restarts towards their mean: it needs "
                             f"restarts >= 2, got {restarts}; set -o restarts=4 or drop it")
@@ -299,23 +325,29 @@ class GroupConsistency(PriorPart):
 
 @dataclass
 class EpochConfig:
+    """Options of R_epoch: its weight."""
+
     weight: float = field(default=1.0, metadata={
         "help": "weight of R_epoch (normalised space; chosen in docs/fedavg.md)"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or infinite weight."""
         _check_weight(self.weight)
 
 
 @register_prior("epoch")
 class EpochConsistency(PriorPart):
-    """λ R_epoch: the per-epoch copies of a shuffled FedAvg replay keep one mean image
-    (Dimitrov et al. 2022, :func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`);
-    zero when the replay takes one copy."""
+    """Epoch-consistency prior λ R_epoch (Dimitrov et al. 2022).
+
+    The per-epoch copies of a shuffled FedAvg replay keep one mean image
+    (:func:`~fedleak.attacks.optimisation.fedavg.epochs.epoch_consistency`); zero for one copy.
+    """
 
     Config = EpochConfig
     config: EpochConfig
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind R_epoch for the observation's per-epoch copies (zero for one copy)."""
         copies = epoch_copies(observation)
 
         def term(images: torch.Tensor) -> torch.Tensor:  # [..., copies·n, C, H, W] → [...]
@@ -328,20 +360,24 @@ class EpochConsistency(PriorPart):
 
 @register_prior("box")
 class Box(PriorPart):
-    """x ∈ [0, 1]^n on the pixel scale ([(0 − mean)/std, (1 − mean)/std] normalised), applied
-    by projection after every step (the proximal step of the box's indicator)."""
+    """Box constraint x ∈ [0, 1]^n on the pixel scale, applied by projection.
+
+    [(0 − mean)/std, (1 − mean)/std] normalised, applied by projection after every step.
+    """
 
     Config = NoOptions
     constraint = True
     packable = True
 
     def bind(self, observation: Observation, restarts: int) -> BoundPrior:
+        """Bind a zero term: the box acts by projection, not through F."""
         def zero(images: torch.Tensor) -> torch.Tensor:
             return torch.zeros((), dtype=images.dtype, device=images.device)
 
         return BoundPrior(self, zero)
 
     def project(self, images: torch.Tensor, box: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Clamp ``images`` to the pixel ``box`` in place."""
         images.clamp_(box[0], box[1])
 
 

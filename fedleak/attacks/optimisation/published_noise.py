@@ -31,8 +31,11 @@ from fedleak.attacks.published import find
 
 def noise_variances(observed: Sequence[torch.Tensor], observation: Observation,
                     per_row: bool) -> list[torch.Tensor]:
-    """σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the
-    published defenses add to each coordinate of the update (module docstring)."""
+    """Return σ_l² per layer of the noise the published defenses add.
+
+    σ_l² per layer (a [rows, 1, …] tensor when ``per_row``, else 0-dim) of the noise the published
+    defenses add to each coordinate of the update (module docstring).
+    """
     isotropic = additive_variance(observation)
     quantize = find(observation.defenses, "quantize")
     levels = 2 ** (int(quantize.number("bits", 4)) - 1) - 1 if quantize is not None else 0
@@ -72,8 +75,11 @@ def additive_variance(observation: Observation) -> float:
 
 def noise_ratio(observed: Sequence[torch.Tensor], observation: Observation,
                 per_row: bool) -> torch.Tensor:
-    """r = d σ² / ‖u*‖²: the published additive noise's expected energy over the observed
-    update's (0-dim, or [rows] when ``per_row``); near 1 when the noise drowns the update."""
+    """Return the noise-to-update energy ratio r = d σ² / ‖u*‖².
+
+    r = d σ² / ‖u*‖²: the published additive noise's expected energy over the observed update's
+    (0-dim, or [rows] when ``per_row``); near 1 when the noise drowns the update.
+    """
     variance = additive_variance(observation)
     count = sum(o[0].numel() if per_row else o.numel() for o in observed)
     if per_row:
@@ -85,5 +91,5 @@ def noise_ratio(observed: Sequence[torch.Tensor], observation: Observation,
 
 
 def _batch_size(observation: Observation) -> int:
-    """The user's local batch size for FedAvg: n / (steps per epoch), at least 1."""
+    """Return the user's local batch size for FedAvg: n / (steps per epoch), at least 1."""
     return max(1, math.ceil(observation.num_images / max(observation.local_steps, 1)))

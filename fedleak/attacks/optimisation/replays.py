@@ -45,7 +45,7 @@ class ReplayPart(AttackPart):
 
     @abstractmethod
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
-        """The replay this part makes of ``base``."""
+        """Return the replay this part makes of ``base``."""
 
     @property
     def packable(self) -> bool:
@@ -68,21 +68,26 @@ class PlainReplay(ReplayPart):
     Config = NoOptions
 
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
+        """Return ``base`` unchanged: the user's plain training step."""
         return base
 
     @property
     def packable(self) -> bool:
+        """Tell that packed attacks may use the plain replay (always)."""
         return True
 
 
 @dataclass
 class ClippedConfig:
+    """Options of the clipped replay: the clipping norm C and flat or per-layer clipping."""
+
     max_norm: float = field(default=0.0, metadata={
         "help": "per-example clipping norm C; 0: the C the victim's dpsgd publishes"})
     clipping: str = field(default="auto", metadata={
         "help": "flat, per-layer, or auto (what the victim's dpsgd publishes)"})
 
     def __post_init__(self) -> None:
+        """Refuse a negative or infinite C and an unknown clipping."""
         if not (self.max_norm >= 0 and math.isfinite(self.max_norm)):
             raise ValueError(f"max-norm must be >= 0, got {self.max_norm}")
         if self.clipping not in ("auto", "flat", "per-layer"):
@@ -105,6 +110,7 @@ class ClippedReplay(ReplayPart):
         return norm, clipping
 
     def check(self, observation: Observation) -> None:
+        """Refuse no C to clip to, a FedAvg update, or Poisson-sampled batches."""
         dp = find(observation.defenses, "dpsgd")
         norm, _ = self._settings(observation)
         if not norm > 0:
@@ -122,6 +128,7 @@ class ClippedReplay(ReplayPart):
                             "dpsgd samples batches at random (poisson=True); use -o replay=plain")
 
     def wrap(self, base: RestartsUpdateFn, observation: Observation) -> RestartsUpdateFn:
+        """Wrap ``base`` so each image's gradient is clipped to C before they are summed."""
         norm, clipping = self._settings(observation)
 
         def replay(images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
@@ -138,8 +145,11 @@ class ClippedReplay(ReplayPart):
 
 
 def clip_rows(update: list[torch.Tensor], norm: float, clipping: str) -> list[torch.Tensor]:
-    """Each row r (restart) of ``update`` clipped: ``flat`` scales row r by
-    min(1, C/(‖u_r‖ + 1e-6)) over all layers; ``per-layer`` clips layer l to C/√L alone."""
+    """Each row r (restart) of ``update`` clipped.
+
+    ``flat`` scales row r by min(1, C/(‖u_r‖ + 1e-6)) over all layers; ``per-layer`` clips layer l
+    to C/√L alone.
+    """
     rows = update[0].shape[0]
 
     def factor(squares: torch.Tensor, bound: float) -> torch.Tensor:

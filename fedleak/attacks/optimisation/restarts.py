@@ -40,7 +40,7 @@ from fedleak.attacks.replay_contract import PackedUpdateFn, Replay, RestartsUpda
 
 
 def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
-    """The observation's replay over a leading restart dimension, or None if it has none."""
+    """Return the observation's replay over a leading restart dimension, or None if it has none."""
     simulate = observation.simulate
     if not isinstance(simulate, Replay) or not simulate.vectorisable:
         return None
@@ -48,7 +48,7 @@ def batched_replay(observation: Observation) -> RestartsUpdateFn | None:
 
 
 def alone(observation: Observation) -> RestartsUpdateFn:
-    """The observation's own replay in restart form (one restart)."""
+    """Return the observation's own replay in restart form (one restart)."""
     def replay(images: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
         return [u.unsqueeze(0) for u in observation.simulate(images[0], y)]
 
@@ -73,7 +73,7 @@ def side_by_side(
     vectorised: bool,
     coupled: bool,
 ) -> RestartsUpdateFn | None:
-    """The replay of all ``restarts`` in one call, or None to run them one by one.
+    """Return the replay of all ``restarts`` in one call, or None to run them one by one.
 
     Vectorised when asked for and the observation offers a batched replay (``wrap`` adds the
     replay part's mechanism around it, as it did around ``one_by_one``); else in lockstep when
@@ -137,8 +137,11 @@ class RestartsCosineObjective:
     def value_and_output_grads(
         self, candidate: Sequence[torch.Tensor]
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Per-restart objective [R], the cotangents ``g_r = u*_r − (a_r/b_r) u_r`` (stacked)
-        and the scales ``s_r = −1/(√b_r ‖u*_r‖)`` [R]: ∂J_r/∂u_r = s_r g_r."""
+        """Return the per-restart objective [R], cotangents and scales.
+
+        Per-restart objective [R], the cotangents ``g_r = u*_r − (a_r/b_r) u_r`` (stacked) and the
+        scales ``s_r = −1/(√b_r ‖u*_r‖)`` [R]: ∂J_r/∂u_r = s_r g_r.
+        """
         detached = [u.detach() for u in candidate]
         a, b = self.dots(detached)
         root_b = b.sqrt()
@@ -152,9 +155,12 @@ class RestartsCosineObjective:
 
 
 def packed_replay(observations: Sequence[Observation]) -> PackedUpdateFn | None:
-    """One replay for several observations' candidates at once, or None when they cannot be
-    packed (a vectorisable :class:`~fedleak.attacks.replay_contract.Replay` offers
-    ``pack(others)`` for models of one architecture and protocol)."""
+    """Return one replay for several observations' candidates at once, or None.
+
+    One replay for several observations' candidates at once, or None when they cannot be packed (a
+    vectorisable :class:`~fedleak.attacks.replay_contract.Replay` offers ``pack(others)`` for models
+    of one architecture and protocol).
+    """
     replays = [o.simulate for o in observations]
     vectorisable = [r for r in replays if isinstance(r, Replay) and r.vectorisable]
     if len(vectorisable) < len(replays):
@@ -171,6 +177,8 @@ def stacked_inits(
     seeds: Sequence[int],
     device: torch.device,
 ) -> torch.Tensor:
-    """``init(shape, seed, device)`` for every seed, stacked: restart r starts where the
-    sequential run with ``seeds[r]`` starts."""
+    """``init(shape, seed, device)`` for every seed, stacked.
+
+    Restart r starts where the sequential run with ``seeds[r]`` starts.
+    """
     return torch.stack([init(shape, seed, device) for seed in seeds])

@@ -1,7 +1,8 @@
-"""The base of every text attack: an :class:`~fedleak.attacks.base.Attack` whose target is a
-:class:`~fedleak.attacks.text_observation.TextObservation` (threat model
-``text-update``) and whose answer is a
-:class:`~fedleak.attacks.text_observation.TextReconstruction`.
+"""The base of every text attack.
+
+An :class:`~fedleak.attacks.base.Attack` whose target is a
+:class:`~fedleak.attacks.text_observation.TextObservation` (threat model ``text-update``) and whose
+answer is a :class:`~fedleak.attacks.text_observation.TextReconstruction`.
 """
 
 from __future__ import annotations

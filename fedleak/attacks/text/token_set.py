@@ -58,6 +58,8 @@ METHODS = ("auto", "rows", "span")
 
 @dataclass
 class TokenSetConfig:
+    """Options of the token-set attack: the method and its span and rank tolerances."""
+
     method: str = field(default="auto", metadata={
         "help": "rows: non-zero rows of the input embedding gradient; span: inputs in the "
                 "first layer's gradient span (frozen or tied embeddings); auto: rows where the "
@@ -72,6 +74,7 @@ class TokenSetConfig:
                 "rank is the largest drop above it"})
 
     def __post_init__(self) -> None:
+        """Refuse an unknown method and non-positive tolerances."""
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}")
         if self.span_tolerance <= 0 or self.rank_tolerance <= 0:
@@ -87,13 +90,16 @@ class TokenSet(TextAttack):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Return None: the token set is read from any update setting."""
         return None
 
     def budget(self) -> int | None:
+        """Return None: the attack runs no search with a budget."""
         return None
 
     def recover(self, target: TextObservation, *, device: torch.device, seed: int,
                 progress: Progress | None) -> Reconstruction:
+        """Recover the set of token ids the batch holds (module docstring)."""
         c: TokenSetConfig = self.config
         text_ids = target.text_ids().to(device)
         method = c.method
@@ -128,7 +134,7 @@ class TokenSet(TextAttack):
 
 
 def language_model_head(target: TextObservation) -> str:
-    """The trained language-model head's weight name ('' for an encoder or a frozen head)."""
+    """Return the trained language-model head's weight name ('' for an encoder or a frozen head)."""
     if target.architecture != DECODER:
         return ""
     if target.tied_head:
@@ -142,9 +148,11 @@ def language_model_head(target: TextObservation) -> str:
 
 
 def standing_out(norms: torch.Tensor, most: int) -> torch.Tensor:
-    """Which ``norms`` (one per candidate row) stand out: every non-zero one when most are
-    exactly zero (an undefended gradient), else those above the largest ratio gap of the
-    sorted norms among the top ``most``."""
+    """Which ``norms`` (one per candidate row) stand out.
+
+    Every non-zero one when most are exactly zero (an undefended gradient), else those above the
+    largest ratio gap of the sorted norms among the top ``most``.
+    """
     if int((norms == 0).sum()) * 2 >= len(norms):
         return norms > 0
     ordered, order = norms.sort(descending=True)
@@ -158,8 +166,11 @@ def standing_out(norms: torch.Tensor, most: int) -> torch.Tensor:
 
 def first_layer_pairs(target: TextObservation, text_ids: torch.Tensor,
                       config: TokenSetConfig) -> list[tuple[int, int]] | None:
-    """The (token, position) pairs whose first-layer input lies in the span of the first
-    layer's weight gradient (module docstring); None when the model offers no such layer."""
+    """Return the (token, position) pairs in the first layer's gradient span, or None.
+
+    The (token, position) pairs whose first-layer input lies in the span of the first layer's weight
+    gradient (module docstring); None when the model offers no such layer.
+    """
     found = first_layer(target)
     if found is None:
         return None
@@ -177,10 +188,12 @@ def first_layer_pairs(target: TextObservation, text_ids: torch.Tensor,
 
 
 def span_basis(gradient: torch.Tensor, tolerance: float) -> torch.Tensor:
-    """An orthonormal basis [d, r] of the column space of ``gradient`` [d, k] (the layer
-    inputs' span). The rank r is where the singular values drop the most (the largest ratio
-    s_r / s_{r+1}; float32 rounding leaves a floor, not zeros), among those above
-    ``tolerance`` times the largest."""
+    """Return an orthonormal basis [d, r] of the column space of ``gradient``.
+
+    An orthonormal basis [d, r] of the column space of ``gradient`` [d, k] (the layer inputs' span).
+    The rank r is where the singular values drop the most (the largest ratio s_r / s_{r+1}; float32
+    rounding leaves a floor, not zeros), among those above ``tolerance`` times the largest.
+    """
     u, s, _ = torch.linalg.svd(gradient, full_matrices=False)
     floor = float(s[0]) * tolerance
     usable = int((s > floor).sum())
@@ -197,9 +210,12 @@ FirstInputs = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None:
-    """The first linear map's weight name, whether its gradient holds the inputs on its
-    columns (``nn.Linear``: [out, in]) rather than its rows (GPT-2's ``Conv1D``: [in, out]),
-    and its inputs for candidate tokens at a position; GPT-2 and BERT families, else None."""
+    """Return the first linear map's weight name, orientation and input function.
+
+    The first linear map's weight name, whether its gradient holds the inputs on its columns
+    (``nn.Linear``: [out, in]) rather than its rows (GPT-2's ``Conv1D``: [in, out]), and its inputs
+    for candidate tokens at a position; GPT-2 and BERT families, else None.
+    """
     model: Any = target.model
     gpt2 = part(part(model, "transformer"), "h")
     if target.architecture == DECODER and gpt2 is not None:

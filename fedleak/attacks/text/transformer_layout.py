@@ -1,5 +1,7 @@
-"""Where DAGER reads a transformer: the input of its first self-attention layer, the input of a
-second linear layer that mixes the sentence, and the weight gradients that span them.
+"""Where DAGER reads a transformer.
+
+The input of its first self-attention layer, the input of a second linear layer that mixes the
+sentence, and the weight gradients that span them.
 
 A :class:`TransformerLayout` names two :class:`SpanLayer` s. The first is the first attention's
 query/key/value projection (GPT-2's fused ``attn.c_attn``, BERT's ``attention.self.query/key/
@@ -31,11 +33,14 @@ Second = Literal["feed-forward", "attention"]
 
 
 def part(obj: Any, name: str, default: Any = None) -> Any:
-    """The attribute ``name`` of a Hugging Face module, config or model output (``default``
-    where it has none). Those classes share no typed interface (GPT-2 keeps its blocks in
-    ``transformer.h``, BERT in ``bert.encoder.layer``; outputs carry ``logits`` or a cache or
-    not), so the text attacks read the public model's parts by name here, and only here: what
-    they read is the model the server sent, never the observation or its replay."""
+    """Return the attribute ``name`` of a Hugging Face module, config or output.
+
+    The attribute ``name`` of a Hugging Face module, config or model output (``default`` where it
+    has none). Those classes share no typed interface (GPT-2 keeps its blocks in ``transformer.h``,
+    BERT in ``bert.encoder.layer``; outputs carry ``logits`` or a cache or not), so the text attacks
+    read the public model's parts by name here, and only here: what they read is the model the
+    server sent, never the observation or its replay.
+    """
     return getattr(obj, name, default)
 
 
@@ -49,17 +54,22 @@ class _Captured(Exception):
 
 @dataclass
 class SpanLayer:
-    """A layer as DAGER reads it: the module whose input is captured and the names of the
-    weights whose gradients span that input, each with whether it stores the input dimension
-    first (``Conv1D``: [n_in, n_out]) or last (``nn.Linear``: [n_out, n_in])."""
+    """A layer as DAGER reads it.
+
+    The module whose input is captured and the names of the weights whose gradients span that input,
+    each with whether it stores the input dimension first (``Conv1D``: [n_in, n_out]) or last
+    (``nn.Linear``: [n_out, n_in]).
+    """
 
     module: nn.Module
     weights: tuple[str, ...]
     input_first: tuple[bool, ...]
 
     def gradients(self, gradients: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        """The layer's weight gradients from ``gradients`` (by parameter name), each with the
-        input dimension first."""
+        """Return the layer's weight gradients from ``gradients`` (by parameter name).
+
+        Each is given with the input dimension first.
+        """
         out = []
         for name, first in zip(self.weights, self.input_first, strict=True):
             if name not in gradients:
@@ -73,11 +83,14 @@ class SpanLayer:
 
 @dataclass
 class TransformerLayout:
-    """A decoder (causal: position i sees tokens ≤ i) or encoder (every position sees the whole
-    sentence) and where DAGER reads it. ``token_type_id`` is passed as ``token_type_ids`` to
-    models that take it (BERT); ``final_norm``/``final_norm_weights``/``head`` are a causal
-    language model's last LayerNorm, its (weight, bias) parameter names and the output
-    embedding [V, d]: the last token of each sentence is read from their gradients."""
+    """Where DAGER reads a decoder or an encoder.
+
+    A decoder (causal: position i sees tokens ≤ i) or encoder (every position sees the whole
+    sentence) and where DAGER reads it. ``token_type_id`` is passed as ``token_type_ids`` to models
+    that take it (BERT); ``final_norm``/``final_norm_weights``/``head`` are a causal language
+    model's last LayerNorm, its (weight, bias) parameter names and the output embedding [V, d]: the
+    last token of each sentence is read from their gradients.
+    """
 
     model: nn.Module
     kind: Kind
@@ -107,8 +120,11 @@ class TransformerLayout:
 
     def model_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
                      attention_mask: torch.Tensor | None = None) -> dict[str, Any]:
-        """Keyword arguments of the model's forward for ``input_ids`` [N, t] (token ids, or
-        input embeddings [N, t, d] passed as ``inputs_embeds``), on the model's device."""
+        """Return the model's forward keyword arguments for ``input_ids``.
+
+        Keyword arguments of the model's forward for ``input_ids`` [N, t] (token ids, or input
+        embeddings [N, t, d] passed as ``inputs_embeds``), on the model's device.
+        """
         device = self.device
         key = "inputs_embeds" if input_ids.is_floating_point() else "input_ids"
         kwargs: dict[str, Any] = {key: input_ids.to(device), **self.extra_inputs}
@@ -131,17 +147,23 @@ class TransformerLayout:
     def layer_inputs(self, layer: int, input_ids: torch.Tensor,
                      position_ids: torch.Tensor | None = None,
                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The input of attention layer ``layer`` (0 or 1) for the sentences ``input_ids``
-        [N, t] (dropout off, no gradient): [N, t, d]."""
+        """Return the input of attention layer ``layer`` for the sentences ``input_ids``.
+
+        The input of attention layer ``layer`` (0 or 1) for the sentences ``input_ids`` [N, t]
+        (dropout off, no gradient): [N, t, d].
+        """
         return captured_input(self.model, self.layers[layer].module,
                               self.model_inputs(input_ids, position_ids, attention_mask))
 
 
 def captured_input(model: nn.Module, module: nn.Module, inputs: Mapping[str, Any],
                    graph: bool = False) -> torch.Tensor:
-    """What ``module`` receives when ``model(**inputs)`` runs, in evaluation mode (no dropout);
-    the forward stops at ``module``. Without a graph unless ``graph`` (then the result is
-    differentiable with respect to ``inputs_embeds``)."""
+    """Capture what ``module`` receives when ``model(**inputs)`` runs.
+
+    What ``module`` receives when ``model(**inputs)`` runs, in evaluation mode (no dropout); the
+    forward stops at ``module``. Without a graph unless ``graph`` (then the result is differentiable
+    with respect to ``inputs_embeds``).
+    """
     store: list[torch.Tensor] = []
 
     def hook(_: nn.Module, args: tuple[Any, ...]) -> None:
@@ -190,7 +212,7 @@ def _config_int(model: nn.Module, *names: str) -> int:
 
 
 def _span_layer(model: nn.Module, modules: list[nn.Module | None], where: str) -> SpanLayer:
-    """The layer reading the input of ``modules[0]`` (all of ``modules`` read the same input)."""
+    """Return the layer reading the input of ``modules[0]`` (all of them read the same input)."""
     found = [m for m in modules if m is not None]
     if not found or len(found) != len(modules):
         raise LayoutError(f"the model has no {where}")
@@ -199,9 +221,11 @@ def _span_layer(model: nn.Module, modules: list[nn.Module | None], where: str) -
 
 
 def layout_of(model: nn.Module, second: Second = "feed-forward") -> TransformerLayout:
-    """The layout of a Hugging Face GPT-2 or BERT model, found by module names; LayoutError
-    naming what is missing otherwise (pass a :class:`TransformerLayout` of your own).
-    ``second`` picks the second span (module docstring)."""
+    """Return the layout of a Hugging Face GPT-2 or BERT model, found by module names.
+
+    LayoutError naming what is missing otherwise (pass a :class:`TransformerLayout` of your own).
+    ``second`` picks the second span (module docstring).
+    """
     if second not in ("feed-forward", "attention"):
         raise LayoutError(f"second must be 'feed-forward' or 'attention'; got {second!r}")
     blocks = _child(model, "transformer.h") or _child(model, "h")

@@ -1,4 +1,6 @@
-"""The Clopper–Pearson ε lower bound of a distinguishing game (Jagielski, Ullman & Oprea 2020,
+"""Clopper–Pearson ε lower bound of a distinguishing game (Jagielski et al. 2020).
+
+The Clopper–Pearson ε lower bound of a distinguishing game (Jagielski, Ullman & Oprea 2020,
 "Auditing Differentially Private Machine Learning", arXiv 2006.07709, Sec. 3; Nasr et al. 2021,
 "Adversary Instantiation", arXiv 2101.04535, Sec. 3).
 
@@ -30,8 +32,11 @@ from scipy.stats import beta
 
 
 def upper_bound(successes: float, trials: int, alpha: float) -> float:
-    """One-sided Clopper–Pearson upper bound on a binomial rate at confidence 1 − ``alpha``
-    (``successes`` may be a predicted, non-integer count)."""
+    """Return the one-sided Clopper–Pearson upper bound on a binomial rate.
+
+    One-sided Clopper–Pearson upper bound on a binomial rate at confidence 1 − ``alpha``
+    (``successes`` may be a predicted, non-integer count).
+    """
     if trials <= 0:
         return 1.0
     if not 0 <= successes <= trials:

@@ -1,6 +1,7 @@
-"""Tests of the declared mechanism over every part of it: the noise ratio per parameter group
-(``gaussian-scores``), the noise level per group (``noise-level``) and the sampling
-(``sampling``).
+"""Tests of the declared mechanism over every part of it.
+
+The noise ratio per parameter group (``gaussian-scores``), the noise level per group
+(``noise-level``) and the sampling (``sampling``).
 
 Both read the victim's :class:`~fedleak.auditing.estimators.noise_ratio.StreamTable` — the released
 updates projected on many public canaries, each with its own secret coin, covering every
@@ -83,9 +84,11 @@ class GaussianScores(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one test per parameter group with streams, none without a claim."""
         return len(stream_groups(game)) if game.claims else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Run the noise-ratio test of each parameter group (module docstring)."""
         table, claim = game.streams, game.claim
         if table is None or claim is None or not game.claims:
             return Findings()
@@ -113,7 +116,7 @@ class GaussianScores(Estimator):
 
 
 def _ratio_statement(group: str, test: RatioTest) -> str:
-    """What one noise-ratio test found, in words; a spread of zero is named as such."""
+    """Return what one noise-ratio test found, in words; a spread of zero is named as such."""
     if math.isinf(test.ratio):
         return (f"{group}: the noise did not change across trials (the released values "
                 f"without the canary varied by no more than float rounding: a fixed seed, "
@@ -151,6 +154,7 @@ class NoiseLevel(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one χ² test per noise group, plus the shape test when it applies."""
         return len(noise_groups(game)) + self.shape(game) if game.claims else 0
 
     @staticmethod
@@ -161,6 +165,7 @@ class NoiseLevel(Estimator):
                    and table.noise.kurtosis() is not None)
 
     def run(self, game: Game, level: float) -> Findings:
+        """Run the χ² tests of the declared noise, and the kurtosis test of its shape."""
         table = game.streams
         if table is None or table.noise is None or not game.claims:
             return Findings()
@@ -196,13 +201,16 @@ class SamplingCheck(Estimator):
     Config = NoOptions
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the claim declares sampling whose inclusion varies (shift variance > 0)."""
         return game.claims and game.streams is not None and \
             bool((game.streams.shift_variance > 0).any())
 
     def tests(self, game: Game) -> int:
+        """Return one test when the check applies, else none."""
         return 1 if self.applies(game) else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Test the canary's inclusion against the declared Poisson sampling."""
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()
@@ -235,14 +243,17 @@ class Interference(Estimator):
     Config = NoOptions
 
     def applies(self, game: Game) -> bool:
+        """Tell whether independent streams of more than two canaries were measured."""
         table = game.streams
         return game.claims and table is not None and table.independent and \
             table.values.shape[1] > 2
 
     def tests(self, game: Game) -> int:
+        """Return one test when the check applies, else none."""
         return 1 if self.applies(game) else 0
 
     def run(self, game: Game, level: float) -> Findings:
+        """Test whether one canary's stream depends on how many others joined."""
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()

@@ -1,6 +1,8 @@
-"""The Gaussian-DP route of Nasr et al. 2023 ("Tight Auditing of Differentially Private
-Machine Learning", arXiv 2302.07956, Sec. 4): bound μ from the test's error rates, then read ε
-off the μ-GDP trade-off curve at δ.
+"""Gaussian-DP audit route of Nasr et al. 2023: μ from error rates, then ε at δ.
+
+The Gaussian-DP route of Nasr et al. 2023 ("Tight Auditing of Differentially Private Machine
+Learning", arXiv 2302.07956, Sec. 4): bound μ from the test's error rates, then read ε off the μ-GDP
+trade-off curve at δ.
 
 A mechanism is μ-GDP (Dong, Roth & Su 2019, "Gaussian Differential Privacy") when no test
 tells neighbouring inputs apart better than one between N(0, 1) and N(μ, 1): every test with
@@ -55,7 +57,7 @@ def delta_from_mu(epsilon: float, mu: float) -> float:
 
 
 def epsilon_from_mu(mu: float, delta: float) -> float:
-    """The smallest ε with μ-GDP ⊂ (ε, δ)-DP: the root of δ(ε) = δ (0 when δ(0) ≤ δ)."""
+    """Return the smallest ε with μ-GDP ⊂ (ε, δ)-DP: the root of δ(ε) = δ (0 when δ(0) ≤ δ)."""
     if not 0 <= delta < 1:
         raise ValueError(f"delta must lie in [0, 1), got {delta}")
     if mu <= 0:
@@ -73,8 +75,10 @@ def epsilon_from_mu(mu: float, delta: float) -> float:
 
 
 def mu_from_epsilon(epsilon: float, delta: float) -> float:
-    """The μ whose (ε, δ) curve passes through (``epsilon``, ``delta``): inverse of
-    :func:`epsilon_from_mu` in μ."""
+    """Return the μ whose (ε, δ) curve passes through (``epsilon``, ``delta``).
+
+    Inverse of :func:`epsilon_from_mu` in μ.
+    """
     if epsilon <= 0:
         return 0.0
     high = 1.0

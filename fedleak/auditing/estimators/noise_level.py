@@ -50,9 +50,11 @@ class NoiseLevels:
     coordinate_count: float = 0.0
 
     def kurtosis(self) -> tuple[float, float] | None:
-        """(b₂, its standard error √(24/ν)) of the coordinates' residuals: 3 for Gaussian
-        noise (the residuals of a cell of n keep E Σe⁴ / (E Σe²)² · N = 3), None without
-        enough samples for the normal law of b₂ (ν < 10,000)."""
+        """(b₂, its standard error √(24/ν)) of the coordinates' residuals.
+
+        3 for Gaussian noise (the residuals of a cell of n keep E Σe⁴ / (E Σe²)² · N = 3), None
+        without enough samples for the normal law of b₂ (ν < 10,000).
+        """
         if self.coordinate_dof < 10_000 or not self.coordinate_squares > 0:
             return None
         b2 = self.coordinate_count * self.coordinate_fourth / self.coordinate_squares ** 2
@@ -77,7 +79,7 @@ class NoiseTest:
 
 
 def detectable_factor(dof: float, alpha: float, power: float) -> float:
-    """The largest noise factor f < 1 the test catches with probability ``power``."""
+    """Return the largest noise factor f < 1 the test catches with probability ``power``."""
     if dof < 1:
         return 0.0
     return math.sqrt(float(chi2.ppf(alpha, dof)) / float(chi2.ppf(power, dof)))
@@ -85,7 +87,7 @@ def detectable_factor(dof: float, alpha: float, power: float) -> float:
 
 def noise_test(group: str, dof: float, squares: float, alpha: float,
                power: float) -> NoiseTest | None:
-    """The χ² test of one group at level ``alpha`` (None without degrees of freedom)."""
+    """Return the χ² test of one group at level ``alpha`` (None without degrees of freedom)."""
     if dof < 1:
         return None
     factor = math.sqrt(squares / dof)
@@ -95,7 +97,7 @@ def noise_test(group: str, dof: float, squares: float, alpha: float,
 
 
 def dof_for_power(noise: float, alpha: float, power: float, most: float) -> float:
-    """The degrees of freedom at which noise ``noise``·s is caught with ``power``."""
+    """Return the degrees of freedom at which noise ``noise``·s is caught with ``power``."""
     if detectable_factor(most, alpha, power) < noise:
         return most
     low, high = 1.0, most

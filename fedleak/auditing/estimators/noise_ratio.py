@@ -1,5 +1,6 @@
-"""Testing a declared Gaussian mechanism from many canaries: the noise ratio r, its bound and
-its power.
+"""Testing a declared Gaussian mechanism from many canaries.
+
+The noise ratio r, its bound and its power.
 
 Each *stream* is the released update projected on one canary's public unit direction u_k. The
 declaration says what the stream does: out of the canary's trials it is an offset a (what the
@@ -52,9 +53,12 @@ from fedleak.auditing.estimators.noise_level import NoiseLevels
 
 @dataclass(frozen=True)
 class StreamTable:
-    """What the victim measured: per trial and stream the released update's projection
-    (oriented so the canary pushes it up), the stream's coin, and per stream its group and
-    the declared shift, noise std and shift variance."""
+    """What the victim measured, per trial and stream.
+
+    What the victim measured: per trial and stream the released update's projection (oriented so the
+    canary pushes it up), the stream's coin, and per stream its group and the declared shift, noise
+    std and shift variance.
+    """
 
     values: np.ndarray          # [T, K]
     coins: np.ndarray           # [T, K] bool
@@ -74,6 +78,7 @@ class StreamTable:
     exact: bool = False
 
     def __post_init__(self) -> None:
+        """Refuse streams whose values, coins and groups disagree, or a non-positive noise std."""
         t, k = self.values.shape
         if self.coins.shape != (t, k) or len(self.groups) != k:
             raise ValueError("stream values, coins and groups disagree in shape")
@@ -100,17 +105,21 @@ class Cells:
 
     @property
     def weights(self) -> np.ndarray:
+        """Return each cell's weight n₁n₀/(n₁ + n₀)."""
         return np.asarray(self.n1 * self.n0 / np.maximum(self.n1 + self.n0, 1), dtype=float)
 
     @property
     def samples(self) -> tuple[int, int]:
+        """Return the (canary-in, canary-out) sample counts."""
         return int(self.n1.sum()), int(self.n0.sum())
 
 
 def cells(table: StreamTable, members: np.ndarray) -> Cells | None:
-    """The group's cells; None when no cell has both an in and an out sample. Strata that
-    leave fewer than half the samples in usable cells (batches that rarely repeat) are
-    pooled instead: the data's spread then only adds to the noise (conservative)."""
+    """Return the group's cells; None when no cell has both an in and an out sample.
+
+    Strata that leave fewer than half the samples in usable cells (batches that rarely repeat) are
+    pooled instead: the data's spread then only adds to the noise (conservative).
+    """
     if table.strata is not None:
         by_stratum = _cells(table, members, table.strata)
         usable = 0 if by_stratum is None else sum(by_stratum.samples)
@@ -128,8 +137,10 @@ ROUNDING = 64 * 2.0 ** -24
 
 
 def rounding_floor(values: np.ndarray) -> float:
-    """The largest spread float rounding alone gives ``values`` (released in float32, so
-    each carries a relative error of 2⁻²⁴ per operation): :data:`ROUNDING` · ``max |value|``.
+    """Return the largest spread float rounding alone gives ``values``.
+
+    The largest spread float rounding alone gives ``values`` (released in float32, so each carries a
+    relative error of 2⁻²⁴ per operation): :data:`ROUNDING` · ``max |value|``.
 
     A spread at or below it means the noise did not change across the trials (a fixed seed,
     noise reused, no noise); it is read as zero, so the test says so (r̂ = ∞) on every CPU
@@ -194,12 +205,16 @@ class RatioTest:
 
     @property
     def detectable_ratio(self) -> float:
+        """Return the ratio 1/f the test detects (∞ when no noise shortfall is detectable)."""
         return math.inf if self.detectable_noise <= 0 else 1 / self.detectable_noise
 
 
 def _variance_of_ratio(c: Cells, r: float, declared: bool) -> float:
-    """Var r̂ at ratio r: with the observed variances, or (``declared``) with the declared
-    model's (out 1/r², in 1/r² + v)."""
+    """Return Var r̂ at ratio r.
+
+    Var r̂ at ratio r: with the observed variances, or (``declared``) with the declared model's (out
+    1/r², in 1/r² + v).
+    """
     w = c.weights
     p = float((w * c.rho).sum())
     if declared:
@@ -227,8 +242,11 @@ def ratio_estimate(c: Cells) -> float:
 
 
 def power(c: Cells, ratio: float, alpha: float, scale: float = 1.0) -> float:
-    """P(the test rejects at level ``alpha``) when the mechanism's ratio is ``ratio``, at the
-    cells' sample sizes times ``scale``, under the declared model (log r̂ normal)."""
+    """Return the power of the noise-ratio test at ratio ``ratio``.
+
+    P(the test rejects at level ``alpha``) when the mechanism's ratio is ``ratio``, at the cells'
+    sample sizes times ``scale``, under the declared model (log r̂ normal).
+    """
     scaled = dataclasses.replace(c, n1=c.n1 * scale, n0=c.n0 * scale)
     se_null = math.sqrt(_variance_of_ratio(scaled, 1.0, declared=True))
     se_alt = math.sqrt(_variance_of_ratio(scaled, ratio, declared=True)) / ratio
@@ -239,8 +257,10 @@ def power(c: Cells, ratio: float, alpha: float, scale: float = 1.0) -> float:
 
 
 def detectable_ratio(c: Cells, alpha: float, target: float, scale: float = 1.0) -> float:
-    """The smallest r the test detects with probability ``target`` (∞ if even r = 1000 is
-    not)."""
+    """Return the smallest r the test detects with probability ``target``.
+
+    ∞ if even r = 1000 is not detected.
+    """
     if power(c, 1000.0, alpha, scale) < target:
         return math.inf
     if power(c, 1.0 + 1e-9, alpha, scale) >= target:
@@ -251,10 +271,13 @@ def detectable_ratio(c: Cells, alpha: float, target: float, scale: float = 1.0) 
 
 def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float,
                target_power: float) -> RatioTest | None:
-    """The noise-ratio test of ``members`` at level ``alpha`` (module docstring); two-sided
-    where the declared model is exact (:attr:`StreamTable.exact`): a mechanism that tells the
-    canaries apart much *worse* than declared (a batch clipped as a whole, a sum divided by
-    the batch's actual size) is not the declared one either."""
+    """Run the noise-ratio test of ``members`` at level ``alpha``.
+
+    The noise-ratio test of ``members`` at level ``alpha`` (module docstring); two-sided where the
+    declared model is exact (:attr:`StreamTable.exact`): a mechanism that tells the canaries apart
+    much *worse* than declared (a batch clipped as a whole, a sum divided by the batch's actual
+    size) is not the declared one either.
+    """
     c = cells(table, members)
     if c is None or not float((c.weights * c.rho).sum()) > 0:
         return None
@@ -280,8 +303,11 @@ def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float
 
 def trials_for_power(c: Cells, trials: int, alpha: float, noise: float, target: float,
                      most: int) -> int:
-    """Trials at which the test (measured on ``trials`` trials) would detect noise ``noise``·σ
-    with probability ``target``: its cells scale with the trials (at most ``most``)."""
+    """Return the trials at which the test detects noise ``noise``·σ with power ``target``.
+
+    Trials at which the test (measured on ``trials`` trials) would detect noise ``noise``·σ with
+    probability ``target``: its cells scale with the trials (at most ``most``).
+    """
     ratio = 1 / noise
     if power(c, ratio, alpha, most / trials) < target:
         return most
@@ -297,8 +323,11 @@ def trials_for_power(c: Cells, trials: int, alpha: float, noise: float, target: 
 
 def declared_cells(rho: np.ndarray, rho_variance: np.ndarray, trials: int,
                    coin_rate: float = 0.5) -> Cells:
-    """The cells the declared model expects after ``trials`` trials (each stream's canary in
-    with probability ``coin_rate``): for choosing the trials before any has run."""
+    """Return the cells the declared model expects after ``trials`` trials.
+
+    The cells the declared model expects after ``trials`` trials (each stream's canary in with
+    probability ``coin_rate``): for choosing the trials before any has run.
+    """
     n1 = np.full(len(rho), trials * coin_rate)
     n0 = np.full(len(rho), trials * (1 - coin_rate))
     ones = np.ones(len(rho))

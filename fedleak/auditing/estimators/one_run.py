@@ -1,5 +1,7 @@
-"""The one-run bound of Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1)
-Training Run" (arXiv 2305.08846).
+"""One-run audit bound of Steinke, Nasr & Jagielski 2023.
+
+The one-run bound of Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run"
+(arXiv 2305.08846).
 
 m canaries are each included independently with probability ½ (coins S_i ∈ {in, out}); the
 auditor sees the output, guesses "in" for some canaries, "out" for others and abstains on the
@@ -31,8 +33,10 @@ from scipy.stats import binom
 
 
 def p_value(epsilon: float, delta: float, canaries: int, guesses: int, correct: int) -> float:
-    """The right-hand side of Theorem 5.2: how likely ≥ ``correct`` right guesses are under
-    (ε, δ)-DP (capped at 1)."""
+    """Return the right-hand side of Theorem 5.2.
+
+    How likely ≥ ``correct`` right guesses are under (ε, δ)-DP (capped at 1).
+    """
     if not 0 <= correct <= guesses <= canaries:
         raise ValueError(f"need 0 <= correct ({correct}) <= guesses ({guesses}) <= canaries "
                          f"({canaries})")

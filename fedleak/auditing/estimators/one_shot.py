@@ -1,4 +1,6 @@
-"""The one-shot empirical privacy *estimate* of Andrew et al. 2024, "One-shot Empirical Privacy
+"""One-shot empirical privacy estimate of Andrew et al. 2024 (ICLR 2024).
+
+The one-shot empirical privacy *estimate* of Andrew et al. 2024, "One-shot Empirical Privacy
 Estimation for Federated Learning" (ICLR 2024, arXiv 2302.03098).
 
 Canary clients send updates along random unit directions c_i ∈ R^d. After training, the
@@ -40,8 +42,11 @@ GAUSSIAN_NULL_DIM = 1000
 
 
 def _log_mass(kind: str, low: float, high: float, mean: float, std: float) -> float:
-    """log P(X ∈ region) for X ~ N(mean, std²): ``outside`` (−∞, low) ∪ (high, ∞) or
-    ``inside`` (low, high), computed in log space."""
+    """Return log P(X ∈ region) for X ~ N(mean, std²).
+
+    log P(X ∈ region) for X ~ N(mean, std²): ``outside`` (−∞, low) ∪ (high, ∞) or ``inside`` (low,
+    high), computed in log space.
+    """
     a, b = (low - mean) / std, (high - mean) / std
     if kind == "outside":
         return float(np.logaddexp(norm.logcdf(a), norm.logsf(b)))
@@ -51,7 +56,7 @@ def _log_mass(kind: str, low: float, high: float, mean: float, std: float) -> fl
 
 
 def _log_delta(m1: float, s1: float, m2: float, s2: float, epsilon: float) -> float:
-    """log of P(A) − e^ε Q(A) for P = N(m1, s1²), Q = N(m2, s2²) (−∞ when not positive)."""
+    """Return log of P(A) − e^ε Q(A) for P = N(m1, s1²), Q = N(m2, s2²) (−∞ when not positive)."""
     a = 0.5 / s2**2 - 0.5 / s1**2
     b = m1 / s1**2 - m2 / s2**2
     c = m2**2 / (2 * s2**2) - m1**2 / (2 * s1**2) + math.log(s2 / s1)
@@ -77,7 +82,7 @@ def _log_delta(m1: float, s1: float, m2: float, s2: float, epsilon: float) -> fl
 
 
 def epsilon_two_gaussians(m1: float, s1: float, m2: float, s2: float, delta: float) -> float:
-    """The exact ε at ``delta`` of telling N(m1, s1²) and N(m2, s2²) apart (both orders)."""
+    """Return the exact ε at ``delta`` of telling N(m1, s1²) and N(m2, s2²) apart (both orders)."""
     if not (s1 > 0 and s2 > 0):
         raise ValueError(f"standard deviations must be positive, got {s1} and {s2}")
     if not 0 < delta < 1:
@@ -98,8 +103,10 @@ def epsilon_two_gaussians(m1: float, s1: float, m2: float, s2: float, delta: flo
 
 
 class CosineNull:
-    """The cosine of a uniformly random unit vector in R^d with a fixed one (Andrew et al.,
-    Sec. 4): T² ~ Beta(½, (d − 1)/2), symmetric about 0; N(0, 1/d) from d = 1000 on."""
+    """The cosine of a uniformly random unit vector in R^d with a fixed one (Andrew et al., Sec. 4).
+
+    T² ~ Beta(½, (d − 1)/2), symmetric about 0; N(0, 1/d) from d = 1000 on.
+    """
 
     def __init__(self, dim: int) -> None:
         if dim < 2:
@@ -107,7 +114,7 @@ class CosineNull:
         self.dim = dim
 
     def log_sf(self, t: float) -> float:
-        """log P(T > t)."""
+        """Return log P(T > t)."""
         if self.dim >= GAUSSIAN_NULL_DIM:
             return float(norm.logsf(t, scale=self.dim ** -0.5))
         if t >= 1:
@@ -120,7 +127,7 @@ class CosineNull:
         return math.log(tail) if tail > 0 else -math.inf
 
     def ppf(self, p: float) -> float:
-        """The p-quantile."""
+        """Return the p-quantile."""
         return float(brentq(lambda t: -math.expm1(self.log_sf(t)) - p, -1 + 1e-15, 1 - 1e-15))
 
 
@@ -136,8 +143,11 @@ def _epsilon_from_log_rates(log_fpr: float, fnr: float, delta: float) -> float:
 
 
 def epsilon_gaussian_alternative(mean: float, std: float, dim: int, delta: float) -> float:
-    """ε at δ of the cosine null in R^``dim`` against N(mean, std²) (Andrew et al.'s estimate
-    from a Gaussian fit to the observed canaries' cosines)."""
+    """Return ε at δ of the cosine null in R^``dim`` against N(mean, std²).
+
+    ε at δ of the cosine null in R^``dim`` against N(mean, std²) (Andrew et al.'s estimate from a
+    Gaussian fit to the observed canaries' cosines).
+    """
     if dim >= GAUSSIAN_NULL_DIM:
         return epsilon_two_gaussians(0.0, dim ** -0.5, mean, std, delta)
     if mean <= 0:
@@ -157,8 +167,11 @@ def epsilon_gaussian_alternative(mean: float, std: float, dim: int, delta: float
 
 
 def one_shot_epsilon(observed_cosines: Sequence[float], dim: int, delta: float) -> float:
-    """Andrew et al.'s one-shot estimate: a Gaussian fitted to the observed canaries' cosines
-    (mean, unbiased std) against the closed-form null in R^``dim``."""
+    """Andrew et al.'s one-shot estimate.
+
+    a Gaussian fitted to the observed canaries' cosines (mean, unbiased std) against the closed-form
+    null in R^``dim``.
+    """
     values = np.asarray(observed_cosines, dtype=float)
     if values.size < 2:
         raise ValueError("the estimate needs at least two observed canaries")
@@ -173,9 +186,12 @@ def _jeffreys_upper(successes: np.ndarray, trials: int, alpha: float) -> np.ndar
 
 def jeffreys_threshold_epsilon(seen: Sequence[float], unseen: Sequence[float], alpha: float,
                                delta: float) -> float:
-    """The largest ε over every threshold between the pooled statistics, rates bounded with
-    Jeffreys intervals at level ``alpha`` (Andrew et al.'s ``optimal_epsilon_lower_bound``).
-    The threshold is chosen on the same statistics: an estimate."""
+    """Return the largest ε over every threshold, rates bounded with Jeffreys intervals.
+
+    The largest ε over every threshold between the pooled statistics, rates bounded with Jeffreys
+    intervals at level ``alpha`` (Andrew et al.'s ``optimal_epsilon_lower_bound``). The threshold is
+    chosen on the same statistics: an estimate.
+    """
     observed, null = np.asarray(seen, float), np.asarray(unseen, float)
     labels = np.concatenate([np.ones(observed.size), np.zeros(null.size)])
     order = np.lexsort((labels, np.concatenate([observed, null])))  # ties: unseen first
@@ -190,9 +206,12 @@ def jeffreys_threshold_epsilon(seen: Sequence[float], unseen: Sequence[float], a
 
 def jeffreys_null_epsilon(seen_cosines: Sequence[float], dim: int, alpha: float,
                           delta: float) -> float:
-    """As :func:`jeffreys_threshold_epsilon` with the closed-form cosine null for the false
-    positives (Andrew et al.'s ``optimal_epsilon_lower_bound_closed_form_null``): thresholds
-    at the observed cosines, the one at t not counted as a false negative."""
+    """Return the Jeffreys threshold ε with the closed-form cosine null.
+
+    As :func:`jeffreys_threshold_epsilon` with the closed-form cosine null for the false positives
+    (Andrew et al.'s ``optimal_epsilon_lower_bound_closed_form_null``): thresholds at the observed
+    cosines, the one at t not counted as a false negative.
+    """
     thresholds = np.sort(np.asarray(seen_cosines, float))
     null = CosineNull(dim)
     fnrs = _jeffreys_upper(np.arange(thresholds.size), thresholds.size, alpha)

@@ -1,6 +1,7 @@
-"""The estimators of the primary canary's scores (the server's submitted test statistic):
-Clopper–Pearson, the Gaussian-DP route, the one-run bound, the subsampled-Gaussian route for
-Poisson sampling, and the one-shot estimate (an estimate, reported apart from the bounds).
+"""The estimators of the primary canary's scores (the server's submitted test statistic).
+
+Clopper–Pearson, the Gaussian-DP route, the one-run bound, the subsampled-Gaussian route for Poisson
+sampling, and the one-shot estimate (an estimate, reported apart from the bounds).
 
 Each bound chooses its threshold on the calibration share (or uses the threshold the auditor
 declared before the first trial) and is computed on the other trials
@@ -67,7 +68,7 @@ class Split:
 
 
 def split(game: Game) -> Split:
-    """The shares and the fields every bound of ``game`` carries."""
+    """Return the shares and the fields every bound of ``game`` carries."""
     scores = np.asarray(game.scores, float)
     coins = np.asarray(game.coins, bool)
     calibration = np.asarray(game.calibration, bool)
@@ -89,7 +90,7 @@ def split(game: Game) -> Split:
 
 def claim_test(game: Game, name: str, epsilon_at_level: float, level: float) -> list[
         DeclarationTest]:
-    """The bound as a test of the claim: rejected when, at ``level``, it exceeds it."""
+    """Return the bound as a test of the claim: rejected when, at ``level``, it exceeds it."""
     if not game.claims or game.claim is None:
         return []
     exceeds = epsilon_at_level > game.claim.epsilon * (1 + 1e-9)
@@ -106,9 +107,11 @@ class PrimaryBound(Estimator):
     Config = NoOptions
 
     def tests(self, game: Game) -> int:
+        """Return one test of the claim when there is a claim and the bound applies."""
         return 1 if game.claims and self.applies(game) else 0
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the bound applies to ``game`` (always, by default)."""
         return True
 
 
@@ -117,6 +120,7 @@ class ClopperPearson(PrimaryBound):
     """ε_LB from exact binomial bounds on the test's error rates (Jagielski et al. 2020)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound ε by Clopper–Pearson bounds on the test's error rates (Jagielski et al. 2020)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         t = game.declared_threshold if game.declared_threshold is not None else best_threshold(
             sp.cal_s, sp.cal_c,
@@ -134,6 +138,7 @@ class GaussianDP(PrimaryBound):
     """μ_LB from the error rates, then ε of μ-GDP at δ (Nasr et al. 2023)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound μ from the error rates, then ε of μ-GDP at δ (Nasr et al. 2023)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         t = game.declared_threshold if game.declared_threshold is not None else \
             best_threshold_gaussian(sp.cal_s, sp.cal_c, int((~sp.ev_c).sum()),
@@ -153,6 +158,7 @@ class OneRun(PrimaryBound):
     """Correct guesses against Binomial(r, e^ε/(1+e^ε)) (Steinke, Nasr & Jagielski 2023)."""
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound ε from the correct guesses of the three-way test (Steinke et al. 2023)."""
         sp, a, d = split(game), game.settings.alpha, game.settings.delta
         fixed = game.declared_threshold
         lower, upper = (np.nextafter(fixed, -np.inf), fixed) if fixed is not None else \
@@ -169,15 +175,20 @@ class OneRun(PrimaryBound):
 
 @register_estimator(SUBSAMPLED_GAUSSIAN)
 class SubsampledGaussian(PrimaryBound):
-    """The Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve, for a
-    claim of one Poisson-sampled step (:mod:`fedleak.auditing.estimators.subsampled_gaussian`)."""
+    """Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve.
+
+    The Gaussian-DP route through the Poisson-subsampled Gaussian's trade-off curve, for a claim of
+    one Poisson-sampled step (:mod:`fedleak.auditing.estimators.subsampled_gaussian`).
+    """
 
     def applies(self, game: Game) -> bool:
+        """Tell whether the claim is one Poisson-sampled Gaussian step (q < 1, σ known)."""
         c = game.claim
         return c is not None and c.sample_rate is not None and c.sigma is not None \
             and c.steps == 1 and c.sample_rate < 1
 
     def run(self, game: Game, level: float) -> Findings:
+        """Bound μ under the subsampled Gaussian's trade-off curve, then ε at δ."""
         if not self.applies(game) or game.claim is None:
             return Findings()
         claim = game.claim
@@ -199,15 +210,19 @@ class SubsampledGaussian(PrimaryBound):
 
 @register_estimator(ONE_SHOT)
 class OneShot(Estimator):
-    """Andrew et al.'s one-shot estimate, kept honest: Gaussians with a common spread (the
-    Gaussian mechanism's) fitted to the canary-in and canary-out scores, μ̂ corrected for the
-    upward bias of the noncentral t (E t = δ·c(ν), c(ν) = √(ν/2) Γ((ν−1)/2)/Γ(ν/2)), and a
-    two-sided interval at the audit's confidence by inverting the noncentral t. An estimate,
-    not a bound: it assumes Gaussian scores, and it is reported apart from the bounds."""
+    """Andrew et al.'s one-shot estimate, kept honest.
+
+    Gaussians with a common spread (the Gaussian mechanism's) fitted to the canary-in and canary-out
+    scores, μ̂ corrected for the upward bias of the noncentral t (E t = δ·c(ν), c(ν) = √(ν/2)
+    Γ((ν−1)/2)/Γ(ν/2)), and a two-sided interval at the audit's confidence by inverting the
+    noncentral t. An estimate, not a bound: it assumes Gaussian scores, and it is reported apart
+    from the bounds.
+    """
 
     Config = NoOptions
 
     def run(self, game: Game, level: float) -> Findings:
+        """Estimate ε from Gaussians fitted to the scores (Andrew et al. 2024; an estimate)."""
         scores, coins = np.asarray(game.scores, float), np.asarray(game.coins, bool)
         found = one_shot_interval(scores, coins, game.settings.delta,
                                   game.settings.confidence)
@@ -227,8 +242,10 @@ class OneShot(Estimator):
 
 def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
                       confidence: float) -> tuple[float, float, float] | None:
-    """(ε estimate, interval low, high) of :class:`OneShot`; None when δ = 0, either side has
-    fewer than two trials, or the scores do not vary."""
+    """(ε estimate, interval low, high) of :class:`OneShot`.
+
+    None when δ = 0, either side has fewer than two trials, or the scores do not vary.
+    """
     inside, outside = scores[coins], scores[~coins]
     n1, n0 = inside.size, outside.size
     if delta <= 0 or n1 < 2 or n0 < 2:
@@ -250,9 +267,11 @@ def one_shot_interval(scores: np.ndarray, coins: np.ndarray, delta: float,
 
 
 def _noncentrality(t: float, dof: int, tail: float) -> float:
-    """The noncentrality d at which P(T ≥ t) = ``tail`` for T ~ nct(dof, d); from 100 degrees
-    of freedom on with the normal law T ≈ N(d, 1 + d²/(2·dof)) (exact enough, and robust at
-    the large t of a mechanism without noise)."""
+    """Return the noncentrality d at which P(T ≥ t) = ``tail`` for T ~ nct(dof, d).
+
+    From 100 degrees of freedom on with the normal law T ≈ N(d, 1 + d²/(2·dof)) (exact enough, and
+    robust at the large t of a mechanism without noise).
+    """
     from scipy.optimize import brentq
     from scipy.stats import norm
 

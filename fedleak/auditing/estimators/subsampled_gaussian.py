@@ -1,5 +1,7 @@
-"""The trade-off curve of the Poisson-subsampled Gaussian mechanism, and a μ lower bound from a
-test's error rates that respects it — the Gaussian-DP route for a mixture.
+"""Trade-off curve of the Poisson-subsampled Gaussian, and a μ lower bound under it.
+
+The trade-off curve of the Poisson-subsampled Gaussian mechanism, and a μ lower bound from a test's
+error rates that respects it — the Gaussian-DP route for a mixture.
 
 Under Poisson sampling at rate q a canary joins a step only with probability q, so what the
 server sees with the canary in is the mixture (1 − q)·N(0, 1) + q·N(μ, 1) against N(0, 1) out
@@ -31,7 +33,7 @@ _GRID = np.unique(np.concatenate([np.logspace(-12, 0, 1500), np.linspace(0, 1, 5
 
 
 def tradeoff(mu: float, q: float, alpha: np.ndarray) -> np.ndarray:
-    """f at ``alpha``: the lower convex envelope of min{f_q, f_q⁻¹} (module docstring)."""
+    """Return f at ``alpha``: the lower convex envelope of min{f_q, f_q⁻¹} (module docstring)."""
     a = _GRID
     f = q * norm.cdf(norm.isf(a) - mu) + (1 - q) * (1 - a)
     xs = np.concatenate([a, f, [0.0, 1.0]])
@@ -62,8 +64,11 @@ def refutes(mu: float, q: float, fpr: float, fnr: float) -> bool:
 
 def mu_lower_bound_subsampled(false_positives: int, negatives: int, false_negatives: int,
                               positives: int, alpha: float, q: float) -> float:
-    """μ_LB of the Poisson-subsampled Gaussian at rate ``q`` from a test's error counts, both
-    rates bounded at α/2 (0 when even μ → 0 is not refuted)."""
+    """Return μ_LB of the Poisson-subsampled Gaussian at rate ``q`` from error counts.
+
+    μ_LB of the Poisson-subsampled Gaussian at rate ``q`` from a test's error counts, both rates
+    bounded at α/2 (0 when even μ → 0 is not refuted).
+    """
     if not 0 < q <= 1:
         raise ValueError(f"the sample rate must lie in (0, 1], got {q}")
     fpr = upper_bound(false_positives, negatives, alpha / 2)

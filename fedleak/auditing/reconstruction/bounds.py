@@ -75,6 +75,7 @@ class ReconstructionBound:
     mu: float | None = None          # the GDP parameter when q = 1
 
     def describe(self) -> str:
+        """Describe the bound β(κ), its error and the mechanism in one line."""
         se = f" ± {self.standard_error:.4f}" if self.standard_error else ""
         mech = (f"σ = {self.noise_multiplier:g}, q = {self.sample_rate:g}, T = {self.steps}, "
                 f"{self.adjacency}")

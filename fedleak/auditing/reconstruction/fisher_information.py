@@ -70,7 +70,7 @@ class FisherCeiling:
 
     @property
     def mse_floor(self) -> float:
-        """d / Tr(I): the least per-coordinate MSE of an unbiased estimator."""
+        """Return d / Tr(I): the least per-coordinate MSE of an unbiased estimator."""
         return math.inf if self.trace == 0 else self.dimension / self.trace
 
     @property
@@ -85,8 +85,11 @@ class FisherCeiling:
 
 def gaussian_step_information(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                               noise_std: float, sample_rate: float = 1.0) -> float:
-    """Tr(I(x)) of one release h(x) + N(0, s²I), included with probability ``sample_rate``
-    (at most q·‖J‖²/s², by convexity); +inf without noise."""
+    """Return Tr(I(x)) of one subsampled release h(x) + N(0, s²I).
+
+    Tr(I(x)) of one release h(x) + N(0, s²I), included with probability ``sample_rate`` (at most
+    q·‖J‖²/s², by convexity); +inf without noise.
+    """
     if noise_std == 0:
         return math.inf
     return sample_rate * jacobian_norm_squared(fn, x) / noise_std ** 2

@@ -1,5 +1,7 @@
-"""The captured first-order loop: the eager loop's step with its whole state on the device,
-recorded once as a CUDA graph and replayed (:mod:`fedleak.attacks.capture`).
+"""The captured first-order loop.
+
+The eager loop's step with its whole state on the device, recorded once as a CUDA graph and replayed
+(:mod:`fedleak.attacks.capture`).
 
 The maths is :mod:`~fedleak.attacks.optimisation.engine.eager`'s; what changes is where the state
 lives, so that no Python number varies between replays and nothing reads the device back inside a
@@ -38,9 +40,12 @@ from fedleak.attacks.optimisation.engine.problem import (
 
 def optimise_captured(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
                       ) -> tuple[str | None, torch.Tensor]:
-    """``problem.iterations`` graph-safe steps on ``images`` ``[R, n, C, H, W]`` in place,
-    captured on CUDA; returns the notice when capture fell back to eager, and the result per
-    restart (as :func:`~fedleak.attacks.optimisation.engine.eager.optimise_eager`)."""
+    """Run the graph-safe steps on ``images`` in place, captured on CUDA.
+
+    ``problem.iterations`` graph-safe steps on ``images`` ``[R, n, C, H, W]`` in place, captured on
+    CUDA; returns the notice when capture fell back to eager, and the result per restart (as
+    :func:`~fedleak.attacks.optimisation.engine.eager.optimise_eager`).
+    """
     iterations = problem.iterations
     width = images.shape[0]
     terms = problem.terms()

@@ -92,6 +92,7 @@ class ComposedConfig:
     )
 
     def __post_init__(self) -> None:
+        """Refuse counts below 1, an unknown init or selection, and bad part specs."""
         check_numbers(self, at_least_one=("iterations", "restarts", "log_every"))
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
@@ -142,6 +143,6 @@ def prior_specs(priors: str) -> list[str]:
 
 
 def fitting(part: type[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The shorthand ``options`` that part class ``part``'s Config has."""
+    """Return the shorthand ``options`` that part class ``part``'s Config has."""
     names = {f.name for f in fields(part.Config)}
     return {k: v for k, v in options.items() if k in names}

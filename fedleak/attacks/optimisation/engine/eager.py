@@ -36,10 +36,12 @@ from fedleak.attacks.optimisation.engine.problem import (
 
 def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,
                    gradient: GradientFn | None = None) -> torch.Tensor:
-    """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place;
-    returns the result per restart (module docstring). ``gradient`` computes step 1 instead of
+    """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place.
+
+    Returns the result per restart (module docstring). ``gradient`` computes step 1 instead of
     :meth:`~fedleak.attacks.optimisation.engine.problem.InversionProblem.value_and_gradient`
-    (the compiled step, :mod:`~fedleak.attacks.optimisation.engine.compiled`)."""
+    (the compiled step, :mod:`~fedleak.attacks.optimisation.engine.compiled`).
+    """
     iterations = problem.iterations
     width = images.shape[0]
     terms = problem.terms()

@@ -40,16 +40,17 @@ class BestIterate:
         self.notice: str | None = None
 
     def offer(self, value: float, images: torch.Tensor) -> None:
-        """Keep ``images`` when ``value`` is finite, lower than the best so far, and the
-        images are finite."""
+        """Keep ``images`` when ``value`` is finite and lower than the best so far."""
         if math.isfinite(value) and value < self.value and bool(torch.isfinite(images).all()):
             self.value = value
             self.images = images.detach().clone()
 
 
 def check_closure(priors: Sequence[PriorPart]) -> None:
-    """L-BFGS assumes one fixed objective: refuse priors that change with the iteration or
-    couple restarts."""
+    """L-BFGS assumes one fixed objective.
+
+    Refuse priors that change with the iteration or couple restarts.
+    """
     for prior in priors:
         if prior.scheduled() or prior.coupled:
             raise PartError(f"prior {prior.name!r} changes with the iteration or couples "
@@ -60,9 +61,12 @@ def check_closure(priors: Sequence[PriorPart]) -> None:
 
 def optimise_lbfgs(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan, *,
                    graph_safe: bool) -> BestIterate:
-    """One L-BFGS trial of ``problem.iterations`` steps on ``images`` ``[1, n, C, H, W]``
-    (``problem.rows`` False), the evaluation captured when ``graph_safe``; the best finite
-    iterate it evaluated, with the capture notice."""
+    """Run one L-BFGS trial of ``problem.iterations`` steps on ``images``.
+
+    One L-BFGS trial of ``problem.iterations`` steps on ``images`` ``[1, n, C, H, W]``
+    (``problem.rows`` False), the evaluation captured when ``graph_safe``; the best finite iterate
+    it evaluated, with the capture notice.
+    """
     part = problem.optimiser
     if not isinstance(part, LBFGSPart):
         raise TypeError(f"the L-BFGS loop needs the lbfgs optimiser, got {part.name!r}")
@@ -110,8 +114,10 @@ def optimise_lbfgs(problem: InversionProblem, images: torch.Tensor, span: Progre
 def lbfgs_restarts(problem: InversionProblem, initial: Callable[[int], torch.Tensor],
                    restarts: int, progress: Progress | None, *, graph_safe: bool
                    ) -> tuple[BestIterate, list[float], list[str]]:
-    """``restarts`` trials one by one, trial r from ``initial(r)`` ``[n, C, H, W]``: the best
-    trial, every trial's best objective, and the capture notices."""
+    """``restarts`` trials one by one, trial r from ``initial(r)`` ``[n, C, H, W]``.
+
+    The best trial, every trial's best objective, and the capture notices.
+    """
     total = problem.iterations * restarts
     finals: list[float] = []
     notices: list[str] = []

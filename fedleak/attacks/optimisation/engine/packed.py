@@ -44,8 +44,11 @@ from fedleak.attacks.replay_contract import PackedUpdateFn, RestartsUpdateFn
 def pack_replay(targets: Sequence[Observation], parts: Sequence[Parts],
                 priors: Sequence[PriorPart], optimiser: OptimiserPart, *,
                 vectorised: bool) -> PackedUpdateFn | None:
-    """The packed replay of ``targets``, or None when they cannot be packed (module
-    docstring): the caller then attacks them one after the other."""
+    """Return the packed replay of ``targets``, or None when they cannot be packed.
+
+    The packed replay of ``targets``, or None when they cannot be packed (module docstring): the
+    caller then attacks them one after the other.
+    """
     packed = packed_replay(targets) if vectorised and len(targets) > 1 else None
     if packed is None or len({(o.num_images, o.image_shape) for o in targets}) > 1 or \
             any(epoch_copies(o) > 1 for o in targets) or \
@@ -58,8 +61,11 @@ def pack_replay(targets: Sequence[Observation], parts: Sequence[Parts],
 
 @dataclass(frozen=True)
 class Pack:
-    """P observations × R restarts as rows: the labels ``[P, n]``, the init of every row
-    ``[P·R, n, C, H, W]``, the per-row objective and the replay of all rows."""
+    """P observations × R restarts as rows.
+
+    The labels ``[P, n]``, the init of every row ``[P·R, n, C, H, W]``, the per-row objective and
+    the replay of all rows.
+    """
 
     labels: torch.Tensor
     images: torch.Tensor
@@ -75,9 +81,11 @@ class Pack:
 def pack(targets: Sequence[Observation], parts: Sequence[Parts], packed: PackedUpdateFn,
          initial: Callable[[Observation, int], torch.Tensor], seeds: Sequence[int],
          restarts: int, device: torch.device) -> Pack:
-    """The rows of a packed attack: observation p's restart r starts from
-    ``initial(targets[p], seeds[p] + r)``, where ``reconstruct(targets[p], seed=seeds[p])``
-    starts it."""
+    """Return the rows of a packed attack.
+
+    Observation p's restart r starts from ``initial(targets[p], seeds[p] + r)``, where
+    ``reconstruct(targets[p], seed=seeds[p])`` starts it.
+    """
     first = targets[0]
     count = len(targets)
     labels = torch.stack([recover_labels(o).to(device) for o in targets])
@@ -104,9 +112,12 @@ def pack(targets: Sequence[Observation], parts: Sequence[Parts], packed: PackedU
 
 
 class BlockObjective:
-    """A packed batch's objective as row blocks: rows p·R … p·R + R − 1 are compared by
-    observation p's own objective (any part: hinges, data-term weights, the euclidean
-    distance), and the values, cotangents and scales are concatenated back."""
+    """A packed batch's objective as row blocks.
+
+    Rows p·R … p·R + R − 1 are compared by observation p's own objective (any part: hinges,
+    data-term weights, the euclidean distance), and the values, cotangents and scales are
+    concatenated back.
+    """
 
     def __init__(self, blocks: Sequence[GradientObjective], rows: int) -> None:
         self.blocks = list(blocks)
@@ -141,9 +152,12 @@ def packed_objective(
     restarts: int,
     device: torch.device,
 ) -> RestartsCosineObjective | WeightedObjective:
-    """The per-row objective of a packed attack: row p·R + r compares with observation p's
-    update through observation p's own objective part (its own D of eq. (1) in
-    :mod:`fedleak.attacks.optimisation.objectives`); the plain per-row cosine when every D is 1."""
+    """Return the per-row objective of a packed attack.
+
+    Row p·R + r compares with observation p's update through observation p's own objective part (its
+    own D of eq. (1) in :mod:`fedleak.attacks.optimisation.objectives`); the plain per-row cosine
+    when every D is 1.
+    """
     diagonals = [part.objective.diagonal([u.to(device) for u in o.update], o, False)
                  for o, part in zip(targets, parts, strict=True)]
     if all(d is None for d in diagonals):

@@ -1,5 +1,6 @@
-"""The problem an inversion loop solves, frozen: eq. (1) of
-:mod:`fedleak.attacks.optimisation.composed`.
+"""The problem an inversion loop solves, frozen.
+
+Eq. (1) of :mod:`fedleak.attacks.optimisation.composed`.
 
 For R candidate batches side by side, ``X = [x_1; …; x_R]`` (``[R, n, C, H, W]``), every loop
 (:mod:`~fedleak.attacks.optimisation.engine.eager`,
@@ -82,8 +83,10 @@ class InversionProblem:
             self.revise(images.detach())
 
     def terms(self, iterations: int | None = None) -> list[BoundPrior]:
-        """The priors that are terms of F: not constraints, with λ(0) > 0 over ``iterations``
-        (default T)."""
+        """Return the priors that are terms of F.
+
+        Not constraints, with λ(0) > 0 over ``iterations`` (default T).
+        """
         total = self.iterations if iterations is None else iterations
         return [b for b in self.priors if not b.part.constraint and b.weight(0, total) > 0]
 
@@ -98,9 +101,12 @@ class InversionProblem:
 
     def value_and_gradient(self, images: torch.Tensor, terms: Sequence[BoundPrior],
                            weights: Sequence[Weight]) -> tuple[torch.Tensor, torch.Tensor]:
-        """F's value and its gradient with respect to ``images`` ``[R, n, C, H, W]``, the prior
+        """Return F's value and its gradient with respect to ``images``.
+
+        F's value and its gradient with respect to ``images`` ``[R, n, C, H, W]``, the prior
         ``terms`` weighted by ``weights`` (module docstring). One vector–Jacobian product, ∂/∂x
-        only: ``backward`` would also fill the replay parameters' ``.grad``."""
+        only: ``backward`` would also fill the replay parameters' ``.grad``.
+        """
         update = self.replay(images, self.labels)
         value, output_grads, scale = self.objective.value_and_output_grads(update)
         outputs = list(update)
@@ -114,9 +120,11 @@ class InversionProblem:
 
 
     def final_value(self, images: torch.Tensor, select: str) -> float:
-        """F at one restart's ``images`` ``[n, C, H, W]``, which picks the restart: J, plus
-        (``select`` ``total``) every prior term at its last weight λ_k(T − 1); +inf when not
-        finite. For a one-restart problem (``rows`` False)."""
+        """F at one restart's ``images`` ``[n, C, H, W]``, which picks the restart.
+
+        J, plus (``select`` ``total``) every prior term at its last weight λ_k(T − 1); +inf when not
+        finite. For a one-restart problem (``rows`` False).
+        """
         leaf = images.detach().requires_grad_(True)
         value = self.objective.value(self.replay(leaf.unsqueeze(0), self.labels))
         if select == "total":
@@ -131,8 +139,10 @@ class InversionProblem:
 
 @dataclass(frozen=True)
 class ProgressSpan:
-    """Where one loop's restart-iterations fall in the attack's whole budget of ``total``: it
-    reports ``progress(offset + done, total, value)``."""
+    """Where one loop's restart-iterations fall in the attack's whole budget of ``total``.
+
+    It reports ``progress(offset + done, total, value)``.
+    """
 
     progress: Progress | None
     offset: int
@@ -145,14 +155,16 @@ class ProgressSpan:
 
 
 def per_restart(images: torch.Tensor) -> tuple[int, ...]:
-    """The shape that broadcasts one entry per restart over ``images`` ``[R, n, C, H, W]``."""
+    """Return the shape broadcasting one entry per restart over ``images`` [R, n, C, H, W]."""
     return (-1, *[1] * (images.dim() - 1))
 
 
 def finite_or_last(images: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
-    """Each restart's result: its last iterate in ``images`` where finite, else ``last`` (its
-    last iterate with a finite objective). Ends the optimisation: ``images`` stops requiring
-    a gradient."""
+    """Return each restart's result, ending the optimisation.
+
+    Each restart's result: its last iterate in ``images`` where finite, else ``last`` (its last
+    iterate with a finite objective). Ends the optimisation: ``images`` stops requiring a gradient.
+    """
     images.requires_grad_(False)
     with torch.no_grad():
         finite = torch.isfinite(images).flatten(1).all(1).view(per_restart(images))

@@ -32,29 +32,36 @@ from fedleak.attacks.optimisation.restarts import alone
 
 
 class WeighedAttack(Protocol):
-    """What the weighing needs of a composed attack
-    (:class:`~fedleak.attacks.optimisation.composed.ComposedInversion`)."""
+    """What the weighing needs of a composed attack.
+
+    The composed attack is :class:`~fedleak.attacks.optimisation.composed.ComposedInversion`.
+    """
 
     @property
-    def config(self) -> ComposedConfig: ...
+    def config(self) -> ComposedConfig:
+        """The attack's settings (iterations T, restarts, seed offsets)."""
 
     def variants(self) -> Mapping[str, WeighedAttack]:
-        """The aware attack (⌈T/2⌉ iterations) and the blind one (⌊T/2⌋)."""
+        """Return the aware attack (⌈T/2⌉ iterations) and the blind one (⌊T/2⌋)."""
         ...
 
     def recover(self, observation: Observation, *, device: torch.device, seed: int,
-                progress: Progress | None) -> Reconstruction: ...
+                progress: Progress | None) -> Reconstruction:
+        """Reconstruct ``observation``'s images, reporting ``progress``."""
 
     def recover_many(self, targets: Sequence[Observation], *, device: torch.device,
                      seeds: Sequence[int], progress: Progress | None
-                     ) -> list[Reconstruction]: ...
+                     ) -> list[Reconstruction]:
+        """Reconstruct every one of ``targets``, packed where the replays allow it."""
 
 
 def select(attack: WeighedAttack, observation: Observation, *, device: torch.device,
            seed: int, progress: Progress | None) -> Reconstruction:
-    """The aware parts (⌈T/2⌉ iterations) and the blind ones (⌊T/2⌋), same seed; the
-    reconstruction that better explains the observed update under the published mechanism
-    wins (:func:`kept`), a tie going to the blind one."""
+    """Return the aware parts (⌈T/2⌉ iterations) and the blind ones (⌊T/2⌋), same seed.
+
+    The reconstruction that better explains the observed update under the published mechanism wins
+    (:func:`kept`), a tie going to the blind one.
+    """
     cfg = attack.config
     runs: dict[str, Reconstruction] = {}
     offset = 0
@@ -70,8 +77,11 @@ def select(attack: WeighedAttack, observation: Observation, *, device: torch.dev
 def select_many(attack: WeighedAttack, targets: Sequence[Observation],
                 weighing: Sequence[bool], *, device: torch.device, seeds: Sequence[int],
                 progress: Progress | None) -> list[Reconstruction]:
-    """:func:`select` for the ``weighing`` targets, each variant packed over them, the others
-    attacked packed at the full budget (module docstring)."""
+    """Run :func:`select` on the ``weighing`` targets and attack the others packed.
+
+    :func:`select` for the ``weighing`` targets, each variant packed over them, the others attacked
+    packed at the full budget (module docstring).
+    """
     cfg = attack.config
     results: list[Reconstruction | None] = [None] * len(targets)
     plain = [i for i, w in enumerate(weighing) if not w]
@@ -96,9 +106,12 @@ def select_many(attack: WeighedAttack, targets: Sequence[Observation],
 
 def kept(observation: Observation, aware: Reconstruction, blind: Reconstruction,
          iterations: int) -> Reconstruction:
-    """Of the two variants' reconstructions of ``observation`` (``iterations`` T in all), the
-    one that explains the update better (by more than the criterion's noise, else the blind
-    one), recording which and why."""
+    """Choose the variant's reconstruction that explains the update better.
+
+    Of the two variants' reconstructions of ``observation`` (``iterations`` T in all), the one that
+    explains the update better (by more than the criterion's noise, else the blind one), recording
+    which and why.
+    """
     judge = mechanism_replay(alone(observation), observation)
     judged = {"aware": explain(observation, aware.images, aware.labels, judge),
               "blind": explain(observation, blind.images, blind.labels, judge)}
@@ -124,8 +137,11 @@ def kept(observation: Observation, aware: Reconstruction, blind: Reconstruction,
 
 
 def shifted(progress: Progress | None, offset: int, grand: int) -> Progress | None:
-    """``progress`` of one variant, counted on from ``offset`` out of ``grand`` (the
-    attack's iterations × restarts)."""
+    """Report ``progress`` of one variant within the whole attack's count.
+
+    ``progress`` of one variant, counted on from ``offset`` out of ``grand`` (the attack's
+    iterations × restarts).
+    """
     if progress is None:
         return None
 

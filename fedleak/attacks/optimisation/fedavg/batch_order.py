@@ -60,9 +60,12 @@ KICKS = 64
 
 def stratified_order(labels: torch.Tensor, batches: Sequence[slice], epochs: int, copies: int
                      ) -> torch.Tensor:
-    """The initial order [E, n]: in every epoch the slots, sorted by label, dealt round robin
-    over the batches that still have room (each label spread evenly); epoch e visits the rows
-    of copy e (``copies`` = E) or of the one copy (``copies`` = 1)."""
+    """Return the initial order [E, n].
+
+    In every epoch the slots, sorted by label, dealt round robin over the batches that still have
+    room (each label spread evenly); epoch e visits the rows of copy e (``copies`` = E) or of the
+    one copy (``copies`` = 1).
+    """
     n = int(labels.numel())
     by_label = sorted(range(n), key=lambda i: (int(labels[i]), i))
     room = [b.stop - b.start for b in batches]
@@ -80,12 +83,15 @@ def stratified_order(labels: torch.Tensor, batches: Sequence[slice], epochs: int
 def exchange(order: torch.Tensor, labels: torch.Tensor, residual: torch.Tensor,
              weights: Sequence[float], batches: Sequence[slice], num_classes: int,
              kicks: int = KICKS) -> tuple[torch.Tensor, int]:
-    """The order after the exchanges that shrink ‖r − Σ v‖² most (module docstring), and how
-    many it differs from ``order`` by. ``order`` [E, n] indexes rows whose label is
-    ``labels[row % n]``; ``weights`` has one entry per local step (E·K). A greedy descent
-    (the best exchange each time) ends in a local minimum; ``kicks`` times two random
-    exchanges are made and the descent run again, the best order kept (an iterated local
-    search on the linear model: no replay, so it costs no objective evaluation)."""
+    """Return the order after the exchanges that shrink ‖r − Σ v‖² most.
+
+    The order after the exchanges that shrink ‖r − Σ v‖² most (module docstring), and how many it
+    differs from ``order`` by. ``order`` [E, n] indexes rows whose label is ``labels[row % n]``;
+    ``weights`` has one entry per local step (E·K). A greedy descent (the best exchange each time)
+    ends in a local minimum; ``kicks`` times two random exchanges are made and the descent run
+    again, the best order kept (an iterated local search on the linear model: no replay, so it costs
+    no objective evaluation).
+    """
     slot_label = labels.detach().cpu()
     n = order.shape[1]
     sizes = torch.tensor([b.stop - b.start for b in batches], dtype=torch.float64)
@@ -158,8 +164,11 @@ def _random_exchange(counts: torch.Tensor, r: torch.Tensor, per_step: torch.Tens
 
 def _realise(order: torch.Tensor, labels: torch.Tensor, counts: torch.Tensor,
              batches: Sequence[slice], n: int) -> tuple[torch.Tensor, int]:
-    """An order with the label ``counts`` per batch that keeps as many slots where they were
-    as it can; and how many slots it moved."""
+    """Realise the label ``counts`` per batch, moving as few slots as it can.
+
+    An order with the label ``counts`` per batch that keeps as many slots where they were as it can;
+    and how many slots it moved.
+    """
     out = order.clone()
     moved = 0
     for e in range(order.shape[0]):
@@ -210,15 +219,17 @@ class OrderModel:
     def start(cls, observation: Observation, replay: OrderedReplay, labels: torch.Tensor,
               objective: Callable[[list[torch.Tensor]], torch.Tensor], copies: int,
               device: torch.device) -> OrderModel:
-        """The stratified order over ``labels`` (the n recovered ones), on ``device``."""
+        """Return the stratified order over ``labels`` (the n recovered ones), on ``device``."""
         batches = replay.epoch_batches(observation.num_images)
         order = stratified_order(labels.cpu(), batches, replay.epochs(), copies).to(device)
         return cls(observation, replay.visiting(order), labels, objective, order)
 
     def revise(self, images: torch.Tensor) -> None:
-        """One revision at the candidates ``images`` [copies·n, C, H, W]: the exchanges the bias
-        residual asks for, kept when the *replayed* bias (not its linear model) comes closer to
-        the observed one (two replays)."""
+        """One revision at the candidates ``images`` [copies·n, C, H, W].
+
+        The exchanges the bias residual asks for, kept when the *replayed* bias (not its linear
+        model) comes closer to the observed one (two replays).
+        """
         _, bias = last_layer_indices(self.observation)
         rows = self.labels.repeat(images.shape[0] // self.labels.numel())
         before = self._update(images, rows)

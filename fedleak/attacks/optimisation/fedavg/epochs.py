@@ -36,18 +36,23 @@ from fedleak.attacks.replay_contract import Replay
 
 
 def epoch_copies(observation: Observation) -> int:
-    """How many copies of the n images the observation's replay takes (1 unless the user's
-    unseen order matters over several epochs: :meth:`Replay.epoch_copies
-    <fedleak.attacks.replay_contract.Replay.epoch_copies>`; 1 for a plain replay)."""
+    """Return how many copies of the n images the observation's replay takes.
+
+    How many copies of the n images the observation's replay takes (1 unless the user's unseen order
+    matters over several epochs: :meth:`Replay.epoch_copies
+    <fedleak.attacks.replay_contract.Replay.epoch_copies>`; 1 for a plain replay).
+    """
     simulate = observation.simulate
     return int(simulate.epoch_copies()) if isinstance(simulate, Replay) else 1
 
 
 def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: int
                       ) -> tuple[Observation, torch.Tensor]:
-    """What the optimiser works on when the replay takes ``copies`` per-epoch copies: the
-    observation with ``copies × n`` images to draw, and the labels of every copy (the
-    recovered ones, in the same order in each)."""
+    """Return what the optimiser works on when the replay takes ``copies`` per-epoch copies.
+
+    The observation with ``copies × n`` images to draw, and the labels of every copy (the recovered
+    ones, in the same order in each).
+    """
     if copies == 1:
         return observation, labels
     return (dataclasses.replace(observation, num_images=copies * observation.num_images),
@@ -55,9 +60,12 @@ def with_epoch_copies(observation: Observation, labels: torch.Tensor, copies: in
 
 
 def epoch_consistency(images: torch.Tensor, copies: int) -> torch.Tensor:
-    """R_epoch of the module docstring for ``images`` [..., copies·n, C, H, W] (leading
-    dimensions, e.g. restarts, kept): the mean over pixels of twice the variance, across the
-    copies, of each copy's mean image."""
+    """Return R_epoch of the module docstring for ``images``.
+
+    R_epoch of the module docstring for ``images`` [..., copies·n, C, H, W] (leading dimensions,
+    e.g. restarts, kept): the mean over pixels of twice the variance, across the copies, of each
+    copy's mean image.
+    """
     lead = images.shape[:-4]
     per_copy = images.reshape(*lead, copies, -1, *images.shape[-3:]).mean(-4)
     spread = per_copy - per_copy.mean(-4, keepdim=True)
@@ -65,9 +73,12 @@ def epoch_consistency(images: torch.Tensor, copies: int) -> torch.Tensor:
 
 
 def merge_epochs(images: torch.Tensor, labels: torch.Tensor, copies: int) -> torch.Tensor:
-    """The n images from ``images`` [copies·n, C, H, W] (copy e = rows e·n … e·n + n − 1, slot
-    i labelled ``labels[i]`` in every copy): every copy matched one-to-one to copy 0 (least
-    squared distance, same label only; :func:`assignment`), then averaged."""
+    """Merge the per-epoch copies in ``images`` into the n images.
+
+    The n images from ``images`` [copies·n, C, H, W] (copy e = rows e·n … e·n + n − 1, slot i
+    labelled ``labels[i]`` in every copy): every copy matched one-to-one to copy 0 (least squared
+    distance, same label only; :func:`assignment`), then averaged.
+    """
     if copies == 1:
         return images
     n = images.shape[0] // copies
@@ -82,9 +93,12 @@ def merge_epochs(images: torch.Tensor, labels: torch.Tensor, copies: int) -> tor
 
 
 def assignment(cost: torch.Tensor) -> list[int]:
-    """The column matched to each row by a minimum-cost one-to-one assignment of the square
-    ``cost`` matrix (Kuhn–Munkres with potentials, O(n³); +inf forbids a pair): row i takes
-    column ``result[i]``."""
+    """Solve the minimum-cost one-to-one assignment of the square ``cost`` matrix.
+
+    The column matched to each row by a minimum-cost one-to-one assignment of the square ``cost``
+    matrix (Kuhn–Munkres with potentials, O(n³); +inf forbids a pair): row i takes column
+    ``result[i]``.
+    """
     n = cost.shape[0]
     big = float(cost[torch.isfinite(cost)].abs().sum().item() + 1) if n else 1.0
     c = torch.where(torch.isfinite(cost), cost, torch.full_like(cost, big)).tolist()

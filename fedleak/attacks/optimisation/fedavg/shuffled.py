@@ -75,6 +75,7 @@ class ShuffledFedAvgConfig(FedAvgConfig):
                 "even guess"})
 
     def __post_init__(self) -> None:
+        """Refuse ``revisions`` that is not an integer >= 0."""
         super().__post_init__()
         if isinstance(self.revisions, bool) or not isinstance(self.revisions, int) or \
                 self.revisions < 0:
@@ -90,6 +91,7 @@ class ShuffledFedAvg(FedAvgInversion):
 
     def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
                      seed: int, progress: Progress | None) -> Reconstruction:
+        """Invert the update with the visiting order modelled, revised ``revisions`` times."""
         simulate = observation.simulate
         if not isinstance(simulate, OrderedReplay) or \
                 not simulate.order_matters(observation.num_images):
@@ -147,7 +149,7 @@ class ShuffledFedAvg(FedAvgInversion):
 
 
 def _one_restart(model: OrderModel) -> RestartsUpdateFn:
-    """The modelled replay in restart form (one restart): ``[1, rows, C, H, W]``."""
+    """Return the modelled replay in restart form (one restart): ``[1, rows, C, H, W]``."""
     def replay(images: torch.Tensor, labels: torch.Tensor) -> list[torch.Tensor]:
         return [u.unsqueeze(0) for u in model.replay(images[0], labels)]
 
@@ -155,8 +157,11 @@ def _one_restart(model: OrderModel) -> RestartsUpdateFn:
 
 
 def identifiable(observation: Observation, replay: OrderedReplay) -> bool:
-    """Whether the output bias can tell an epoch's batches apart: the layer has a bias and
-    the steps of one epoch weigh differently per image (momentum, or unequal batches)."""
+    """Whether the output bias can tell an epoch's batches apart.
+
+    The layer has a bias and the steps of one epoch weigh differently per image (momentum, or
+    unequal batches).
+    """
     if last_layer_indices(observation)[1] is None:
         return False
     batches = replay.epoch_batches(observation.num_images)
@@ -170,7 +175,7 @@ def identifiable(observation: Observation, replay: OrderedReplay) -> bool:
 
 def order_extras(observation: Observation, replay: OrderedReplay, model: OrderModel,
                  steps: int, revisions: int) -> dict[str, Any]:
-    """What ``metrics.json`` records of the modelled order (the round's ``attack_extras``)."""
+    """Return what ``metrics.json`` records of the modelled order (``attack_extras``)."""
     modelled = revisions > 0 and identifiable(observation, replay)
     return {"order_model": MODELLED if modelled else GUESSED,
             "order_revisions": revisions, "order_revisions_kept": model.kept,

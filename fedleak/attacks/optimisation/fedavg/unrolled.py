@@ -61,6 +61,7 @@ class FedAvgConfig(InvertingGradientsConfig):
     )
 
     def __post_init__(self) -> None:
+        """Refuse an unknown label source."""
         super().__post_init__()
         if self.labels not in LABEL_SOURCES:
             raise ValueError(f"labels must be one of {LABEL_SOURCES}, got {self.labels!r}")
@@ -117,7 +118,7 @@ class FedAvgInversion(InvertingGradients):
 
 
 def _prepared(attack: FedAvgInversion, observation: Observation) -> Observation:
-    """The observation checked and with the labels the config's source allows."""
+    """Return the observation checked and with the labels the config's source allows."""
     check_fedavg_observation(observation)
     if attack.config.labels == "known":
         if observation.labels is None:

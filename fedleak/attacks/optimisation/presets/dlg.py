@@ -67,6 +67,7 @@ class DLGConfig(ComposedConfig):
     )
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive step size, counts below 1 and an unknown line search."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), at_least_one=("inner_iterations", "history_size"))
         if self.line_search not in LINE_SEARCHES:
@@ -91,6 +92,7 @@ class DLG(ComposedInversion):
     config: DLGConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return L-BFGS with DLG's step size, inner iterations, history and line search."""
         cfg = self.config
         return "lbfgs", {"lr": cfg.lr, "inner": cfg.inner_iterations,
                          "history": cfg.history_size, "line_search": cfg.line_search}

@@ -1,5 +1,6 @@
-"""GradInversion (Yin et al., CVPR 2021, "See through Gradients"): batch recovery with
-BatchNorm-statistics and group-consistency priors.
+"""GradInversion (Yin et al., CVPR 2021, "See through Gradients").
+
+Batch recovery with BatchNorm-statistics and group-consistency priors.
 
 The attack minimises (eq. 3 and 4 of the paper)
 
@@ -66,6 +67,7 @@ class GradInversionConfig(ComposedConfig):
     group: float = field(default=1e-2, metadata={"help": "alpha_group; 0 for one restart"})
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive step size, negative prior weights and an unknown BN source."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("tv", "l2", "bn", "group"))
         check_source(self.bn_source)
@@ -73,16 +75,21 @@ class GradInversionConfig(ComposedConfig):
 
 @register_attack("gradinversion")
 class GradInversion(ComposedInversion):
-    """Yin et al.'s GradInversion: l2 matching + TV, l2, BatchNorm and group-consistency
-    priors over restarts optimised together, with label restoration."""
+    """Yin et al.'s GradInversion.
+
+    l2 matching + TV, l2, BatchNorm and group-consistency priors over restarts optimised together,
+    with label restoration.
+    """
 
     Config = GradInversionConfig
     config: GradInversionConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return Adam with the step decay (Yin et al. 2021)."""
         return "adam", {"lr": self.config.lr, "decay": True}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return GradInversion's priors: TV, l2, BatchNorm statistics and group consistency."""
         cfg = self.config
         named: list[tuple[str, dict[str, Any]]] = [
                  ("tv", {"weight": cfg.tv}),

@@ -113,6 +113,7 @@ class InvertingGradientsConfig(ComposedConfig):
     )
 
     def __post_init__(self) -> None:
+        """Refuse a non-positive step size, negative prior weights and an unknown BN source."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("tv", "bn"))
         check_source(self.bn_source)
@@ -126,10 +127,12 @@ class InvertingGradients(ComposedInversion):
     config: InvertingGradientsConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return signed Adam (or Adam) with the preset's step size and decay."""
         cfg = self.config
         return ("signed-adam" if cfg.signed else "adam"), {"lr": cfg.lr, "decay": cfg.lr_decay}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return the TV prior of Geiping et al. 2020, plus BatchNorm statistics when weighted."""
         cfg = self.config
         priors: list[tuple[str, dict[str, Any]]] = [("tv", {"weight": cfg.tv})]
         if cfg.bn > 0:

@@ -1,5 +1,6 @@
-"""Qian & Hansen (2021), "What can we learn from gradients?", Algorithm 2: DLG with a uniform
-initialisation and a decaying regulariser.
+"""Qian & Hansen (2021), "What can we learn from gradients?", Algorithm 2.
+
+DLG with a uniform initialisation and a decaying regulariser.
 
 The attack minimises the euclidean gradient distance of DLG plus a regulariser R,
 
@@ -94,6 +95,7 @@ class QianConfig(ComposedConfig):
     decay_every: int = field(default=100, metadata={"help": "m of Algorithm 2"})
 
     def __post_init__(self) -> None:
+        """Refuse a bad step size, weight, decay outside (0, 1] or a decay interval below 1."""
         super().__post_init__()
         check_numbers(self, positive=("lr",), non_negative=("weight",),
                       at_least_one=("decay_every",))
@@ -116,9 +118,11 @@ class Qian(ComposedInversion):
     config: QianConfig
 
     def shorthand_optimiser(self) -> tuple[str, dict[str, Any]]:
+        """Return Adam with the preset's step size."""
         return "adam", {"lr": self.config.lr}
 
     def shorthand_priors(self) -> list[tuple[str, dict[str, Any]]]:
+        """Return the decayed regulariser of Qian & Hansen (none when ``regularizer=none``)."""
         cfg = self.config
         if cfg.regularizer == "none":
             return []
@@ -126,12 +130,13 @@ class Qian(ComposedInversion):
         return [(name, {"weight": cfg.weight, "decay": cfg.decay, "every": cfg.decay_every})]
 
     def regularizer_name(self, num_images: int) -> str:
-        """The regulariser used for a batch of ``num_images`` ('auto' resolved)."""
+        """Return the regulariser used for a batch of ``num_images`` ('auto' resolved)."""
         if self.config.regularizer != "auto":
             return self.config.regularizer
         return QianRegularizer.chosen(num_images)
 
     def describe(self, result: Reconstruction, observation: Observation,
                  priors: Sequence[BoundPrior]) -> None:
+        """Record the parts and the regulariser used in the result's extras."""
         super().describe(result, observation, priors)
         result.extras["regularizer"] = self.regularizer_name(observation.num_images)

@@ -1,3 +1,4 @@
-"""DAGER (Petrov et al., NeurIPS 2024): exact text from a transformer's gradient by span checks of
-its first layers.
+"""DAGER (Petrov et al., NeurIPS 2024).
+
+Exact text from a transformer's gradient by span checks of its first layers.
 """

@@ -22,8 +22,11 @@ CHUNK = 2048
 
 def extension_inputs(layout: TransformerLayout, prefixes: torch.Tensor,
                      candidates: torch.Tensor, chunk: int = CHUNK) -> torch.Tensor:
-    """``h_i`` of the second span layer for ``prefixes`` [P, i] extended by each of
-    ``candidates`` [C]: [P, C, d]."""
+    """Return ``h_i`` of the second span layer for ``prefixes`` extended by ``candidates``.
+
+    ``h_i`` of the second span layer for ``prefixes`` [P, i] extended by each of ``candidates`` [C]:
+    [P, C, d].
+    """
     count, length = prefixes.shape
     width = candidates.numel()
     module = layout.layers[1].module

@@ -1,5 +1,7 @@
-"""DAGER's settings, its result, and the count of its work
-(:mod:`~fedleak.attacks.text.dager.layer_search`)."""
+"""DAGER's settings, its result, and the count of its work.
+
+The engine is :mod:`~fedleak.attacks.text.dager.layer_search`.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +11,18 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class DagerConfig:
-    """DAGER's settings. ``l1_threshold``/``l2_threshold`` are τ₁/τ₂ on the span distance (0 for
-    the inputs up to float32 rounding, 10⁻⁶–10⁻⁴ in practice; ≳ 10⁻² for other tokens while
-    B·T is well below d). ``max_candidates`` caps the tokens kept per position and
-    ``max_prefixes`` the decoder's live prefixes (a cap that bites marks the result
-    ``truncated``). ``end_token`` is the encoder's end-of-sentence id ([SEP]), ``None`` when
-    every sentence fills the batch length. ``max_evaluations`` caps the encoder search's
-    sentence evaluations, ``restarts`` its failed starts in a row (a start sliding onto a
-    recovered sentence fails), ``screen`` the moves its first-order screen passes to exact
-    evaluation per step. ``ranks`` overrides the two spans' ranks (the paper's rank cutoff)."""
+    """DAGER's settings.
+
+    ``l1_threshold``/``l2_threshold`` are τ₁/τ₂ on the span distance (0 for the inputs up to float32
+    rounding, 10⁻⁶–10⁻⁴ in practice; ≳ 10⁻² for other tokens while B·T is well below d).
+    ``max_candidates`` caps the tokens kept per position and ``max_prefixes`` the decoder's live
+    prefixes (a cap that bites marks the result ``truncated``). ``end_token`` is the encoder's
+    end-of-sentence id ([SEP]), ``None`` when every sentence fills the batch length.
+    ``max_evaluations`` caps the encoder search's sentence evaluations, ``restarts`` its failed
+    starts in a row (a start sliding onto a recovered sentence fails), ``screen`` the moves its
+    first-order screen passes to exact evaluation per step. ``ranks`` overrides the two spans' ranks
+    (the paper's rank cutoff).
+    """
 
     l1_threshold: float = 1e-3
     l2_threshold: float = 1e-4
@@ -32,6 +37,7 @@ class DagerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse thresholds outside (0, 1) and counts below 1."""
         for name in ("l1_threshold", "l2_threshold"):
             value = getattr(self, name)
             if not 0 < value < 1:
@@ -45,14 +51,16 @@ class DagerConfig:
 
 @dataclass
 class DagerResult:
-    """The recovered sentences (token ids, padding left out), each with its certificate:
+    """The recovered sentences (token ids, padding left out), each with its certificate.
+
     ``certified[k]`` when sentence k passed the second span check (an exact recovery up to the
     check's threshold), ``scores[k]`` the distance certified: a decoder's largest along the
-    sentence, an encoder's median over its positions (:mod:`dager_encoder`).
-    ``candidates`` is the token filter's count per position, ``ranks`` the two spans' ranks
-    against ``hidden_size``; ``evaluations`` counts the (partial) sentences whose second-layer
-    input was computed — the attack's work. ``truncated`` when a cap or budget cut the search
-    (then sentences may be missing); ``warnings`` say what a person must know."""
+    sentence, an encoder's median over its positions (:mod:`dager_encoder`). ``candidates`` is the
+    token filter's count per position, ``ranks`` the two spans' ranks against ``hidden_size``;
+    ``evaluations`` counts the (partial) sentences whose second-layer input was computed — the
+    attack's work. ``truncated`` when a cap or budget cut the search (then sentences may be
+    missing); ``warnings`` say what a person must know.
+    """
 
     sentences: list[list[int]]
     certified: list[bool]
@@ -70,10 +78,12 @@ REPORT_EVERY = 2000
 
 
 class Work:
-    """A counter of sentence evaluations against a budget; ``report(count, budget, found)``
-    is called every :data:`REPORT_EVERY` evaluations (``found``: the sentences recovered so
-    far, :attr:`found`, which the encoder's search keeps; the decoder's, seconds long, leaves it
-    0 and its sentences are reported at the end)."""
+    """A counter of sentence evaluations against a budget.
+
+    ``report(count, budget, found)`` is called every :data:`REPORT_EVERY` evaluations (``found``:
+    the sentences recovered so far, :attr:`found`, which the encoder's search keeps; the decoder's,
+    seconds long, leaves it 0 and its sentences are reported at the end).
+    """
 
     def __init__(self, budget: int,
                  report: Callable[[int, int, float], None] | None = None) -> None:
@@ -84,6 +94,7 @@ class Work:
         self._next = REPORT_EVERY
 
     def add(self, n: int) -> None:
+        """Count ``n`` more units of work, reporting progress every so often."""
         self.count += n
         if self.report is not None and self.count >= self._next:
             self.report(self.count, self.budget, float(self.found))
@@ -91,4 +102,5 @@ class Work:
 
     @property
     def exhausted(self) -> bool:
+        """Tell whether the work budget is spent."""
         return self.count >= self.budget

@@ -99,9 +99,11 @@ class _Objective:
 
 
 class _Shapes:
-    """The sentence shapes the token filter allows: a length ℓ, ending with ``end`` at ℓ − 1
-    (a text shorter than the batch's length) or filling every position without it; and each
-    shape's candidate sets."""
+    """The sentence shapes the token filter allows.
+
+    A length ℓ, ending with ``end`` at ℓ − 1 (a text shorter than the batch's length) or filling
+    every position without it; and each shape's candidate sets.
+    """
 
     def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
         self.candidates, self.end = candidates, end
@@ -139,15 +141,18 @@ class _Shapes:
 
     def shaped(self, sentence: torch.Tensor, filler: torch.Tensor, length: int, closed: bool
                ) -> torch.Tensor:
-        """The sentence at shape (``length``, ``closed``): its content cut, or continued
-        from ``filler`` (a longer content seen before, or random candidates)."""
+        """Return the sentence at shape (``length``, ``closed``).
+
+        Its content cut, or continued from ``filler`` (a longer content seen before, or random
+        candidates).
+        """
         content = self.content(sentence)
         body = length - 1 if closed else length
         tokens = torch.cat([content[:body], filler[content.numel():body]])
         return torch.cat([tokens, torch.tensor([int(self.end or 0)])]) if closed else tokens
 
     def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
-        """The sentence at every allowed shape (:meth:`shaped`)."""
+        """Return the sentence at every allowed shape (:meth:`shaped`)."""
         return [self.shaped(sentence, filler, *option) for option in self.options]
 
 
@@ -189,11 +194,14 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
 def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
             config: DagerConfig, generator: torch.Generator, found: list[list[int]]
             ) -> tuple[torch.Tensor, float]:
-    """Descend at the sentence's shape, then move it to the allowed shape whose sentence fits
-    best (its content cut or continued), and descend again while the shape changes; a start
-    still uncertified below the longest shape is last continued to it and descended there
-    (a text cut at the batch's length whose start fitted a shorter shape). A descent that
-    slides onto a ``found`` sentence ends at once (:func:`_descend`), uncertified."""
+    """Descend at the sentence's shape, moving it to the best-fitting allowed shape.
+
+    Descend at the sentence's shape, then move it to the allowed shape whose sentence fits best (its
+    content cut or continued), and descend again while the shape changes; a start still uncertified
+    below the longest shape is last continued to it and descended there (a text cut at the batch's
+    length whose start fitted a shorter shape). A descent that slides onto a ``found`` sentence ends
+    at once (:func:`_descend`), uncertified.
+    """
     pools = [c if c.numel() else raw for c, raw in
              zip(shapes.sets(len(shapes.candidates), False), shapes.candidates, strict=True)]
     filler = torch.stack([c[int(torch.randint(len(c), (1,), generator=generator))]
@@ -234,9 +242,12 @@ def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
 
 
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
-    """Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME`
-    of the positions between its first and its last (the first is [CLS] in every text and the
-    last often the end token: short texts differing in one word stay apart)."""
+    """Tell whether ``sentence`` agrees with a found sentence of its length.
+
+    Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME` of the
+    positions between its first and its last (the first is [CLS] in every text and the last often
+    the end token: short texts differing in one word stay apart).
+    """
     tokens = sentence.tolist()
     inner = len(tokens) - 2
     return inner > 0 and any(
@@ -247,8 +258,11 @@ def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
 
 def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
           generator: torch.Generator) -> torch.Tensor:
-    """The sentence with the worse-fitting half of its positions (largest span distance)
-    redrawn at random: a stuck mixture keeps the tokens of the sentence it leans to."""
+    """Redraw the worse-fitting half of the sentence's positions at random.
+
+    The sentence with the worse-fitting half of its positions (largest span distance) redrawn at
+    random: a stuck mixture keeps the tokens of the sentence it leans to.
+    """
     kicked = sentence.clone()
     for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
         options = sets[j]
@@ -258,12 +272,14 @@ def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
 
 def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator,
            prefer: int) -> torch.Tensor:
-    """A random sentence over the sets, each token drawn from the ``prefer`` nearest the first
-    span at its position (the filter's order: where the first LayerNorm is not exactly linear
-    the batch's own tokens come first) that no found sentence holds anywhere, else from those
-    no found sentence holds there, else from all: the search slides to the sentence most of the
-    start's tokens came from, so a start without the found sentences' tokens lands on a new
-    one."""
+    """Draw a random start sentence over the token sets.
+
+    A random sentence over the sets, each token drawn from the ``prefer`` nearest the first span at
+    its position (the filter's order: where the first LayerNorm is not exactly linear the batch's
+    own tokens come first) that no found sentence holds anywhere, else from those no found sentence
+    holds there, else from all: the search slides to the sentence most of the start's tokens came
+    from, so a start without the found sentences' tokens lands on a new one.
+    """
     anywhere = {t for s in found for t in s}
     tokens = []
     for j, options in enumerate(sets):
@@ -310,12 +326,14 @@ def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
              screen: int, threshold: float, found: Sequence[list[int]] = ()
              ) -> tuple[torch.Tensor, float]:
-    """Local search from ``sentence`` until no screened move helps (a sentence that passes
-    ``threshold`` is still improved: a transposed pair may pass the median); the sentence
-    reached and its certificate, the median span distance of its positions — or
-    :data:`DUPLICATE` as soon as the sentence agrees with a ``found`` one of its length at
-    :data:`SAME` of its positions (the descent is sliding onto a sentence already recovered:
-    the rest of it would be wasted work)."""
+    """Search locally from ``sentence`` until no screened move helps.
+
+    Local search from ``sentence`` until no screened move helps (a sentence that passes
+    ``threshold`` is still improved: a transposed pair may pass the median); the sentence reached
+    and its certificate, the median span distance of its positions — or :data:`DUPLICATE` as soon as
+    the sentence agrees with a ``found`` one of its length at :data:`SAME` of its positions (the
+    descent is sliding onto a sentence already recovered: the rest of it would be wasted work).
+    """
     distances = objective.distances(sentence[None])[0]
     value = float(distances.mean())
     while not objective.work.exhausted and float(distances.max()) >= threshold / 100:

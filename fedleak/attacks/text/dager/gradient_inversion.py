@@ -1,4 +1,6 @@
-"""``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
+"""DAGER (Petrov et al., NeurIPS 2024) as the registered attack ``dager``.
+
+``dager``: DAGER (Petrov et al., NeurIPS 2024, arXiv 2405.15586) as a registered attack on a
 :class:`~fedleak.attacks.text_observation.TextObservation`.
 
 The algorithm is :func:`fedleak.attacks.text.dager.layer_search.dager` (the span checks, the
@@ -34,6 +36,8 @@ _DEFAULTS = DagerConfig()
 
 @dataclass
 class DagerAttackConfig:
+    """Options of the ``dager`` attack: the span thresholds τ₁, τ₂ and the search's limits."""
+
     l1_threshold: float = field(default=_DEFAULTS.l1_threshold, metadata={
         "help": "τ₁: the token filter's largest span distance (first layer)"})
     l2_threshold: float = field(default=_DEFAULTS.l2_threshold, metadata={
@@ -59,16 +63,19 @@ class Dager(TextAttack):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Refuse more than one local step: DAGER needs one FedSGD gradient."""
         if setting.local_steps > 1:
             return (f"DAGER reads one gradient; {setting.local_steps} local steps put the "
                     "inputs in no span exactly")
         return None
 
     def budget(self) -> int | None:
+        """Return the most sentence evaluations the encoder search may spend."""
         return int(self.config.max_evaluations)
 
     def recover(self, target: TextObservation, *, device: torch.device, seed: int,
                 progress: Progress | None) -> Reconstruction:
+        """Recover the batch's sentences with DAGER (module docstring)."""
         c: DagerAttackConfig = self.config
         if target.lora:
             raise ValueError("DAGER needs the gradients of the first two layers' projections; "

@@ -1,6 +1,8 @@
-"""The last token of each sentence of a causal language model, from the final LayerNorm's
-gradient (an extension of DAGER: the last token has no loss after it, so its δ is zero in every
-layer and no span holds it).
+"""Recover each sentence's last token from the final LayerNorm's gradient.
+
+The last token of each sentence of a causal language model, from the final LayerNorm's gradient (an
+extension of DAGER: the last token has no loss after it, so its δ is zero in every layer and no span
+holds it).
 
 With the prefixes ``x_b = (x_{b,0}, …, x_{b,n_b−1})`` known (every token but the last), the
 model's forward on them gives, at every position t, the final LayerNorm's normalised input
@@ -127,9 +129,12 @@ def _feature(row: torch.Tensor, normalised: torch.Tensor) -> torch.Tensor:
 
 def _pursuit(target: torch.Tensor, normalised: list[torch.Tensor], head: torch.Tensor
              ) -> list[int]:
-    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²`` over one token per sentence, with
-    exchanges of two sentences' tokens when no single change helps (two sentences' tokens
-    found but crossed is a fixed point of the single changes)."""
+    """Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²``, one token per sentence.
+
+    Coordinate descent on ``‖target − Σ_b f(y_b, b)‖²`` over one token per sentence, with exchanges
+    of two sentences' tokens when no single change helps (two sentences' tokens found but crossed is
+    a fixed point of the single changes).
+    """
     d = head.shape[1]
     squares = head * head
     row_norms = squares.sum(dim=1)

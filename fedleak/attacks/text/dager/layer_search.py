@@ -1,6 +1,8 @@
-"""DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large
-Language Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one
-FedSGD gradient of a transformer.
+"""DAGER (Petrov et al., NeurIPS 2024): exact text from one transformer gradient.
+
+DAGER (Petrov, Dimitrov, Baader, Müller, Vechev, "DAGER: Exact Gradient Inversion for Large Language
+Models", NeurIPS 2024, arXiv 2405.15586): whole batches of text, exactly, from one FedSGD gradient
+of a transformer.
 
 **The rank condition.** A linear layer ``Z = X W`` over the b = B·T token vectors of a batch
 has ``∇_W L = Xᵀ ∂L/∂Z``: rank ≤ b (the paper's low-rank lemma), and when ``b < d`` (the
@@ -52,9 +54,11 @@ VOCAB_CHUNK = 8192
 
 def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
                      threshold: float, cap: int) -> tuple[torch.Tensor, bool]:
-    """The token filter at ``position``: every vocabulary id v whose first-layer
-    input ``x(v, position)`` has span distance below ``threshold``, nearest first, at most
-    ``cap`` of them; and whether the cap cut some."""
+    """Return the token filter at ``position``.
+
+    Every vocabulary id v whose first-layer input ``x(v, position)`` has span distance below
+    ``threshold``, nearest first, at most ``cap`` of them; and whether the cap cut some.
+    """
     distances = []
     for start in range(0, layout.vocab_size, VOCAB_CHUNK):
         ids = torch.arange(start, min(start + VOCAB_CHUNK, layout.vocab_size))[:, None]
@@ -69,11 +73,14 @@ def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
           batch_size: int, config: DagerConfig | None = None,
           progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
-    """Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by
-    parameter name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
-    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the
-    model's kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError
-    for input it cannot use, naming what to change."""
+    """Recover a batch of ``batch_size`` sentences from ``gradients`` of ``model``.
+
+    Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by parameter
+    name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
+    :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the model's
+    kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError for input it
+    cannot use, naming what to change.
+    """
     config = config or DagerConfig()
     layout = model if isinstance(model, TransformerLayout) else layout_of(model)
     if batch_size < 1:

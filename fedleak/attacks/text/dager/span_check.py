@@ -1,5 +1,7 @@
-"""DAGER's span check: is a vector one of a linear layer's inputs? (Petrov et al., "DAGER:
-Exact Gradient Inversion for Large Language Models", NeurIPS 2024, arXiv 2405.15586).
+"""DAGER's span check: is a vector one of a linear layer's inputs.
+
+(Petrov et al., "DAGER: Exact Gradient Inversion for Large Language Models", NeurIPS 2024, arXiv
+2405.15586).
 
 For a linear layer ``Z = X W`` applied to the b token vectors of a batch, ``X`` [b, n] (one row
 per token of every sentence; ``n`` the layer's input width), the weight gradient is
@@ -65,14 +67,20 @@ class InputSpan:
 
     @property
     def full(self) -> bool:
-        """Whether the span leaves at most one direction of ℝⁿ unchecked (B·T reached the
-        hidden size): a LayerNorm with β = 0 outputs vectors of zero mean, so its inputs
-        fill n − 1 dimensions at most."""
+        """Tell whether the span leaves at most one direction of ℝⁿ unchecked.
+
+        Whether the span leaves at most one direction of ℝⁿ unchecked (B·T reached the hidden size):
+        a LayerNorm with β = 0 outputs vectors of zero mean, so its inputs fill n − 1 dimensions at
+        most.
+        """
         return self.rank >= self.input_dim - 1
 
     def distance(self, vectors: torch.Tensor) -> torch.Tensor:
-        """``d(x) = ‖x̂ − U Uᵀ x̂‖₂`` for every vector along the last axis of ``vectors``
-        ([..., n] → [...]); 0 for the layer's inputs, about √(1 − r/n) for a random vector."""
+        """Return the span distance ``d(x) = ‖x̂ − U Uᵀ x̂‖₂`` along the last axis.
+
+        ``d(x) = ‖x̂ − U Uᵀ x̂‖₂`` for every vector along the last axis of ``vectors`` ([..., n] →
+        [...]); 0 for the layer's inputs, about √(1 − r/n) for a random vector.
+        """
         if vectors.shape[-1] != self.input_dim:
             raise SpanError(f"vectors of width {vectors.shape[-1]} cannot be checked against a "
                             f"span in R^{self.input_dim}")
@@ -86,13 +94,15 @@ class InputSpan:
 
 def input_span(gradients: Sequence[torch.Tensor], rank: int | None = None,
                noise: float = NOISE_FACTOR) -> InputSpan:
-    """The span of the inputs of the layers whose weight ``gradients`` are given, each
-    [n, m_k] with the input dimension first (a ``Conv1D`` weight as stored; a ``nn.Linear``
-    weight's gradient transposed). Several gradients of layers reading the same input (query,
-    key and value) are stacked side by side: ``[∇W_Q ∇W_K ∇W_V]`` has the same column space,
-    with every token whose δ reaches any of them. ``rank`` overrides the rank read from the
-    singular values (the paper's rank cutoff); ``noise`` sets where the rounding noise ends
-    (:func:`numerical_rank`)."""
+    """Return the span of the inputs of the layers whose weight ``gradients`` are given.
+
+    The span of the inputs of the layers whose weight ``gradients`` are given, each [n, m_k] with
+    the input dimension first (a ``Conv1D`` weight as stored; a ``nn.Linear`` weight's gradient
+    transposed). Several gradients of layers reading the same input (query, key and value) are
+    stacked side by side: ``[∇W_Q ∇W_K ∇W_V]`` has the same column space, with every token whose δ
+    reaches any of them. ``rank`` overrides the rank read from the singular values (the paper's rank
+    cutoff); ``noise`` sets where the rounding noise ends (:func:`numerical_rank`).
+    """
     if not gradients:
         raise SpanError("no gradient given: name the layer's weight gradients")
     width = gradients[0].shape[0]
@@ -116,9 +126,11 @@ def input_span(gradients: Sequence[torch.Tensor], rank: int | None = None,
 
 
 def left_singular(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left singular vectors and singular values of ``matrix`` [n, m]; for m > n through the
-    QR factorisation ``Mᵀ = QR`` (``M = Rᵀ Qᵀ`` has the left singular vectors and values of the
-    square ``Rᵀ``), a few times faster than the SVD of the wide matrix."""
+    """Left singular vectors and singular values of ``matrix`` [n, m].
+
+    For m > n through the QR factorisation ``Mᵀ = QR`` (``M = Rᵀ Qᵀ`` has the left singular vectors
+    and values of the square ``Rᵀ``), a few times faster than the SVD of the wide matrix.
+    """
     if matrix.shape[1] > matrix.shape[0]:
         _, r = torch.linalg.qr(matrix.T)
         matrix = r.T
@@ -128,11 +140,14 @@ def left_singular(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def numerical_rank(singular_values: torch.Tensor, dtype: torch.dtype,
                    noise: float = NOISE_FACTOR) -> int:
-    """The number of singular values (descending) above the rounding noise of a gradient
-    computed in ``dtype`` (machine epsilon ε): the cut at the largest drop ``s_r / s_{r+1} ≥
-    MIN_DROP`` whose lower side lies in the noise region ``s_{r+1} < 2·noise·ε·s₁`` (inside a
-    noise bulk neighbouring values differ by a few per cent; the step from the weakest signal
-    down to the bulk is the largest), else every ``s_i > noise·ε·s₁``."""
+    """Return the numerical rank: singular values above the rounding noise of ``dtype``.
+
+    The number of singular values (descending) above the rounding noise of a gradient computed in
+    ``dtype`` (machine epsilon ε): the cut at the largest drop ``s_r / s_{r+1} ≥ MIN_DROP`` whose
+    lower side lies in the noise region ``s_{r+1} < 2·noise·ε·s₁`` (inside a noise bulk neighbouring
+    values differ by a few per cent; the step from the weakest signal down to the bulk is the
+    largest), else every ``s_i > noise·ε·s₁``.
+    """
     s = singular_values
     eps = torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float32).eps
     level = noise * eps * float(s[0])

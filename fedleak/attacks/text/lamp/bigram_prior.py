@@ -19,8 +19,11 @@ import torch
 
 
 class BigramPrior:
-    """Add-k smoothed bigram log-probabilities over a vocabulary of ``vocab_size`` ids, counted
-    from ``sequences`` (token id sequences of public text); stored sparsely (the pairs seen)."""
+    """Add-k smoothed bigram log-probabilities counted from public text.
+
+    Add-k smoothed bigram log-probabilities over a vocabulary of ``vocab_size`` ids, counted from
+    ``sequences`` (token id sequences of public text); stored sparsely (the pairs seen).
+    """
 
     def __init__(self, sequences: Iterable[torch.Tensor | list[int]], vocab_size: int,
                  smoothing: float = 0.1) -> None:
@@ -59,8 +62,11 @@ class BigramPrior:
         return out.float().to(previous.device)
 
     def nll(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``L_lm`` per sentence of ``tokens`` [N, T] (only transitions between two unmasked
-        tokens count): [N]."""
+        """Return ``L_lm`` per sentence of ``tokens`` [N, T].
+
+        ``L_lm`` per sentence of ``tokens`` [N, T] (only transitions between two unmasked tokens
+        count): [N].
+        """
         step = self.log_prob(tokens[:, :-1], tokens[:, 1:])
         keep = torch.ones_like(step) if mask is None else \
             (mask[:, :-1] * mask[:, 1:]).to(step.dtype)

@@ -1,6 +1,8 @@
-"""LAMP (Balunović, Dimitrov, Jovanović, Vechev, "LAMP: Extracting Text from Gradients with
-Language Model Priors", NeurIPS 2022, arXiv 2202.08827) and TAG (Deng et al. 2021), the
-optimisation baselines for text.
+"""LAMP (Balunović et al., NeurIPS 2022) and TAG (Deng et al. 2021) for text.
+
+LAMP (Balunović, Dimitrov, Jovanović, Vechev, "LAMP: Extracting Text from Gradients with Language
+Model Priors", NeurIPS 2022, arXiv 2202.08827) and TAG (Deng et al. 2021), the optimisation
+baselines for text.
 
 Both optimise continuous token embeddings ``x`` [B, T, d] so that the replayed update matches
 the observed one, then project each ``x_t`` to its nearest token (:mod:`text_matching`):
@@ -49,8 +51,11 @@ Labels = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class LampConfig:
-    """LAMP's settings (the defaults are LAMP_cos's shape at a small budget); :func:`tag_config`
-    gives TAG's. The learning rate follows a cosine schedule to zero over ``iterations``."""
+    """LAMP's settings (the defaults are LAMP_cos's shape at a small budget).
+
+    :func:`tag_config` gives TAG's. The learning rate follows a cosine schedule to zero over
+    ``iterations``.
+    """
 
     iterations: int = 500
     learning_rate: float = 0.01
@@ -64,6 +69,7 @@ class LampConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse an unknown objective and counts or weights out of range."""
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got "
                              f"{self.objective!r}")
@@ -88,9 +94,12 @@ def tag_config(**changes: float | int | str) -> LampConfig:
 
 @dataclass
 class TextInversionResult:
-    """The projected tokens [B, T] (masked positions hold 0), the embeddings they came from,
-    the reconstruction distance at the end and at the chosen random start, and the work:
-    continuous ``iterations`` and replay ``evaluations``."""
+    """Result of one inversion: tokens, embeddings, distances and work.
+
+    The projected tokens [B, T] (masked positions hold 0), the embeddings they came from, the
+    reconstruction distance at the end and at the chosen random start, and the work: continuous
+    ``iterations`` and replay ``evaluations``.
+    """
 
     tokens: torch.Tensor
     embeddings: torch.Tensor
@@ -100,7 +109,7 @@ class TextInversionResult:
     evaluations: int
 
     def sentences(self, mask: torch.Tensor) -> list[list[int]]:
-        """The token ids of each sentence, masked positions left out."""
+        """Return the token ids of each sentence, masked positions left out."""
         return [row[m.bool()].tolist() for row, m in zip(self.tokens, mask, strict=True)]
 
 
@@ -110,8 +119,10 @@ def invert_text(replay: TextReplay, observed: Sequence[torch.Tensor],
                 template: torch.Tensor | None = None,
                 allowed: torch.Tensor | None = None) -> TextInversionResult:
     """Run LAMP (or TAG, by ``config``) against ``observed`` (module docstring).
-    ``vocabulary`` is the input embedding matrix [V, d]; ``allowed`` restricts the projection
-    to a recovered token set."""
+
+    ``vocabulary`` is the input embedding matrix [V, d]; ``allowed`` restricts the projection to a
+    recovered token set.
+    """
     config = config or LampConfig()
     _check(observed, vocabulary, attention_mask, template, prior, config)
     vocabulary = vocabulary.detach()

@@ -1,5 +1,7 @@
-"""Gradient matching on continuous token embeddings: the distances TAG and LAMP minimise, LAMP's
-embedding-length regulariser, and the projection of embeddings back to tokens.
+"""Gradient matching on continuous token embeddings.
+
+The distances TAG and LAMP minimise, LAMP's embedding-length regulariser, and the projection of
+embeddings back to tokens.
 
 For candidate embeddings ``x`` [B, T, d] the replay of the user's update gives ``∇' = ∇_θ
 L(x, y)``; it is compared with the observed gradient ``∇`` parameter by parameter (l):
@@ -24,8 +26,7 @@ OBJECTIVES = ("cosine", "tag")
 
 def gradient_distance(candidate: Sequence[torch.Tensor], observed: Sequence[torch.Tensor],
                       objective: str, tag_alpha: float = 0.01) -> torch.Tensor:
-    """The distance ``objective`` (``cosine`` or ``tag``) between two gradients given as
-    parameter-aligned lists."""
+    """Return the distance ``objective`` (``cosine`` or ``tag``) between two gradient lists."""
     if len(candidate) != len(observed):
         raise ValueError(f"the replay returned {len(candidate)} gradients for "
                          f"{len(observed)} observed ones: they must be aligned by parameter")
@@ -55,8 +56,11 @@ def length_regulariser(embeddings: torch.Tensor, vocabulary: torch.Tensor,
 
 def nearest_tokens(embeddings: torch.Tensor, vocabulary: torch.Tensor,
                    allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """The id of the nearest row of ``vocabulary`` [V, d] to each of ``embeddings`` [..., d],
-    among ``allowed`` ids when given (a recovered token set)."""
+    """Return the id of the nearest ``vocabulary`` row to each of ``embeddings``.
+
+    The id of the nearest row of ``vocabulary`` [V, d] to each of ``embeddings`` [..., d], among
+    ``allowed`` ids when given (a recovered token set).
+    """
     table = vocabulary if allowed is None else vocabulary[allowed]
     flat = embeddings.detach().reshape(-1, embeddings.shape[-1]).to(table.dtype)
     ids = torch.cdist(flat, table).argmin(dim=1)

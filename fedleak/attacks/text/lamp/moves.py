@@ -1,5 +1,7 @@
-"""LAMP's discrete steps (Balunović et al. 2022): candidate reorderings of one
-sentence's embeddings, each scored by the gradient distance plus the language-model prior.
+"""LAMP's discrete steps (Balunović et al. 2022).
+
+Candidate reorderings of one sentence's embeddings, each scored by the gradient distance plus the
+language-model prior.
 
 A candidate permutes the free positions (unmasked, not a known token such as [CLS]) of one
 sentence by one of the paper's transformations: swap two tokens; move one token elsewhere;
@@ -15,8 +17,10 @@ MOVES = ("swap", "move-token", "move-span", "rotate")
 
 
 def reorder(free: list[int], kind: str, generator: torch.Generator) -> list[int]:
-    """The free positions ``free`` (in order) rearranged by one move of ``kind``: the position
-    each slot now reads from."""
+    """Return the free positions ``free`` (in order) rearranged by one move of ``kind``.
+
+    The position each slot now reads from.
+    """
     n = len(free)
     if n < 2:
         return list(free)
@@ -49,8 +53,11 @@ def reorder(free: list[int], kind: str, generator: torch.Generator) -> list[int]
 
 def candidates(embeddings: torch.Tensor, free: list[list[int]], count: int,
                generator: torch.Generator) -> list[torch.Tensor]:
-    """``count`` copies of ``embeddings`` [B, T, d], each with one sentence's free positions
-    reordered by a random move."""
+    """Return ``count`` copies of ``embeddings``, each reordered by a random move.
+
+    ``count`` copies of ``embeddings`` [B, T, d], each with one sentence's free positions reordered
+    by a random move.
+    """
     rows = [b for b, f in enumerate(free) if len(f) >= 2]
     out: list[torch.Tensor] = []
     if not rows:

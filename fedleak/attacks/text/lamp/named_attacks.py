@@ -1,5 +1,7 @@
-"""``lamp`` and ``tag``: LAMP (Balunović et al., NeurIPS 2022, arXiv 2202.08827) and TAG (Deng
-et al. 2021, arXiv 2103.06819) as registered attacks on a
+"""LAMP and TAG as the registered attacks ``lamp`` and ``tag``.
+
+``lamp`` and ``tag``: LAMP (Balunović et al., NeurIPS 2022, arXiv 2202.08827) and TAG (Deng et al.
+2021, arXiv 2103.06819) as registered attacks on a
 :class:`~fedleak.attacks.text_observation.TextObservation`.
 
 The engine is :func:`fedleak.attacks.text.lamp.inversion.invert_text` (continuous token embeddings
@@ -55,6 +57,8 @@ NOISY_DEFENSES = frozenset({"dpsgd", "client-dp", "noise"})
 
 @dataclass
 class LampAttackConfig:
+    """Options of ``lamp``: the continuous steps, Adam's rate, the objective and the priors."""
+
     iterations: int = field(default=500, metadata={"help": "continuous optimisation steps"})
     learning_rate: float = field(default=0.01, metadata={"help": "Adam's (cosine-decayed)"})
     objective: str = field(default="cosine", metadata={"help": "cosine (LAMP_cos) or tag"})
@@ -73,6 +77,8 @@ class LampAttackConfig:
 
 @dataclass
 class TagAttackConfig(LampAttackConfig):
+    """Options of ``tag``: LAMP's with TAG's objective (L2 + αL1) and no language prior."""
+
     objective: str = field(default="tag", metadata={"help": "tag (L2 + αL1) or cosine"})
     regulariser: float = field(default=0.0, metadata={"help": "embedding-length weight"})
     prior_weight: float = field(default=0.0, metadata={"help": "α_lm of the bigram prior"})
@@ -88,14 +94,18 @@ class Lamp(TextAttack):
 
     @classmethod
     def unsuited(cls, setting: UpdateSetting) -> str | None:
+        """Return None: LAMP and TAG accept any update setting."""
         return None
 
     def budget(self) -> int | None:
+        """Return the continuous optimisation steps."""
         return int(self.config.iterations)
 
     def engine_config(self, seed: int) -> LampConfig:
-        """The engine's settings (TAG's table defaults are
-        :func:`~fedleak.attacks.text.lamp.inversion. tag_config`'s)."""
+        """Return the engine's settings.
+
+        TAG's table defaults are :func:`~fedleak.attacks.text.lamp.inversion.tag_config`'s.
+        """
         c = self.config
         return LampConfig(
             iterations=c.iterations, learning_rate=c.learning_rate, objective=c.objective,
@@ -105,6 +115,7 @@ class Lamp(TextAttack):
 
     def recover(self, target: TextObservation, *, device: torch.device, seed: int,
                 progress: Progress | None) -> Reconstruction:
+        """Recover the batch's sentences by LAMP's optimisation (module docstring)."""
         warnings: list[str] = []
         config = self.engine_config(seed)
         model: Any = target.model
@@ -156,7 +167,7 @@ class Lamp(TextAttack):
                                        "prior": prior is not None})
 
     def labels(self, target: TextObservation, mask: torch.Tensor) -> Any:
-        """A decoder's labels from its own tokens; a classifier's counted from the bias."""
+        """Return a decoder's labels from its own tokens; a classifier's counted from the bias."""
         if target.task == CLASSIFY:
             bias = next((n for n in target.parameter_names if n.endswith("classifier.bias")),
                         None)
@@ -181,8 +192,11 @@ class Tag(Lamp):
 
 
 def sentence_length(target: TextObservation) -> int:
-    """The longest sentence's length, from the position embedding's gradient rows (module
-    docstring); T when the model has no such parameter in the update."""
+    """Return the longest sentence's length, from the position embedding's gradient.
+
+    The longest sentence's length, from the position embedding's gradient rows (module docstring); T
+    when the model has no such parameter in the update.
+    """
     name = next((n for n in target.parameter_names
                  if n.endswith(("wpe.weight", "position_embeddings.weight"))), None)
     if name is None:
