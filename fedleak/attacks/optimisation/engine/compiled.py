@@ -48,8 +48,11 @@ def compile_cache_dir() -> Path:
 
 
 def use_compile_cache() -> None:
-    """Point Inductor's caches at :func:`compile_cache_dir` (unless the user set
-    ``TORCHINDUCTOR_CACHE_DIR``) and turn the persistent FX-graph and AOTAutograd caches on."""
+    """Keep Inductor's compiled code between processes.
+
+    Points Inductor's caches at :func:`compile_cache_dir` (unless the user set
+    ``TORCHINDUCTOR_CACHE_DIR``) and turns the persistent FX-graph and AOTAutograd caches on.
+    """
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -60,8 +63,10 @@ def use_compile_cache() -> None:
 
 def traced_gradient(problem: InversionProblem, terms: Sequence[BoundPrior]
                     ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """``(X, λ) → (∇F, F)`` for a ``rows`` problem, written with ``torch.func.vjp`` (the
-    function that is compiled; eager, it is the eager engine's maths)."""
+    """Write ``(X, λ) → (∇F, F)`` of a ``rows`` problem with ``torch.func.vjp``.
+
+    This is the function that is compiled; run eagerly, it is the eager engine's maths.
+    """
     if not problem.rows:
         raise ValueError("the compiled step needs the restart form of the problem (rows)")
 
@@ -86,10 +91,13 @@ def traced_gradient(problem: InversionProblem, terms: Sequence[BoundPrior]
 def compiled_gradient(problem: InversionProblem, terms: Sequence[BoundPrior],
                       images: torch.Tensor, weights: Sequence[Weight]
                       ) -> tuple[GradientFn, str | None]:
-    """The compiled ``(X, λ) → (∇F, F)`` of :func:`traced_gradient`, compiled and checked on
-    ``images`` at ``weights`` (the first iteration's), or, when compiling fails, the eager
+    """Compile ``(X, λ) → (∇F, F)`` of :func:`traced_gradient`, or fall back to eager.
+
+    The compiled function is run once on ``images`` at ``weights`` (the first iteration's);
+    when compiling fails, the eager
     :meth:`~fedleak.attacks.optimisation.engine.problem.InversionProblem.value_and_gradient`
-    with a one-line notice saying why."""
+    comes back instead, with a one-line notice saying why.
+    """
     use_compile_cache()
     compiled = torch.compile(traced_gradient(problem, terms), dynamic=False)
     dtype, device = images.dtype, images.device

@@ -32,9 +32,11 @@ NATIVE_MAX_COORDINATES = 1_000_000
 
 
 def native_kernels(choice: str, images: torch.Tensor, coordinates: int) -> bool:
-    """Whether the loop on ``images`` ``[R, n, C, H, W]`` (an observed update of
-    ``coordinates`` values) runs ATen's own convolutions: ``native``, or ``auto`` on a small
-    batch of a small model (module docstring)."""
+    """Say whether the loop on ``images`` ``[R, n, C, H, W]`` runs ATen's own convolutions.
+
+    ``native``, or ``auto`` on a small batch of a small model (an observed update of
+    ``coordinates`` values; module docstring).
+    """
     if choice not in CHOICES:
         raise ValueError(f"convolutions must be one of {', '.join(CHOICES)}, got {choice!r}")
     if choice != "auto":
