@@ -60,8 +60,6 @@ from fedleak.attacks.optimisation.adaptive import (
     parse_part,
     selects,
 )
-from fedleak.attacks.optimisation.engine.captured import optimise_captured
-from fedleak.attacks.optimisation.engine.compiled import compiled_gradient
 from fedleak.attacks.optimisation.engine.composed_config import (
     ComposedConfig,
     check_numbers,
@@ -69,8 +67,7 @@ from fedleak.attacks.optimisation.engine.composed_config import (
     fitting,
     prior_specs,
 )
-from fedleak.attacks.optimisation.engine.convolutions import convolution_kernels, native_kernels
-from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.first_order import optimise_first_order
 from fedleak.attacks.optimisation.engine.initial import gaussian_init, uniform_init
 from fedleak.attacks.optimisation.engine.lbfgs import check_closure, lbfgs_restarts
 from fedleak.attacks.optimisation.engine.packed import pack, pack_replay, packed_objective
@@ -80,12 +77,7 @@ from fedleak.attacks.optimisation.fedavg.epochs import epoch_copies, merge_epoch
 from fedleak.attacks.optimisation.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.optimisation.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
 from fedleak.attacks.optimisation.priors import PRIORS, BoundPrior, PriorPart
-from fedleak.attacks.optimisation.restarts import (
-    RestartsCosineObjective,
-    alone,
-    batched_replay,
-    side_by_side,
-)
+from fedleak.attacks.optimisation.restarts import RestartsCosineObjective, alone, side_by_side
 from fedleak.attacks.parts import PartError
 from fedleak.attacks.replay_contract import RestartsUpdateFn
 
@@ -265,11 +257,8 @@ class ComposedInversion(Attack[Observation]):
         replay = side_by_side(observation, one_by_one,
                               lambda batched: parts.replay.wrap(batched, observation),
                               restarts=cfg.restarts, vectorised=cfg.vectorised,
-                              coupled=any(b.part.coupled for b in priors))
-        batched_one = batched_replay(observation) if cfg.compile and cfg.restarts == 1 \
-            else None
-        if batched_one is not None:  # the compiled step takes the functional replay
-            replay = parts.replay.wrap(batched_one, observation)
+                              coupled=any(b.part.coupled for b in priors),
+                              functional=cfg.compile)
         notices: list[str | None] = []
         if replay is not None:
             stacked = torch.stack([self.initial(target, s, device)
@@ -332,23 +321,16 @@ class ComposedInversion(Attack[Observation]):
         """Run the first-order loop on ``images`` ``[R, n, C, H, W]``.
 
         R restarts side by side, captured (:mod:`fedleak.attacks.optimisation.engine.captured`) when
-        ``graph_safe`` (default: :meth:`graph_safe`), else eager
-        (:mod:`fedleak.attacks.optimisation.engine.eager`). Returns a notice when CUDA capture fell
+        ``graph_safe`` (default: :meth:`graph_safe`), else compiled or eager
+        (:mod:`fedleak.attacks.optimisation.engine.first_order`). Returns a notice when a path fell
         back to eager, and the result per restart (the last iterate, or the last with a finite
         objective when that one is not finite).
         """
         if graph_safe is None:
             graph_safe = self.graph_safe(images.device)
-        native = native_kernels(self.config.convolutions, images, problem.coordinates)
-        with convolution_kernels(native):
-            if graph_safe:
-                return optimise_captured(problem, images, span)
-            if self.config.compile and problem.rows:
-                terms = problem.terms()
-                gradient, notice = compiled_gradient(
-                    problem, terms, images, [b.weight(0, problem.iterations) for b in terms])
-                return notice, optimise_eager(problem, images, span, gradient)
-            return None, optimise_eager(problem, images, span)
+        return optimise_first_order(problem, images, span, graph_safe=graph_safe,
+                                    compiled=self.config.compile,
+                                    kernels=self.config.convolutions)
 
     # ----- several observations ------------------------------------------------------------
 

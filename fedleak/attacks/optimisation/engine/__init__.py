@@ -14,6 +14,7 @@ module                    runs eq. (1)
 ``captured``              the eager step with device-side state, recorded as a CUDA graph
 ``compiled``              the eager loop's objective step compiled by ``torch.compile``
 ``convolutions``          oneDNN or ATen's own CPU convolutions, chosen by shape
+``first_order``           which first-order loop runs (captured, compiled, eager)
 ``lbfgs``                 L-BFGS restarts one by one, the closure's evaluation captured
 ``packed``                P observations × R restarts as rows of one problem
 ``weighing``              the default's aware and blind parts, the better explainer kept

@@ -31,11 +31,14 @@ from pathlib import Path
 
 import torch
 
-from fedleak.attacks.optimisation.engine.problem import InversionProblem, Weight
+from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.problem import (
+    GradientFn,
+    InversionProblem,
+    ProgressSpan,
+    Weight,
+)
 from fedleak.attacks.optimisation.priors import BoundPrior
-
-#: F's value and ∇F at the images, for the prior weights of one iteration
-GradientFn = Callable[[torch.Tensor, Sequence[Weight]], tuple[torch.Tensor, torch.Tensor]]
 
 
 def compile_cache_dir() -> Path:
@@ -119,3 +122,16 @@ def compiled_gradient(problem: InversionProblem, terms: Sequence[BoundPrior],
         return (lambda x, values: problem.value_and_gradient(x, terms, values),
                 f"compile failed ({type(err).__name__}: {reason}); the step ran eagerly")
     return step, None
+
+
+def optimise_compiled(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
+                      ) -> tuple[str | None, torch.Tensor]:
+    """Run the eager loop with the compiled step on ``images`` ``[R, n, C, H, W]``.
+
+    Returns the fallback notice (None when it compiled) and the result per restart, as
+    :func:`~fedleak.attacks.optimisation.engine.eager.optimise_eager`.
+    """
+    terms = problem.terms()
+    gradient, notice = compiled_gradient(
+        problem, terms, images, [b.weight(0, problem.iterations) for b in terms])
+    return notice, optimise_eager(problem, images, span, gradient)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from fedleak.attacks.optimisation.engine.compiled import GradientFn
 from fedleak.attacks.optimisation.engine.problem import (
+    GradientFn,
     InversionProblem,
     ProgressSpan,
     finite_or_last,

@@ -43,6 +43,8 @@ from fedleak.attacks.replay_contract import RestartsUpdateFn
 
 #: a prior's weight λ at one iteration: a number, or (captured loop) a device tensor
 Weight = float | torch.Tensor
+#: F's value and ∇F at the images, for the prior weights of one iteration (a compiled step)
+GradientFn = Callable[[torch.Tensor, Sequence[Weight]], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
