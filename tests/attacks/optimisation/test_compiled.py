@@ -21,6 +21,8 @@ from tests.attacks.optimisation.presets.test_inverting_gradients import smooth_i
 from tests.helpers import make_observation
 
 SHAPE = (3, 8, 8)
+#: the DLG LeNet on 8×8: its convolutions through the compiled double backward, small
+MODEL = "lenet-zhu"
 #: plain Adam (not signed: a sign hides rounding) a few steps: the paths agree to rounding
 OPTIONS = {"iterations": 6, "signed": False, "lr": 0.05, "log_every": 2}
 
@@ -34,7 +36,7 @@ def one_thread():
 
 
 def observation():
-    return make_observation("lenet-zhu", SHAPE, 10, smooth_image(SHAPE), torch.tensor([3]))
+    return make_observation(MODEL, SHAPE, 10, smooth_image(SHAPE), torch.tensor([3]))
 
 
 def test_compiled_step_gives_the_eager_result():
