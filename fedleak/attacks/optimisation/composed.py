@@ -60,7 +60,6 @@ from fedleak.attacks.optimisation.adaptive import (
     parse_part,
     selects,
 )
-from fedleak.attacks.optimisation.engine.captured import optimise_captured
 from fedleak.attacks.optimisation.engine.composed_config import (
     ComposedConfig,
     check_numbers,
@@ -68,7 +67,7 @@ from fedleak.attacks.optimisation.engine.composed_config import (
     fitting,
     prior_specs,
 )
-from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.first_order import optimise_first_order
 from fedleak.attacks.optimisation.engine.initial import gaussian_init, uniform_init
 from fedleak.attacks.optimisation.engine.lbfgs import check_closure, lbfgs_restarts
 from fedleak.attacks.optimisation.engine.packed import pack, pack_replay, packed_objective
@@ -178,12 +177,14 @@ class ComposedInversion(Attack[Observation]):
 
     def problem(self, labels: torch.Tensor, replay: RestartsUpdateFn,
                 objective: GradientObjective, priors: Sequence[BoundPrior],
-                box: tuple[torch.Tensor, torch.Tensor], *, rows: bool) -> InversionProblem:
+                box: tuple[torch.Tensor, torch.Tensor], *, rows: bool,
+                coordinates: int = 0) -> InversionProblem:
         """Build eq. (1) over ``replay`` and ``objective`` with this attack's settings."""
         cfg = self.config
         return InversionProblem(labels=labels, replay=replay, objective=objective,
                                 priors=tuple(priors), box=box, optimiser=self._optimiser,
-                                iterations=cfg.iterations, log_every=cfg.log_every, rows=rows)
+                                iterations=cfg.iterations, log_every=cfg.log_every, rows=rows,
+                                coordinates=coordinates)
 
     def graph_safe(self, device: torch.device) -> bool:
         """Whether the loops run their graph-safe step (``capture`` on, on CUDA)."""
@@ -246,8 +247,9 @@ class ComposedInversion(Attack[Observation]):
         recovered, copies, target, labels, priors, observed, single = self.setup(
             observation, parts, device)
         one_by_one = parts.replay.wrap(alone(observation), observation)
+        size = sum(u.numel() for u in observed)
         one = self.problem(labels, one_by_one, single, priors, observation.image_bounds(device),
-                           rows=False)
+                           rows=False, coordinates=size)
         if isinstance(self._optimiser, LBFGSPart):
             return self.recover_lbfgs(one, target, parts, recovered, copies, device=device,
                                       seed=seed, progress=progress)
@@ -255,7 +257,8 @@ class ComposedInversion(Attack[Observation]):
         replay = side_by_side(observation, one_by_one,
                               lambda batched: parts.replay.wrap(batched, observation),
                               restarts=cfg.restarts, vectorised=cfg.vectorised,
-                              coupled=any(b.part.coupled for b in priors))
+                              coupled=any(b.part.coupled for b in priors),
+                              functional=cfg.compile)
         notices: list[str | None] = []
         if replay is not None:
             stacked = torch.stack([self.initial(target, s, device)
@@ -263,7 +266,7 @@ class ComposedInversion(Attack[Observation]):
             batched = parts.objective.build(RestartsCosineObjective, observed, observation,
                                             rows=True)
             problem = self.problem(labels, replay, batched, priors,
-                                   target.image_bounds(device), rows=True)
+                                   target.image_bounds(device), rows=True, coordinates=size)
             notice, results = self.optimise(problem, stacked, ProgressSpan(progress, 0, total))
             notices.append(notice)
             candidates = list(results)
@@ -318,16 +321,16 @@ class ComposedInversion(Attack[Observation]):
         """Run the first-order loop on ``images`` ``[R, n, C, H, W]``.
 
         R restarts side by side, captured (:mod:`fedleak.attacks.optimisation.engine.captured`) when
-        ``graph_safe`` (default: :meth:`graph_safe`), else eager
-        (:mod:`fedleak.attacks.optimisation.engine.eager`). Returns a notice when CUDA capture fell
+        ``graph_safe`` (default: :meth:`graph_safe`), else compiled or eager
+        (:mod:`fedleak.attacks.optimisation.engine.first_order`). Returns a notice when a path fell
         back to eager, and the result per restart (the last iterate, or the last with a finite
         objective when that one is not finite).
         """
         if graph_safe is None:
             graph_safe = self.graph_safe(images.device)
-        if graph_safe:
-            return optimise_captured(problem, images, span)
-        return None, optimise_eager(problem, images, span)
+        return optimise_first_order(problem, images, span, graph_safe=graph_safe,
+                                    compiled=self.config.compile,
+                                    kernels=self.config.convolutions)
 
     # ----- several observations ------------------------------------------------------------
 
@@ -364,7 +367,8 @@ class ComposedInversion(Attack[Observation]):
         rows = pack(targets, parts, packed, lambda o, s: self.initial(o, s, device), seeds,
                     cfg.restarts, device)
         problem = self.problem(rows.labels, rows.replay, rows.objective, priors,
-                               first.image_bounds(device), rows=True)
+                               first.image_bounds(device), rows=True,
+                               coordinates=sum(u.numel() for u in first.update))
         span = ProgressSpan(progress, 0, rows.count * cfg.restarts * cfg.iterations)
         notice, flat = self.optimise(problem, rows.images, span)
         images = flat.view(rows.count, cfg.restarts, *flat.shape[1:])

@@ -72,6 +72,7 @@ def side_by_side(
     restarts: int,
     vectorised: bool,
     coupled: bool,
+    functional: bool = False,
 ) -> RestartsUpdateFn | None:
     """Return the replay of all ``restarts`` in one call, or None to run them one by one.
 
@@ -79,6 +80,9 @@ def side_by_side(
     replay part's mechanism around it, as it did around ``one_by_one``); else in lockstep when
     a prior couples the restarts (``coupled``); None for a single restart.
     """
+    if restarts < 2 and functional:
+        one = batched_replay(observation)
+        return None if one is None else wrap(one)
     if restarts < 2 or not (vectorised or coupled):
         return None
     batched = batched_replay(observation) if vectorised else None

@@ -12,6 +12,9 @@ module                    runs eq. (1)
 ``problem``               the frozen problem, its value and gradient; the progress span
 ``eager``                 first order, R restarts side by side, one Python step each
 ``captured``              the eager step with device-side state, recorded as a CUDA graph
+``compiled``              the eager loop's objective step compiled by ``torch.compile``
+``convolutions``          oneDNN or ATen's own CPU convolutions, chosen by shape
+``first_order``           which first-order loop runs (captured, compiled, eager)
 ``lbfgs``                 L-BFGS restarts one by one, the closure's evaluation captured
 ``packed``                P observations × R restarts as rows of one problem
 ``weighing``              the default's aware and blind parts, the better explainer kept

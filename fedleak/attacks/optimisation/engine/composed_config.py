@@ -19,6 +19,7 @@ from typing import Any
 
 from fedleak.attacks.optimisation.adaptive import AUTO, check_spec, parse_part
 from fedleak.attacks.optimisation.batch_statistics import SOURCES
+from fedleak.attacks.optimisation.engine.convolutions import CHOICES as CONVOLUTIONS
 from fedleak.attacks.optimisation.optimisers import OPTIMISERS
 from fedleak.attacks.optimisation.priors import PRIORS
 from fedleak.attacks.parts import PartError
@@ -77,12 +78,27 @@ class ComposedConfig:
         metadata={"help": "on a GPU, record one iteration as a CUDA graph and replay it "
                           "(falls back to eager with a notice when capture fails)"},
     )
+    compile: bool = field(
+        default=False,
+        metadata={"help": "compile the objective step with torch.compile (first-order "
+                          "optimisers, a vectorisable replay; ~10-25 s CPU once, then cached "
+                          "on disk); falls back to eager with a notice; same numbers up to "
+                          "float rounding"},
+    )
+    convolutions: str = field(
+        default="auto",
+        metadata={"help": "CPU convolution kernels: native (ATen's), onednn, or auto "
+                          "(native for one small image of a small model)"},
+    )
 
     def __post_init__(self) -> None:
         """Refuse counts below 1, an unknown init or selection, and bad part specs."""
         check_numbers(self, at_least_one=("iterations", "restarts", "log_every"))
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.convolutions not in CONVOLUTIONS:
+            raise ValueError(f"convolutions must be one of {', '.join(CONVOLUTIONS)}, got "
+                             f"{self.convolutions!r}")
         if self.select not in SELECTS:
             raise ValueError(f"select must be one of {', '.join(SELECTS)}, got {self.select!r}")
         try:

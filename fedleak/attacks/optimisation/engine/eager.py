@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.attacks.optimisation.engine.problem import (
+    GradientFn,
     InversionProblem,
     ProgressSpan,
     finite_or_last,
@@ -33,11 +34,13 @@ from fedleak.attacks.optimisation.engine.problem import (
 )
 
 
-def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
-                   ) -> torch.Tensor:
+def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,
+                   gradient: GradientFn | None = None) -> torch.Tensor:
     """``problem.iterations`` first-order steps on ``images`` ``[R, n, C, H, W]`` in place.
 
-    Returns the result per restart (module docstring).
+    Returns the result per restart (module docstring). ``gradient`` computes step 1 instead of
+    :meth:`~fedleak.attacks.optimisation.engine.problem.InversionProblem.value_and_gradient`
+    (the compiled step, :mod:`~fedleak.attacks.optimisation.engine.compiled`).
     """
     iterations = problem.iterations
     width = images.shape[0]
@@ -46,17 +49,20 @@ def optimise_eager(problem: InversionProblem, images: torch.Tensor, span: Progre
     last = images.detach().clone()
     stepper = problem.optimiser.eager(images)
     alive = torch.ones(width, dtype=torch.bool, device=images.device)
+    everyone = True  # every restart alive: known on the host, no read-back per step
     for iteration in range(iterations):
         problem.revision(iteration, images)
-        grad, value = problem.value_and_gradient(
-            images, terms, [b.weight(iteration, iterations) for b in terms])
+        weights = [b.weight(iteration, iterations) for b in terms]
+        grad, value = problem.value_and_gradient(images, terms, weights) if gradient is None \
+            else gradient(images, weights)
         finite = torch.isfinite(value.detach()).reshape(-1).expand(width)
         with torch.no_grad():
             if not bool(finite.all()):
                 alive &= finite
+                everyone = False
                 if not bool(alive.any()):
                     break
-            before = None if bool(alive.all()) else images.detach().clone()
+            before = None if everyone else images.detach().clone()
             last.copy_(images)
             stepper.step(grad, problem.optimiser.rate(iteration, iterations))
             problem.project(images)

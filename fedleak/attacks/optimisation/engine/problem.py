@@ -43,6 +43,8 @@ from fedleak.attacks.replay_contract import RestartsUpdateFn
 
 #: a prior's weight λ at one iteration: a number, or (captured loop) a device tensor
 Weight = float | torch.Tensor
+#: F's value and ∇F at the images, for the prior weights of one iteration (a compiled step)
+GradientFn = Callable[[torch.Tensor, Sequence[Weight]], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ class InversionProblem:
     #: fixed
     revise: Callable[[torch.Tensor], None] | None = None
     revise_at: tuple[int, ...] = ()
+    #: the observed update's size (coordinates of u*), read to choose the convolution kernels
+    #: (:mod:`~fedleak.attacks.optimisation.engine.convolutions`); 0: not known
+    coordinates: int = 0
 
     def revision(self, iteration: int, images: torch.Tensor) -> None:
         """Run :attr:`revise` on ``images`` when ``iteration`` is one of :attr:`revise_at`."""

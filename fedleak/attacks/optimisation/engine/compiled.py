@@ -1,0 +1,137 @@
+"""The compiled objective step: F's value and ∇F of eq. (1) as one ``torch.compile`` graph.
+
+The eager loop (:mod:`~fedleak.attacks.optimisation.engine.eager`) spends one Python call and one
+ATen dispatch per tensor operation: ~800 of them per iteration of a LeNet on one 32×32 image,
+whose arithmetic (~11 MFLOP) one core does in well under a millisecond. Here the same gradient,
+
+    ∇_X F = s ⊙ (∂u/∂X)ᵀ g + Σ_k (λ_k / s) ⊙ s ⊙ ∇R_k(X),
+
+(J's value, cotangent g and scale s from the objective part; the priors' terms R_k per restart)
+is written with ``torch.func.vjp`` over the *functional* replay of R restarts
+(:data:`~fedleak.attacks.replay_contract.RestartsUpdateFn`, ``torch.func.vmap`` over
+``torch.func.grad``), and that function is compiled by TorchInductor: the forward, the user's
+first backward and the attack's second backward become one graph of fused C++ loops around the
+convolutions and GEMMs. The weights λ_k(i) enter as a tensor, so a scheduled weight does not
+recompile. The numbers are the eager engine's up to float rounding (fusion reorders sums;
+``tests/attacks/optimisation/test_compiled.py`` holds them to a tolerance).
+
+The compilation (~10–25 s of CPU for a small model) is paid once per machine: Inductor's FX
+graph cache and AOTAutograd's cache live in :func:`compile_cache_dir` (``FEDLEAK_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``, sub-folder ``inductor``), so a later
+process only retraces (a few seconds) and loads the compiled code. Where compilation fails
+(an operation Dynamo or Inductor cannot handle, no C++ compiler), :func:`compiled_gradient`
+returns the eager gradient with a one-line notice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.problem import (
+    GradientFn,
+    InversionProblem,
+    ProgressSpan,
+    Weight,
+)
+from fedleak.attacks.optimisation.priors import BoundPrior
+
+
+def compile_cache_dir() -> Path:
+    """Where the compiled code is kept between processes (module docstring)."""
+    root = os.environ.get("FEDLEAK_CACHE_DIR")
+    if root:
+        return Path(root) / "inductor"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fedleak" / "inductor"
+
+
+def use_compile_cache() -> None:
+    """Keep Inductor's compiled code between processes.
+
+    Points Inductor's caches at :func:`compile_cache_dir` (unless the user set
+    ``TORCHINDUCTOR_CACHE_DIR``) and turns the persistent FX-graph and AOTAutograd caches on.
+    """
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = True
+    functorch_config.enable_autograd_cache = True
+
+
+def traced_gradient(problem: InversionProblem, terms: Sequence[BoundPrior]
+                    ) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Write ``(X, λ) → (∇F, F)`` of a ``rows`` problem with ``torch.func.vjp``.
+
+    This is the function that is compiled; run eagerly, it is the eager engine's maths.
+    """
+    if not problem.rows:
+        raise ValueError("the compiled step needs the restart form of the problem (rows)")
+
+    def gradient(images: torch.Tensor, weights: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        def outputs(x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+            return list(problem.replay(x, problem.labels)), [b.rows(x) for b in terms]
+
+        pulled = torch.func.vjp(outputs, images)
+        (update, priors), pullback = pulled[0], pulled[1]
+        value, output_grads, scale = problem.objective.value_and_output_grads(update)
+        prior_grads = []
+        for k, term in enumerate(priors):
+            value = value + term.detach() * weights[k]
+            prior_grads.append(weights[k] / scale)
+        (grad,) = pullback((list(output_grads), prior_grads))
+        return grad * scale.view(-1, *[1] * (images.dim() - 1)), value
+
+    return gradient
+
+
+def compiled_gradient(problem: InversionProblem, terms: Sequence[BoundPrior],
+                      images: torch.Tensor, weights: Sequence[Weight]
+                      ) -> tuple[GradientFn, str | None]:
+    """Compile ``(X, λ) → (∇F, F)`` of :func:`traced_gradient`, or fall back to eager.
+
+    The compiled function is run once on ``images`` at ``weights`` (the first iteration's);
+    when compiling fails, the eager
+    :meth:`~fedleak.attacks.optimisation.engine.problem.InversionProblem.value_and_gradient`
+    comes back instead, with a one-line notice saying why.
+    """
+    use_compile_cache()
+    compiled = torch.compile(traced_gradient(problem, terms), dynamic=False)
+    dtype, device = images.dtype, images.device
+
+    def as_tensor(values: Sequence[Weight]) -> torch.Tensor:
+        if not values:
+            return torch.zeros(0, dtype=dtype, device=device)
+        return torch.stack([torch.as_tensor(w, dtype=dtype, device=device) for w in values])
+
+    def step(x: torch.Tensor, values: Sequence[Weight]) -> tuple[torch.Tensor, torch.Tensor]:
+        grad, value = compiled(x.detach(), as_tensor(values))
+        return grad, value
+
+    try:
+        step(images, weights)
+    except Exception as err:  # noqa: BLE001 - any compiler failure falls back to eager
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else \
+            type(err).__name__
+        return (lambda x, values: problem.value_and_gradient(x, terms, values),
+                f"compile failed ({type(err).__name__}: {reason}); the step ran eagerly")
+    return step, None
+
+
+def optimise_compiled(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan
+                      ) -> tuple[str | None, torch.Tensor]:
+    """Run the eager loop with the compiled step on ``images`` ``[R, n, C, H, W]``.
+
+    Returns the fallback notice (None when it compiled) and the result per restart, as
+    :func:`~fedleak.attacks.optimisation.engine.eager.optimise_eager`.
+    """
+    terms = problem.terms()
+    gradient, notice = compiled_gradient(
+        problem, terms, images, [b.weight(0, problem.iterations) for b in terms])
+    return notice, optimise_eager(problem, images, span, gradient)

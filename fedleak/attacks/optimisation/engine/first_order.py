@@ -1,0 +1,40 @@
+"""Which first-order loop runs an inversion, and on which convolution kernels.
+
+For R restarts side by side (``[R, n, C, H, W]``), one of three loops solves eq. (1):
+
+- captured (:mod:`~fedleak.attacks.optimisation.engine.captured`): on CUDA with ``capture``;
+- compiled (:mod:`~fedleak.attacks.optimisation.engine.compiled`): with ``compile`` and the
+  restart form of the problem (a functional replay);
+- eager (:mod:`~fedleak.attacks.optimisation.engine.eager`) otherwise;
+
+each inside the convolution kernels chosen for the shape
+(:mod:`~fedleak.attacks.optimisation.engine.convolutions`). They take the same steps up to float
+rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedleak.attacks.optimisation.engine.captured import optimise_captured
+from fedleak.attacks.optimisation.engine.compiled import optimise_compiled
+from fedleak.attacks.optimisation.engine.convolutions import convolution_kernels, native_kernels
+from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.problem import InversionProblem, ProgressSpan
+
+
+def optimise_first_order(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,
+                         *, graph_safe: bool, compiled: bool, kernels: str
+                         ) -> tuple[str | None, torch.Tensor]:
+    """Run the loop the module docstring picks on ``images`` in place.
+
+    Returns a notice when CUDA capture or compilation fell back to eager, and the result per
+    restart (the last iterate, or the last with a finite objective when that one is not
+    finite). ``kernels`` is the ``convolutions`` option (auto, onednn, native).
+    """
+    with convolution_kernels(native_kernels(kernels, images, problem.coordinates)):
+        if graph_safe:
+            return optimise_captured(problem, images, span)
+        if compiled and problem.rows:
+            return optimise_compiled(problem, images, span)
+        return None, optimise_eager(problem, images, span)

@@ -1,0 +1,88 @@
+"""The compiled objective step and the convolution kernels: the eager engine's numbers.
+
+One small compile (LeNet on one 3×8×8 image; Inductor's cache in the fedleak cache dir makes a
+re-run retrace only); the fallback and the kernel rule need no compiler.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedleak.attacks import create_attack
+from fedleak.attacks.attack_registry import AttackConfigError
+from fedleak.attacks.optimisation.engine import compiled
+from fedleak.attacks.optimisation.engine.convolutions import (
+    NATIVE_MAX_COORDINATES,
+    convolution_kernels,
+    native_kernels,
+)
+from tests.attacks.optimisation.presets.test_inverting_gradients import smooth_image
+from tests.helpers import make_observation
+
+SHAPE = (3, 8, 8)
+#: the DLG LeNet on 8×8: its convolutions through the compiled double backward, small
+MODEL = "lenet-zhu"
+#: plain Adam (not signed: a sign hides rounding) a few steps: the paths agree to rounding
+OPTIONS = {"iterations": 6, "signed": False, "lr": 0.05, "log_every": 2}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def observation():
+    return make_observation(MODEL, SHAPE, 10, smooth_image(SHAPE), torch.tensor([3]))
+
+
+def test_compiled_step_gives_the_eager_result():
+    target = observation()
+    eager = create_attack("inverting-gradients", OPTIONS).reconstruct(
+        target, device="cpu", seed=1)
+    fast = create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        target, device="cpu", seed=1)
+    assert not fast.warnings  # it compiled: no fallback notice
+    torch.testing.assert_close(fast.images, eager.images, rtol=1e-4, atol=1e-5)
+    assert fast.objective == pytest.approx(eager.objective, rel=1e-4, abs=1e-6)
+
+
+def test_a_step_that_cannot_compile_runs_eagerly_with_a_notice(monkeypatch):
+    def broken(function, **options):
+        def run(*args):
+            raise RuntimeError("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(compiled.torch, "compile", broken)
+    target = observation()
+    eager = create_attack("inverting-gradients", OPTIONS).reconstruct(
+        target, device="cpu", seed=1)
+    fallback = create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        target, device="cpu", seed=1)
+    assert any("compile failed (RuntimeError: no C++ compiler)" in w for w in fallback.warnings)
+    # the eager fallback is the functional (vmap) replay: the same maths, other rounding
+    torch.testing.assert_close(fallback.images, eager.images, rtol=1e-4, atol=1e-5)
+
+
+def test_native_kernels_for_one_small_image_of_a_small_model():
+    one = torch.zeros(1, 1, 3, 32, 32)
+    assert native_kernels("auto", one, 60_000)
+    assert native_kernels("auto", torch.zeros(8, 1, 3, 32, 32), 60_000)  # per restart
+    assert not native_kernels("auto", torch.zeros(1, 8, 3, 32, 32), 60_000)
+    assert not native_kernels("auto", one, NATIVE_MAX_COORDINATES + 1)
+    assert native_kernels("native", torch.zeros(1, 8, 3, 224, 224), 10**8)
+    assert not native_kernels("onednn", one, 1)
+    with pytest.raises(ValueError, match="convolutions must be one of"):
+        native_kernels("im2col", one, 1)
+
+
+def test_kernels_are_restored_and_a_bad_choice_is_refused():
+    before = torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()
+    with convolution_kernels(True):
+        assert not torch._C._get_mkldnn_enabled()
+    assert torch._C._get_mkldnn_enabled() == before
+    with pytest.raises(AttackConfigError, match="convolutions must be one of auto, onednn"):
+        create_attack("inverting-gradients", {"convolutions": "fast"})
