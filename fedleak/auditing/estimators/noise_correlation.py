@@ -44,7 +44,8 @@ from fedleak.auditing.result import CORRELATED_NOISE, DeclarationTest
 MAX_PAIRS = 256
 #: the residuals' degrees of freedom a test needs
 MIN_RANK = 10
-#: |ρ̂| above this: the pair's noise is identical up to sign (their sum or difference is clean)
+#: the estimated correlation's magnitude above this: the pair's noise is identical up to sign (their
+#: sum or difference is clean)
 CANCELS = 1 - 1e-9
 ACROSS = "across tensors"
 SEED = 48
