@@ -42,8 +42,10 @@ def test_every_registered_attack_has_an_api_page() -> None:
 
 
 def test_every_registered_defense_has_an_api_page() -> None:
+    # fedleak's own defenses (a plug-in another test installed documents itself)
     missing = [DEFENSES.get(n).__module__ for n in defense_names()
-               if not covered(DEFENSES.get(n).__module__)]
+               if DEFENSES.get(n).__module__.startswith("fedleak.")
+               and not covered(DEFENSES.get(n).__module__)]
     assert not missing, f"defenses defined in modules no API page names: {missing}"
 
 

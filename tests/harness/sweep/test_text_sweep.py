@@ -56,8 +56,8 @@ def test_text_specs_expand_and_carry_the_sequence_length() -> None:
 @pytest.mark.parametrize(("change", "message"), [
     (('"token-set"', '"inverting-gradients"'), "cannot attack shakespeare"),
     (('"shakespeare"', '"digits"'), "cannot attack digits"),
-    (('"shakespeare"', '"poems"'), "shakespeare, textfile"),
-    (('"gpt2:hidden=32,layers=1,heads=2"', '"gpt3"'), "gpt2, bert, hf"),
+    (('"shakespeare"', '"poems"'), "shakespeare, alice, textfile"),
+    (('"gpt2:hidden=32,layers=1,heads=2"', '"gpt3"'), "gpt2, bert, minilm, smollm2-135m, hf"),
 ])
 def test_a_text_spec_that_cannot_run_is_refused(change: tuple[str, str], message: str) -> None:
     with pytest.raises(SpecError, match=message):
