@@ -55,6 +55,12 @@ from dataclasses import dataclass
 import grpc
 
 from fedleak.harness.wire.channel import DEFAULT_MAX_MESSAGE_BYTES
+from fedleak.harness.wire.eviction import (
+    Evicted,
+    StalledBodies,
+    StalledBody,
+    read_unless_evicted,
+)
 from fedleak.harness.wire.heap import return_freed_heap
 from fedleak.harness.wire.peers import (  # noqa: F401  (re-exported)
     address_prefix,
@@ -188,6 +194,7 @@ class Admission:
         self._reserved_by: Counter[str] = Counter()  # per address prefix
         self._reserved_host: Counter[str] = Counter()  # per host (a fresh host holds none)
         self._waiters: list[asyncio.Future[None]] = []
+        self._stalled = StalledBodies()  # reservations whose bodies have not arrived
         self._connections: Counter[tuple[str, int]] = Counter()
         self._receiving: Counter[tuple[str, int]] = Counter()  # calls awaiting their body
         self._lock = threading.Lock()
@@ -288,7 +295,11 @@ class Admission:
             async with self._awaiting_body(context):  # stalled: waiting for memory, then bytes
                 await self._reserve(host, self.limits.largest_request_cost, deadline)
                 reservation = self.limits.largest_request_cost
-                body = [await self._receive(context, deadline)]
+                stall = self._stalled.add(host)
+                try:
+                    body = [await self._receive(context, deadline, stall=stall)]
+                finally:
+                    self._stalled.discard(stall)
             size = len(body[0])
             kept = REQUEST_COPIES * size if size > SMALL_REQUEST_BYTES else 0
             self._release(host, reservation - kept)
@@ -314,11 +325,14 @@ class Admission:
         return raw
 
     async def _receive(self, context: grpc.aio.ServicerContext, deadline: float,
-                       seconds: float | None = None) -> bytes:
+                       seconds: float | None = None, stall: StalledBody | None = None) -> bytes:
         left = deadline - asyncio.get_running_loop().time()
+        read = context.read() if stall is None else read_unless_evicted(context.read(), stall)
         try:
-            raw = await asyncio.wait_for(context.read(), max(left, 0.0))
+            raw = await asyncio.wait_for(read, max(left, 0.0))
             _raise_if_cancelled()
+        except Evicted as evicted:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(evicted)) from None
         except TimeoutError:
             allowed = self.limits.receive_timeout if seconds is None else seconds
             raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -342,12 +356,20 @@ class Admission:
     async def _reserve(self, host: str, size: int, deadline: float) -> None:
         loop = asyncio.get_running_loop()
         while not self._fits(host, size):
+            wake = deadline
+            if not self._reserved_host[host]:  # a fresh host may evict the oldest stalled body
+                prefix = address_prefix(host)  # its network's first when its share is full
+                full = self._reserved_by[prefix] + size > self.limits.request_memory_per_prefix
+                eligible = self._stalled.evict_for(prefix if full else None)
+                wake = deadline if eligible is None else min(deadline, eligible)
             waiter = loop.create_future()
             self._waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter, max(deadline - loop.time(), 0.0))
+                await asyncio.wait_for(waiter, max(wake - loop.time(), 0.0))
                 _raise_if_cancelled()
             except TimeoutError:
+                if loop.time() < deadline:
+                    continue  # time to look for an evictable reservation again
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the server's memory for requests in flight "
