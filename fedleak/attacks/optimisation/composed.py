@@ -31,7 +31,7 @@ couples restarts, ``group``, on a model that cannot be vectorised) or *one by on
 *captured* one (a CUDA graph); *L-BFGS* restarts one by one, keeping the best finite iterate each
 evaluated and refusing priors whose weight changes with the iteration or couples restarts;
 *packed* observations (:meth:`ComposedInversion.recover_many`) for first-order optimisers with
-packable priors (``tv``, ``box``).
+packable priors (``tv``, ``box``); ``workers=N``: restarts split across N processes (``workers``).
 
 The presets ``inverting-gradients``, ``fedavg``, ``dlg``, ``qian`` and ``gradinversion`` are
 subclasses that only set defaults and shorthand options (``tv=``, ``bn=``, ``lr=``, …); any
@@ -73,6 +73,7 @@ from fedleak.attacks.optimisation.engine.lbfgs import check_closure, lbfgs_resta
 from fedleak.attacks.optimisation.engine.packed import pack, pack_replay, packed_objective
 from fedleak.attacks.optimisation.engine.problem import InversionProblem, ProgressSpan
 from fedleak.attacks.optimisation.engine.weighing import select, select_many
+from fedleak.attacks.optimisation.engine.workers import recover_in_workers, splits
 from fedleak.attacks.optimisation.fedavg.epochs import epoch_copies, merge_epochs, with_epoch_copies
 from fedleak.attacks.optimisation.gradient_matching import CosineObjective, GradientObjective
 from fedleak.attacks.optimisation.optimisers import OPTIMISERS, LBFGSPart, OptimiserPart
@@ -242,7 +243,9 @@ class ComposedInversion(Attack[Observation]):
 
     def recover_with(self, observation: Observation, parts: Parts, *, device: torch.device,
                      seed: int, progress: Progress | None) -> Reconstruction:
-        """:meth:`recover` with the given objective and replay parts."""
+        """:meth:`recover` with the given objective and replay parts (``workers``: split)."""
+        if splits(self, device):
+            return recover_in_workers(self, observation, parts, device, seed, progress)
         cfg = self.config
         recovered, copies, target, labels, priors, observed, single = self.setup(
             observation, parts, device)
@@ -291,8 +294,7 @@ class ComposedInversion(Attack[Observation]):
                     **parts.describe()},
             warnings=sorted({n for n in notices if n}),
         )
-        if copies > 1:
-            result.extras["epoch_copies"] = copies
+        result.extras.update({"epoch_copies": copies} if copies > 1 else {})
         self.describe(result, observation, priors)
         return result
 
@@ -300,8 +302,7 @@ class ComposedInversion(Attack[Observation]):
                       recovered: torch.Tensor, copies: int, *, device: torch.device,
                       seed: int, progress: Progress | None) -> Reconstruction:
         """Run L-BFGS trials one by one on ``target``; the best trial's best finite iterate wins."""
-        cfg = self.config
-        graph_safe = self.graph_safe(device)
+        cfg, graph_safe = self.config, self.graph_safe(device)
         best, finals, notices = lbfgs_restarts(
             problem, lambda restart: self.initial(target, seed + restart, device),
             cfg.restarts, progress, graph_safe=graph_safe)
@@ -347,8 +348,7 @@ class ComposedInversion(Attack[Observation]):
         Observation p's restarts start where ``reconstruct(targets[p], seed=seeds[p])`` starts
         them and each row is optimised against its own observed update at its own θ_p, so
         every observation gets the result it would get alone, up to float rounding
-        (:mod:`fedleak.attacks.optimisation.engine.packed`, which says what packs). Falls back to
-        one after the other when the observations cannot be packed.
+        (:mod:`fedleak.attacks.optimisation.engine.packed`, which says what packs), else one by one.
         """
         cfg = self.config
         parts = [self.parts(o) for o in targets]

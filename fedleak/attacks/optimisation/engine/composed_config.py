@@ -91,9 +91,16 @@ class ComposedConfig:
                           "(native for one small image of a small model)"},
     )
 
+    workers: int = field(
+        default=1,
+        metadata={"help": "split the restarts across N forked processes, one thread each "
+                          "(CPU, first-order optimisers); same result as 1, restart r seeded "
+                          "seed + r wherever it runs"},
+    )
+
     def __post_init__(self) -> None:
         """Refuse counts below 1, an unknown init or selection, and bad part specs."""
-        check_numbers(self, at_least_one=("iterations", "restarts", "log_every"))
+        check_numbers(self, at_least_one=("iterations", "restarts", "log_every", "workers"))
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.convolutions not in CONVOLUTIONS:
