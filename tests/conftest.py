@@ -55,12 +55,18 @@ def one_torch_thread() -> Iterator[None]:
 # own (load balancing, as `--dist load`), and these files are one scope, sent to one worker.
 _ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_flower_text.py", "test_sweep_ray.py"})
 RAY_CLUSTER_SCOPE = "ray-cluster"
+# Files whose module-scoped fixture is dear (a pretrained model loaded, a victim process started):
+# each is one scope, so its fixture is built once on one worker rather than once per worker.
+_ONE_WORKER_PER_FILE = frozenset({"test_pretrained_models.py", "test_fuzz_services.py"})
 
 
 def ray_cluster_scope(nodeid: str) -> str:
-    """The scheduling scope of a test: one shared scope for the Ray files, else the test itself."""
-    file = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-    return RAY_CLUSTER_SCOPE if file in _ONE_RAY_CLUSTER else nodeid
+    """A test's scheduling scope: the Ray files share one, a dear-fixture file is one."""
+    path = nodeid.split("::", 1)[0]
+    file = path.rsplit("/", 1)[-1]
+    if file in _ONE_RAY_CLUSTER:
+        return RAY_CLUSTER_SCOPE
+    return path if file in _ONE_WORKER_PER_FILE else nodeid
 
 
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the hook
