@@ -90,8 +90,10 @@ def run_chunk(index: int) -> Reconstruction:
     attack = job["attack"]
     sub = type(attack)(dataclasses.replace(attack.config, restarts=count, workers=1))
     torch.manual_seed(job["seed"] + start)
-    return sub.recover_with(job["observation"], job["parts"], device=job["device"],
-                            seed=job["seed"] + start, progress=None)
+    result: Reconstruction = sub.recover_with(job["observation"], job["parts"],
+                                              device=job["device"], seed=job["seed"] + start,
+                                              progress=None)
+    return result
 
 
 def recover_in_workers(attack: Any, observation: Observation, parts: Any,
