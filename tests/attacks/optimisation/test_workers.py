@@ -15,14 +15,7 @@ from tests.helpers import make_observation
 
 SHAPE = (3, 8, 8)
 OPTIONS = {"iterations": 6, "restarts": 3, "log_every": 3}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def observation():
