@@ -13,7 +13,9 @@ its own tokenizer; batches are consecutive rows (``--batch-size`` sentences of a
 ``none`` (the reconstruction loss alone), ``bigram`` (counted from the book's other chapters,
 the public text the server holds) and ``model`` (SmolLM2-135M's perplexity of each candidate,
 re-tokenised, as the paper scores BERT's candidates with GPT-2); TAG beside them. ``--part
-dager`` runs DAGER on ``--model``. Rows go to ``--json`` as they finish; wall times depend on
+dager`` runs DAGER on ``--model``; ``--part floor`` scores two guesses that use no gradient on
+the same batches (``floor-prior``: the public text's most frequent tokens filling each
+sentence's length; ``floor-bag``: the batch's token set in a random order, seed 0). Rows go to ``--json`` as they finish; wall times depend on
 the machine's load (printed with them), CPU seconds of this process are printed too.
 """
 
@@ -33,9 +35,29 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dager import attack_round, batch_round, emit  # noqa: E402
 
 from fedleak.harness.attacker.text.language_prior import pretrained_prior  # noqa: E402
+from fedleak.harness.metrics.text_metrics import (  # noqa: E402
+    prior_guess,
+    score_sentences,
+    shuffled_bag,
+)
 from fedleak.harness.zoo.text.pretrained import PRETRAINED_MODELS, pretrained_folder  # noqa: E402
 from fedleak.harness.zoo.text.text_datasets import load_text_dataset  # noqa: E402
 from fedleak.harness.zoo.text.text_models import build_text_model  # noqa: E402
+
+
+def floor_rows(data: Any, truth: torch.Tensor, public: list[list[int]]) -> list[dict[str, Any]]:
+    """The no-gradient floors of one batch, scored as LAMP's sentences are (``scored``)."""
+    tok = data.info.checked_tokenizer
+    true_text = [tok.text_tokens(row) for row in truth.tolist()]
+    guesses = {"floor-prior": prior_guess(public, [len(s) for s in true_text]),
+               "floor-bag": shuffled_bag(true_text, seed=0)}
+    rows = []
+    for attack, sentences in guesses.items():
+        score = score_sentences(true_text, sentences, tok.decode)
+        rows.append({"attack": attack, "rouge1": round(score.rouge1, 4),
+                     "rouge2": round(score.rouge2, 4), "exact": score.exact,
+                     "sentences": len(true_text)})
+    return rows
 
 
 def _cpu() -> float:
@@ -43,7 +65,7 @@ def _cpu() -> float:
 
 
 @click.command()
-@click.option("--part", type=click.Choice(["lamp", "dager"]), default="lamp")
+@click.option("--part", type=click.Choice(["lamp", "dager", "floor"]), default="lamp")
 @click.option("--model", "name", type=click.Choice(list(PRETRAINED_MODELS)), default="minilm")
 @click.option("--batches", default=5, show_default=True)
 @click.option("--batch-size", default=2, show_default=True)
@@ -63,6 +85,12 @@ def main(part: str, name: str, batches: int, batch_size: int, seq_len: int, iter
                                     tokenizer=data.info.checked_tokenizer)
     pad = data.info.checked_tokenizer.pad_id
     public = [[t for t in row if t != pad] for row in public_data.tokens.tolist()]
+    if part == "floor":
+        for batch in range(batches):
+            truth = data.tokens[batch * batch_size:(batch + 1) * batch_size]
+            for row in floor_rows(data, truth, public):
+                emit(dict(row, model=name, batch=batch, shape=f"{batch_size}x{seq_len}"), out)
+        return
     torch.manual_seed(0)
     model = build_text_model(name, data.info)
     score: Any = None

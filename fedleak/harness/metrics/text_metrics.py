@@ -184,3 +184,26 @@ def floor_rouge(truth: Sequence[Sequence[int]], token: int | None,
             values[i] = [scores[k].fmeasure for k in ROUGE_TYPES]
     mean = values.mean(0)
     return float(mean[0]), float(mean[1]), float(mean[2])
+
+
+def prior_guess(public: Sequence[Sequence[int]], lengths: Sequence[int]) -> list[list[int]]:
+    """A guess that uses no gradient: for each length ``L``, the ``L`` most frequent distinct
+    ids of the attacker's ``public`` text in frequency order (ties: the smaller id)."""
+    counts = Counter(t for sentence in public for t in sentence)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))
+    return [ranked[:length] for length in lengths]
+
+
+def shuffled_bag(truth: Sequence[Sequence[int]], seed: int = 0) -> list[list[int]]:
+    """The batch's distinct ids (what an undefended embedding gradient's non-zero rows give) in
+    a random order (``seed``), cut into sentences of the private lengths (cycled when the set
+    is smaller than a sentence): ROUGE-1 of the token set, ROUGE-2 of a random order."""
+    bag = sorted({t for sentence in truth for t in sentence})
+    if not bag:
+        return [[] for _ in truth]
+    order = [bag[i] for i in np.random.default_rng(seed).permutation(len(bag))]
+    out, at = [], 0
+    for sentence in truth:
+        out.append([order[(at + k) % len(order)] for k in range(len(sentence))])
+        at += len(sentence)
+    return out
