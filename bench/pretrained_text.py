@@ -15,8 +15,9 @@ the public text the server holds) and ``model`` (SmolLM2-135M's perplexity of ea
 re-tokenised, as the paper scores BERT's candidates with GPT-2); TAG beside them. ``--part
 dager`` runs DAGER on ``--model``; ``--part floor`` scores two guesses that use no gradient on
 the same batches (``floor-prior``: the public text's most frequent tokens filling each
-sentence's length; ``floor-bag``: the batch's token set in a random order, seed 0). Rows go to ``--json`` as they finish; wall times depend on
-the machine's load (printed with them), CPU seconds of this process are printed too.
+sentence's length; ``floor-bag``: the batch's token set in a random order, seed 0).
+Rows go to ``--json`` as they finish; wall times depend on the machine's load (printed
+with them), CPU seconds of this process are printed too.
 """
 
 from __future__ import annotations

@@ -46,3 +46,19 @@ def test_token_sets_and_multisets() -> None:
     counted = token_set_score(truth, [1, 2, 3], [1, 1, 2])
     assert counted.count_precision == pytest.approx(0.75)  # 3 of 4 stated occurrences true
     assert counted.count_recall == pytest.approx(0.75)  # 3 of the 4 true occurrences stated
+
+
+def test_prior_guess_ranks_public_ids_by_frequency() -> None:
+    from fedleak.harness.metrics.text_metrics import prior_guess
+    public = [[5, 5, 5, 2], [2, 2, 9, 9, 9, 9]]
+    assert prior_guess(public, [1, 3]) == [[9], [9, 2, 5]]
+
+
+def test_shuffled_bag_keeps_the_token_set_and_lengths() -> None:
+    from fedleak.harness.metrics.text_metrics import shuffled_bag
+    truth = [[1, 2, 3], [4, 5]]
+    guess = shuffled_bag(truth, seed=0)
+    assert [len(g) for g in guess] == [3, 2]
+    assert sorted(t for g in guess for t in g) == [1, 2, 3, 4, 5]
+    assert shuffled_bag(truth, seed=0) == guess
+    assert shuffled_bag([], seed=0) == []
