@@ -182,9 +182,13 @@ def run_case(case: Case, audits: int, block_size: int, results: Path,
     finished = done(results)
     seeds = [s for s in range(first_seed, first_seed + audits)
              if (case.key, s) not in finished]
-    for start in range(0, len(seeds), block_size):
-        block = seeds[start:start + block_size]
-        with victim_for(case, block[0] // block_size) as client:
+    # blocks aligned on multiples of block_size: each victim seed (1000 + block) serves one
+    # block of audit seeds, whichever --first-seed split the case across processes
+    blocks: dict[int, list[int]] = {}
+    for seed in seeds:
+        blocks.setdefault(seed // block_size, []).append(seed)
+    for index, block in blocks.items():
+        with victim_for(case, index) as client:
             for seed in block:
                 settings = AuditSettings(canary=case.canary, seed=seed, show_progress=False,
                                          batch=512)
