@@ -19,14 +19,28 @@ import click
 from fedleak.harness.cli.options import TokenOptions, token_options
 
 
+class PresetOption(click.Option):
+    """``--preset``: its help lists the presets of the preset folder with their one-line
+    descriptions (:func:`~fedleak.harness.sweep.grid.spec.preset_descriptions`), read when
+    the help is shown, so a toml added there is listed without a change here."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from fedleak.harness.sweep.grid.spec import SpecError, preset_descriptions
+
+        try:
+            listed = "; ".join(f"{name} ({about})" if about else name
+                               for name, about in preset_descriptions().items())
+        except SpecError as err:
+            listed = str(err)
+        self.help = f"Run a bundled spec instead of SPEC.toml: {listed}."
+        return super().get_help_record(ctx)
+
+
 @click.command()
 @click.argument("spec_file", metavar="[SPEC.toml]", required=False,
                 type=click.Path(dir_okay=False, exists=True))
-@click.option("--preset", default=None, metavar="NAME",
-              help="Run a bundled spec instead of SPEC.toml: quick (dpsgd, prune and noise "
-                   "on digits, under 15 min on 2 cores), text-quick (token-set and DAGER "
-                   "against a text decoder under DP-SGD and client-level DP, perplexity as "
-                   "utility), malicious (malicious-server attacks).")
+@click.option("--preset", default=None, metavar="NAME", cls=PresetOption,
+              help="Run a bundled spec instead of SPEC.toml.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run folder holding results.sqlite and every picture "
                    "(default runs/sweep-NAME). Re-running into it skips finished work.")

@@ -5,6 +5,7 @@ protocol × trained/untrained × defense setting is one :class:`Point`::
 
     [sweep]
     name = "quick"
+    description = "..."             # optional: one line (``fedleak sweep --help`` lists it)
     dataset = "digits"              # digits, faces, photos, or cifar10/... with data_root
     models = ["mlp:width=64,depth=1"]
     trained = [false]               # false: seeded init; true: the sweep trains a checkpoint;
@@ -72,6 +73,7 @@ import itertools
 import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources as package_files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +107,7 @@ PRESETS_FOLDER = "presets"
 _TOP_KEYS = {"name", "dataset", "split", "data_root", "model", "models", "trained", "rounds",
              "resources",
              "batch_size", "images", "seed", "train_epochs", "attack", "protocol", "utility",
-             "defense", "portfolio", "audit", "seq_len"}
+             "defense", "portfolio", "audit", "seq_len", "description"}
 
 
 @dataclass
@@ -131,6 +133,7 @@ class SweepSpec:
     portfolio: bool = False
     audit: dict[str, Any] | None = None
     seq_len: int | None = None
+    description: str = ""
     source: str = field(default="", repr=False)
 
     def points(self, victims: list[str] | tuple[str, ...] = ()) -> list[Point]:
@@ -179,20 +182,38 @@ class SweepSpec:
 # --------------------------------------------------------------------------- loading
 
 
+def preset_folder() -> Traversable:
+    """The bundled presets' folder (``fedleak/harness/sweep/presets``, package data)."""
+    return package_files.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER)
+
+
 def preset_names() -> list[str]:
-    """Names of the bundled presets (``fedleak sweep --preset NAME``)."""
-    folder = package_files.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER)
+    """Names of the bundled presets (``fedleak sweep --preset NAME``): the folder's tomls."""
+    folder = preset_folder()
     if not folder.is_dir():
         raise SpecError("this installation lacks the bundled presets (fedleak/harness/sweep/"
                         "presets/*.toml must be installed as package data); pass a spec file")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
+def preset_descriptions() -> dict[str, str]:
+    """Each bundled preset's one-line ``description`` (its ``[sweep]`` table's; '' without
+    one), by name: what ``fedleak sweep --help`` lists."""
+    out = {}
+    for name in preset_names():
+        try:
+            sweep = tomllib.loads(preset_text(name)).get("sweep", {})
+        except tomllib.TOMLDecodeError:
+            sweep = {}
+        out[name] = " ".join(str(sweep.get("description", "")).split())
+    return out
+
+
 def preset_text(name: str) -> str:
     """The TOML text of preset ``name``."""
     if name not in preset_names():
         raise SpecError(f"unknown preset {name!r}; choose one of {', '.join(preset_names())}")
-    return package_files.files(PRESETS_PACKAGE).joinpath(PRESETS_FOLDER, f"{name}.toml").read_text()
+    return preset_folder().joinpath(f"{name}.toml").read_text()
 
 
 def load_spec(path: str | Path, max_points: int | None = None) -> SweepSpec:
@@ -302,6 +323,7 @@ def parse_spec(text: str, source: str = "spec", max_points: int | None = None) -
         portfolio=_portfolio(sweep),
         audit=audit,
         seq_len=positive_int(sweep["seq_len"], "sweep.seq_len") if "seq_len" in sweep else None,
+        description=" ".join(str(sweep.get("description", "")).split()),
         source=text,
     )
 
