@@ -44,6 +44,16 @@ def test_attack_a_victim_in_another_process(tmp_path: Path) -> None:
             assert (out / r["files"]["comparison"]).stat().st_size > 1000
         assert (out / "round-000" / "reconstruction.npy").exists()
 
+        # restarts split over two worker processes, forked by the attacker after its gRPC
+        # channel is open (issue 52): the run ends, and says how many workers ran
+        split = tmp_path / "workers"
+        done = fedleak("attack", "--victim", victim.address, "--attack", "inverting-gradients",
+                       "--iterations", "8", "--restarts", "2", "-o", "workers=2", "--rounds", "1",
+                       "--out", str(split), "--quiet", env_token=TOKEN)
+        assert done.returncode == 0, done.stderr
+        (round0,) = json.loads((split / "metrics.json").read_text())["rounds"]
+        assert round0["attack_extras"]["workers"] == 2 and round0["iterations"] == 8 * 2  # per restart
+
         bad = fedleak("attack", "--victim", victim.address, "--attack", "no-such-attack")
         assert bad.returncode == 2 and "inverting-gradients" in bad.stderr
         bad = fedleak("attack", "--victim", victim.address, "-o", "no_such_option=1")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
+import sys
+import types
 
 import pytest
 import torch
@@ -48,11 +51,43 @@ def die(index: int):
     os._exit(3)
 
 
-def test_a_dead_worker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+class Exit:
+    """Unpickled in a fork server's worker, it kills that worker."""
+
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_dead_forked_worker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(workers, "start_method", lambda payload: "fork")
     monkeypatch.setattr(workers, "run_chunk", die)
     attack = create_attack("inverting-gradients", {**OPTIONS, "workers": 2})
     with pytest.raises(WorkerError, match="died"):
         attack.reconstruct(observation(), seed=0)
+
+
+def test_a_dead_fork_server_worker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(workers, "pickled_job", lambda job: pickle.dumps(Exit()))
+    attack = create_attack("inverting-gradients", {**OPTIONS, "workers": 2})
+    with pytest.raises(WorkerError, match="died"):
+        attack.reconstruct(observation(), seed=0)
+
+
+def test_the_job_goes_to_a_fork_server_and_an_unpicklable_one_beside_grpc_stays_home(
+        monkeypatch: pytest.MonkeyPatch):
+    assert workers.start_method(b"job") == "forkserver"
+    monkeypatch.setitem(sys.modules, "grpc", sys.modules.get("grpc", types.ModuleType("grpc")))
+    assert workers.start_method(None) is None
+    monkeypatch.setattr(workers, "pickled_job", lambda job: None)
+    target = observation()
+    alone = create_attack("inverting-gradients", {**OPTIONS, "workers": 2}) \
+        .reconstruct(target, seed=5)
+    one = create_attack("inverting-gradients", OPTIONS).reconstruct(target, seed=5)
+    assert "workers" not in alone.extras
+    assert any("ran in one process" in w for w in alone.warnings)
+    torch.testing.assert_close(alone.images, one.images)
+    monkeypatch.delitem(sys.modules, "grpc")
+    assert workers.start_method(None) == "fork"
 
 
 def test_workers_below_one_are_refused():
