@@ -118,7 +118,7 @@ class TokenSet(TextAttack):
             pairs = first_layer_pairs(target, text_ids, c)
             if pairs is None:
                 raise ValueError("method span needs the gradient of the first attention "
-                                 "projection (GPT-2 or BERT families, not LoRA adapters)")
+                                 "projection (GPT-2, llama or BERT families, not LoRA adapters)")
             found = {v for v, _ in pairs}
         head = language_model_head(target)
         if c.labels and head:
@@ -178,8 +178,10 @@ def first_layer_pairs(target: TextObservation, text_ids: torch.Tensor,
     gradient = target.gradient(name).detach().to(text_ids.device).double()
     basis = span_basis(gradient.T if transposed else gradient, config.rank_tolerance)
     pairs: list[tuple[int, int]] = []
+    # rotary positions (llama) act after the projection: its inputs are the same at every one
+    positional = part(part(target.model, "model"), "layers") is None
     with torch.no_grad():
-        for position in range(target.seq_len):
+        for position in range(target.seq_len if positional else 1):
             x = inputs(text_ids, position).double()
             residual = (x - (x @ basis) @ basis.T).norm(dim=1) / x.norm(dim=1).clamp_min(1e-30)
             hits = text_ids[residual < config.span_tolerance]
@@ -214,7 +216,7 @@ def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None
 
     The first linear map's weight name, whether its gradient holds the inputs on its columns
     (``nn.Linear``: [out, in]) rather than its rows (GPT-2's ``Conv1D``: [in, out]), and its inputs
-    for candidate tokens at a position; GPT-2 and BERT families, else None.
+    for candidate tokens at a position; GPT-2, llama and BERT families, else None.
     """
     model: Any = target.model
     gpt2 = part(part(model, "transformer"), "h")
@@ -229,6 +231,18 @@ def first_layer(target: TextObservation) -> tuple[str, bool, FirstInputs] | None
             return out
 
         return name, False, gpt2_inputs
+    llama = part(part(model, "model"), "layers")
+    if target.architecture == DECODER and llama is not None:
+        name = "model.layers.0.self_attn.q_proj.weight"
+        if name not in target.parameter_names:
+            return None
+        layer, embed = llama[0], model.model.embed_tokens.weight
+
+        def llama_inputs(ids: torch.Tensor, position: int) -> torch.Tensor:
+            out: torch.Tensor = layer.input_layernorm(embed[ids])  # rotary acts after q_proj
+            return out
+
+        return name, True, llama_inputs
     bert = part(model, "bert")
     name = "bert.encoder.layer.0.attention.self.value.weight"
     if bert is None or name not in target.parameter_names:

@@ -105,5 +105,11 @@ def text_federated_training(client: VictimClient, settings: UtilitySettings,
 
 def _evaluate(model: torch.nn.Module, params: dict[str, torch.Tensor],
               buffers: dict[str, torch.Tensor], test: TextDataset) -> TextUtility:
-    model.load_state_dict({**params, **buffers}, strict=True)
+    state = {**params, **buffers}
+    kept = model.state_dict().keys()  # not the non-persistent buffers (rotary frequencies)
+    model.load_state_dict({k: v for k, v in state.items() if k in kept}, strict=True)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name not in kept and name in state:
+                buffer.copy_(state[name])
     return text_utility(model, test)

@@ -19,7 +19,12 @@ Names (``name:key=value,...`` as for image models):
 Every model also takes ``lora=R`` (and ``lora-alpha``, default 2R): the user trains rank-R LoRA
 adapters (``peft``) on the attention projections, and only the adapters (plus a classifier's
 head) are parameters — the frozen base weights become buffers, so updates carry adapters only,
-as LoRA federations send them. Hidden sizes of 768 and more work as well as small ones.
+as LoRA federations send them. Or ``train-layers=N``: the user fine-tunes the first N
+transformer blocks and the small parameters outside the blocks (the final norm, positions, a
+classifier's head) in full; the other blocks and the vocabulary matrices (token embedding, LM
+head) are frozen into buffers, so an update carries the first blocks' full weight gradients — what
+DAGER and the token-set span read, which LoRA adapters hide — at a fraction of the model's size.
+Hidden sizes of 768 and more work as well as small ones.
 
 Randomly initialised from the seed the caller set (``torch.manual_seed``); dropout is 0 (the
 user's local training is then a function the server can replay), attention the ``eager``
@@ -45,7 +50,7 @@ TEXT_MODELS = ("gpt2", "bert", "minilm", "smollm2-135m", "hf")
 _OPTIONS = {"gpt2": ("hidden", "layers", "heads", "tied", "positions"),
             "bert": ("hidden", "layers", "heads", "positions"), "hf": ("path", "task"),
             "minilm": (), "smollm2-135m": ()}
-_COMMON = ("lora", "lora-alpha", "opacus")
+_COMMON = ("lora", "lora-alpha", "train-layers", "opacus")
 _DROPOUTS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob",
              "attention_probs_dropout_prob", "classifier_dropout", "summary_first_dropout",
              "dropout", "attention_dropout")
@@ -181,10 +186,15 @@ def build_text_model(spec: ModelSpec | str, info: TextInfo,
     task = info.task
     architecture = "decoder" if task == LANGUAGE_MODEL else "encoder"
     lora = _int(options, "lora", 0)
+    train_layers = _int(options, "train-layers", 0)
+    if lora and train_layers:
+        raise ModelError(f"model {spec}: give lora or train-layers, not both")
     if lora:
         net = _with_lora(net, family, lora, _int(options, "lora-alpha", 2 * lora), task)
     model = TextModel(net, architecture, task, tokenizer.pad_id, family)
-    if lora:
+    if train_layers:
+        _train_first_blocks(model, train_layers, str(spec))
+    if lora or train_layers:
         freeze_into_buffers(model)
     model.train()
     return model
@@ -332,6 +342,26 @@ def _with_lora(net: nn.Module, family: str, rank: int, alpha: int, task: str) ->
                         bias="none", modules_to_save=save,
                         fan_in_fan_out=family == "gpt2")  # GPT-2's Conv1D stores Wᵀ
     return get_peft_model(net, config)
+
+
+def _train_first_blocks(model: TextModel, count: int, spec: str) -> None:
+    """Freeze every parameter but the first ``count`` blocks' and those outside the blocks
+    that are not vocabulary matrices (``train-layers``, module docstring)."""
+    depth = int(model.base_config().num_hidden_layers)
+    blocks = next((m for m in model.net.modules()
+                   if isinstance(m, nn.ModuleList) and len(m) == depth), None)
+    if blocks is None:
+        raise ModelError(f"model {spec}: train-layers found no list of its {depth} blocks")
+    if count > depth:
+        raise ModelError(f"model {spec}: train-layers={count} but the model has {depth} blocks")
+    frozen = {id(p) for block in list(blocks)[count:] for p in block.parameters()}
+    frozen.add(id(model.input_embeddings().weight))
+    head = model.net.get_output_embeddings() if model.task == LANGUAGE_MODEL else None
+    if head is not None:
+        frozen.add(id(head.weight))
+    for parameter in model.parameters():
+        if id(parameter) in frozen:
+            parameter.requires_grad_(False)
 
 
 def freeze_into_buffers(model: nn.Module) -> None:
