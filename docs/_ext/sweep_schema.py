@@ -64,6 +64,8 @@ MEANINGS: dict[str, dict[str, tuple[str, str]]] = {
         "dataset": ("string", "data set by name: digits, faces, photos, cifar10, cifar100, "
                               "imagefolder; text: shakespeare, textfile (docs/text.md)"),
         "seq_len": ("integer ≥ 1", "text data sets: tokens per sequence T (default 32)"),
+        "description": ("string", "one line saying what the spec measures; `fedleak sweep "
+                                  "--help` lists it beside each bundled preset (default empty)"),
         "split": ("string", "the split the attacked images come from: train, test or all"),
         "data_root": ("string", "folder of the torchvision data sets (cifar10, cifar100, "
                                 "imagefolder)"),
