@@ -52,7 +52,8 @@ def test_attack_a_victim_in_another_process(tmp_path: Path) -> None:
                        "--out", str(split), "--quiet", env_token=TOKEN)
         assert done.returncode == 0, done.stderr
         (round0,) = json.loads((split / "metrics.json").read_text())["rounds"]
-        assert round0["attack_extras"]["workers"] == 2 and round0["iterations"] == 8 * 2  # per restart
+        # iterations count every restart's: 8 x 2
+        assert round0["attack_extras"]["workers"] == 2 and round0["iterations"] == 8 * 2
 
         bad = fedleak("attack", "--victim", victim.address, "--attack", "no-such-attack")
         assert bad.returncode == 2 and "inverting-gradients" in bad.stderr

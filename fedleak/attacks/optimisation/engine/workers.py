@@ -9,13 +9,13 @@ process runs it. The parent gathers every chunk's per-restart final values and k
 first index on ties, exactly as one process does over all R.
 
 How the workers start. A process that holds a gRPC channel (the attacker of ``fedleak attack``)
-must not fork: gRPC's own threads hold its state mid-call, and a child forked from them
-crashes before running a line of Python (measured: 15 of 17 CLI runs with ``workers=2`` lost a
-worker that way, 2026-12-03). So the job — the attack, the observation (its model and replay), the parts —
-is pickled once and sent to workers started by a fork server, a clean process launched for
-the purpose, with torch and this module preloaded. A job that does not pickle (a user's
-replay holding a closure) is forked as before where no gRPC is loaded, and otherwise runs in
-the one process with a warning saying why. Only the chunk index and the pickled job go out; a
+must not fork: gRPC's own threads hold its state mid-call, and a child forked from them crashes
+before running a line of Python (measured: 15 of 17 CLI runs with ``workers=2`` lost a worker
+that way, 2026-12-03). So the job — the attack, the observation (its model and replay), the
+parts — is pickled once and sent to workers started by a fork server, a clean process launched
+for the purpose, with torch and this module preloaded. A job that does not pickle (a user's
+replay holding a closure) is forked as before where no gRPC is loaded, and otherwise runs in the
+one process with a warning saying why. Only the chunk index and the pickled job go out; a
 :class:`~fedleak.attacks.observation.Reconstruction` comes back.
 
 Not split (run in the one process): one restart, L-BFGS, priors that couple restarts, devices
