@@ -3,7 +3,7 @@
 The R restarts of a first-order attack are independent: restart r starts from ``seed + r`` and
 its objective depends on its own iterate alone (:mod:`fedleak.attacks.optimisation.restarts`).
 With ``workers=N > 1`` on the CPU they are cut into N contiguous chunks (restarts
-``start … start + k − 1``); each chunk runs in a forked process, one intra-op thread, as the same
+``start … start + k − 1``); each chunk runs in a worker process, one intra-op thread, as the same
 attack with ``restarts=k`` from ``seed + start``, so restart r is seeded by its index whichever
 process runs it. The parent gathers every chunk's per-restart final values and keeps the lowest,
 first index on ties, exactly as one process does over all R.
@@ -140,7 +140,7 @@ def start_method(payload: bytes | None) -> str | None:
 
 def recover_in_workers(attack: Any, observation: Observation, parts: Any,
                        device: torch.device, seed: int, progress: Any) -> Reconstruction:
-    """Run ``attack``'s restarts in ``workers`` forked processes and keep the best.
+    """Run ``attack``'s restarts in ``workers`` worker processes and keep the best.
 
     Parameters
     ----------
