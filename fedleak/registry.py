@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import sys
 import types
 import typing
@@ -39,10 +40,14 @@ class Registry(Generic[T]):
     """Classes of kind ``kind`` (``"attack"``, ``"defense"``) found by name."""
 
     def __init__(self, kind: str, entry_point_group: str,
-                 error: type[ConfigError] = ConfigError) -> None:
+                 error: type[ConfigError] = ConfigError, builtins: str | None = None) -> None:
         self.kind = kind
         self.group = entry_point_group
         self.error = error
+        #: the module whose import registers the built-ins, imported on the first lookup (not
+        #: at the registry's own import: a process that uses one built-in, a victim, does not
+        #: pay for importing every family and their scipy)
+        self.builtins = builtins
         self._classes: dict[str, type[T]] = {}
         self._broken: dict[str, str] = {}  # entry points that failed to load: why
 
@@ -56,8 +61,15 @@ class Registry(Generic[T]):
 
         return wrap
 
+    def _load_builtins(self) -> None:
+        """Import the built-ins' module once, before any name is looked up."""
+        if self.builtins is not None:
+            module, self.builtins = self.builtins, None
+            importlib.import_module(module)
+
     def _load_entry_points(self) -> None:
         """Load plug-ins of the entry-point group; one that fails is remembered, not fatal."""
+        self._load_builtins()
         for entry in entry_points(group=self.group):
             if entry.name in self._classes or entry.name in self._broken:
                 continue
@@ -84,6 +96,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> type[T]:
         """Return the class registered as ``name``."""
+        self._load_builtins()
         if name not in self._classes:
             self._load_entry_points()
         if name in self._broken:

@@ -6,7 +6,9 @@ A folder per family, the contracts at the top: ``base`` (the :class:`Attack` int
 ``replay_contract`` (what every family may read of the victim), and the families
 ``optimisation/``, ``exact/``, ``malicious/``, ``kkt/`` and ``text/``.
 
-Importing this package registers the built-in attacks.
+The built-in attacks register on the first lookup by name
+(:mod:`~fedleak.attacks.builtin_attacks`), so a process that imports one part of the package
+does not import every family.
 """
 
 from fedleak.attacks.attack_registry import (
@@ -18,21 +20,7 @@ from fedleak.attacks.attack_registry import (
     register_attack,
 )
 from fedleak.attacks.base import Attack, Progress
-from fedleak.attacks.exact import analytic, spear  # noqa: F401  (registers the attacks)
-from fedleak.attacks.exact.cocktail_party import cpa as cocktail_party  # noqa: F401
-from fedleak.attacks.kkt import reconstruction  # noqa: F401
-from fedleak.attacks.malicious import fishing, imprint, trap_weights  # noqa: F401
 from fedleak.attacks.observation import Observation, Reconstruction
-from fedleak.attacks.optimisation.fedavg import shuffled, unrolled  # noqa: F401
-from fedleak.attacks.optimisation.presets import (  # noqa: F401
-    dlg,
-    gradinversion,
-    inverting_gradients,
-    qian,
-)
-from fedleak.attacks.text import token_set  # noqa: F401  (registers the text attacks)
-from fedleak.attacks.text.dager import gradient_inversion as dager_attack  # noqa: F401
-from fedleak.attacks.text.lamp import named_attacks as lamp_attack  # noqa: F401
 
 __all__ = [
     "Attack",

@@ -23,7 +23,9 @@ class AttackConfigError(ConfigError):
     """An unknown attack name or option, or an option value of the wrong type."""
 
 
-ATTACKS: Registry[Attack[Any]] = Registry("attack", ENTRY_POINT_GROUP, AttackConfigError)
+#: the built-in attacks register when their families are imported: on the first lookup
+ATTACKS: Registry[Attack[Any]] = Registry("attack", ENTRY_POINT_GROUP, AttackConfigError,
+                                          builtins="fedleak.attacks.builtin_attacks")
 
 
 def register_attack(name: str) -> Callable[[A], A]:

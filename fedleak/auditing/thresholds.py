@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy.stats import norm
 
 
 def candidate_thresholds(scores: np.ndarray, limit: int = 400) -> np.ndarray:
@@ -82,6 +81,8 @@ def best_threshold_gaussian(scores: np.ndarray, coins: np.ndarray, negatives: in
     ``positives`` canary-in trials; :func:`best_threshold` when either side has fewer than two
     trials or no spread.
     """
+    from scipy.stats import norm
+
     inside, outside = scores[coins], scores[~coins]
     if inside.size < 2 or outside.size < 2 or not (inside.std() > 0 and outside.std() > 0):
         return best_threshold(scores, coins, lambda fp, n0, fn, n1: criterion(fp, n0, fn, n1))

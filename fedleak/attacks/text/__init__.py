@@ -5,6 +5,6 @@ attack answers a :class:`~fedleak.attacks.text_observation.TextReconstruction`. 
 algorithms are plain torch code over Hugging Face GPT-2/BERT models: the token set
 (:mod:`token_set`), DAGER (exact sentences from the span of attention gradients,
 :mod:`dager`), LAMP and TAG (gradient matching on continuous token embeddings, :mod:`lamp`);
-nothing here knows the wire or the harness. Importing ``fedleak.attacks`` registers the
-built-in text attacks.
+nothing here knows the wire or the harness. The attack registry's first lookup registers the
+built-in text attacks (:mod:`fedleak.attacks.builtin_attacks`).
 """

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.stats import beta
-
 
 def upper_bound(successes: float, trials: int, alpha: float) -> float:
     """Return the one-sided Clopper–Pearson upper bound on a binomial rate.
@@ -37,6 +35,8 @@ def upper_bound(successes: float, trials: int, alpha: float) -> float:
     One-sided Clopper–Pearson upper bound on a binomial rate at confidence 1 − ``alpha``
     (``successes`` may be a predicted, non-integer count).
     """
+    from scipy.stats import beta
+
     if trials <= 0:
         return 1.0
     if not 0 <= successes <= trials:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import norm
 
 from fedleak.auditing.estimator_registry import (
     Estimator,
@@ -166,6 +165,8 @@ class NoiseLevel(Estimator):
 
     def run(self, game: Game, level: float) -> Findings:
         """Run the χ² tests of the declared noise, and the kurtosis test of its shape."""
+        from scipy.stats import norm
+
         table = game.streams
         if table is None or table.noise is None or not game.claims:
             return Findings()
@@ -211,6 +212,8 @@ class SamplingCheck(Estimator):
 
     def run(self, game: Game, level: float) -> Findings:
         """Test the canary's inclusion against the declared Poisson sampling."""
+        from scipy.stats import norm
+
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()
@@ -254,6 +257,8 @@ class Interference(Estimator):
 
     def run(self, game: Game, level: float) -> Findings:
         """Test whether one canary's stream depends on how many others joined."""
+        from scipy.stats import norm
+
         table = game.streams
         if table is None or not self.applies(game):
             return Findings()

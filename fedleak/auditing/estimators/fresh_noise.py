@@ -32,7 +32,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from fedleak.auditing.estimator_registry import (
     Estimator,
@@ -87,6 +86,8 @@ def expected_correlation(cells: np.ndarray, sizes: np.ndarray, lag: int, rank: i
 def lag_test(releases: Releases, group: int | None, name: str, alpha: float,
              power: float) -> LagTest | None:
     """Return the lag test of one group's columns (None: too few releases or coordinates)."""
+    from scipy.stats import norm
+
     t, rank = releases.trials, releases.rank
     columns = releases.columns(group)
     if t < MIN_RELEASES or rank < MIN_RELEASES // 2 or columns.size == 0:

@@ -30,10 +30,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.special import erfcx
-from scipy.stats import norm
-
 from fedleak.auditing.estimators.clopper_pearson import upper_bound
 
 
@@ -45,6 +41,9 @@ def delta_from_mu(epsilon: float, mu: float) -> float:
     ratio. Every factor stays finite for any ε and μ (the direct form overflows, or loses
     every digit to cancellation, once ε reaches a few hundred).
     """
+    from scipy.special import erfcx
+    from scipy.stats import norm
+
     if mu <= 0:
         return 0.0
     if math.isinf(mu):
@@ -58,6 +57,8 @@ def delta_from_mu(epsilon: float, mu: float) -> float:
 
 def epsilon_from_mu(mu: float, delta: float) -> float:
     """Return the smallest ε with μ-GDP ⊂ (ε, δ)-DP: the root of δ(ε) = δ (0 when δ(0) ≤ δ)."""
+    from scipy.optimize import brentq
+
     if not 0 <= delta < 1:
         raise ValueError(f"delta must lie in [0, 1), got {delta}")
     if mu <= 0:
@@ -79,6 +80,8 @@ def mu_from_epsilon(epsilon: float, delta: float) -> float:
 
     Inverse of :func:`epsilon_from_mu` in μ.
     """
+    from scipy.optimize import brentq
+
     if epsilon <= 0:
         return 0.0
     high = 1.0
@@ -90,6 +93,8 @@ def mu_from_epsilon(epsilon: float, delta: float) -> float:
 def mu_lower_bound(false_positives: float, negatives: int, false_negatives: float,
                    positives: int, alpha: float) -> float:
     """μ_LB = Φ⁻¹(1 − FPR_ub) − Φ⁻¹(FNR_ub), both rates bounded at α/2 (0 if negative)."""
+    from scipy.stats import norm
+
     fpr = upper_bound(false_positives, negatives, alpha / 2)
     fnr = upper_bound(false_negatives, positives, alpha / 2)
     return max(0.0, float(norm.ppf(1 - fpr) - norm.ppf(fnr)))

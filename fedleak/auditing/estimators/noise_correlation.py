@@ -27,8 +27,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import chi2, norm
-from scipy.stats import t as student_t
 
 from fedleak.auditing.estimator_registry import (
     Estimator,
@@ -67,6 +65,8 @@ class CorrelationTest:
 def pair_p_values(e: np.ndarray, pairs: np.ndarray, rank: int) -> tuple[np.ndarray,
                                                                         np.ndarray]:
     """(ρ̂, two-sided p) of every pair's residual correlation (module docstring)."""
+    from scipy.stats import t as student_t
+
     a, b = e[:, pairs[:, 0]], e[:, pairs[:, 1]]
     denominator = np.sqrt((a ** 2).sum(axis=0) * (b ** 2).sum(axis=0))
     rho = np.where(denominator > 0, (a * b).sum(axis=0) / np.where(denominator > 0,
@@ -120,6 +120,8 @@ def across_pairs(groups: np.ndarray, offsets: np.ndarray | None,
 def correlation_test(e: np.ndarray, pairs: np.ndarray, rank: int, name: str, alpha: float,
                      power: float) -> CorrelationTest | None:
     """Fisher's test over ``pairs`` (None: no pair, or too few degrees of freedom)."""
+    from scipy.stats import chi2, norm
+
     if pairs.shape[0] == 0 or rank < MIN_RANK:
         return None
     rho, p = pair_p_values(e, pairs, rank)

@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import chi2
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,8 @@ class NoiseTest:
 
 def detectable_factor(dof: float, alpha: float, power: float) -> float:
     """Return the largest noise factor f < 1 the test catches with probability ``power``."""
+    from scipy.stats import chi2
+
     if dof < 1:
         return 0.0
     return math.sqrt(float(chi2.ppf(alpha, dof)) / float(chi2.ppf(power, dof)))
@@ -88,6 +89,8 @@ def detectable_factor(dof: float, alpha: float, power: float) -> float:
 def noise_test(group: str, dof: float, squares: float, alpha: float,
                power: float) -> NoiseTest | None:
     """Return the χ² test of one group at level ``alpha`` (None without degrees of freedom)."""
+    from scipy.stats import chi2
+
     if dof < 1:
         return None
     factor = math.sqrt(squares / dof)

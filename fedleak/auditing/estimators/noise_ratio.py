@@ -50,8 +50,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from fedleak.auditing.estimators.noise_level import NoiseLevels
 from fedleak.auditing.estimators.releases import Releases
@@ -283,6 +281,8 @@ def power(c: Cells, ratio: float, alpha: float, scale: float = 1.0) -> float:
     sample sizes times ``scale``, under the declared model (r̂ normal, Fieller's statistic:
     the test rejects when r̂ > 1 + z_{1−α} se₁).
     """
+    from scipy.stats import norm  # here, not at import: the victim imports this module
+
     scaled = dataclasses.replace(c, n1=c.n1 * scale, n0=c.n0 * scale)
     se_null = math.sqrt(_variance_of_ratio(scaled, 1.0, declared=True))
     se_alt = math.sqrt(_variance_of_ratio(scaled, ratio, declared=True))
@@ -297,6 +297,8 @@ def detectable_ratio(c: Cells, alpha: float, target: float, scale: float = 1.0) 
 
     ∞ if even r = 1000 is not detected.
     """
+    from scipy.optimize import brentq
+
     if power(c, 1000.0, alpha, scale) < target:
         return math.inf
     if power(c, 1.0 + 1e-9, alpha, scale) >= target:
@@ -314,6 +316,8 @@ def ratio_test(table: StreamTable, group: str, members: np.ndarray, alpha: float
     much *worse* than declared (a batch clipped as a whole, a sum divided by the batch's actual
     size) is not the declared one either.
     """
+    from scipy.stats import norm
+
     c = cells(table, members)
     if c is None or not float((c.weights * c.rho).sum()) > 0:
         return None

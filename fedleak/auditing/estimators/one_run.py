@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import binom
 
 
 def p_value(epsilon: float, delta: float, canaries: int, guesses: int, correct: int) -> float:
@@ -37,6 +36,8 @@ def p_value(epsilon: float, delta: float, canaries: int, guesses: int, correct: 
 
     How likely ≥ ``correct`` right guesses are under (ε, δ)-DP (capped at 1).
     """
+    from scipy.stats import binom
+
     if not 0 <= correct <= guesses <= canaries:
         raise ValueError(f"need 0 <= correct ({correct}) <= guesses ({guesses}) <= canaries "
                          f"({canaries})")

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import nct
 
 from fedleak.auditing.estimator_registry import (
     Estimator,
@@ -273,7 +272,7 @@ def _noncentrality(t: float, dof: int, tail: float) -> float:
     robust at the large t of a mechanism without noise).
     """
     from scipy.optimize import brentq
-    from scipy.stats import norm
+    from scipy.stats import nct, norm
 
     if dof >= 100:
         def gap(d: float) -> float:

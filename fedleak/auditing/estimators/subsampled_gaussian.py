@@ -23,8 +23,6 @@ Poisson-subsampled Gaussian step); it is the route for FedSGD's single step.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from fedleak.auditing.estimators.clopper_pearson import upper_bound
 
@@ -34,6 +32,8 @@ _GRID = np.unique(np.concatenate([np.logspace(-12, 0, 1500), np.linspace(0, 1, 5
 
 def tradeoff(mu: float, q: float, alpha: np.ndarray) -> np.ndarray:
     """Return f at ``alpha``: the lower convex envelope of min{f_q, f_q⁻¹} (module docstring)."""
+    from scipy.stats import norm
+
     a = _GRID
     f = q * norm.cdf(norm.isf(a) - mu) + (1 - q) * (1 - a)
     xs = np.concatenate([a, f, [0.0, 1.0]])
@@ -69,6 +69,8 @@ def mu_lower_bound_subsampled(false_positives: int, negatives: int, false_negati
     μ_LB of the Poisson-subsampled Gaussian at rate ``q`` from a test's error counts, both rates
     bounded at α/2 (0 when even μ → 0 is not refuted).
     """
+    from scipy.optimize import brentq
+
     if not 0 < q <= 1:
         raise ValueError(f"the sample rate must lie in (0, 1], got {q}")
     fpr = upper_bound(false_positives, negatives, alpha / 2)

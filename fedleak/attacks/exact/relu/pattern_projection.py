@@ -24,7 +24,6 @@ as it was when SLSQP does not converge.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 
 from fedleak.attacks.exact.relu.sparsity import FactoredGradient
 
@@ -63,6 +62,8 @@ def nearest_in_set(estimate: np.ndarray, basis: np.ndarray,
     minimises ``‖c‖²`` (``basis`` has orthonormal columns); ``estimate`` is returned when SLSQP
     fails.
     """
+    from scipy.optimize import minimize
+
     a, b = pattern
     rows, bounds = a @ basis, b - a @ estimate
     if box is not None:
