@@ -73,6 +73,7 @@ class DagerResult:
     ranks: tuple[int, int]
     hidden_size: int
     evaluations: int = 0
+    pinned: int = 0
     truncated: bool = False
     warnings: list[str] = field(default_factory=list)
 

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 
@@ -64,6 +65,8 @@ KICKS = 3
 #: a descent whose sentence agrees with a recovered one at this share of its positions stops
 #: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
 SAME = 0.75
+#: assemblies in a row that certify nothing before the random starts take over
+ROUNDS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
@@ -158,8 +161,14 @@ class _Shapes:
 
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
-                   gradients: Mapping[str, torch.Tensor]) -> None:
-    """Fill ``result`` with the sentences the search recovers (module docstring)."""
+                   gradients: Mapping[str, torch.Tensor], pinned: list[int] | None = None
+                   ) -> None:
+    """Fill ``result`` with the sentences the search recovers (module docstring).
+
+    ``pinned[p]``: the first ``pinned[p]`` candidates of position p are pinned there by the
+    gradient's split (:mod:`position_split`); the first starts are then the slots of
+    :func:`~fedleak.attacks.text.dager.sentence_assembly.assemble`.
+    """
     del gradients
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
@@ -167,6 +176,9 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     shapes = _Shapes(candidates, config.end_token, full)
     found: list[tuple[list[int], float]] = []
     failures = 0
+    if pinned is not None and shapes.options:
+        _assembled(objective, shapes, candidates, pinned, batch_size, config, generator, found)
+        failures = 0
     while len(found) < batch_size and failures < config.restarts and not work.exhausted \
             and shapes.options:
         pick = int(torch.randint(len(shapes.options), (1,), generator=generator))
@@ -189,6 +201,38 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
         result.warnings.append(f"{len(found)} of {batch_size} sentences recovered: the "
                                "search's starts ended above τ₂ (raise restarts or "
                                "max_evaluations)")
+
+
+def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Tensor],
+               pinned: list[int], batch_size: int, config: DagerConfig,
+               generator: torch.Generator, found: list[tuple[list[int], float]]) -> None:
+    """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
+
+    A certified sentence's pinned tokens leave their positions' sets (each is one occurrence),
+    so the next assembly has fewer slots and fewer tokens; ``ROUNDS`` assemblies in a row that
+    certify nothing end it.
+    """
+    sets, counts = [c.clone() for c in candidates], list(pinned)
+    idle = 0
+    while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
+        slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
+                                 generator, config.end_token)
+        before = len(found)
+        for k in torch.argsort(values).tolist():
+            if len(found) >= batch_size or objective.work.exhausted:
+                break
+            sentence, score = _search(objective, shapes, slots[k], config, generator,
+                                      [s for s, _ in found])
+            tokens = sentence.tolist()
+            if score < config.l2_threshold and all(tokens != s for s, _ in found):
+                found.append((tokens, score))
+                objective.work.found = len(found)
+                for p, token in enumerate(tokens[:len(sets)]):
+                    here = sets[p][:counts[p]]
+                    if bool((here == token).any()) and sets[p].numel() > 1:
+                        sets[p] = sets[p][sets[p] != token]
+                        counts[p] -= 1
+        idle = 0 if len(found) > before else idle + 1
 
 
 def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
