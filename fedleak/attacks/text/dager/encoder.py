@@ -161,12 +161,13 @@ class _Shapes:
 
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
-                   gradients: Mapping[str, torch.Tensor], pinned: list[int] | None = None
-                   ) -> None:
+                   gradients: Mapping[str, torch.Tensor],
+                   pinned: tuple[list[int], list[int] | None] | None = None) -> None:
     """Fill ``result`` with the sentences the search recovers (module docstring).
 
-    ``pinned[p]``: the first ``pinned[p]`` candidates of position p are pinned there by the
-    gradient's split (:mod:`position_split`); the first starts are then the slots of
+    ``pinned = (counts, lengths)``: the first ``counts[p]`` candidates of position p are pinned
+    there by the gradient's split (:mod:`position_split`), ``lengths`` the sentence lengths it
+    suggests (or None); the first starts are then the slots of
     :func:`~fedleak.attacks.text.dager.sentence_assembly.assemble`.
     """
     del gradients
@@ -177,7 +178,8 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
-        _assembled(objective, shapes, candidates, pinned, batch_size, config, generator, found)
+        _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size, config,
+                   generator, found)
         failures = 0
     while len(found) < batch_size and failures < config.restarts and not work.exhausted \
             and shapes.options:
@@ -204,8 +206,9 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
 
 
 def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Tensor],
-               pinned: list[int], batch_size: int, config: DagerConfig,
-               generator: torch.Generator, found: list[tuple[list[int], float]]) -> None:
+               pinned: list[int], lengths: list[int] | None, batch_size: int,
+               config: DagerConfig, generator: torch.Generator,
+               found: list[tuple[list[int], float]]) -> None:
     """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
 
     A certified sentence's pinned tokens leave their positions' sets (each is one occurrence),
@@ -216,7 +219,7 @@ def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Te
     idle = 0
     while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
-                                 generator, config.end_token)
+                                 generator, config.end_token, lengths=lengths)
         before = len(found)
         for k in torch.argsort(values).tolist():
             if len(found) >= batch_size or objective.work.exhausted:
@@ -227,6 +230,8 @@ def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Te
             if score < config.l2_threshold and all(tokens != s for s, _ in found):
                 found.append((tokens, score))
                 objective.work.found = len(found)
+                if lengths is not None and len(tokens) in lengths:
+                    lengths = [n for i, n in enumerate(lengths) if i != lengths.index(len(tokens))]
                 for p, token in enumerate(tokens[:len(sets)]):
                     here = sets[p][:counts[p]]
                     if bool((here == token).any()) and sets[p].numel() > 1:

@@ -43,7 +43,11 @@ from torch import nn
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.decoder import search_decoder
 from fedleak.attacks.text.dager.encoder import search_encoder
-from fedleak.attacks.text.dager.position_split import position_candidates, split_gradient
+from fedleak.attacks.text.dager.position_split import (
+    end_lengths,
+    position_candidates,
+    split_gradient,
+)
 from fedleak.attacks.text.dager.span_check import InputSpan, input_span
 from fedleak.attacks.text.transformer_layout import TransformerLayout, layout_of
 
@@ -115,13 +119,15 @@ def saturated(candidates: list[torch.Tensor]) -> bool:
 
 
 def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
-                      candidates: list[torch.Tensor], config: DagerConfig,
-                      result: DagerResult) -> tuple[list[torch.Tensor], list[int] | None]:
+                      candidates: list[torch.Tensor], batch_size: int, config: DagerConfig,
+                      result: DagerResult
+                      ) -> tuple[list[torch.Tensor], tuple[list[int], list[int] | None] | None]:
     """Narrow a saturated filter's sets by splitting the first-layer gradient.
 
     :mod:`~fedleak.attacks.text.dager.position_split`: the tokens the gradient pins to a
     position come first there and nowhere else; the unchanged sets where the split does not
-    apply (no BERT embedding) or does not hold (residual above 10⁻⁴).
+    apply (no BERT embedding) or does not hold (residual above 10⁻⁴). With them: the number
+    pinned at each position and the sentence lengths the end token's weights suggest.
     """
     tokens = torch.unique(torch.cat(candidates))
     split = split_gradient(layout, gradients, tokens, len(candidates))
@@ -134,7 +140,11 @@ def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.T
     if not narrowed or any(c.numel() == 0 for c in narrowed):
         return candidates, None
     result.pinned = sum(pinned)
-    return narrowed, pinned
+    lengths = None if config.end_token is None else \
+        end_lengths(split, config.end_token, batch_size)
+    if lengths is not None:
+        lengths = [min(n, len(narrowed)) for n in lengths]
+    return narrowed, (pinned, lengths)
 
 
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
@@ -172,9 +182,10 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
         candidates.append(found)
     if config.start_token is not None and candidates:
         candidates = start_layout(candidates, config.start_token)
-    pinned: list[int] | None = None
+    pinned: tuple[list[int], list[int] | None] | None = None
     if layout.kind == "encoder" and saturated(candidates):
-        candidates, pinned = pinned_candidates(layout, gradients, candidates, config, result)
+        candidates, pinned = pinned_candidates(layout, gradients, candidates, batch_size,
+                                               config, result)
     result.candidates = [c.numel() for c in candidates]
     if not candidates:
         result.warnings.append("no token passed the first span check at position 0: the "

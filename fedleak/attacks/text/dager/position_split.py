@@ -114,8 +114,8 @@ def pinned_positions(weights: torch.Tensor) -> dict[int, int]:
     return pinned
 
 
-def position_candidates(split: GradientSplit, floor: float = -0.05,
-                        pinned_floor: float = 0.1) -> tuple[list[torch.Tensor], list[int]]:
+def position_candidates(split: GradientSplit, floor: float = -float("inf"),
+                        pinned_floor: float = 0.05) -> tuple[list[torch.Tensor], list[int]]:
     """Candidates per position (module docstring), and how many of each are pinned there.
 
     Positions whose V_p is zero (no real token there: padding has no δ) end the list.
@@ -133,3 +133,25 @@ def position_candidates(split: GradientSplit, floor: float = -0.05,
         out.append(split.tokens[torch.tensor(here + free + extra, dtype=torch.long)])
         counts.append(len(here))
     return out, counts
+
+
+def end_lengths(split: GradientSplit, end: int, batch_size: int) -> list[int] | None:
+    """Sentence lengths guessed from the end token's weights, longest first (None: no end token).
+
+    Every sentence holds one end token, so ``Σ_p c_{end,p} = 1`` shares its B occurrences
+    among their positions: B·c_{end,p} of them at p, roughly (the leaks of the other repeated
+    tokens blur it). The B lengths are ``p + 1`` at the positions of the largest shares, by the
+    largest-remainder rule over the positive weights.
+    """
+    rows = torch.nonzero(split.tokens == end).flatten()
+    if rows.numel() == 0:
+        return None
+    weights = position_weights(split)[int(rows[0])].clamp_min(0)
+    if float(weights.sum()) <= 0:
+        return None
+    share = batch_size * weights / weights.sum()
+    counts = share.floor().long()
+    for p in torch.argsort(share - counts, descending=True)[:batch_size - int(counts.sum())]:
+        counts[p] += 1
+    return sorted((p + 1 for p in range(counts.numel()) for _ in range(int(counts[p]))),
+                  reverse=True)

@@ -59,14 +59,15 @@ def objective(distances: Distances, sentences: list[torch.Tensor]) -> torch.Tens
 
 def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[int],
              batch_size: int, generator: torch.Generator, end: int | None = None,
-             sweeps: int = 4, extra: int | None = None
+             sweeps: int = 6, extra: int | None = None, lengths: list[int] | None = None
              ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Return B sentences and f of each (module docstring).
 
     ``distances(sentences [N, ℓ]) → d₂ [N, ℓ]``; ``candidates[p]`` lists the pinned tokens of
-    position p first (``pinned[p]`` of them), then the others, best first; ``end`` the end token.
+    position p first (``pinned[p]`` of them), then the others, best first; ``end`` the end token;
+    ``lengths`` the slots' first lengths (else all L; kept only where every pinned token has a slot).
     """
-    extra = batch_size if extra is None else extra
+    extra = 3 * batch_size if extra is None else extra
     width = len(candidates)
     rows = torch.zeros(batch_size, width, dtype=torch.long)
     for p, options in enumerate(candidates):
@@ -76,15 +77,19 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
         order = torch.cat([torch.randperm(count, generator=generator),
                            torch.arange(count, words.numel())])
         rows[:, p] = words[order[torch.arange(batch_size) % words.numel()]]
-    lengths = [width] * batch_size
-    values = objective(distances, [sentence(r, width, end) for r in rows])
+    first = [width] * batch_size
+    if end is not None and lengths is not None and len(lengths) >= batch_size:
+        guess = sorted((min(max(n, 2), width) for n in lengths), reverse=True)[:batch_size]
+        first = guess if _feasible(guess, pinned) else first
+    lengths = first
+    values = objective(distances, [sentence(r, n, end) for r, n in zip(rows, lengths, strict=True)])
     for _ in range(sweeps):
         before = float(values.sum())
         for p, options in enumerate(candidates):
             rows, values = _assign(distances, rows, lengths, values, p, options, pinned[p],
                                    extra, end)
         if end is not None:
-            lengths, values = _lengths(distances, rows, lengths, values, end)
+            lengths, values = _lengths(distances, rows, lengths, values, end, pinned)
         if float(values.sum()) >= before * (1 - 1e-6):
             break
     return [sentence(r, n, end) for r, n in zip(rows, lengths, strict=True)], values
@@ -123,16 +128,32 @@ def _assign(distances: Distances, rows: torch.Tensor, lengths: list[int], values
     return new_rows, new_values
 
 
+def _feasible(lengths: list[int], pinned: list[int]) -> bool:
+    """Whether every position has a word slot for each of its pinned tokens."""
+    width = len(pinned)
+    return all(sum(n - 1 > p or (p == width - 1 and n == width) for n in lengths) >= pinned[p]
+               for p in range(width))
+
+
 def _lengths(distances: Distances, rows: torch.Tensor, lengths: list[int], values: torch.Tensor,
-             end: int) -> tuple[list[int], torch.Tensor]:
-    """Each slot at its best length 2..L (its content cut or continued)."""
+             end: int, pinned: list[int]) -> tuple[list[int], torch.Tensor]:
+    """Each slot at its best length 2..L (content cut or continued), the best gains first.
+
+    A length is taken only while every position keeps a word slot per pinned token.
+    """
     width = rows.shape[1]
     options = list(range(2, width + 1))
     variants = [sentence(r, n, end) for r in rows for n in options]
     cost = objective(distances, variants).reshape(rows.shape[0], len(options))
-    best = torch.argmin(cost, dim=1)
     new_lengths, new_values = list(lengths), values.clone()
-    for k in range(rows.shape[0]):
-        if float(cost[k, best[k]]) < float(values[k]):
-            new_lengths[k], new_values[k] = options[int(best[k])], cost[k, best[k]]
+    order = torch.argsort(cost.min(dim=1).values - values).tolist()
+    for k in order:
+        for i in torch.argsort(cost[k]).tolist():
+            if float(cost[k, i]) >= float(new_values[k]):
+                break
+            trial = list(new_lengths)
+            trial[k] = options[i]
+            if _feasible(trial, pinned):
+                new_lengths, new_values[k] = trial, cost[k, i]
+                break
     return new_lengths, new_values
