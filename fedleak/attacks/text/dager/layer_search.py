@@ -126,12 +126,14 @@ def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.T
 
     :mod:`~fedleak.attacks.text.dager.position_split`: the tokens the gradient pins to a
     position come first there and nowhere else; the unchanged sets where the split does not
-    apply (no BERT embedding) or does not hold (residual above 10⁻⁴). With them: the number
+    apply (no BERT embedding), does not hold (residual above 10⁻⁴) or is not needed (a
+    LayerNorm at its initialisation, β = 0: the random encoders the search was tuned on,
+    where it has not been measured). With them: the number
     pinned at each position and the sentence lengths the end token's weights suggest.
     """
     tokens = torch.unique(torch.cat(candidates))
     split = split_gradient(layout, gradients, tokens, len(candidates))
-    if split is None or split.residual > 1e-4:
+    if split is None or split.residual > 1e-4 or not split.trained:
         return candidates, None
     narrowed, pinned = position_candidates(split)
     if config.start_token is not None and narrowed:

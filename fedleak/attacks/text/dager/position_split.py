@@ -51,13 +51,15 @@ class GradientSplit:
 
     ``tokens`` [k] the batch's token ids, ``token_vectors`` [3d, k] the U_t, ``position_vectors``
     [3d, L] the V_p of positions 0..L−1, ``residual`` ‖G − Σ U aᵀ − Σ V bᵀ − W βᵀ‖/‖G‖ (≈ 10⁻⁷
-    when the model is a post-LayerNorm embedding as above).
+    when the model is a post-LayerNorm embedding as above); ``trained`` when the LayerNorm's β is
+    not 0 (a pretrained model, not one at its initialisation).
     """
 
     tokens: torch.Tensor
     token_vectors: torch.Tensor
     position_vectors: torch.Tensor
     residual: float
+    trained: bool = True
 
 
 def embedding_parts(model: nn.Module) -> nn.Module | None:
@@ -93,7 +95,8 @@ def split_gradient(layout: TransformerLayout, gradients: Mapping[str, torch.Tens
     solution = torch.linalg.lstsq(basis.T, stacked.T).solution.T  # [3d, k+L+1]
     residual = float((stacked - solution @ basis).norm() / stacked.norm().clamp_min(1e-300))
     k = tokens.numel()
-    return GradientSplit(tokens, solution[:, :k], solution[:, k:k + length], residual)
+    return GradientSplit(tokens, solution[:, :k], solution[:, k:k + length], residual,
+                         trained=bool(beta.abs().max() > 0))
 
 
 def position_weights(split: GradientSplit) -> torch.Tensor:
