@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
@@ -101,64 +102,6 @@ class _Objective:
         return grad[0].detach().to(torch.float64).cpu()
 
 
-class _Shapes:
-    """The sentence shapes the token filter allows.
-
-    A length ℓ, ending with ``end`` at ℓ − 1 (a text shorter than the batch's length) or filling
-    every position without it; and each shape's candidate sets.
-    """
-
-    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
-        self.candidates, self.end = candidates, end
-        self.options: list[tuple[int, bool]] = []
-        longest = len(candidates)
-        #: the full shape's last position may hold the end token: a text of ``longest − 1``
-        #: tokens closed by ``end`` and one cut at ``longest`` tokens are then one shape, and
-        #: a single replacement moves between them
-        self.open_end = full and end is not None and bool((candidates[-1] == end).any())
-        if full or end is None:
-            self.options.append((longest, False))
-        if end is not None:
-            self.options += [(i + 1, True) for i, c in enumerate(candidates)
-                             if i > 0 and bool((c == end).any())
-                             and not (self.open_end and i + 1 == longest)]
-        self.options = sorted((o for o in self.options
-                               if all(c.numel() for c in self.sets(*o))), reverse=True)
-
-    def sets(self, length: int, ends: bool) -> list[torch.Tensor]:
-        content = [c if self.end is None else c[c != self.end]
-                   for c in self.candidates[:length]]
-        if self.open_end and length == len(self.candidates):
-            content[-1] = self.candidates[-1]
-        elif ends and self.end is not None:
-            content[-1] = torch.tensor([self.end])
-        return content
-
-    def closes(self, sentence: torch.Tensor) -> bool:
-        """Whether ``sentence`` ends with the end token."""
-        return self.end is not None and int(sentence[-1]) == self.end
-
-    def content(self, sentence: torch.Tensor) -> torch.Tensor:
-        """``sentence`` without its closing end token."""
-        return sentence[:-1] if self.closes(sentence) else sentence
-
-    def shaped(self, sentence: torch.Tensor, filler: torch.Tensor, length: int, closed: bool
-               ) -> torch.Tensor:
-        """Return the sentence at shape (``length``, ``closed``).
-
-        Its content cut, or continued from ``filler`` (a longer content seen before, or random
-        candidates).
-        """
-        content = self.content(sentence)
-        body = length - 1 if closed else length
-        tokens = torch.cat([content[:body], filler[content.numel():body]])
-        return torch.cat([tokens, torch.tensor([int(self.end or 0)])]) if closed else tokens
-
-    def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
-        """Return the sentence at every allowed shape (:meth:`shaped`)."""
-        return [self.shaped(sentence, filler, *option) for option in self.options]
-
-
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
                    gradients: Mapping[str, torch.Tensor],
@@ -174,7 +117,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
     full = config.max_length is None or len(candidates) >= config.max_length
-    shapes = _Shapes(candidates, config.end_token, full)
+    shapes = Shapes(candidates, config.end_token, full)
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
@@ -205,7 +148,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
                                "max_evaluations)")
 
 
-def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Tensor],
+def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Tensor],
                pinned: list[int], lengths: list[int] | None, batch_size: int,
                config: DagerConfig, generator: torch.Generator,
                found: list[tuple[list[int], float]]) -> None:
@@ -240,7 +183,7 @@ def _assembled(objective: _Objective, shapes: _Shapes, candidates: list[torch.Te
         idle = 0 if len(found) > before else idle + 1
 
 
-def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
+def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             config: DagerConfig, generator: torch.Generator, found: list[list[int]]
             ) -> tuple[torch.Tensor, float]:
     """Descend at the sentence's shape, moving it to the best-fitting allowed shape.

@@ -115,7 +115,7 @@ def saturated(candidates: list[torch.Tensor]) -> bool:
         return False
     union = torch.unique(torch.cat(candidates)).numel()
     sizes = sorted(c.numel() for c in candidates[1:])
-    return union >= 8 and sizes[len(sizes) // 2] >= SATURATED * union
+    return bool(union >= 8 and sizes[len(sizes) // 2] >= SATURATED * union)
 
 
 def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],

@@ -71,27 +71,34 @@ def embedding_parts(model: nn.Module) -> nn.Module | None:
     return None
 
 
+def _parameter(module: nn.Module, child: str, name: str) -> torch.Tensor:
+    """Return the parameter ``child.name`` of ``module`` in float64 on the CPU, without a graph."""
+    value: torch.Tensor = module.get_parameter(f"{child}.{name}")
+    return value.detach().double().cpu()
+
+
 def split_gradient(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
                    tokens: torch.Tensor, length: int) -> GradientSplit | None:
     """Solve ``G = Σ U_t a_tᵀ + Σ V_p b_pᵀ + W βᵀ`` (module docstring); None if not a BERT."""
     parts = embedding_parts(layout.model)
     if parts is None:
         return None
-    norm = parts.LayerNorm
-    words = parts.word_embeddings.weight.detach().double().cpu()
-    positions = parts.position_embeddings.weight.detach().double().cpu()[:length]
-    types = getattr(parts, "token_type_embeddings", None)
-    if types is not None:
-        positions = positions + types.weight.detach().double().cpu()[layout.token_type_id or 0]
-    gamma = norm.weight.detach().double().cpu()
-    beta = norm.bias.detach().double().cpu() if norm.bias is not None \
+    words = _parameter(parts, "word_embeddings", "weight")
+    positions = _parameter(parts, "position_embeddings", "weight")[:length]
+    if isinstance(getattr(parts, "token_type_embeddings", None), nn.Module):
+        types = _parameter(parts, "token_type_embeddings", "weight")
+        positions = positions + types[layout.token_type_id or 0]
+    gamma = _parameter(parts, "LayerNorm", "weight")
+    bias = getattr(parts.get_submodule("LayerNorm"), "bias", None)
+    beta = _parameter(parts, "LayerNorm", "bias") if isinstance(bias, torch.Tensor) \
         else torch.zeros_like(gamma)
 
     def centred(v: torch.Tensor) -> torch.Tensor:
         return gamma * (v - v.mean(-1, keepdim=True))
 
     basis = torch.cat([centred(words[tokens]), centred(positions), beta[None]])  # [k+L+1, d]
-    stacked = torch.cat([g.detach().double().cpu().T for g in layout.layers[0].gradients(gradients)])
+    weights = layout.layers[0].gradients(gradients)
+    stacked = torch.cat([g.detach().double().cpu().T for g in weights])
     solution = torch.linalg.lstsq(basis.T, stacked.T).solution.T  # [3d, k+L+1]
     residual = float((stacked - solution @ basis).norm() / stacked.norm().clamp_min(1e-300))
     k = tokens.numel()
@@ -100,8 +107,10 @@ def split_gradient(layout: TransformerLayout, gradients: Mapping[str, torch.Tens
 
 
 def position_weights(split: GradientSplit) -> torch.Tensor:
-    """The least-squares weights c [k, L] of ``V_p ≈ Σ_t c_{t,p} U_t`` (module docstring)."""
-    return torch.linalg.lstsq(split.token_vectors, split.position_vectors).solution
+    """Return the least-squares weights c [k, L] of ``V_p ≈ Σ_t c_{t,p} U_t`` (module docstring)."""
+    weights: torch.Tensor = torch.linalg.lstsq(split.token_vectors,
+                                               split.position_vectors).solution
+    return weights
 
 
 def pinned_positions(weights: torch.Tensor) -> dict[int, int]:

@@ -46,7 +46,7 @@ def sentence(row: torch.Tensor, length: int, end: int | None) -> torch.Tensor:
 
 
 def objective(distances: Distances, sentences: list[torch.Tensor]) -> torch.Tensor:
-    """f of each sentence (sentences of any lengths, evaluated grouped by length)."""
+    """Return f of each sentence (sentences of any lengths, evaluated grouped by length)."""
     values = torch.empty(len(sentences), dtype=torch.float64)
     by_length: dict[int, list[int]] = {}
     for k, s in enumerate(sentences):
@@ -65,7 +65,8 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
 
     ``distances(sentences [N, ℓ]) → d₂ [N, ℓ]``; ``candidates[p]`` lists the pinned tokens of
     position p first (``pinned[p]`` of them), then the others, best first; ``end`` the end token;
-    ``lengths`` the slots' first lengths (else all L; kept only where every pinned token has a slot).
+    ``lengths`` the slots' first lengths (else all L; kept only where every pinned token has a
+    slot).
     """
     extra = 3 * batch_size if extra is None else extra
     width = len(candidates)
@@ -98,7 +99,7 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
 def _assign(distances: Distances, rows: torch.Tensor, lengths: list[int], values: torch.Tensor,
             p: int, options: torch.Tensor, required: int, extra: int, end: int | None
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The optimal tokens at position ``p`` with everything else fixed (linear assignment)."""
+    """Choose the best tokens at position ``p``, everything else fixed (linear assignment)."""
     width = rows.shape[1]
     open_end = p == width - 1
     slots = [k for k, n in enumerate(lengths) if n - 1 > p or (open_end and n == width)]
