@@ -41,6 +41,11 @@ shape and descended there. A descent that comes to agree with a recovered senten
 as a failed start. The search stops at
 ``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
 ``max_evaluations`` sentence evaluations.
+**A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
+first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
+positions); the first starts are then the slots of the whole batch's assembly
+(:mod:`sentence_assembly`), certified ones peeled off and the rest assembled again, before the
+random starts take over.
 """
 
 from __future__ import annotations
