@@ -8,6 +8,8 @@ its own tokenizer; batches are consecutive rows (``--batch-size`` sentences of a
 
     OMP_NUM_THREADS=1 python bench/pretrained_text.py --part lamp --batches 5 --iterations 200
     OMP_NUM_THREADS=1 python bench/pretrained_text.py --part dager --model minilm --batches 10
+    OMP_NUM_THREADS=1 python bench/pretrained_text.py --part dager --model minilm --batches 10 \
+        --batch-size 8 --seq-len 32 --shuffle --max-evaluations 60000
 
 ``--part lamp`` runs LAMP on MiniLM (2 × 16 by default) with each prior on the same batches:
 ``none`` (the reconstruction loss alone), ``bigram`` (counted from the book's other chapters,
@@ -75,13 +77,20 @@ def _cpu() -> float:
 @click.option("--priors", default="none,bigram,model", show_default=True)
 @click.option("--discrete-every", default=50, show_default=True)
 @click.option("--tag/--no-tag", default=True, show_default=True)
+@click.option("--shuffle/--in-order", default=False, show_default=True,
+              help="shuffle the split with seed 0, as the victim's --shuffle does")
+@click.option("--max-evaluations", default=None, type=int, help="DAGER's budget")
 @click.option("--json", "out", type=click.Path(path_type=Path), default=None)
 def main(part: str, name: str, batches: int, batch_size: int, seq_len: int, iterations: int,
-         priors: str, discrete_every: int, tag: bool, out: Path | None) -> None:
+         priors: str, discrete_every: int, tag: bool, shuffle: bool, max_evaluations: int | None,
+         out: Path | None) -> None:
     torch.set_num_threads(1)
     task = PRETRAINED_MODELS[name].task
     folder = str(pretrained_folder(name))
     data = load_text_dataset("alice", "test", task=task, seq_len=seq_len, tokenizer=folder)
+    if shuffle:  # the victim's private_pool(shuffle=True, seed=0)
+        data = data.select(torch.randperm(len(data.labels),
+                                          generator=torch.Generator().manual_seed(0)))
     public_data = load_text_dataset("alice", "train", task=task, seq_len=seq_len,
                                     tokenizer=data.info.checked_tokenizer)
     pad = data.info.checked_tokenizer.pad_id
@@ -102,7 +111,8 @@ def main(part: str, name: str, batches: int, batch_size: int, seq_len: int, iter
         observation = dataclasses.replace(observation, language_prior=score)
         runs: list[tuple[str, dict[str, Any]]] = []
         if part == "dager":
-            runs = [("dager", {})]
+            runs = [("dager", {} if max_evaluations is None
+                      else {"max_evaluations": max_evaluations})]
         else:
             runs = [("lamp", {"iterations": iterations, "prior": p,
                               "discrete_every": discrete_every}) for p in priors.split(",")]

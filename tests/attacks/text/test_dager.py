@@ -174,7 +174,8 @@ def test_an_encoder_batch_of_cut_and_closed_texts_is_recovered() -> None:
 
 
 def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen() -> None:
-    from fedleak.attacks.text.dager.encoder import _repeats, _Shapes
+    from fedleak.attacks.text.dager.encoder import _repeats
+    from fedleak.attacks.text.dager.encoder_shapes import Shapes as _Shapes
 
     end = 3
     candidates = [torch.tensor([2]), torch.tensor([5, 6, end]), torch.tensor([7, end])]

@@ -62,8 +62,9 @@ class DagerResult:
     sentence, an encoder's median over its positions (:mod:`dager_encoder`). ``candidates`` is the
     token filter's count per position, ``ranks`` the two spans' ranks against ``hidden_size``;
     ``evaluations`` counts the (partial) sentences whose second-layer input was computed — the
-    attack's work. ``truncated`` when a cap or budget cut the search (then sentences may be
-    missing); ``warnings`` say what a person must know.
+    attack's work. ``pinned``: the tokens the first-layer split pinned to a position (an encoder
+    whose filter saturated; 0 otherwise). ``truncated`` when a cap or budget cut the search (then
+    sentences may be missing); ``warnings`` say what a person must know.
     """
 
     sentences: list[list[int]]
@@ -73,6 +74,7 @@ class DagerResult:
     ranks: tuple[int, int]
     hidden_size: int
     evaluations: int = 0
+    pinned: int = 0
     truncated: bool = False
     warnings: list[str] = field(default_factory=list)
 

@@ -41,6 +41,11 @@ shape and descended there. A descent that comes to agree with a recovered senten
 as a failed start. The search stops at
 ``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
 ``max_evaluations`` sentence evaluations.
+**A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
+first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
+positions); the first starts are then the slots of the whole batch's assembly
+(:mod:`sentence_assembly`), certified ones peeled off and the rest assembled again, before the
+random starts take over.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.encoder_shapes import Shapes
+from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 
@@ -64,6 +71,8 @@ KICKS = 3
 #: a descent whose sentence agrees with a recovered one at this share of its positions stops
 #: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
 SAME = 0.75
+#: assemblies in a row that certify nothing before the random starts take over
+ROUNDS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
@@ -98,75 +107,28 @@ class _Objective:
         return grad[0].detach().to(torch.float64).cpu()
 
 
-class _Shapes:
-    """The sentence shapes the token filter allows.
-
-    A length ℓ, ending with ``end`` at ℓ − 1 (a text shorter than the batch's length) or filling
-    every position without it; and each shape's candidate sets.
-    """
-
-    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
-        self.candidates, self.end = candidates, end
-        self.options: list[tuple[int, bool]] = []
-        longest = len(candidates)
-        #: the full shape's last position may hold the end token: a text of ``longest − 1``
-        #: tokens closed by ``end`` and one cut at ``longest`` tokens are then one shape, and
-        #: a single replacement moves between them
-        self.open_end = full and end is not None and bool((candidates[-1] == end).any())
-        if full or end is None:
-            self.options.append((longest, False))
-        if end is not None:
-            self.options += [(i + 1, True) for i, c in enumerate(candidates)
-                             if i > 0 and bool((c == end).any())
-                             and not (self.open_end and i + 1 == longest)]
-        self.options = sorted((o for o in self.options
-                               if all(c.numel() for c in self.sets(*o))), reverse=True)
-
-    def sets(self, length: int, ends: bool) -> list[torch.Tensor]:
-        content = [c if self.end is None else c[c != self.end]
-                   for c in self.candidates[:length]]
-        if self.open_end and length == len(self.candidates):
-            content[-1] = self.candidates[-1]
-        elif ends and self.end is not None:
-            content[-1] = torch.tensor([self.end])
-        return content
-
-    def closes(self, sentence: torch.Tensor) -> bool:
-        """Whether ``sentence`` ends with the end token."""
-        return self.end is not None and int(sentence[-1]) == self.end
-
-    def content(self, sentence: torch.Tensor) -> torch.Tensor:
-        """``sentence`` without its closing end token."""
-        return sentence[:-1] if self.closes(sentence) else sentence
-
-    def shaped(self, sentence: torch.Tensor, filler: torch.Tensor, length: int, closed: bool
-               ) -> torch.Tensor:
-        """Return the sentence at shape (``length``, ``closed``).
-
-        Its content cut, or continued from ``filler`` (a longer content seen before, or random
-        candidates).
-        """
-        content = self.content(sentence)
-        body = length - 1 if closed else length
-        tokens = torch.cat([content[:body], filler[content.numel():body]])
-        return torch.cat([tokens, torch.tensor([int(self.end or 0)])]) if closed else tokens
-
-    def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
-        """Return the sentence at every allowed shape (:meth:`shaped`)."""
-        return [self.shaped(sentence, filler, *option) for option in self.options]
-
-
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
-                   gradients: Mapping[str, torch.Tensor]) -> None:
-    """Fill ``result`` with the sentences the search recovers (module docstring)."""
+                   gradients: Mapping[str, torch.Tensor],
+                   pinned: tuple[list[int], list[int] | None] | None = None) -> None:
+    """Fill ``result`` with the sentences the search recovers (module docstring).
+
+    ``pinned = (counts, lengths)``: the first ``counts[p]`` candidates of position p are pinned
+    there by the gradient's split (:mod:`position_split`), ``lengths`` the sentence lengths it
+    suggests (or None); the first starts are then the slots of
+    :func:`~fedleak.attacks.text.dager.sentence_assembly.assemble`.
+    """
     del gradients
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
     full = config.max_length is None or len(candidates) >= config.max_length
-    shapes = _Shapes(candidates, config.end_token, full)
+    shapes = Shapes(candidates, config.end_token, full)
     found: list[tuple[list[int], float]] = []
     failures = 0
+    if pinned is not None and shapes.options:
+        _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size, config,
+                   generator, found)
+        failures = 0
     while len(found) < batch_size and failures < config.restarts and not work.exhausted \
             and shapes.options:
         pick = int(torch.randint(len(shapes.options), (1,), generator=generator))
@@ -191,7 +153,42 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
                                "max_evaluations)")
 
 
-def _search(objective: _Objective, shapes: _Shapes, sentence: torch.Tensor,
+def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Tensor],
+               pinned: list[int], lengths: list[int] | None, batch_size: int,
+               config: DagerConfig, generator: torch.Generator,
+               found: list[tuple[list[int], float]]) -> None:
+    """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
+
+    A certified sentence's pinned tokens leave their positions' sets (each is one occurrence),
+    so the next assembly has fewer slots and fewer tokens; ``ROUNDS`` assemblies in a row that
+    certify nothing end it.
+    """
+    sets, counts = [c.clone() for c in candidates], list(pinned)
+    idle = 0
+    while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
+        slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
+                                 generator, config.end_token, lengths=lengths)
+        before = len(found)
+        for k in torch.argsort(values).tolist():
+            if len(found) >= batch_size or objective.work.exhausted:
+                break
+            sentence, score = _search(objective, shapes, slots[k], config, generator,
+                                      [s for s, _ in found])
+            tokens = sentence.tolist()
+            if score < config.l2_threshold and all(tokens != s for s, _ in found):
+                found.append((tokens, score))
+                objective.work.found = len(found)
+                if lengths is not None and len(tokens) in lengths:
+                    lengths = [n for i, n in enumerate(lengths) if i != lengths.index(len(tokens))]
+                for p, token in enumerate(tokens[:len(sets)]):
+                    here = sets[p][:counts[p]]
+                    if bool((here == token).any()) and sets[p].numel() > 1:
+                        sets[p] = sets[p][sets[p] != token]
+                        counts[p] -= 1
+        idle = 0 if len(found) > before else idle + 1
+
+
+def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             config: DagerConfig, generator: torch.Generator, found: list[list[int]]
             ) -> tuple[torch.Tensor, float]:
     """Descend at the sentence's shape, moving it to the best-fitting allowed shape.

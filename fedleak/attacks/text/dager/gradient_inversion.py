@@ -100,7 +100,8 @@ class Dager(TextAttack):
         extras = {"certified": sum(result.certified), "sentences": len(result.sentences),
                   "ranks": list(result.ranks), "hidden_size": result.hidden_size,
                   "candidates_per_position": result.candidates[:8],
-                  "evaluations": result.evaluations, "truncated": result.truncated}
+                  "evaluations": result.evaluations, "truncated": result.truncated,
+                  "pinned": result.pinned}
         padding = []
         sequences = [list(s) for s in result.sentences]
         while len(sequences) < target.num_sequences:  # placeholders where nothing came back

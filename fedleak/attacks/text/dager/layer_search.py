@@ -43,6 +43,11 @@ from torch import nn
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.decoder import search_decoder
 from fedleak.attacks.text.dager.encoder import search_encoder
+from fedleak.attacks.text.dager.position_split import (
+    end_lengths,
+    position_candidates,
+    split_gradient,
+)
 from fedleak.attacks.text.dager.span_check import InputSpan, input_span
 from fedleak.attacks.text.transformer_layout import TransformerLayout, layout_of
 
@@ -50,6 +55,9 @@ __all__ = ["DagerConfig", "DagerResult", "dager", "token_candidates"]
 
 #: vocabulary rows run through the embedding at once
 VOCAB_CHUNK = 8192
+#: an encoder's filter passing this share of the batch's tokens at the median position is
+#: saturated (a pretrained BERT's LayerNorm: every batch token at every position)
+SATURATED = 0.5
 
 
 def token_candidates(layout: TransformerLayout, span: InputSpan, position: int,
@@ -101,6 +109,46 @@ def full_span_warning(spans: tuple[InputSpan, ...], batch_size: int,
             "DAGER cannot tell the sentences; nothing recovered")
 
 
+def saturated(candidates: list[torch.Tensor]) -> bool:
+    """Whether the token filter passes most of the batch's tokens at most positions."""
+    if len(candidates) < 3:
+        return False
+    union = torch.unique(torch.cat(candidates)).numel()
+    sizes = sorted(c.numel() for c in candidates[1:])
+    return bool(union >= 8 and sizes[len(sizes) // 2] >= SATURATED * union)
+
+
+def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
+                      candidates: list[torch.Tensor], batch_size: int, config: DagerConfig,
+                      result: DagerResult
+                      ) -> tuple[list[torch.Tensor], tuple[list[int], list[int] | None] | None]:
+    """Narrow a saturated filter's sets by splitting the first-layer gradient.
+
+    :mod:`~fedleak.attacks.text.dager.position_split`: the tokens the gradient pins to a
+    position come first there and nowhere else; the unchanged sets where the split does not
+    apply (no BERT embedding), does not hold (residual above 10⁻⁴) or is not needed (a
+    LayerNorm at its initialisation, β = 0: the random encoders the search was tuned on,
+    where it has not been measured). With them: the number
+    pinned at each position and the sentence lengths the end token's weights suggest.
+    """
+    tokens = torch.unique(torch.cat(candidates))
+    split = split_gradient(layout, gradients, tokens, len(candidates))
+    if split is None or split.residual > 1e-4 or not split.trained:
+        return candidates, None
+    narrowed, pinned = position_candidates(split)
+    if config.start_token is not None and narrowed:
+        narrowed = start_layout(narrowed, config.start_token)
+        pinned[0] = min(pinned[0], narrowed[0].numel())
+    if not narrowed or any(c.numel() == 0 for c in narrowed):
+        return candidates, None
+    result.pinned = sum(pinned)
+    lengths = None if config.end_token is None else \
+        end_lengths(split, config.end_token, batch_size)
+    if lengths is not None:
+        lengths = [min(n, len(narrowed)) for n in lengths]
+    return narrowed, (pinned, lengths)
+
+
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
           batch_size: int, config: DagerConfig | None = None,
           progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
@@ -136,6 +184,10 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
         candidates.append(found)
     if config.start_token is not None and candidates:
         candidates = start_layout(candidates, config.start_token)
+    pinned: tuple[list[int], list[int] | None] | None = None
+    if layout.kind == "encoder" and saturated(candidates):
+        candidates, pinned = pinned_candidates(layout, gradients, candidates, batch_size,
+                                               config, result)
     result.candidates = [c.numel() for c in candidates]
     if not candidates:
         result.warnings.append("no token passed the first span check at position 0: the "
@@ -147,8 +199,11 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
                                "passed the token filter at some position (the span is nearly "
                                "full): the nearest were kept")
     work = Work(config.max_evaluations, progress)
-    search = search_decoder if layout.kind == "decoder" else search_encoder
-    search(layout, spans[1], candidates, batch_size, config, work, result, gradients)
+    if layout.kind == "decoder":
+        search_decoder(layout, spans[1], candidates, batch_size, config, work, result, gradients)
+    else:
+        search_encoder(layout, spans[1], candidates, batch_size, config, work, result, gradients,
+                       pinned=pinned)
     result.evaluations = work.count
     if work.exhausted:
         result.truncated = True

@@ -1,0 +1,134 @@
+"""DAGER's first-layer split and batch assembly on the real pretrained MiniLM (all-MiniLM-L6-v2,
+from its installed package), on 4 held-out sentences of at most 12 tokens, one thread.
+
+The split G = Σ U_t a_tᵀ + Σ V_p b_pᵀ + W βᵀ holds to float32 rounding; every token it pins
+sits at that position in the batch; the assembly's slots start the search that recovers the
+batch exactly. Span distances and residuals are compared with tolerances, never bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.encoder import _Objective, search_encoder
+from fedleak.attacks.text.dager.layer_search import dager, pinned_candidates, saturated
+from fedleak.attacks.text.dager.position_split import (
+    end_lengths,
+    pinned_positions,
+    position_candidates,
+    position_weights,
+    split_gradient,
+)
+from fedleak.attacks.text.dager.sentence_assembly import assemble, objective
+from fedleak.attacks.text.dager.span_check import input_span
+from fedleak.attacks.text.transformer_layout import layout_of
+from fedleak.harness.federated.text_observe import observe_text
+from fedleak.harness.zoo.text.pretrained import pretrained_folder
+from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+from fedleak.harness.zoo.text.text_models import build_text_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+B, T = 4, 12
+
+
+@pytest.fixture(scope="module")
+def batch():  # type: ignore[no-untyped-def]
+    data = load_text_dataset("alice", "test", task="classify", seq_len=T,
+                             tokenizer=str(pretrained_folder("minilm")))
+    torch.manual_seed(0)
+    model = build_text_model("minilm", data.info)
+    x, y = data.tokens[:B], data.labels[:B]
+    observation = observe_text(model, x, y, data.info)
+    return observation, x, data.info.checked_tokenizer
+
+
+def _truth_pairs(x: torch.Tensor, pad: int) -> set[tuple[int, int]]:
+    return {(t, p) for row in x.tolist() for p, t in enumerate(row) if t != pad}
+
+
+def test_the_split_holds_and_pins_tokens_only_where_they_are(batch) -> None:
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    tokens = torch.unique(x[x != tok.pad_id])
+    split = split_gradient(layout, gradients, tokens, T)
+    assert split is not None and split.trained
+    assert split.residual < 1e-5
+    longest = int((x != tok.pad_id).sum(1).max())
+    scale = float(split.position_vectors.norm())
+    norms = split.position_vectors.norm(dim=0)
+    assert bool((norms[:longest] > 1e-3 * scale).all())
+    assert bool((norms[longest:] < 1e-6 * scale).all())  # padding has no δ
+    weights = position_weights(split)
+    assert torch.allclose(weights.sum(1), torch.ones(tokens.numel(), dtype=weights.dtype),
+                          atol=1e-6)  # Σ_p V_p = Σ_t U_t
+    pinned = pinned_positions(weights)
+    truth = _truth_pairs(x, tok.pad_id)
+    assert len(pinned) >= tokens.numel() // 2
+    assert all((int(tokens[r]), p) in truth for r, p in pinned.items())
+    candidates, counts = position_candidates(split)
+    assert len(candidates) == longest
+    for p, options in enumerate(candidates):
+        assert {t for t, q in truth if q == p} <= set(options.tolist())
+        assert counts[p] <= B
+    lengths = end_lengths(split, tok.end_id, B)
+    assert lengths is not None and len(lengths) == B and max(lengths) <= longest
+
+
+def test_the_assembly_is_zero_at_the_batch_and_descends(batch) -> None:
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    tokens = torch.unique(x[x != tok.pad_id])
+    split = split_gradient(layout, gradients, tokens, T)
+    assert split is not None
+    candidates, counts = position_candidates(split)
+    span = input_span(layout.layers[1].gradients(gradients))
+    work = Work(10 ** 6)
+    distances = _Objective(layout, span, work).distances
+    truth = [row[row != tok.pad_id] for row in x]
+    assert float(objective(distances, truth).max()) < 1e-3
+    generator = torch.Generator().manual_seed(0)
+    slots, values = assemble(distances, candidates, counts, B, generator, tok.end_id,
+                             lengths=end_lengths(split, tok.end_id, B))
+    assert len(slots) == B and values.shape == (B,)
+    assert torch.allclose(values, objective(distances, slots), atol=1e-9)
+    recovered = sum(any(s.tolist() == t.tolist() for t in truth) for s in slots)
+    assert recovered >= 1
+    assert work.count < 20_000
+
+
+def test_the_search_from_the_assembly_recovers_the_batch_from_a_saturated_filter(batch) -> None:
+    """What a saturated filter gives (every batch token at every position, as at 8 × 32) is
+    narrowed by the split; the assembly's slots start the search, which certifies the batch."""
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    tokens = torch.unique(x[x != tok.pad_id])
+    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id,
+                         max_evaluations=60_000)
+    result = DagerResult([], [], [], [], (0, 0), 384)
+    saturated_sets = [tokens.clone() for _ in range(T)]
+    assert saturated(saturated_sets)
+    candidates, pinned = pinned_candidates(layout, gradients, saturated_sets, B, config, result)
+    assert pinned is not None and result.pinned > 0
+    assert candidates[0].tolist() == [tok.start_id]
+    span = input_span(layout.layers[1].gradients(gradients))
+    work = Work(config.max_evaluations)
+    search_encoder(layout, span, candidates, B, config, work, result, gradients, pinned=pinned)
+    truth = sorted(row[row != tok.pad_id].tolist() for row in x)
+    assert sorted(result.sentences) == truth
+    assert all(result.certified)
+
+
+def test_dager_at_this_size_needs_no_split(batch) -> None:
+    """At 4 × 12 the pretrained filter is sharp (a few tokens per position): not saturated,
+    no split, and still exact."""
+    observation, x, tok = batch
+    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id,
+                         max_evaluations=60_000)
+    result = dager(observation.model, observation.named_gradients(), B, config)
+    assert result.pinned == 0
+    assert sorted(result.sentences) == sorted(row[row != tok.pad_id].tolist() for row in x)
