@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from pathlib import Path
 from typing import Literal, Optional
 
 import pytest
@@ -82,3 +83,42 @@ def test_optional_literal_and_enum_options_get_their_types(config: type) -> None
     with pytest.raises(ConfigError, match="option shade expects one of light\\|dark"):
         registry.config("thing", {"shade": "grey"})
     assert "limit (int|None, default None)" in registry.describe("thing")
+
+
+def test_the_built_ins_module_is_imported_on_the_first_lookup_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = tmp_path / "fedleak_test_builtins.py"
+    module.write_text(
+        "from tests.test_registry import LAZY, PlainConfig\n"
+        "@LAZY.register('late')\n"
+        "class Late:\n"
+        "    Config = PlainConfig\n"
+        "    def __init__(self, config):\n"
+        "        self.config = config\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    LAZY.builtins = "fedleak_test_builtins"
+    assert "late" not in LAZY._classes  # nothing imported at construction
+    assert LAZY.names() == ("late",)
+    assert LAZY.builtins is None  # imported once
+    assert LAZY.create("late", {"rate": "2"}).config.rate == 2.0  # type: ignore[attr-defined]
+
+
+LAZY: Registry[object] = Registry("lazy", "fedleak.no-such-group", ConfigError)
+
+
+def test_a_victim_imports_no_attack_family_and_no_scipy() -> None:
+    """Every victim and CLI process pays its imports: the attack registry loads the families on
+    its first lookup and the estimators import scipy inside their functions."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import fedleak.harness.cli.main, fedleak.harness.victim.server\n"
+            "import fedleak.harness.victim.settings\n"
+            "print(sorted(m for m in ('scipy', 'fedleak.attacks.builtin_attacks',"
+            " 'fedleak.attacks.exact.cocktail_party.cpa', 'transformers') if m in sys.modules))\n"
+            "from fedleak.attacks import attack_names\n"
+            "print('inverting-gradients' in attack_names(), 'dager' in attack_names())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "True True"], done.stdout + done.stderr
