@@ -57,7 +57,9 @@ _ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_flower_text.py", "test_swe
 RAY_CLUSTER_SCOPE = "ray-cluster"
 # Files whose module-scoped fixture is dear (a pretrained model loaded, a victim process started):
 # each is one scope, so its fixture is built once on one worker rather than once per worker.
-_ONE_WORKER_PER_FILE = frozenset({"test_pretrained_models.py", "test_fuzz_services.py"})
+_ONE_WORKER_PER_FILE = frozenset({"test_pretrained_models.py", "test_fuzz_services.py",
+                                  "test_text_victim.py", "test_victim_service.py",
+                                  "test_kkt_release.py"})
 
 
 def ray_cluster_scope(nodeid: str) -> str:
