@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedleak.attacks.text.transformer_layout import TransformerLayout
+from fedleak.attacks.text.transformer_layout import TransformerLayout, part
 
 #: a pinned token's weight lies within PIN of 1 ...
 PIN = 0.25
@@ -65,7 +65,7 @@ class GradientSplit:
 def embedding_parts(model: nn.Module) -> nn.Module | None:
     """Return the BERT-style embedding module (word, position, token type, LayerNorm), or None."""
     for module in model.modules():
-        if all(isinstance(getattr(module, n, None), nn.Module) for n in
+        if all(isinstance(part(module, n), nn.Module) for n in
                ("word_embeddings", "position_embeddings", "LayerNorm")):
             return module
     return None
@@ -85,11 +85,11 @@ def split_gradient(layout: TransformerLayout, gradients: Mapping[str, torch.Tens
         return None
     words = _parameter(parts, "word_embeddings", "weight")
     positions = _parameter(parts, "position_embeddings", "weight")[:length]
-    if isinstance(getattr(parts, "token_type_embeddings", None), nn.Module):
+    if isinstance(part(parts, "token_type_embeddings"), nn.Module):
         types = _parameter(parts, "token_type_embeddings", "weight")
         positions = positions + types[layout.token_type_id or 0]
     gamma = _parameter(parts, "LayerNorm", "weight")
-    bias = getattr(parts.get_submodule("LayerNorm"), "bias", None)
+    bias = part(parts.get_submodule("LayerNorm"), "bias")
     beta = _parameter(parts, "LayerNorm", "bias") if isinstance(bias, torch.Tensor) \
         else torch.zeros_like(gamma)
 
