@@ -48,12 +48,18 @@ def _truth_pairs(x: torch.Tensor, pad: int) -> set[tuple[int, int]]:
     return {(t, p) for row in x.tolist() for p, t in enumerate(row) if t != pad}
 
 
-def test_the_split_holds_and_pins_tokens_only_where_they_are(batch) -> None:
+def _split(batch):  # noqa: ANN001, ANN202 - the module fixture's tuple
+    """The batch's layout, gradients, token ids and first-layer split."""
     observation, x, tok = batch
     layout = layout_of(observation.model)
     gradients = observation.named_gradients()
     tokens = torch.unique(x[x != tok.pad_id])
-    split = split_gradient(layout, gradients, tokens, T)
+    return layout, gradients, tokens, split_gradient(layout, gradients, tokens, T)
+
+
+def test_the_split_holds_and_pins_tokens_only_where_they_are(batch) -> None:
+    _, x, tok = batch
+    layout, gradients, tokens, split = _split(batch)
     assert split is not None and split.trained
     assert split.residual < 1e-5
     longest = int((x != tok.pad_id).sum(1).max())
@@ -78,11 +84,8 @@ def test_the_split_holds_and_pins_tokens_only_where_they_are(batch) -> None:
 
 
 def test_the_assembly_is_zero_at_the_batch_and_descends(batch) -> None:
-    observation, x, tok = batch
-    layout = layout_of(observation.model)
-    gradients = observation.named_gradients()
-    tokens = torch.unique(x[x != tok.pad_id])
-    split = split_gradient(layout, gradients, tokens, T)
+    _, x, tok = batch
+    layout, gradients, tokens, split = _split(batch)
     assert split is not None
     candidates, counts = position_candidates(split)
     span = input_span(layout.layers[1].gradients(gradients))

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 #: the cost bonus that makes a pinned token's column required
 REQUIRED = 1e6
@@ -100,6 +99,8 @@ def _assign(distances: Distances, rows: torch.Tensor, lengths: list[int], values
             p: int, options: torch.Tensor, required: int, extra: int, end: int | None
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose the best tokens at position ``p``, everything else fixed (linear assignment)."""
+    from scipy.optimize import linear_sum_assignment
+
     width = rows.shape[1]
     open_end = p == width - 1
     slots = [k for k, n in enumerate(lengths) if n - 1 > p or (open_end and n == width)]
