@@ -109,7 +109,7 @@ LAZY: Registry[object] = Registry("lazy", "fedleak.no-such-group", ConfigError)
 def test_a_victim_imports_no_attack_family_and_no_scipy() -> None:
     """Every victim and CLI process pays its imports: the CLI's entry imports no torch (its
     commands do), the attack registry loads the families on its first lookup and the estimators
-    import scipy inside their functions."""
+    (and the attack command's bounds) import scipy inside their functions."""
     import subprocess
     import sys
 
@@ -122,9 +122,12 @@ def test_a_victim_imports_no_attack_family_and_no_scipy() -> None:
             " 'fedleak.attacks.exact.cocktail_party.cpa', 'transformers') if m in sys.modules))\n"
             "from fedleak.attacks import attack_names\n"
             "print('inverting-gradients' in attack_names(), 'dager' in attack_names())\n"
-            "print('scipy' in sys.modules)\n")
+            "print('scipy' in sys.modules)\n"
+            "import fedleak.harness.attacker.run\n"
+            "print(sorted(m for m in ('scipy', 'sklearn') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=600, check=True)
     # the attacker's registry loads every family, and still no scipy (only the functions use it)
-    assert done.stdout.split("\n")[:4] == ["[]", "[]", "True True", "False"], \
+    # and the attack command's own modules (records, bounds, Clopper-Pearson) neither
+    assert done.stdout.split("\n")[:5] == ["[]", "[]", "True True", "False", "[]"], \
         done.stdout + done.stderr

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scipy.stats import beta
-
 
 @dataclass(frozen=True)
 class SuccessRate:
@@ -46,6 +44,8 @@ def success_rate(successes: int, trials: int, confidence: float = 0.95) -> Succe
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if trials == 0:
         return SuccessRate(0, 0, 0.0, 1.0, confidence)
+    from scipy.stats import beta  # here, not at import: every attacker process imports this
+
     alpha = 1 - confidence
     low = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes,
                                                      trials - successes + 1))

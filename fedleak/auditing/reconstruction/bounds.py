@@ -46,7 +46,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 #: ``add-remove``: the reference is the mechanism without the target (sensitivity C);
 #: ``replace-one``: the target replaced by the worst other record (sensitivity 2C).
@@ -110,6 +109,8 @@ def bound_from_mu(kappa: float, mu: float) -> float:
         raise BoundError(f"the prior's baseline κ must lie in (0, 1), got {kappa}")
     if math.isinf(mu):
         return 1.0
+    from scipy.stats import norm  # here, not at import: every attacker process imports this
+
     return float(norm.cdf(norm.ppf(kappa) + mu))
 
 
