@@ -132,8 +132,11 @@ class Misbehaving(dpb_grpc.DefenseServiceServicer):
             shape = [1 << 30] if self.mode == "huge" else [2, 3]
             offset = 0
             while self.sent < 4096:  # 4 GiB in 1 MiB chunks, were they all read
+                # "longer": the shape's 24 bytes, then 1 MiB pieces beyond it (big pieces, so
+                # HTTP/2 flow control, not the machine's load, bounds how many are sent ahead)
+                first = self.mode == "longer" and self.sent == 0
                 piece = pb.Tensor(name="w", dtype=pb.FLOAT32, shape=shape,
-                                  data=bytes(24 if self.mode == "longer" else 1 << 20))
+                                  data=bytes(24 if first else 1 << 20))
                 self.sent += 1
                 yield dpb.UpdateChunk(piece=piece, offset=offset)
                 offset += len(piece.data)
