@@ -7,7 +7,10 @@ reconstructed images (normalised space) and of the restart objectives, whether t
 step ran (no fallback notice), and the extra CPU seconds of the compiled run over the eager
 one — the compile (first run on a machine) or the retrace and cache load (later runs: run the
 script twice; Inductor's caches live in the fedleak cache dir,
-:func:`fedleak.attacks.optimisation.engine.compiled.compile_cache_dir`).
+:func:`fedleak.attacks.optimisation.engine.compiled.compile_cache_dir`). "extra CPU s" is this
+process's CPU time; "+ children" adds the CPU of the subprocesses that ended meanwhile (the C++
+compiler on a first run; on every run Inductor's probes that ``dlopen`` its vector-ISA test
+libraries, one Python start each), and "wall s" is the compiled run's wall time.
 
     .venv/bin/python bench/compiled_presets.py                 # every preset, lenet-zhu, n=1
     .venv/bin/python bench/compiled_presets.py --presets inverting-gradients --iterations 50
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
 from typing import Any
 
@@ -38,6 +42,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gradinversion": {"restarts": 2, "bn": 0.0},
     "dlg": {},
 }
+
+
+def children_cpu() -> float:
+    """User and system CPU seconds of this process's ended subprocesses."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -58,16 +68,18 @@ def main() -> None:
     print(f"torch {torch.__version__}, one thread, load average {load}, {args.model} "
           f"n={args.images}, {args.iterations} iterations")
     print(f"{'preset':<34} {'max |Δx|':>10} {'max |ΔF|':>10} {'compiled':>9} "
-          f"{'extra CPU s':>12}")
+          f"{'extra CPU s':>12} {'+ children':>11} {'wall s':>7}")
     for key in args.presets:
         name = key.split(":")[0]
         options = {"iterations": args.iterations, **PRESETS.get(key, {})}
-        runs, spent = [], []
+        runs, spent, children = [], [], []
         for compiled in (False, True):
-            start = time.process_time()
+            start, kids, wall = time.process_time(), children_cpu(), time.perf_counter()
             runs.append(create_attack(name, {**options, "compile": compiled}).reconstruct(
                 target, device="cpu", seed=0))
             spent.append(time.process_time() - start)
+            children.append(children_cpu() - kids)
+            wall = time.perf_counter() - wall
         eager, fast = runs
         dx = (fast.images - eager.images).abs().max().item()
         df = max(abs(a - b) for a, b in zip(fast.restart_objectives, eager.restart_objectives,
@@ -75,8 +87,9 @@ def main() -> None:
         ran = "fallback" if any("compile failed" in w for w in fast.warnings) else "yes"
         if fast.extras.get("optimizer") == "lbfgs":
             ran = "n/a"  # L-BFGS runs its closure eagerly: compile=on changes nothing
-        print(f"{key:<34} {dx:>10.2e} {df:>10.2e} {ran:>9} {spent[1] - spent[0]:>12.1f}",
-              flush=True)
+        extra = spent[1] - spent[0]
+        print(f"{key:<34} {dx:>10.2e} {df:>10.2e} {ran:>9} {extra:>12.1f} "
+              f"{extra + children[1] - children[0]:>11.1f} {wall:>7.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """The compiled objective step and the convolution kernels: the eager engine's numbers.
 
 One small compile (LeNet on one 3×8×8 image; Inductor's cache in the fedleak cache dir makes a
-re-run retrace only); the fallback and the kernel rule need no compiler.
+re-run retrace only), and one of a small MLP into an empty cache dir, loaded back as a later
+process would; the fallback and the kernel rule need no compiler.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.attack_registry import AttackConfigError
@@ -48,6 +50,41 @@ def test_compiled_step_gives_the_eager_result():
     assert not fast.warnings  # it compiled: no fallback notice
     torch.testing.assert_close(fast.images, eager.images, rtol=1e-4, atol=1e-5)
     assert fast.objective == pytest.approx(eager.objective, rel=1e-4, abs=1e-6)
+
+
+def test_a_second_run_loads_the_compiled_step_from_the_cache(tmp_path, monkeypatch):
+    """The persisted route: the second run traces with Dynamo, then finds AOTAutograd's and
+    Inductor's entries on disk (no joint graph traced, no code generated) and takes the same
+    steps. Dynamo's and Inductor's in-memory caches are cleared between the runs, as a new
+    process would start."""
+    from torch._inductor.utils import clear_caches
+
+    monkeypatch.setenv("FEDLEAK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(compiled.compile_cache_dir()))
+    target = make_observation("mlp:width=8,depth=1", SHAPE, 10, smooth_image(SHAPE),
+                              torch.tensor([3]))
+    options = {**OPTIONS, "iterations": 3, "compile": True}
+    runs, seen = [], []
+    try:
+        for _ in range(2):
+            torch._dynamo.reset()
+            clear_caches()
+            counters.clear()
+            runs.append(create_attack("inverting-gradients", options).reconstruct(
+                target, device="cpu", seed=1))
+            seen.append(dict(counters["aot_autograd"]))
+    finally:
+        torch._dynamo.reset()
+        clear_caches()
+    first, second = seen
+    assert not runs[0].warnings and not runs[1].warnings
+    assert first.get("autograd_cache_saved") == 1  # an inference graph: saved at once
+    assert second.get("autograd_cache_hit") == 1 and not second.get("autograd_cache_miss")
+    assert any((tmp_path / "inductor").iterdir())
+    torch.testing.assert_close(runs[1].images, runs[0].images, rtol=0, atol=0)
+    eager = create_attack("inverting-gradients", {**options, "compile": False}).reconstruct(
+        target, device="cpu", seed=1)
+    torch.testing.assert_close(runs[1].images, eager.images, rtol=1e-4, atol=1e-5)
 
 
 def test_a_step_that_cannot_compile_runs_eagerly_with_a_notice(monkeypatch):

@@ -8,8 +8,9 @@ For R restarts side by side (``[R, n, C, H, W]``), one of three loops solves eq.
 - eager (:mod:`~fedleak.attacks.optimisation.engine.eager`) otherwise;
 
 each inside the convolution kernels chosen for the shape
-(:mod:`~fedleak.attacks.optimisation.engine.convolutions`). They take the same steps up to float
-rounding.
+(:mod:`~fedleak.attacks.optimisation.engine.convolutions`) and, for one small image, on one
+intra-op thread (:mod:`~fedleak.attacks.optimisation.engine.intra_op_threads`). They take the
+same steps up to float rounding.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fedleak.attacks.optimisation.engine.captured import optimise_captured
 from fedleak.attacks.optimisation.engine.compiled import optimise_compiled
 from fedleak.attacks.optimisation.engine.convolutions import convolution_kernels, native_kernels
 from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.intra_op_threads import intra_op_threads, single_thread
 from fedleak.attacks.optimisation.engine.problem import InversionProblem, ProgressSpan
 
 
@@ -32,7 +34,8 @@ def optimise_first_order(problem: InversionProblem, images: torch.Tensor, span: 
     restart (the last iterate, or the last with a finite objective when that one is not
     finite). ``kernels`` is the ``convolutions`` option (auto, onednn, native).
     """
-    with convolution_kernels(native_kernels(kernels, images, problem.coordinates)):
+    with convolution_kernels(native_kernels(kernels, images, problem.coordinates)), \
+            intra_op_threads(single_thread(images, problem.coordinates)):
         if graph_safe:
             return optimise_captured(problem, images, span)
         if compiled and problem.rows:
