@@ -55,11 +55,12 @@ def one_torch_thread() -> Iterator[None]:
 # own (load balancing, as `--dist load`), and these files are one scope, sent to one worker.
 _ONE_RAY_CLUSTER = frozenset({"test_flower.py", "test_flower_text.py", "test_sweep_ray.py"})
 RAY_CLUSTER_SCOPE = "ray-cluster"
-# Files whose module-scoped fixture is dear (a pretrained model loaded, a victim process started):
+# Files whose module-scoped fixture is dear (a pretrained model loaded, a victim process started,
+# a compiled step the file's tests share through the compile cache):
 # each is one scope, so its fixture is built once on one worker rather than once per worker.
 _ONE_WORKER_PER_FILE = frozenset({"test_pretrained_models.py", "test_fuzz_services.py",
                                   "test_text_victim.py", "test_victim_service.py",
-                                  "test_kkt_release.py"})
+                                  "test_kkt_release.py", "test_compiled.py"})
 
 
 def ray_cluster_scope(nodeid: str) -> str:

@@ -1,8 +1,8 @@
 """The compiled objective step and the convolution kernels: the eager engine's numbers.
 
 One small compile (LeNet on one 3×8×8 image; Inductor's cache in the fedleak cache dir makes a
-re-run retrace only), and one of a small MLP into an empty cache dir, loaded back as a later
-process would; the fallback and the kernel rule need no compiler.
+re-run retrace only), loaded back from that cache as a later process would; the fallback and
+the kernel rule need no compiler.
 """
 
 from __future__ import annotations
@@ -52,18 +52,17 @@ def test_compiled_step_gives_the_eager_result():
     assert fast.objective == pytest.approx(eager.objective, rel=1e-4, abs=1e-6)
 
 
-def test_a_second_run_loads_the_compiled_step_from_the_cache(tmp_path, monkeypatch):
-    """The persisted route: the second run traces with Dynamo, then finds AOTAutograd's and
-    Inductor's entries on disk (no joint graph traced, no code generated) and takes the same
-    steps. Dynamo's and Inductor's in-memory caches are cleared between the runs, as a new
-    process would start."""
+def test_a_second_run_loads_the_compiled_step_from_the_cache():
+    """The persisted route: after Dynamo's and Inductor's in-memory caches are cleared, as a new
+    process would start, a run traces with Dynamo, then finds AOTAutograd's and Inductor's
+    entries on disk (no joint graph traced, no code generated) and takes the same steps. The
+    same step as the test above, in the same cache folder: one cold compile for the file (it
+    runs on one worker), and the first run here saves the entry or, where it was compiled
+    before, loads it."""
     from torch._inductor.utils import clear_caches
 
-    monkeypatch.setenv("FEDLEAK_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(compiled.compile_cache_dir()))
-    target = make_observation("mlp:width=8,depth=1", SHAPE, 10, smooth_image(SHAPE),
-                              torch.tensor([3]))
-    options = {**OPTIONS, "iterations": 3, "compile": True}
+    target = observation()
+    options = {**OPTIONS, "compile": True}
     runs, seen = [], []
     try:
         for _ in range(2):
@@ -78,13 +77,11 @@ def test_a_second_run_loads_the_compiled_step_from_the_cache(tmp_path, monkeypat
         clear_caches()
     first, second = seen
     assert not runs[0].warnings and not runs[1].warnings
-    assert first.get("autograd_cache_saved") == 1  # an inference graph: saved at once
-    assert second.get("autograd_cache_hit") == 1 and not second.get("autograd_cache_miss")
-    assert any((tmp_path / "inductor").iterdir())
+    # an inference graph: saved at once (a training graph never was, so every run missed)
+    assert first.get("autograd_cache_saved") == 1 or first.get("autograd_cache_hit") == 1, first
+    assert second.get("autograd_cache_hit") == 1 and not second.get("autograd_cache_miss"), second
+    assert any(compiled.compile_cache_dir().iterdir())
     torch.testing.assert_close(runs[1].images, runs[0].images, rtol=0, atol=0)
-    eager = create_attack("inverting-gradients", {**options, "compile": False}).reconstruct(
-        target, device="cpu", seed=1)
-    torch.testing.assert_close(runs[1].images, eager.images, rtol=1e-4, atol=1e-5)
 
 
 def test_a_step_that_cannot_compile_runs_eagerly_with_a_notice(monkeypatch):
@@ -123,3 +120,12 @@ def test_kernels_are_restored_and_a_bad_choice_is_refused():
     assert torch._C._get_mkldnn_enabled() == before
     with pytest.raises(AttackConfigError, match="convolutions must be one of auto, onednn"):
         create_attack("inverting-gradients", {"convolutions": "fast"})
+
+
+def test_the_compile_cache_is_in_fedleaks_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("FEDLEAK_CACHE_DIR", raising=False)
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "a"))
+    assert compiled.compile_cache_dir() == tmp_path / "a" / "inductor"
+    monkeypatch.delenv("FEDLEAK_CACHE")
+    monkeypatch.setenv("FEDLEAK_CACHE_DIR", str(tmp_path / "b"))  # the older name
+    assert compiled.compile_cache_dir() == tmp_path / "b" / "inductor"

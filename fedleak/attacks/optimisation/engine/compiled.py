@@ -16,8 +16,9 @@ recompile. The numbers are the eager engine's up to float rounding (fusion reord
 ``tests/attacks/optimisation/test_compiled.py`` holds them to a tolerance).
 
 The compilation (~10–25 s of CPU for a small model) is paid once per machine: Inductor's FX
-graph cache and AOTAutograd's cache live in :func:`compile_cache_dir` (``FEDLEAK_CACHE_DIR``,
-else ``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``, sub-folder ``inductor``), so a later
+graph cache and AOTAutograd's cache live in :func:`compile_cache_dir` (fedleak's cache folder,
+``$FEDLEAK_CACHE`` — ``$FEDLEAK_CACHE_DIR``, its older name, is still read — else
+``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``, sub-folder ``inductor``), so a later
 process only retraces with Dynamo and loads the compiled code (a LeNet: about 2.5 s of CPU,
 1.45 s of it importing Dynamo and Inductor; ``docs/attacks.md``).
 
@@ -51,7 +52,7 @@ from fedleak.attacks.optimisation.priors import BoundPrior
 
 def compile_cache_dir() -> Path:
     """Where the compiled code is kept between processes (module docstring)."""
-    root = os.environ.get("FEDLEAK_CACHE_DIR")
+    root = os.environ.get("FEDLEAK_CACHE") or os.environ.get("FEDLEAK_CACHE_DIR")
     if root:
         return Path(root) / "inductor"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
