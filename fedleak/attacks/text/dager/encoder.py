@@ -57,6 +57,7 @@ import torch
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
+from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 
@@ -65,7 +66,7 @@ CHUNK = 256
 #: when the ``screen`` best moves do not help, the next ``(WIDEN − 1)·screen`` are tried
 WIDEN = 4
 #: and then every move, when the sentence's certificate is within POLISH·τ₂
-POLISH = 10.0
+POLISH = 100.0
 #: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
 KICKS = 3
 #: a descent whose sentence agrees with a recovered one at this share of its positions stops
@@ -221,8 +222,8 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             break
         content = shapes.content(sentence)  # after the descent: the open end may have moved
         filler = torch.cat([content, filler[content.numel():]])
-        variants = shapes.reshaped(sentence, filler)
-        values = [float(objective.distances(v[None])[0].mean()) for v in variants]
+        variants = shapes.reshaped(sentence, filler) + _indels(shapes, sentence)
+        values = objective_values(objective.distances, variants).tolist()
         best = variants[min(range(len(values)), key=values.__getitem__)]
         if best.numel() == sentence.numel() and bool((best == sentence).all()):
             break
@@ -238,19 +239,47 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
     return sentence, score
 
 
-def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
-    """Tell whether ``sentence`` agrees with a found sentence of its length.
+def _indels(shapes: Shapes, sentence: torch.Tensor) -> list[torch.Tensor]:
+    """A closed sentence one token shorter or longer, its other tokens kept in order.
 
-    Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME` of the
-    positions between its first and its last (the first is [CLS] in every text and the last often
-    the end token: short texts differing in one word stay apart).
+    Shorter: any inner token deleted (the rest shifted left); longer: every candidate of the
+    new last content position inserted before the end token. With the rotations of the descent
+    (:func:`_rotations`) a token inserted at the end reaches any position, and any token reaches
+    the end to be deleted: the length changes together with the tokens it brings or drops,
+    which the cut-or-continue shapes of :meth:`Shapes.reshaped` cannot do.
+    """
+    if not shapes.closes(sentence):
+        return []
+    length, end = sentence.numel(), sentence[-1:]
+    allowed = set(shapes.options)
+    out = []
+    if (length - 1, True) in allowed:
+        out += [torch.cat([sentence[:j], sentence[j + 1:]]) for j in range(1, length - 1)]
+    longer = (length + 1, True) in allowed or (shapes.open_end and length + 1 ==
+                                               len(shapes.candidates))
+    if longer:
+        options = shapes.candidates[length - 1]
+        options = options[options != int(end)]
+        out += [torch.cat([sentence[:-1], options[i:i + 1], end]) for i in range(options.numel())]
+    return out
+
+
+def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
+    """Tell whether ``sentence`` agrees with a found sentence.
+
+    Whether ``sentence`` agrees with a found sentence (of any length) at a share :data:`SAME` of
+    the positions between the first and the shorter one's last (the first is [CLS] in every text
+    and the last often the end token: short texts differing in one word stay apart). Any
+    length, because a descent changes lengths on its way (:func:`_indels`): a slot a few tokens
+    short of a recovered sentence is sliding onto it.
     """
     tokens = sentence.tolist()
-    inner = len(tokens) - 2
-    return inner > 0 and any(
-        len(f) == len(tokens) and
-        sum(a == b for a, b in zip(f[1:-1], tokens[1:-1], strict=True)) >= SAME * inner
-        for f in found)
+    for f in found:
+        inner = min(len(f), len(tokens)) - 2
+        if inner > 0 and sum(a == b for a, b in zip(f[1:inner + 1], tokens[1:inner + 1],
+                                                     strict=True)) >= SAME * inner:
+            return True
+    return False
 
 
 def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
@@ -315,9 +344,56 @@ def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
         rows = torch.arange(len(pairs))
         block[rows, js], block[rows, ks] = sentence[ks], sentence[js]
         variants.append(block)
+    rotated = _rotations(sentence, allowed, current, grad)
+    if rotated is not None:
+        variants.append(rotated[0])
+        gains.append(rotated[1])
     if not variants:
         return sentence[None, :0].long(), torch.zeros(0)
     return torch.cat(variants), torch.cat(gains)
+
+
+def _rotations(sentence: torch.Tensor, allowed: list[set[int]], current: torch.Tensor,
+               grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Every cyclic shift by one of a run ``s_j … s_k`` (k ≥ j + 2), as (sentences, gains).
+
+    Left: ``s_m ← s_{m+1}`` (j ≤ m < k), ``s_k ← s_j``; right: ``s_m ← s_{m−1}`` (j < m ≤ k),
+    ``s_j ← s_k`` — a token one position off with the run it sits in, which no replacement or
+    transposition repairs one token at a time. The first-order gain is
+    ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` from ``P_ab = ⟨E_{s_a}, ∇_{e_b} f⟩``; a run is
+    shifted only where every token it moves is allowed at its new position.
+    """
+    length = sentence.numel()
+    if length < 3:
+        return None
+    tokens = sentence.tolist()
+    product = current @ grad.T  # P[a, b] = <E_{s_a}, ∇_b f>
+    own = torch.diagonal(product)
+    ahead = torch.diagonal(product, offset=-1)  # P[m+1, m]: s_{m+1} moved to m
+    behind = torch.diagonal(product, offset=1)  # P[m−1, m]: s_{m−1} moved to m
+    fits = [[tokens[a] in allowed[b] for b in range(length)] for a in range(length)]
+    starts, ends, lefts, gains = [], [], [], []
+    for j in range(length):
+        left_ok = right_ok = True
+        for k in range(j + 1, length):
+            left_ok = left_ok and fits[k][k - 1]
+            right_ok = right_ok and fits[k - 1][k]
+            if k < j + 2 or len(set(tokens[j:k + 1])) == 1:
+                continue
+            base = float(own[j:k + 1].sum())
+            if left_ok and fits[j][k]:
+                starts.append(j), ends.append(k), lefts.append(True)
+                gains.append(float(ahead[j:k].sum()) + float(product[j, k]) - base)
+            if right_ok and fits[k][j]:
+                starts.append(j), ends.append(k), lefts.append(False)
+                gains.append(float(behind[j:k].sum()) + float(product[k, j]) - base)
+    if not starts:
+        return None
+    block = sentence.repeat(len(starts), 1)
+    for row, (j, k, left) in enumerate(zip(starts, ends, lefts, strict=True)):
+        run = sentence[j:k + 1]
+        block[row, j:k + 1] = torch.roll(run, -1 if left else 1)
+    return block, torch.tensor(gains, dtype=torch.float64)
 
 
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
