@@ -240,7 +240,7 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
 
 
 def _indels(shapes: Shapes, sentence: torch.Tensor) -> list[torch.Tensor]:
-    """A closed sentence one token shorter or longer, its other tokens kept in order.
+    """Return the closed sentence one token shorter or longer, its other tokens in order.
 
     Shorter: any inner token deleted (the rest shifted left); longer: every candidate of the
     new last content position inserted before the end token. With the rotations of the descent
@@ -417,7 +417,8 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
         if threshold <= float(distances.median()) < POLISH * threshold:
-            stages.append(order[WIDEN * screen:])
+            rest = order[WIDEN * screen:]
+            stages += list(rest.split(WIDEN * screen))
         improved = False
         for chosen in stages:
             if chosen.numel() == 0:
