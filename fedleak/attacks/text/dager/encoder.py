@@ -170,12 +170,22 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
                                  generator, config.end_token, lengths=lengths)
         before = len(found)
-        for k in torch.argsort(values).tolist():
+        cap = max(config.max_evaluations // (2 * batch_size), 1)
+        starts = [(slots[k], cap) for k in torch.argsort(values).tolist()]
+        pending: list[tuple[float, torch.Tensor]] = []
+        while starts:
+            start, limit = starts.pop(0)
             if len(found) >= batch_size or objective.work.exhausted:
                 break
-            sentence, score = _search(objective, shapes, slots[k], config, generator,
-                                      [s for s, _ in found])
+            with objective.work.capped(limit):
+                sentence, score = _search(objective, shapes, start, config, generator,
+                                          [s for s, _ in found])
             tokens = sentence.tolist()
+            if config.l2_threshold <= score < DUPLICATE and limit is not None:
+                pending.append((score, sentence))
+            if not starts and pending:  # the capped starts resumed, nearest first, uncapped
+                starts = [(s, None) for _, s in sorted(pending, key=lambda p: p[0])]
+                pending = []
             if score < config.l2_threshold and all(tokens != s for s, _ in found):
                 found.append((tokens, score))
                 objective.work.found = len(found)
