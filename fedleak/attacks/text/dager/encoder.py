@@ -11,12 +11,15 @@ Here the same objective,
 
     f(s) = (1/ℓ) Σ_j d₂(h_j(s)),      s_j ∈ S_j,   ℓ the sentence length,
 
-is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j) and
-transpositions (``s_j ↔ s_k``): a first-order screen ranks every move by
-``⟨∇_{e_j} f, E_c − E_{s_j}⟩`` (one backward pass through the embeddings, as HotFlip / GCG do),
-the ``screen`` best are evaluated exactly, the best one is taken while it lowers f; when none
-does, the next ``3·screen`` are, then (for a sentence within 10·τ₂ of its certificate but not
-certified) every move, and then the start ends. ``f`` is 0 exactly at the batch's
+is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j),
+transpositions (``s_j ↔ s_k``) and shifts by one of a run ``s_j … s_k`` (a cyclic rotation:
+a token one position off together with the run it sits in, :func:`_rotations`): a first-order
+screen ranks every move by ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` (one backward pass through
+the embeddings, as HotFlip / GCG do), the ``screen`` best are evaluated exactly, the best one is
+taken while it lowers f; when none does, the next ``3·screen`` are, then (for a sentence within
+``POLISH``·τ₂ = 100·τ₂ of its certificate but not certified) the rest in blocks of
+``4·screen`` in the screen's order, the first block holding a move that lowers f taken, and
+then the start ends. ``f`` is 0 exactly at the batch's
 sentences; a sentence mixing several of them has the context (the attention over the sentence)
 of none, so its distance falls as it becomes purer, and the search slides to the sentence most
 of its tokens came from. A sentence is certified when the median of its positions' distances
@@ -29,23 +32,26 @@ uncertified is a failed start.
 that token passes the token filter (then padding, which has no δ). At random initialisation the
 filter passes [SEP] nearly everywhere, so the length is searched too: a start takes a random
 allowed length (the first start the longest), descends, and then tries its content at every
-allowed length (cut, or continued with the content it had or random candidates); it descends
-again at a length that fits better. A descent that sticks above τ₂ is kicked: the
-worse-fitting half of its positions (largest distance) is redrawn and the descent repeated,
-kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at
-its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
+allowed length (cut, or continued with the content it had or random candidates) and, closed
+by [SEP], one token shorter (any inner token deleted) or longer (every candidate inserted
+before [SEP]; :func:`_indels`, which with the rotations moves a length together with its
+tokens); it descends again at a length that fits better. A descent that sticks above τ₂ is
+kicked: the worse-fitting half of its positions (largest distance) is redrawn and the descent
+repeated, kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is
+open at its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
 [SEP]: long speeches) and one closed at the last position are one shape a replacement moves
-between; a start still uncertified at a shorter length is last continued to the longest
-shape and descended there. A descent that comes to agree with a recovered sentence at
-``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts
-as a failed start. The search stops at
-``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
-``max_evaluations`` sentence evaluations.
+between; a start still uncertified at a shorter length is last continued to the longest shape
+and descended there. A descent that comes to agree with a recovered sentence (of any length) at
+``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts as a
+failed start. The search stops at ``batch_size`` certified sentences, after ``restarts`` failed
+starts in a row, or at ``max_evaluations`` sentence evaluations.
 **A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
 first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
 positions); the first starts are then the slots of the whole batch's assembly
 (:mod:`sentence_assembly`), certified ones peeled off and the rest assembled again, before the
-random starts take over.
+random starts take over. Each slot is first searched under a cap of ``max_evaluations/(2B)``
+evaluations (one slow slot must not spend the budget of the others); the slots a cap stopped
+are resumed, nearest their certificate first, without it.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_
 CHUNK = 256
 #: when the ``screen`` best moves do not help, the next ``(WIDEN − 1)·screen`` are tried
 WIDEN = 4
-#: and then every move, when the sentence's certificate is within POLISH·τ₂
+#: and then the rest in blocks of WIDEN·screen, when the sentence's certificate is within
+#: POLISH·τ₂ (10·τ₂ missed sentences two transposed tokens or a 3-cycle off, at 2–7·10⁻³)
 POLISH = 100.0
 #: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
 KICKS = 3
@@ -171,7 +178,8 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                                  generator, config.end_token, lengths=lengths)
         before = len(found)
         cap = max(config.max_evaluations // (2 * batch_size), 1)
-        starts = [(slots[k], cap) for k in torch.argsort(values).tolist()]
+        starts: list[tuple[torch.Tensor, int | None]] = [
+            (slots[k], cap) for k in torch.argsort(values).tolist()]
         pending: list[tuple[float, torch.Tensor]] = []
         while starts:
             start, limit = starts.pop(0)
@@ -392,10 +400,14 @@ def _rotations(sentence: torch.Tensor, allowed: list[set[int]], current: torch.T
                 continue
             base = float(own[j:k + 1].sum())
             if left_ok and fits[j][k]:
-                starts.append(j), ends.append(k), lefts.append(True)
+                starts.append(j)
+                ends.append(k)
+                lefts.append(True)
                 gains.append(float(ahead[j:k].sum()) + float(product[j, k]) - base)
             if right_ok and fits[k][j]:
-                starts.append(j), ends.append(k), lefts.append(False)
+                starts.append(j)
+                ends.append(k)
+                lefts.append(False)
                 gains.append(float(behind[j:k].sum()) + float(product[k, j]) - base)
     if not starts:
         return None
@@ -428,7 +440,7 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         stages = [order[:screen], order[screen:WIDEN * screen]]
         if threshold <= float(distances.median()) < POLISH * threshold:
             rest = order[WIDEN * screen:]
-            stages += list(rest.split(WIDEN * screen))
+            stages += [rest[i:i + WIDEN * screen] for i in range(0, rest.numel(), WIDEN * screen)]
         improved = False
         for chosen in stages:
             if chosen.numel() == 0:
