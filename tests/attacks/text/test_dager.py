@@ -189,8 +189,9 @@ def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen
     assert _repeats(torch.tensor([2, 10, 11, 12, 99, 3]), found)  # 3 of 4 inner positions
     assert not _repeats(torch.tensor([2, 10, 11, 98, 99, 3]), found)
     assert _repeats(torch.tensor([2, 10, 11, 12, 13]), found)  # a length away: sliding onto it
-    assert _repeats(torch.tensor([2, 10, 11, 12, 99, 13, 14, 3]), found)  # longer, 3 of 4
-    assert not _repeats(torch.tensor([2, 10, 97, 98, 99, 13, 14, 3]), found)
+    assert _repeats(torch.tensor([2, 10, 11, 12, 99, 13, 3]), found)  # one longer, 3 of 4
+    assert not _repeats(torch.tensor([2, 10, 97, 98, 99, 13, 3]), found)
+    assert not _repeats(torch.tensor([2, 10, 11, 3]), found)  # two shorter: another text
     assert not _repeats(torch.tensor([2, 5, 3]), [[2, 6, 3]])  # short texts one word apart
 
 

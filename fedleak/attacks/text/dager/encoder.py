@@ -41,10 +41,10 @@ repeated, kept when it ends lower (iterated local search), ``KICKS`` times. The 
 open at its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
 [SEP]: long speeches) and one closed at the last position are one shape a replacement moves
 between; a start still uncertified at a shorter length is last continued to the longest shape
-and descended there. A descent that comes to agree with a recovered sentence (of any length) at
-``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts as a
-failed start. The search stops at ``batch_size`` certified sentences, after ``restarts`` failed
-starts in a row, or at ``max_evaluations`` sentence evaluations.
+and descended there. A descent that comes to agree with a recovered sentence (of its length, or
+one off) at ``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and
+counts as a failed start. The search stops at ``batch_size`` certified sentences, after
+``restarts`` failed starts in a row, or at ``max_evaluations`` sentence evaluations.
 **A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
 first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
 positions); the first starts are then the slots of the whole batch's assembly
@@ -79,6 +79,8 @@ KICKS = 3
 #: a descent whose sentence agrees with a recovered one at this share of its positions stops
 #: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
 SAME = 0.75
+#: ... and is of its length or this many tokens off it
+SLIDE = 1
 #: assemblies in a row that certify nothing before the random starts take over
 ROUNDS = 2
 #: the score of a start that slid onto a recovered sentence
@@ -285,14 +287,17 @@ def _indels(shapes: Shapes, sentence: torch.Tensor) -> list[torch.Tensor]:
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
     """Tell whether ``sentence`` agrees with a found sentence.
 
-    Whether ``sentence`` agrees with a found sentence (of any length) at a share :data:`SAME` of
-    the positions between the first and the shorter one's last (the first is [CLS] in every text
-    and the last often the end token: short texts differing in one word stay apart). Any
-    length, because a descent changes lengths on its way (:func:`_indels`): a slot a few tokens
-    short of a recovered sentence is sliding onto it.
+    Whether ``sentence`` agrees with a found sentence of its length or :data:`SLIDE` token off it
+    at a share :data:`SAME` of the positions between the first and the shorter one's last (the
+    first is [CLS] in every text and the last often the end token: short texts differing in one
+    word stay apart). A length off too, because a descent changes lengths a token at a time
+    (:func:`_indels`): a slot one token short of a recovered sentence is sliding onto it. Not
+    further: texts of other lengths may share their first words.
     """
     tokens = sentence.tolist()
     for f in found:
+        if abs(len(f) - len(tokens)) > SLIDE:
+            continue
         inner = min(len(f), len(tokens)) - 2
         if inner > 0 and sum(a == b for a, b in zip(f[1:inner + 1], tokens[1:inner + 1],
                                                      strict=True)) >= SAME * inner:
