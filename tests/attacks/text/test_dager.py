@@ -198,7 +198,7 @@ def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen
 def test_a_run_shifts_by_one_with_its_first_order_gain() -> None:
     """Every cyclic shift by one of a run of three or more tokens, each allowed where it lands;
     the screen's gain is the exact change of the linearised objective."""
-    from fedleak.attacks.text.dager.encoder import _rotations
+    from fedleak.attacks.text.dager.encoder_moves import rotations as _rotations
 
     generator = torch.Generator().manual_seed(0)
     embeddings = torch.randn(20, 5, dtype=torch.float64, generator=generator)
@@ -221,7 +221,7 @@ def test_a_run_shifts_by_one_with_its_first_order_gain() -> None:
 
 
 def test_a_closed_text_grows_or_shrinks_by_one_token_with_its_tokens() -> None:
-    from fedleak.attacks.text.dager.encoder import _indels
+    from fedleak.attacks.text.dager.encoder_moves import indels as _indels
     from fedleak.attacks.text.dager.encoder_shapes import Shapes as _Shapes
 
     end = 3

@@ -12,39 +12,39 @@ Here the same objective,
     f(s) = (1/ℓ) Σ_j d₂(h_j(s)),      s_j ∈ S_j,   ℓ the sentence length,
 
 is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j),
-transpositions (``s_j ↔ s_k``) and shifts by one of a run ``s_j … s_k`` (a cyclic rotation:
-a token one position off together with the run it sits in, :func:`_rotations`): a first-order
+transpositions (``s_j ↔ s_k``) and shifts by one of a run ``s_j … s_k`` (a cyclic rotation: a
+token one position off together with the run it sits in, :mod:`encoder_moves`): a first-order
 screen ranks every move by ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` (one backward pass through
 the embeddings, as HotFlip / GCG do), the ``screen`` best are evaluated exactly, the best one is
 taken while it lowers f; when none does, the next ``3·screen`` are, then (for a sentence within
-``POLISH``·τ₂ = 100·τ₂ of its certificate but not certified) the rest in blocks of
-``4·screen`` in the screen's order, the first block holding a move that lowers f taken, and
-then the start ends. ``f`` is 0 exactly at the batch's
-sentences; a sentence mixing several of them has the context (the attention over the sentence)
-of none, so its distance falls as it becomes purer, and the search slides to the sentence most
-of its tokens came from. A sentence is certified when the median of its positions' distances
-is below τ₂ (the median, not the largest: in a classifier a few tokens, [SEP] often, get a δ so
-small that their direction drowns in the gradient's rounding noise, and their distance stays
-near 10⁻²; a wrong token moves the context of every position). Each start draws its tokens
-from those no certified sentence holds (so it lands on a new sentence); a start that ends
-uncertified is a failed start.
+``POLISH``·τ₂ = 100·τ₂ of its certificate but not certified) the rest in blocks of ``4·screen``
+in the screen's order, the first block holding a move that lowers f taken, and then the start
+ends. ``f`` is 0 exactly at the batch's sentences; a sentence mixing several of them has the
+context (the attention over the sentence) of none, so its distance falls as it becomes purer,
+and the search slides to the sentence most of its tokens came from. A sentence is certified when
+the median of its positions' distances is below τ₂ (the median, not the largest: in a classifier
+a few tokens, [SEP] often, get a δ so small that their direction drowns in the gradient's
+rounding noise, and their distance stays near 10⁻²; a wrong token moves the context of every
+position). Each start draws its tokens from those no certified sentence holds (so it lands on a
+new sentence); a start that ends uncertified is a failed start.
 **Lengths.** A sentence either fills every position or ends with ``end_token`` ([SEP]) where
 that token passes the token filter (then padding, which has no δ). At random initialisation the
 filter passes [SEP] nearly everywhere, so the length is searched too: a start takes a random
 allowed length (the first start the longest), descends, and then tries its content at every
-allowed length (cut, or continued with the content it had or random candidates) and, closed
-by [SEP], one token shorter (any inner token deleted) or longer (every candidate inserted
-before [SEP]; :func:`_indels`, which with the rotations moves a length together with its
-tokens); it descends again at a length that fits better. A descent that sticks above τ₂ is
-kicked: the worse-fitting half of its positions (largest distance) is redrawn and the descent
-repeated, kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is
-open at its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
-[SEP]: long speeches) and one closed at the last position are one shape a replacement moves
-between; a start still uncertified at a shorter length is last continued to the longest shape
-and descended there. A descent that comes to agree with a recovered sentence (of its length, or
-one off) at ``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and
-counts as a failed start. The search stops at ``batch_size`` certified sentences, after
-``restarts`` failed starts in a row, or at ``max_evaluations`` sentence evaluations.
+allowed length (cut, or continued with the content it had or random candidates) and, closed by
+[SEP], one token shorter (any inner token deleted) or longer (every candidate inserted before
+[SEP]; :mod:`encoder_moves`, which with the rotations moves a length together with its tokens);
+it descends again at a length that fits better. A descent that sticks above τ₂ is kicked: the
+worse-fitting half of its positions (largest distance) is redrawn and the descent repeated, kept
+when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at its
+end: its last position holds [SEP] or a word, so a text cut at the batch length (no [SEP]: long
+speeches) and one closed at the last position are one shape a replacement moves between; a start
+still uncertified at a shorter length is last continued to the longest shape and descended
+there. A descent that comes to agree with a recovered sentence (of its length, or one off) at
+``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts as a
+failed start. The search stops at ``batch_size`` certified sentences, after ``restarts`` failed
+starts in a row, or at ``max_evaluations`` sentence evaluations.
+
 **A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
 first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
 positions); the first starts are then the slots of the whole batch's assembly
@@ -61,6 +61,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.encoder_moves import indels, moves
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
@@ -242,7 +243,7 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             break
         content = shapes.content(sentence)  # after the descent: the open end may have moved
         filler = torch.cat([content, filler[content.numel():]])
-        variants = shapes.reshaped(sentence, filler) + _indels(shapes, sentence)
+        variants = shapes.reshaped(sentence, filler) + indels(shapes, sentence)
         values = objective_values(objective.distances, variants).tolist()
         best = variants[min(range(len(values)), key=values.__getitem__)]
         if best.numel() == sentence.numel() and bool((best == sentence).all()):
@@ -259,40 +260,15 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
     return sentence, score
 
 
-def _indels(shapes: Shapes, sentence: torch.Tensor) -> list[torch.Tensor]:
-    """Return the closed sentence one token shorter or longer, its other tokens in order.
-
-    Shorter: any inner token deleted (the rest shifted left); longer: every candidate of the
-    new last content position inserted before the end token. With the rotations of the descent
-    (:func:`_rotations`) a token inserted at the end reaches any position, and any token reaches
-    the end to be deleted: the length changes together with the tokens it brings or drops,
-    which the cut-or-continue shapes of :meth:`Shapes.reshaped` cannot do.
-    """
-    if not shapes.closes(sentence):
-        return []
-    length, end = sentence.numel(), sentence[-1:]
-    allowed = set(shapes.options)
-    out = []
-    if (length - 1, True) in allowed:
-        out += [torch.cat([sentence[:j], sentence[j + 1:]]) for j in range(1, length - 1)]
-    longer = (length + 1, True) in allowed or (shapes.open_end and length + 1 ==
-                                               len(shapes.candidates))
-    if longer:
-        options = shapes.candidates[length - 1]
-        options = options[options != int(end)]
-        out += [torch.cat([sentence[:-1], options[i:i + 1], end]) for i in range(options.numel())]
-    return out
-
-
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
     """Tell whether ``sentence`` agrees with a found sentence.
 
-    Whether ``sentence`` agrees with a found sentence of its length or :data:`SLIDE` token off it
-    at a share :data:`SAME` of the positions between the first and the shorter one's last (the
+    Whether ``sentence`` agrees with a found sentence of its length or :data:`SLIDE` token off it at
+    a share :data:`SAME` of the positions between the first and the shorter one's last (the
     first is [CLS] in every text and the last often the end token: short texts differing in one
     word stay apart). A length off too, because a descent changes lengths a token at a time
-    (:func:`_indels`): a slot one token short of a recovered sentence is sliding onto it. Not
-    further: texts of other lengths may share their first words.
+    (:mod:`encoder_moves`): a slot one token short of a recovered sentence is sliding onto it.
+    Not further: texts of other lengths may share their first words.
     """
     tokens = sentence.tolist()
     for f in found:
@@ -340,89 +316,6 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
     return torch.tensor(tokens)
 
 
-def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
-           embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every replacement and transposition as (new sentences [M, ℓ], first-order gain [M])."""
-    e = embeddings.to(torch.float64).cpu()
-    current = e[sentence]
-    variants, gains = [], []
-    for j, options in enumerate(sets):
-        options = options[options != sentence[j]]
-        if options.numel() == 0:
-            continue
-        gains.append((e[options] - current[j]) @ grad[j])
-        block = sentence.repeat(options.numel(), 1)
-        block[:, j] = options
-        variants.append(block)
-    length = sentence.numel()
-    allowed = [set(s.tolist()) for s in sets]
-    pairs = [(j, k) for j in range(length) for k in range(j + 1, length)
-             if sentence[j] != sentence[k] and int(sentence[k]) in allowed[j]
-             and int(sentence[j]) in allowed[k]]
-    if pairs:
-        js, ks = torch.tensor(pairs).T
-        delta = current[ks] - current[js]
-        gains.append((delta * grad[js]).sum(1) - (delta * grad[ks]).sum(1))
-        block = sentence.repeat(len(pairs), 1)
-        rows = torch.arange(len(pairs))
-        block[rows, js], block[rows, ks] = sentence[ks], sentence[js]
-        variants.append(block)
-    rotated = _rotations(sentence, allowed, current, grad)
-    if rotated is not None:
-        variants.append(rotated[0])
-        gains.append(rotated[1])
-    if not variants:
-        return sentence[None, :0].long(), torch.zeros(0)
-    return torch.cat(variants), torch.cat(gains)
-
-
-def _rotations(sentence: torch.Tensor, allowed: list[set[int]], current: torch.Tensor,
-               grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Every cyclic shift by one of a run ``s_j … s_k`` (k ≥ j + 2), as (sentences, gains).
-
-    Left: ``s_m ← s_{m+1}`` (j ≤ m < k), ``s_k ← s_j``; right: ``s_m ← s_{m−1}`` (j < m ≤ k),
-    ``s_j ← s_k`` — a token one position off with the run it sits in, which no replacement or
-    transposition repairs one token at a time. The first-order gain is
-    ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` from ``P_ab = ⟨E_{s_a}, ∇_{e_b} f⟩``; a run is
-    shifted only where every token it moves is allowed at its new position.
-    """
-    length = sentence.numel()
-    if length < 3:
-        return None
-    tokens = sentence.tolist()
-    product = current @ grad.T  # P[a, b] = <E_{s_a}, ∇_b f>
-    own = torch.diagonal(product)
-    ahead = torch.diagonal(product, offset=-1)  # P[m+1, m]: s_{m+1} moved to m
-    behind = torch.diagonal(product, offset=1)  # P[m−1, m]: s_{m−1} moved to m
-    fits = [[tokens[a] in allowed[b] for b in range(length)] for a in range(length)]
-    starts, ends, lefts, gains = [], [], [], []
-    for j in range(length):
-        left_ok = right_ok = True
-        for k in range(j + 1, length):
-            left_ok = left_ok and fits[k][k - 1]
-            right_ok = right_ok and fits[k - 1][k]
-            if k < j + 2 or len(set(tokens[j:k + 1])) == 1:
-                continue
-            base = float(own[j:k + 1].sum())
-            if left_ok and fits[j][k]:
-                starts.append(j)
-                ends.append(k)
-                lefts.append(True)
-                gains.append(float(ahead[j:k].sum()) + float(product[j, k]) - base)
-            if right_ok and fits[k][j]:
-                starts.append(j)
-                ends.append(k)
-                lefts.append(False)
-                gains.append(float(behind[j:k].sum()) + float(product[k, j]) - base)
-    if not starts:
-        return None
-    block = sentence.repeat(len(starts), 1)
-    for row, (j, k, left) in enumerate(zip(starts, ends, lefts, strict=True)):
-        run = sentence[j:k + 1]
-        block[row, j:k + 1] = torch.roll(run, -1 if left else 1)
-    return block, torch.tensor(gains, dtype=torch.float64)
-
-
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
              screen: int, threshold: float, found: Sequence[list[int]] = ()
              ) -> tuple[torch.Tensor, float]:
@@ -440,7 +333,7 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         if _repeats(sentence, found):
             return sentence, DUPLICATE
         grad = objective.gradient(sentence)
-        variants, gains = _moves(sentence, sets, grad, objective.embeddings)
+        variants, gains = moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
         if threshold <= float(distances.median()) < POLISH * threshold:
