@@ -80,10 +80,12 @@ def _cpu() -> float:
 @click.option("--shuffle/--in-order", default=False, show_default=True,
               help="shuffle the split with seed 0, as the victim's --shuffle does")
 @click.option("--max-evaluations", default=None, type=int, help="DAGER's budget")
+@click.option("--pick", default=None,
+              help="comma-separated batch indices to run (of the first --batches); default all")
 @click.option("--json", "out", type=click.Path(path_type=Path), default=None)
 def main(part: str, name: str, batches: int, batch_size: int, seq_len: int, iterations: int,
          priors: str, discrete_every: int, tag: bool, shuffle: bool, max_evaluations: int | None,
-         out: Path | None) -> None:
+         pick: str | None, out: Path | None) -> None:
     torch.set_num_threads(1)
     task = PRETRAINED_MODELS[name].task
     folder = str(pretrained_folder(name))
@@ -106,7 +108,8 @@ def main(part: str, name: str, batches: int, batch_size: int, seq_len: int, iter
     score: Any = None
     if part == "lamp" and "model" in priors.split(","):
         score = pretrained_prior(data.info.checked_tokenizer)
-    for batch in range(batches):
+    chosen = range(batches) if pick is None else [int(b) for b in pick.split(",")]
+    for batch in chosen:
         observation, truth = batch_round(data, model, batch * batch_size, batch_size, public)
         observation = dataclasses.replace(observation, language_prior=score)
         runs: list[tuple[str, dict[str, Any]]] = []

@@ -188,8 +188,51 @@ def test_the_full_shape_is_open_at_its_end_and_a_slide_onto_a_found_text_is_seen
     found = [[2, 10, 11, 12, 13, 3]]
     assert _repeats(torch.tensor([2, 10, 11, 12, 99, 3]), found)  # 3 of 4 inner positions
     assert not _repeats(torch.tensor([2, 10, 11, 98, 99, 3]), found)
-    assert not _repeats(torch.tensor([2, 10, 11, 12, 13]), found)  # another length
+    assert _repeats(torch.tensor([2, 10, 11, 12, 13]), found)  # a length away: sliding onto it
+    assert _repeats(torch.tensor([2, 10, 11, 12, 99, 13, 3]), found)  # one longer, 3 of 4
+    assert not _repeats(torch.tensor([2, 10, 97, 98, 99, 13, 3]), found)
+    assert not _repeats(torch.tensor([2, 10, 11, 3]), found)  # two shorter: another text
     assert not _repeats(torch.tensor([2, 5, 3]), [[2, 6, 3]])  # short texts one word apart
+
+
+def test_a_run_shifts_by_one_with_its_first_order_gain() -> None:
+    """Every cyclic shift by one of a run of three or more tokens, each allowed where it lands;
+    the screen's gain is the exact change of the linearised objective."""
+    from fedleak.attacks.text.dager.encoder_moves import rotations as _rotations
+
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.randn(20, 5, dtype=torch.float64, generator=generator)
+    sentence = torch.tensor([1, 2, 3, 4, 5, 6])
+    grad = torch.randn(6, 5, dtype=torch.float64, generator=generator)
+    anywhere = [set(range(20))] * 6
+    rotated = _rotations(sentence, anywhere, embeddings[sentence], grad)
+    assert rotated is not None
+    block, gains = rotated
+    assert block.shape == (2 * 10, 6)  # runs j..k with k >= j + 2, both directions
+    assert [2, 3, 1, 4, 5, 6] in block.tolist() and [3, 1, 2, 4, 5, 6] in block.tolist()
+    exact = ((embeddings[block] - embeddings[sentence]) * grad).sum((1, 2))
+    assert torch.allclose(gains, exact, atol=1e-12)
+    pinned = [set(range(20))] * 6
+    pinned[0] = {1}  # token 1 may stand at position 0 only
+    block, _ = _rotations(sentence, pinned, embeddings[sentence], grad) or (None, None)
+    assert block is not None and bool((block[:, 0] == 1).all())
+    assert _rotations(torch.tensor([7, 7, 7]), anywhere[:3], embeddings[[7, 7, 7]],
+                      grad[:3]) is None  # a run of one token shifts onto itself
+
+
+def test_a_closed_text_grows_or_shrinks_by_one_token_with_its_tokens() -> None:
+    from fedleak.attacks.text.dager.encoder_moves import indels as _indels
+    from fedleak.attacks.text.dager.encoder_shapes import Shapes as _Shapes
+
+    end = 3
+    candidates = [torch.tensor([2]), torch.tensor([5, 6, end]), torch.tensor([7, 8, end]),
+                  torch.tensor([9, end])]
+    shapes = _Shapes(candidates, end, full=True)
+    variants = [v.tolist() for v in _indels(shapes, torch.tensor([2, 5, end]))]
+    assert sorted(variants) == [[2, end], [2, 5, 7, end], [2, 5, 8, end]]
+    variants = [v.tolist() for v in _indels(shapes, torch.tensor([2, 5, 7, end]))]
+    assert [2, 7, end] in variants and [2, 5, end] in variants  # either inner token deleted
+    assert _indels(shapes, torch.tensor([2, 5, 7, 9])) == []  # not closed: a cut text
 
 
 def test_the_search_reports_its_work_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:

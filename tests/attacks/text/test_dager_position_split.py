@@ -135,3 +135,39 @@ def test_dager_at_this_size_needs_no_split(batch) -> None:
     result = dager(observation.model, observation.named_gradients(), B, config)
     assert result.pinned == 0
     assert sorted(result.sentences) == sorted(row[row != tok.pad_id].tolist() for row in x)
+
+
+def test_a_run_one_position_off_and_a_dropped_last_word_are_repaired(batch) -> None:
+    """The near-misses the 8 × 32 searches ended in: a run shifted by one position (one
+    rotation back) and a text with a word dropped in its middle, the rest shifted left (one
+    insertion before [SEP], one rotation); from each the search returns the true text,
+    certified. At this size the search without the new moves recovers these too (its kicks
+    and shapes suffice for 12 tokens): this checks the moves inside the real search; the
+    moves themselves are checked in test_dager.py."""
+    from fedleak.attacks.text.dager.encoder import _search
+    from fedleak.attacks.text.dager.encoder_shapes import Shapes
+
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    tokens = torch.unique(x[x != tok.pad_id])
+    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id,
+                         max_evaluations=60_000)
+    result = DagerResult([], [], [], [], (0, 0), 384)
+    candidates, pinned = pinned_candidates(layout, gradients, [tokens.clone() for _ in range(T)],
+                                           B, config, result)
+    assert pinned is not None
+    span = input_span(layout.layers[1].gradients(gradients))
+    objective = _Objective(layout, span, Work(config.max_evaluations))
+    shapes = Shapes(candidates, tok.end_id, full=True)
+    rows = [row[row != tok.pad_id] for row in x]
+    truth = max((r for r in rows if int(r[-1]) == tok.end_id), key=len)
+    assert truth.numel() >= 6
+    shifted = truth.clone()
+    shifted[1:-1] = torch.roll(truth[1:-1], 1)
+    short = torch.cat([truth[:2], truth[3:]])
+    for start in (shifted, short):
+        found, score = _search(objective, shapes, start, config, torch.Generator().manual_seed(0),
+                               [])
+        assert found.tolist() == truth.tolist()
+        assert score < config.l2_threshold

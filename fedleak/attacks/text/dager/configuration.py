@@ -5,7 +5,8 @@ The engine is :mod:`~fedleak.attacks.text.dager.layer_search`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -110,3 +111,14 @@ class Work:
     def exhausted(self) -> bool:
         """Tell whether the work budget is spent."""
         return self.count >= self.budget
+
+    @contextmanager
+    def capped(self, n: int | None) -> Iterator[None]:
+        """Within the block, count as exhausted after ``n`` more units (None: no cap)."""
+        budget = self.budget
+        if n is not None:
+            self.budget = min(budget, self.count + n)
+        try:
+            yield
+        finally:
+            self.budget = budget

@@ -11,41 +11,47 @@ Here the same objective,
 
     f(s) = (1/ℓ) Σ_j d₂(h_j(s)),      s_j ∈ S_j,   ℓ the sentence length,
 
-is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j) and
-transpositions (``s_j ↔ s_k``): a first-order screen ranks every move by
-``⟨∇_{e_j} f, E_c − E_{s_j}⟩`` (one backward pass through the embeddings, as HotFlip / GCG do),
-the ``screen`` best are evaluated exactly, the best one is taken while it lowers f; when none
-does, the next ``3·screen`` are, then (for a sentence within 10·τ₂ of its certificate but not
-certified) every move, and then the start ends. ``f`` is 0 exactly at the batch's
-sentences; a sentence mixing several of them has the context (the attention over the sentence)
-of none, so its distance falls as it becomes purer, and the search slides to the sentence most
-of its tokens came from. A sentence is certified when the median of its positions' distances
-is below τ₂ (the median, not the largest: in a classifier a few tokens, [SEP] often, get a δ so
-small that their direction drowns in the gradient's rounding noise, and their distance stays
-near 10⁻²; a wrong token moves the context of every position). Each start draws its tokens
-from those no certified sentence holds (so it lands on a new sentence); a start that ends
-uncertified is a failed start.
+is minimised by local search over single-token replacements (``s_j ← c``, c ∈ S_j),
+transpositions (``s_j ↔ s_k``) and shifts by one of a run ``s_j … s_k`` (a cyclic rotation: a
+token one position off together with the run it sits in, :mod:`encoder_moves`): a first-order
+screen ranks every move by ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` (one backward pass through
+the embeddings, as HotFlip / GCG do), the ``screen`` best are evaluated exactly, the best one is
+taken while it lowers f; when none does, the next ``3·screen`` are, then (for a sentence within
+``POLISH``·τ₂ = 100·τ₂ of its certificate but not certified) the rest in blocks of ``4·screen``
+in the screen's order, the first block holding a move that lowers f taken, and then the start
+ends. ``f`` is 0 exactly at the batch's sentences; a sentence mixing several of them has the
+context (the attention over the sentence) of none, so its distance falls as it becomes purer,
+and the search slides to the sentence most of its tokens came from. A sentence is certified when
+the median of its positions' distances is below τ₂ (the median, not the largest: in a classifier
+a few tokens, [SEP] often, get a δ so small that their direction drowns in the gradient's
+rounding noise, and their distance stays near 10⁻²; a wrong token moves the context of every
+position). Each start draws its tokens from those no certified sentence holds (so it lands on a
+new sentence); a start that ends uncertified is a failed start.
 **Lengths.** A sentence either fills every position or ends with ``end_token`` ([SEP]) where
 that token passes the token filter (then padding, which has no δ). At random initialisation the
 filter passes [SEP] nearly everywhere, so the length is searched too: a start takes a random
 allowed length (the first start the longest), descends, and then tries its content at every
-allowed length (cut, or continued with the content it had or random candidates); it descends
-again at a length that fits better. A descent that sticks above τ₂ is kicked: the
-worse-fitting half of its positions (largest distance) is redrawn and the descent repeated,
-kept when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at
-its end: its last position holds [SEP] or a word, so a text cut at the batch length (no
-[SEP]: long speeches) and one closed at the last position are one shape a replacement moves
-between; a start still uncertified at a shorter length is last continued to the longest
-shape and descended there. A descent that comes to agree with a recovered sentence at
-``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts
-as a failed start. The search stops at
-``batch_size`` certified sentences, after ``restarts`` failed starts in a row, or at
-``max_evaluations`` sentence evaluations.
+allowed length (cut, or continued with the content it had or random candidates) and, closed by
+[SEP], one token shorter (any inner token deleted) or longer (every candidate inserted before
+[SEP]; :mod:`encoder_moves`, which with the rotations moves a length together with its tokens);
+it descends again at a length that fits better. A descent that sticks above τ₂ is kicked: the
+worse-fitting half of its positions (largest distance) is redrawn and the descent repeated, kept
+when it ends lower (iterated local search), ``KICKS`` times. The longest shape is open at its
+end: its last position holds [SEP] or a word, so a text cut at the batch length (no [SEP]: long
+speeches) and one closed at the last position are one shape a replacement moves between; a start
+still uncertified at a shorter length is last continued to the longest shape and descended
+there. A descent that comes to agree with a recovered sentence (of its length, or one off) at
+``SAME`` of its inner positions stops at once (it is sliding onto that sentence) and counts as a
+failed start. The search stops at ``batch_size`` certified sentences, after ``restarts`` failed
+starts in a row, or at ``max_evaluations`` sentence evaluations.
+
 **A saturated filter** (a pretrained BERT at 8 × 32: every batch token at every position) is
 first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
 positions); the first starts are then the slots of the whole batch's assembly
 (:mod:`sentence_assembly`), certified ones peeled off and the rest assembled again, before the
-random starts take over.
+random starts take over. Each slot is first searched under a cap of ``max_evaluations/(2B)``
+evaluations (one slow slot must not spend the budget of the others); the slots a cap stopped
+are resumed, nearest their certificate first, without it.
 """
 
 from __future__ import annotations
@@ -55,8 +61,10 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
+from fedleak.attacks.text.dager.encoder_moves import indels, moves
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
+from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
 from fedleak.attacks.text.dager.span_check import InputSpan
 from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_input
 
@@ -64,13 +72,16 @@ from fedleak.attacks.text.transformer_layout import TransformerLayout, captured_
 CHUNK = 256
 #: when the ``screen`` best moves do not help, the next ``(WIDEN − 1)·screen`` are tried
 WIDEN = 4
-#: and then every move, when the sentence's certificate is within POLISH·τ₂
-POLISH = 10.0
+#: and then the rest in blocks of WIDEN·screen, when the sentence's certificate is within
+#: POLISH·τ₂ (10·τ₂ missed sentences two transposed tokens or a 3-cycle off, at 2–7·10⁻³)
+POLISH = 100.0
 #: a stuck start is kicked (its worse-fitting half redrawn) and descended again this often
 KICKS = 3
 #: a descent whose sentence agrees with a recovered one at this share of its positions stops
 #: (two texts of a batch agreeing at 3 of 4 positions are one text, up to a few words)
 SAME = 0.75
+#: ... and is of its length or this many tokens off it
+SLIDE = 1
 #: assemblies in a row that certify nothing before the random starts take over
 ROUNDS = 2
 #: the score of a start that slid onto a recovered sentence
@@ -169,12 +180,23 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
                                  generator, config.end_token, lengths=lengths)
         before = len(found)
-        for k in torch.argsort(values).tolist():
+        cap = max(config.max_evaluations // (2 * batch_size), 1)
+        starts: list[tuple[torch.Tensor, int | None]] = [
+            (slots[k], cap) for k in torch.argsort(values).tolist()]
+        pending: list[tuple[float, torch.Tensor]] = []
+        while starts:
+            start, limit = starts.pop(0)
             if len(found) >= batch_size or objective.work.exhausted:
                 break
-            sentence, score = _search(objective, shapes, slots[k], config, generator,
-                                      [s for s, _ in found])
+            with objective.work.capped(limit):
+                sentence, score = _search(objective, shapes, start, config, generator,
+                                          [s for s, _ in found])
             tokens = sentence.tolist()
+            if config.l2_threshold <= score < DUPLICATE and limit is not None:
+                pending.append((score, sentence))
+            if not starts and pending:  # the capped starts resumed, nearest first, uncapped
+                starts = [(s, None) for _, s in sorted(pending, key=lambda p: p[0])]
+                pending = []
             if score < config.l2_threshold and all(tokens != s for s, _ in found):
                 found.append((tokens, score))
                 objective.work.found = len(found)
@@ -221,8 +243,8 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             break
         content = shapes.content(sentence)  # after the descent: the open end may have moved
         filler = torch.cat([content, filler[content.numel():]])
-        variants = shapes.reshaped(sentence, filler)
-        values = [float(objective.distances(v[None])[0].mean()) for v in variants]
+        variants = shapes.reshaped(sentence, filler) + indels(shapes, sentence)
+        values = objective_values(objective.distances, variants).tolist()
         best = variants[min(range(len(values)), key=values.__getitem__)]
         if best.numel() == sentence.numel() and bool((best == sentence).all()):
             break
@@ -239,18 +261,24 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
 
 
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
-    """Tell whether ``sentence`` agrees with a found sentence of its length.
+    """Tell whether ``sentence`` agrees with a found sentence.
 
-    Whether ``sentence`` agrees with a found sentence of its length at a share :data:`SAME` of the
-    positions between its first and its last (the first is [CLS] in every text and the last often
-    the end token: short texts differing in one word stay apart).
+    Whether ``sentence`` agrees with a found sentence of its length or :data:`SLIDE` token off it at
+    a share :data:`SAME` of the positions between the first and the shorter one's last (the
+    first is [CLS] in every text and the last often the end token: short texts differing in one
+    word stay apart). A length off too, because a descent changes lengths a token at a time
+    (:mod:`encoder_moves`): a slot one token short of a recovered sentence is sliding onto it.
+    Not further: texts of other lengths may share their first words.
     """
     tokens = sentence.tolist()
-    inner = len(tokens) - 2
-    return inner > 0 and any(
-        len(f) == len(tokens) and
-        sum(a == b for a, b in zip(f[1:-1], tokens[1:-1], strict=True)) >= SAME * inner
-        for f in found)
+    for f in found:
+        if abs(len(f) - len(tokens)) > SLIDE:
+            continue
+        inner = min(len(f), len(tokens)) - 2
+        if inner > 0 and sum(a == b for a, b in zip(f[1:inner + 1], tokens[1:inner + 1],
+                                                     strict=True)) >= SAME * inner:
+            return True
+    return False
 
 
 def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
@@ -288,38 +316,6 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
     return torch.tensor(tokens)
 
 
-def _moves(sentence: torch.Tensor, sets: list[torch.Tensor], grad: torch.Tensor,
-           embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every replacement and transposition as (new sentences [M, ℓ], first-order gain [M])."""
-    e = embeddings.to(torch.float64).cpu()
-    current = e[sentence]
-    variants, gains = [], []
-    for j, options in enumerate(sets):
-        options = options[options != sentence[j]]
-        if options.numel() == 0:
-            continue
-        gains.append((e[options] - current[j]) @ grad[j])
-        block = sentence.repeat(options.numel(), 1)
-        block[:, j] = options
-        variants.append(block)
-    length = sentence.numel()
-    allowed = [set(s.tolist()) for s in sets]
-    pairs = [(j, k) for j in range(length) for k in range(j + 1, length)
-             if sentence[j] != sentence[k] and int(sentence[k]) in allowed[j]
-             and int(sentence[j]) in allowed[k]]
-    if pairs:
-        js, ks = torch.tensor(pairs).T
-        delta = current[ks] - current[js]
-        gains.append((delta * grad[js]).sum(1) - (delta * grad[ks]).sum(1))
-        block = sentence.repeat(len(pairs), 1)
-        rows = torch.arange(len(pairs))
-        block[rows, js], block[rows, ks] = sentence[ks], sentence[js]
-        variants.append(block)
-    if not variants:
-        return sentence[None, :0].long(), torch.zeros(0)
-    return torch.cat(variants), torch.cat(gains)
-
-
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
              screen: int, threshold: float, found: Sequence[list[int]] = ()
              ) -> tuple[torch.Tensor, float]:
@@ -337,11 +333,12 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         if _repeats(sentence, found):
             return sentence, DUPLICATE
         grad = objective.gradient(sentence)
-        variants, gains = _moves(sentence, sets, grad, objective.embeddings)
+        variants, gains = moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
         if threshold <= float(distances.median()) < POLISH * threshold:
-            stages.append(order[WIDEN * screen:])
+            rest = order[WIDEN * screen:]
+            stages += [rest[i:i + WIDEN * screen] for i in range(0, rest.numel(), WIDEN * screen)]
         improved = False
         for chosen in stages:
             if chosen.numel() == 0:
