@@ -103,9 +103,9 @@ def test_the_assembly_is_zero_at_the_batch_and_descends(batch) -> None:
     assert work.count < 20_000
 
 
-def test_the_search_from_the_assembly_recovers_the_batch_from_a_saturated_filter(batch) -> None:
-    """What a saturated filter gives (every batch token at every position, as at 8 × 32) is
-    narrowed by the split; the assembly's slots start the search, which certifies the batch."""
+def _pinned_search_start(batch):  # noqa: ANN001, ANN202 - the module fixture's tuple
+    """What the 8 × 32 path starts from: a saturated filter (every batch token at every
+    position) split into pinned candidates, and the second span."""
     observation, x, tok = batch
     layout = layout_of(observation.model)
     gradients = observation.named_gradients()
@@ -117,8 +117,16 @@ def test_the_search_from_the_assembly_recovers_the_batch_from_a_saturated_filter
     assert saturated(saturated_sets)
     candidates, pinned = pinned_candidates(layout, gradients, saturated_sets, B, config, result)
     assert pinned is not None and result.pinned > 0
-    assert candidates[0].tolist() == [tok.start_id]
     span = input_span(layout.layers[1].gradients(gradients))
+    return layout, gradients, config, result, candidates, pinned, span
+
+
+def test_the_search_from_the_assembly_recovers_the_batch_from_a_saturated_filter(batch) -> None:
+    """What a saturated filter gives (every batch token at every position, as at 8 × 32) is
+    narrowed by the split; the assembly's slots start the search, which certifies the batch."""
+    _, x, tok = batch
+    layout, gradients, config, result, candidates, pinned, span = _pinned_search_start(batch)
+    assert candidates[0].tolist() == [tok.start_id]
     work = Work(config.max_evaluations)
     search_encoder(layout, span, candidates, B, config, work, result, gradients, pinned=pinned)
     truth = sorted(row[row != tok.pad_id].tolist() for row in x)
@@ -147,17 +155,8 @@ def test_a_run_one_position_off_and_a_dropped_last_word_are_repaired(batch) -> N
     from fedleak.attacks.text.dager.encoder import _search
     from fedleak.attacks.text.dager.encoder_shapes import Shapes
 
-    observation, x, tok = batch
-    layout = layout_of(observation.model)
-    gradients = observation.named_gradients()
-    tokens = torch.unique(x[x != tok.pad_id])
-    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id,
-                         max_evaluations=60_000)
-    result = DagerResult([], [], [], [], (0, 0), 384)
-    candidates, pinned = pinned_candidates(layout, gradients, [tokens.clone() for _ in range(T)],
-                                           B, config, result)
-    assert pinned is not None
-    span = input_span(layout.layers[1].gradients(gradients))
+    _, x, tok = batch
+    layout, _, config, _, candidates, _, span = _pinned_search_start(batch)
     objective = _Objective(layout, span, Work(config.max_evaluations))
     shapes = Shapes(candidates, tok.end_id, full=True)
     rows = [row[row != tok.pad_id] for row in x]
