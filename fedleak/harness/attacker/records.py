@@ -71,6 +71,9 @@ class RunHeader:
     device: str
     torch: str
     machine: str
+    #: the attacker process's intra-op threads at the start (``torch.get_num_threads()``); a
+    #: first-order loop on one small image runs on one whatever this says
+    #: (:mod:`fedleak.attacks.optimisation.engine.intra_op_threads`)
     threads: int
     #: the threat model's server: honest, malicious-parameters or malicious-architecture
     #: (``threat_model`` in a release run's JSON says what the server holds instead)
