@@ -49,7 +49,8 @@ def read_digits() -> tuple[Tensor, Tensor]:
         return {"images": (digits.images / 16.0).astype(np.float32)[:, None],
                 "labels": digits.target.astype(np.int64)}
 
-    arrays = cached_arrays("digits", _versions_key("scikit-learn", "numpy"), build)
+    arrays = cached_arrays("digits", _versions_key("scikit-learn", "numpy"), build,
+                           names=("images", "labels"))
     return torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"])
 
 
@@ -86,7 +87,7 @@ def read_photos() -> tuple[Tensor, Tensor]:
 
     key = _versions_key("scikit-image", "scipy", "numpy") + f"-{PHOTO_SIZE}-" + "-".join(
         f"{f:g}" for f in PHOTO_CROP_FRACTIONS) + f"-{len(PHOTO_NAMES)}"
-    arrays = cached_arrays("photos", key, build)
+    arrays = cached_arrays("photos", key, build, names=("images", "labels"))
     return torch.from_numpy(arrays["images"]), torch.from_numpy(arrays["labels"])
 
 

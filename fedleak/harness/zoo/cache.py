@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +26,10 @@ def cache_root() -> Path:
     return Path(base) / "fedleak"
 
 
-def cached_arrays(name: str, key: str,
-                  build: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def cached_arrays(name: str, key: str, build: Callable[[], dict[str, np.ndarray]], *,
+                  names: Sequence[str]) -> dict[str, np.ndarray]:
     """The arrays ``build()`` returns, read from ``datasets/<name>-<key>.npz`` in the cache
-    when an intact entry with the same array names is there, else built and stored.
+    when an intact entry holding exactly the arrays ``names`` is there, else built and stored.
 
     Parameters
     ----------
@@ -40,6 +40,9 @@ def cached_arrays(name: str, key: str,
         are derived from and a format number — so a change of any gives a new entry.
     build : callable
         Computes the arrays (deterministic: the same ``key`` gives the same values).
+    names : sequence of str
+        The arrays ``build()`` returns; an entry holding others (another writer's file) is
+        built again.
 
     Returns
     -------
@@ -50,7 +53,7 @@ def cached_arrays(name: str, key: str,
     """
     path = cache_root() / "datasets" / f"{name}-{key}.npz"
     stored = _read(path)
-    if stored is not None:
+    if stored is not None and set(stored) == set(names):
         return stored
     arrays = build()
     _write(path, arrays)
@@ -61,9 +64,7 @@ def _read(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as stored:
             return {k: stored[k] for k in stored.files}
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001  (a truncated or damaged file: rebuilt and replaced)
+    except Exception:  # noqa: BLE001  (missing, truncated or damaged: built and replaced)
         return None
 
 

@@ -31,18 +31,21 @@ def test_arrays_are_built_once_then_read_and_a_damaged_entry_is_rebuilt(
         calls.append(1)
         return {"x": np.arange(6, dtype=np.float32).reshape(2, 3) / 7, "y": np.array([3, 1])}
 
-    first = cached_arrays("toy", "k1", build)
-    again = cached_arrays("toy", "k1", build)
+    first = cached_arrays("toy", "k1", build, names="xy")
+    again = cached_arrays("toy", "k1", build, names="xy")
     assert len(calls) == 1 and again.keys() == first.keys()
     assert all(np.array_equal(first[k], again[k]) and first[k].dtype == again[k].dtype
                for k in first)
     (entry,) = (tmp_path / "datasets").glob("toy-k1.npz")
     entry.write_bytes(entry.read_bytes()[:40])  # truncated by a crash or a full disk
-    rebuilt = cached_arrays("toy", "k1", build)
+    rebuilt = cached_arrays("toy", "k1", build, names="xy")
     assert len(calls) == 2 and np.array_equal(rebuilt["x"], first["x"])
-    assert np.array_equal(cached_arrays("toy", "k1", build)["y"], first["y"]) and len(calls) == 2
-    cached_arrays("toy", "k2", build)  # another key: another entry
+    assert np.array_equal(cached_arrays("toy", "k1", build, names="xy")["y"], first["y"])
+    assert len(calls) == 2
+    cached_arrays("toy", "k2", build, names="xy")  # another key: another entry
     assert len(calls) == 3 and not list((tmp_path / "datasets").glob(".*"))  # no temp left
+    np.savez(tmp_path / "datasets" / "toy-k2.npz", z=np.zeros(2))  # another writer's arrays
+    assert set(cached_arrays("toy", "k2", build, names="xy")) == {"x", "y"} and len(calls) == 4
 
 
 def test_an_unwritable_cache_still_returns_the_arrays(monkeypatch: pytest.MonkeyPatch,
@@ -50,7 +53,7 @@ def test_an_unwritable_cache_still_returns_the_arrays(monkeypatch: pytest.Monkey
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     monkeypatch.setenv("FEDLEAK_CACHE", str(blocked))
-    out = cached_arrays("toy", "k", lambda: {"x": np.ones(3)})
+    out = cached_arrays("toy", "k", lambda: {"x": np.ones(3)}, names="x")
     assert np.array_equal(out["x"], np.ones(3))
 
 
