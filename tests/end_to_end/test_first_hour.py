@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,25 +28,35 @@ def fedleak(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
                           text=True, timeout=timeout)
 
 
+#: ``python -m fedleak`` with SIGINT's default handler, as in a terminal: a test run started in
+#: the background of a non-interactive shell inherits SIGINT ignored, and Python then never
+#: raises KeyboardInterrupt (the attacker rightly leaves an ignored SIGINT ignored). Set in the
+#: child's first line, not in a ``preexec_fn``: that forces a plain ``fork`` of this pytest
+#: worker, whose open gRPC channels can hang or crash the child before it reaches ``exec``.
+_WITH_SIGINT = ("import runpy, signal, sys; signal.signal(signal.SIGINT, "
+                "signal.default_int_handler); sys.argv[0] = 'fedleak'; "
+                "runpy.run_module('fedleak', run_name='__main__', alter_sys=True)")
+
+
 def _attacker(address: str, out: Path, *args: str) -> subprocess.Popen[str]:
-    # SIGINT back to its default in the child, as in a terminal: a test run started in the
-    # background of a non-interactive shell inherits SIGINT ignored, and Python then never
-    # raises KeyboardInterrupt (the attacker rightly leaves an ignored SIGINT ignored).
-    return subprocess.Popen([sys.executable, "-m", "fedleak", "attack", "--victim", address,
+    return subprocess.Popen([sys.executable, "-c", _WITH_SIGINT, "attack", "--victim", address,
                              "--quiet", "--out", str(out), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _wait_for(condition: object, timeout: float = 900) -> None:
+def _wait_for(condition: Callable[[], bool], attacker: subprocess.Popen[str],
+              timeout: float = 600) -> None:
+    """Wait until ``condition()``; an attacker that exits first, or the timeout, fails the test
+    with the attacker's output (killed first on a timeout)."""
     deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+    while not condition():
+        if attacker.poll() is not None or time.monotonic() > deadline:
+            how = "was killed after the wait" if attacker.poll() is None else "exited"
+            attacker.kill()
+            out, err = attacker.communicate(timeout=60)
+            raise AssertionError(f"the attacker {how} ({attacker.returncode}) before the "
+                                 f"condition held:\n{err[-4000:]}\n{out[-2000:]}")
         time.sleep(0.2)
-    assert condition(), "timed out"  # type: ignore[operator]
 
 
 def test_a_second_server_on_a_port_in_use_is_refused() -> None:
@@ -73,7 +84,7 @@ def test_ctrl_c_keeps_the_finished_rounds_and_exits_130(tmp_path: Path) -> None:
         def one_round_done() -> bool:
             return metrics.exists() and len(json.loads(metrics.read_text())["rounds"]) >= 1
 
-        _wait_for(one_round_done)
+        _wait_for(one_round_done, attacker)
         attacker.send_signal(signal.SIGINT)
         _, stderr = attacker.communicate(timeout=1200)
     assert attacker.returncode == 130, stderr
@@ -87,7 +98,7 @@ def test_a_victim_that_dies_mid_attack_leaves_the_reconstruction(tmp_path: Path)
     victim = VictimProcess(MLP).start()
     try:
         attacker = _attacker(victim.address, tmp_path, "--iterations", "8000")
-        _wait_for(lambda: (tmp_path / "metrics.json").exists())  # the round has begun
+        _wait_for(lambda: (tmp_path / "metrics.json").exists(), attacker)  # begun
         time.sleep(1)
         os.kill(victim.pid, signal.SIGKILL)
         _, stderr = attacker.communicate(timeout=1200)
