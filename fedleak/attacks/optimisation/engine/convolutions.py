@@ -15,6 +15,12 @@ most :data:`NATIVE_MAX_VALUES` values (one 3×32×32 image) and the update at mo
 :data:`NATIVE_MAX_COORDINATES` coordinates (a small model), else oneDNN. It depends on the
 restart's batch, not on R, so restarts run vectorised and one by one use the same kernels.
 Either family computes the same convolution; the sums are ordered differently (float rounding).
+
+The compiled step (``compile``) has a third form, ``unfold``: im2col and a matrix product
+written as tensor operations (:mod:`~fedleak.attacks.optimisation.engine.unfold_convolutions`),
+which Inductor fuses instead of calling a kernel per convolution and derivative. Under
+``auto`` a compiled step takes it where ATen's kernels would be taken (the same rule); an
+eager loop never does (there it is one more operation per convolution, not fewer).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
-CHOICES = ("auto", "onednn", "native")
+CHOICES = ("auto", "onednn", "native", "unfold")
 #: the most values of one restart's batch that ATen's kernels take under ``auto``
 NATIVE_MAX_VALUES = 3 * 32 * 32
 #: the most update coordinates (model parameters) that ATen's kernels take under ``auto``
@@ -41,6 +47,28 @@ def native_kernels(choice: str, images: torch.Tensor, coordinates: int) -> bool:
         raise ValueError(f"convolutions must be one of {', '.join(CHOICES)}, got {choice!r}")
     if choice != "auto":
         return choice == "native"
+    return _small(images, coordinates)
+
+
+def unfolded_convolutions(choice: str, images: torch.Tensor, coordinates: int, *,
+                          compiled: bool) -> bool:
+    """Say whether the loop's 2-D convolutions run as im2col and a product (``unfold``).
+
+    ``unfold``; or ``auto`` in a compiled step where :func:`native_kernels` would take ATen's
+    kernels (module docstring).
+    """
+    if choice not in CHOICES:
+        raise ValueError(f"convolutions must be one of {', '.join(CHOICES)}, got {choice!r}")
+    if choice != "auto":
+        return choice == "unfold"
+    return compiled and _small(images, coordinates)
+
+
+def _small(images: torch.Tensor, coordinates: int) -> bool:
+    """Say whether the work is small: on a CPU, one restart's batch ≤ one 3×32×32 image.
+
+    And the model at most 10⁶ coordinates.
+    """
     if images.device.type != "cpu":
         return False
     per_restart = images[0].numel()
