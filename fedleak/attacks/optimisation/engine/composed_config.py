@@ -87,8 +87,9 @@ class ComposedConfig:
     )
     convolutions: str = field(
         default="auto",
-        metadata={"help": "CPU convolution kernels: native (ATen's), onednn, or auto "
-                          "(native for one small image of a small model)"},
+        metadata={"help": "CPU convolution kernels: native (ATen's), onednn, unfold (im2col "
+                          "and a product, which a compiled step fuses), or auto (native for "
+                          "one small image of a small model; unfold there when compiled)"},
     )
 
     workers: int = field(
