@@ -7,6 +7,8 @@ the kernel rule need no compiler.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -129,3 +131,17 @@ def test_the_compile_cache_is_in_fedleaks_cache_folder(monkeypatch, tmp_path):
     monkeypatch.delenv("FEDLEAK_CACHE")
     monkeypatch.setenv("FEDLEAK_CACHE_DIR", str(tmp_path / "b"))  # the older name
     assert compiled.compile_cache_dir() == tmp_path / "b" / "inductor"
+
+
+def test_the_cache_folder_wins_over_torchs_default_but_not_over_the_users(monkeypatch, tmp_path):
+    """Importing Dynamo writes torch's default folder into TORCHINDUCTOR_CACHE_DIR (this
+    module imported it): that is not the user's choice; a folder the user names is."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "fedleak"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    compiled.use_compile_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "fedleak" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    compiled.use_compile_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")

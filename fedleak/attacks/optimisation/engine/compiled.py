@@ -70,8 +70,15 @@ def use_compile_cache() -> None:
 
     Points Inductor's caches at :func:`compile_cache_dir` (unless the user set
     ``TORCHINDUCTOR_CACHE_DIR``) and turns the persistent FX-graph and AOTAutograd caches on.
+    Importing ``torch._dynamo`` writes torch's own default (``/tmp/torchinductor_<user>``) into
+    ``TORCHINDUCTOR_CACHE_DIR``, so that value counts as not set: a process that imported
+    Dynamo before its first compile (a test module, a plug-in) still uses fedleak's folder.
     """
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
