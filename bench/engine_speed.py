@@ -28,6 +28,14 @@ all R restarts together. ``--threads`` sets torch's intra-op threads
     .venv/bin/python bench/engine_speed.py --engine-options compile=on
 
 Cases are ``MODEL:n:R[:SIDE]`` (SIDE the image side, 32 by default).
+
+Beside the table (``--beside``, both by default) two other workloads of the engine, timed the
+same way: DAGER on the text decoder at 8 × 32 (``bench/dager.py``'s first batch: a random-init
+``gpt2:hidden=768,heads=12,layers=2``, the bundled Shakespeare's held-out rows, seed 0; CPU and
+wall seconds of ``reconstruct``, its ROUGE), and a default audit's trials per second
+(``bench/audit.py``'s Gaussian σ = 1 victim process, the trials the victim chooses unless
+``--audit-trials``; trials over the trials' own wall time, and the whole audit with the victim's
+start).
 """
 
 from __future__ import annotations
@@ -208,6 +216,11 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=("engine", "textbook"))
     parser.add_argument("--engine-options", nargs="*", default=[],
                         help="k=v options of the attack (compile=on, …)")
+    parser.add_argument("--beside", nargs="*", default=["dager", "audit"],
+                        choices=("dager", "audit"),
+                        help="other workloads timed after the table (none: --beside)")
+    parser.add_argument("--audit-trials", type=int, default=0,
+                        help="trials of the audit (0: the victim's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -240,6 +253,49 @@ def main() -> None:
             wall = engine_seconds(observation, case.restarts, options, iterations, window,
                                   time.perf_counter) * 1e3
             print(f"{'':<30} engine wall {wall:.2f} ms/it at {torch.get_num_threads()} threads")
+    if "dager" in args.beside:
+        print(dager_line(), flush=True)
+    if "audit" in args.beside:
+        print(audit_line(args.audit_trials), flush=True)
+
+
+def dager_line(batch_size: int = 8, seq_len: int = 32) -> str:
+    """DAGER on the decoder at ``batch_size`` × ``seq_len``: CPU and wall s, ROUGE (docstring)."""
+    from dager import batch_round, scored, spec
+
+    from fedleak.attacks.text_observation import TextReconstruction
+    from fedleak.harness.zoo.text.text_datasets import load_text_dataset
+    from fedleak.harness.zoo.text.text_models import build_text_model
+
+    data = load_text_dataset("shakespeare", "test", task="lm", seq_len=seq_len)
+    public = [[t for t in row if t] for row in
+              load_text_dataset("shakespeare", "train", task="lm", seq_len=seq_len)
+              .tokens[:2000].tolist()]
+    torch.manual_seed(0)
+    model = build_text_model(spec("decoder", 768, 12, 2), data.info)
+    observation, truth = batch_round(data, model, 0, batch_size, public)
+    cpu, wall = time.process_time(), time.perf_counter()
+    found = create_attack("dager", {}).reconstruct(observation)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    assert isinstance(found, TextReconstruction)
+    score = scored(data, truth, found)
+    return (f"DAGER decoder {batch_size}x{seq_len} (gpt2 768x2, random init, Shakespeare test "
+            f"rows 0-{batch_size - 1}): {cpu:.2f} CPU s, {wall:.2f} s wall, ROUGE-1 "
+            f"{score['rouge1']:.3f} / ROUGE-2 {score['rouge2']:.3f}, {score['exact']} of "
+            f"{score['sentences']} exact")
+
+
+def audit_line(trials: int) -> str:
+    """A default audit of the Gaussian mechanism σ = 1 through a victim process (docstring)."""
+    from audit import MECHANISMS, audit_one
+
+    from fedleak.harness.attacker.games.audit_trials import AuditSettings
+
+    (gaussian,) = [m for m in MECHANISMS if m.key == "gaussian-1"]
+    record, wall = audit_one(gaussian, AuditSettings(trials=trials, show_progress=False), 1)
+    return (f"audit, Gaussian sigma = 1 (digits MLP victim process, {record.trials} trials): "
+            f"{record.trials / record.trial_seconds:.1f} trials/s over the trials' "
+            f"{record.trial_seconds:.2f} s; {wall:.2f} s with the victim's start")
 
 
 if __name__ == "__main__":
