@@ -7,6 +7,7 @@ the kernel rule need no compiler.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -145,3 +146,22 @@ def test_the_cache_folder_wins_over_torchs_default_but_not_over_the_users(monkey
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     compiled.use_compile_cache()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_the_guards_are_skipped_in_the_loop_only_where_the_problem_never_revises(monkeypatch):
+    """After the first, compiling call nothing a guard sees changes, unless the problem revises
+    its replay during the loop (a modelled visiting order): then every guard is checked."""
+    stances = []
+    real = torch.compiler.set_stance
+
+    def spy(*args, **kwargs):
+        stances.append(kwargs.get("skip_guard_eval_unsafe"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compiled.torch.compiler, "set_stance", spy)
+    assert isinstance(compiled._guards_checked_once(False), contextlib.nullcontext)
+    assert stances == []
+    target = observation()
+    create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        target, device="cpu", seed=1)
+    assert stances == [True]

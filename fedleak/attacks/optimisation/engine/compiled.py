@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -179,4 +179,26 @@ def optimise_compiled(problem: InversionProblem, images: torch.Tensor, span: Pro
     terms = problem.terms()
     gradient, notice = compiled_gradient(
         problem, terms, images, [b.weight(0, problem.iterations) for b in terms], unfold=unfold)
-    return notice, optimise_eager(problem, images, span, gradient)
+    with _guards_checked_once(notice is None and problem.revise is None):
+        return notice, optimise_eager(problem, images, span, gradient)
+
+
+def _guards_checked_once(skip: bool) -> AbstractContextManager[object]:
+    """Skip Dynamo's guard checks in the loop after the first, compiling call (``skip``).
+
+    Each call of a compiled function first checks its guards (for LeNet on one image about 40
+    Python checks on the model's module dictionaries, 84 µs a call of a 0.76 ms iteration). In
+    the loop nothing they guard changes: the same problem, the same shapes, the same grad mode
+    and mode stack, every iteration; so after the first call compiled, the rest run under
+    ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, which checks only what tells
+    cache entries apart (0.75 → 0.65 ms, the same iterates). Not where the problem revises its
+    replay during the loop (a modelled visiting order), which a guard must see.
+    """
+    if not skip:
+        return nullcontext()
+    try:
+        stance: AbstractContextManager[object] = torch.compiler.set_stance(
+            "default", skip_guard_eval_unsafe=True)
+        return stance
+    except TypeError:  # a torch without the flag: every guard checked, as before
+        return nullcontext()
