@@ -170,3 +170,34 @@ def test_a_run_one_position_off_and_a_dropped_last_word_are_repaired(batch) -> N
                                [])
         assert found.tolist() == truth.tolist()
         assert score < config.l2_threshold
+
+
+def test_a_repeated_token_pinned_at_one_occurrence_stays_a_candidate_at_the_others() -> None:
+    """Shuffled held-out batch 0 at 4 × 32 (the bench's first batch): a token occurring twice
+    is pinned at one of its positions while its weight at the other is near 0 (0.02 here;
+    −0.09 to 0.04 at 8 × 32); with a floor on such weights that sentence was unreachable. Every
+    true (token, position) pair must be a candidate, including such an occurrence."""
+    size, length = 4, 32
+    data = load_text_dataset("alice", "test", task="classify", seq_len=length,
+                             tokenizer=str(pretrained_folder("minilm")))
+    data = data.select(torch.randperm(len(data.labels),
+                                      generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    model = build_text_model("minilm", data.info)
+    x, y = data.tokens[:size], data.labels[:size]
+    observation = observe_text(model, x, y, data.info, generator=torch.Generator().manual_seed(0))
+    tok = data.info.checked_tokenizer
+    layout = layout_of(observation.model)
+    tokens = torch.unique(x[x != tok.pad_id])
+    split = split_gradient(layout, observation.named_gradients(), tokens, length)
+    assert split is not None
+    weights = position_weights(split)
+    pinned = pinned_positions(weights)
+    truth = _truth_pairs(x, tok.pad_id)
+    row_of = {int(t): r for r, t in enumerate(tokens.tolist())}
+    lost = [(t, p) for t, p in truth if row_of[t] in pinned and pinned[row_of[t]] != p
+            and float(weights[row_of[t], p]) < 0.05]
+    assert lost  # the case exists in this batch
+    candidates, _ = position_candidates(split)
+    for t, p in truth:
+        assert t in set(candidates[p].tolist()), (t, p)
