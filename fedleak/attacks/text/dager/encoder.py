@@ -133,7 +133,10 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
     full = config.max_length is None or len(candidates) >= config.max_length
-    shapes = Shapes(candidates, config.end_token, full)
+    spare = None if pinned is None else torch.unique(torch.cat(candidates))
+    if spare is not None and config.start_token is not None:
+        spare = spare[spare != config.start_token]
+    shapes = Shapes(candidates, config.end_token, full, spare)
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
@@ -170,9 +173,11 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                found: list[tuple[list[int], float]]) -> None:
     """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
 
-    A certified sentence's pinned tokens leave their positions' sets (each is one occurrence),
-    so the next assembly has fewer slots and fewer tokens; ``ROUNDS`` assemblies in a row that
-    certify nothing end it.
+    A certified sentence's pinned tokens are no longer required at their positions (each is one
+    occurrence): they stay there as the first unpinned candidates, since a pinned token may
+    occur again at the same position (“ opening five texts of a batch at position 1, [SEP]
+    closing seven texts cut at 16 tokens); the next assembly has fewer slots and fewer required
+    tokens; ``ROUNDS`` assemblies in a row that certify nothing end it.
     """
     sets, counts = [c.clone() for c in candidates], list(pinned)
     idle = 0
@@ -205,8 +210,10 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                 for p, token in enumerate(tokens[:len(sets)]):
                     here = sets[p][:counts[p]]
                     if bool((here == token).any()) and sets[p].numel() > 1:
-                        sets[p] = sets[p][sets[p] != token]
+                        rest = sets[p][sets[p] != token]
                         counts[p] -= 1
+                        sets[p] = torch.cat([rest[:counts[p]], torch.tensor([token]),
+                                             rest[counts[p]:]])
         idle = 0 if len(found) > before else idle + 1
 
 
@@ -228,15 +235,16 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
     score = float("inf")
     for _ in range(len(shapes.options) + 1):
         sets = shapes.sets(sentence.numel(), shapes.closes(sentence))
+        wide = shapes.widened(sentence.numel(), shapes.closes(sentence))
         sentence, score = _descend(objective, sets, sentence, config.screen,
-                                   config.l2_threshold, found)
+                                   config.l2_threshold, found, wide)
         for _ in range(KICKS):
             if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
             kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
                                                                   generator),
-                                            config.screen, config.l2_threshold, found)
+                                            config.screen, config.l2_threshold, found, wide)
             if kicked_score < score:
                 sentence, score = kicked, kicked_score
         if score < config.l2_threshold or len(shapes.options) < 2 or score == DUPLICATE:
@@ -254,7 +262,8 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             and not objective.work.exhausted:
         grown, grown_score = _descend(objective, shapes.sets(longest, closed),
                                       shapes.shaped(sentence, filler, longest, closed),
-                                      config.screen, config.l2_threshold, found)
+                                      config.screen, config.l2_threshold, found,
+                                      shapes.widened(longest, closed))
         if grown_score < score:
             sentence, score = grown, grown_score
     return sentence, score
@@ -317,8 +326,8 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
 
 
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
-             screen: int, threshold: float, found: Sequence[list[int]] = ()
-             ) -> tuple[torch.Tensor, float]:
+             screen: int, threshold: float, found: Sequence[list[int]] = (),
+             wide: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, float]:
     """Search locally from ``sentence`` until no screened move helps.
 
     Local search from ``sentence`` until no screened move helps (a sentence that passes
@@ -326,6 +335,9 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
     and its certificate, the median span distance of its positions — or :data:`DUPLICATE` as soon as
     the sentence agrees with a ``found`` one of its length at :data:`SAME` of its positions (the
     descent is sliding onto a sentence already recovered: the rest of it would be wasted work).
+    ``wide``: larger sets (every batch token where a set has a choice); when no move over
+    ``sets`` helps a sentence within POLISH·τ₂ of its certificate, the moves over ``wide`` that
+    put a token where ``sets`` do not allow it are tried the same way, in the screen's order.
     """
     distances = objective.distances(sentence[None])[0]
     value = float(distances.mean())
@@ -336,20 +348,48 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         variants, gains = moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
-        if threshold <= float(distances.median()) < POLISH * threshold:
-            rest = order[WIDEN * screen:]
-            stages += [rest[i:i + WIDEN * screen] for i in range(0, rest.numel(), WIDEN * screen)]
-        improved = False
-        for chosen in stages:
-            if chosen.numel() == 0:
-                continue
-            d = objective.distances(variants[chosen])
-            values = d.mean(dim=1)
-            best = int(torch.argmin(values))
-            if float(values[best]) < value * (1 - 1e-9):
-                sentence, distances = variants[chosen[best]], d[best]
-                value, improved = float(values[best]), True
-                break
+        polish = threshold <= float(distances.median()) < POLISH * threshold
+        if polish:
+            stages += _blocks(order[WIDEN * screen:], WIDEN * screen)
+        step = _first_better(objective, variants, stages, value)
+        if step is None and polish and wide is not None:
+            variants, gains = moves(sentence, wide, grad, objective.embeddings)
+            fresh = torch.nonzero(_outside(variants, sentence, sets)).flatten()
+            step = _first_better(objective, variants,
+                                 _blocks(fresh[torch.argsort(gains[fresh])], WIDEN * screen),
+                                 value)
+        improved = step is not None
+        if step is not None:
+            sentence, distances = step
+            value = float(distances.mean())
         if not improved:
             break
     return sentence, float(distances.median())
+
+
+def _outside(variants: torch.Tensor, sentence: torch.Tensor, sets: list[torch.Tensor]
+             ) -> torch.Tensor:
+    """Which variants [M, ℓ] put a token at a position whose set does not hold it, [M] bool."""
+    outside = torch.zeros_like(variants, dtype=torch.bool)
+    for m, options in enumerate(sets):
+        outside[:, m] = (variants[:, m] != sentence[m]) & ~torch.isin(variants[:, m], options)
+    return outside.any(dim=1)
+
+
+def _blocks(order: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """``order`` cut into consecutive blocks of ``size``."""
+    return [order[i:i + size] for i in range(0, order.numel(), size)]
+
+
+def _first_better(objective: _Objective, variants: torch.Tensor, stages: list[torch.Tensor],
+                  value: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Return the best variant of the first stage holding one below ``value``, and its d₂."""
+    for chosen in stages:
+        if chosen.numel() == 0:
+            continue
+        d = objective.distances(variants[chosen])
+        values = d.mean(dim=1)
+        best = int(torch.argmin(values))
+        if float(values[best]) < value * (1 - 1e-9):
+            return variants[chosen[best]], d[best]
+    return None
