@@ -84,6 +84,9 @@ SAME = 0.75
 SLIDE = 1
 #: assemblies in a row that certify nothing before the random starts take over
 ROUNDS = 2
+#: block-coordinate sweeps per assembly (each costs B·(pinned + 3B) evaluations a position: ~8,000
+#: at 8 × 32, of a 60,000 budget)
+SWEEPS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
@@ -183,7 +186,7 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
     idle = 0
     while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
-                                 generator, config.end_token, lengths=lengths)
+                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths)
         before = len(found)
         cap = max(config.max_evaluations // (2 * batch_size), 1)
         starts: list[tuple[torch.Tensor, int | None]] = [
