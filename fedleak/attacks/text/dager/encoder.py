@@ -92,7 +92,7 @@ SLIDE = 1
 ROUNDS = 2
 #: block-coordinate sweeps per assembly (a sweep costs B·(pinned + 3B) evaluations a position,
 #: ~8,000 at 8 × 32 of a 60,000 budget; 2 against up to 6: 54 of 80 sentences against 47)
-SWEEPS = 2
+SWEEPS = 1
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
