@@ -67,7 +67,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
-from fedleak.attacks.text.dager.encoder_moves import indels, moves
+from fedleak.attacks.text.dager.encoder_moves import blocks, indels, moves, outside
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
@@ -92,7 +92,7 @@ SLIDE = 1
 ROUNDS = 2
 #: block-coordinate sweeps per assembly (a sweep costs B·(pinned + 3B) evaluations a position,
 #: ~8,000 at 8 × 32 of a 60,000 budget; 2 against up to 6: 54 of 80 sentences against 47)
-SWEEPS = 1
+SWEEPS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
@@ -359,13 +359,13 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         stages = [order[:screen], order[screen:WIDEN * screen]]
         polish = threshold <= float(distances.median()) < POLISH * threshold
         if polish:
-            stages += _blocks(order[WIDEN * screen:], WIDEN * screen)
+            stages += blocks(order[WIDEN * screen:], WIDEN * screen)
         step = _first_better(objective, variants, stages, value)
         if step is None and polish and wide is not None:
             variants, gains = moves(sentence, wide, grad, objective.embeddings)
-            fresh = torch.nonzero(_outside(variants, sentence, sets)).flatten()
+            fresh = torch.nonzero(outside(variants, sentence, sets)).flatten()
             step = _first_better(objective, variants,
-                                 _blocks(fresh[torch.argsort(gains[fresh])], WIDEN * screen),
+                                 blocks(fresh[torch.argsort(gains[fresh])], WIDEN * screen),
                                  value)
         improved = step is not None
         if step is not None:
@@ -374,20 +374,6 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         if not improved:
             break
     return sentence, float(distances.median())
-
-
-def _outside(variants: torch.Tensor, sentence: torch.Tensor, sets: list[torch.Tensor]
-             ) -> torch.Tensor:
-    """Which variants [M, ℓ] put a token at a position whose set does not hold it, [M] bool."""
-    outside = torch.zeros_like(variants, dtype=torch.bool)
-    for m, options in enumerate(sets):
-        outside[:, m] = (variants[:, m] != sentence[m]) & ~torch.isin(variants[:, m], options)
-    return outside.any(dim=1)
-
-
-def _blocks(order: torch.Tensor, size: int) -> list[torch.Tensor]:
-    """``order`` cut into consecutive blocks of ``size``."""
-    return [order[i:i + size] for i in range(0, order.numel(), size)]
 
 
 def _first_better(objective: _Objective, variants: torch.Tensor, stages: list[torch.Tensor],
