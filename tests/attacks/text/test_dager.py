@@ -255,3 +255,17 @@ def test_the_search_reports_its_work_as_it_goes(monkeypatch: pytest.MonkeyPatch)
     assert calls and calls[-1][0] <= result.evaluations
     assert [c[0] for c in calls] == sorted(c[0] for c in calls)
     assert calls[-1][2] <= 2
+
+
+def test_outside_marks_only_the_moves_the_narrow_sets_do_not_allow() -> None:
+    """A replacement by a token outside its position's set, or a swap moving a token to a
+    position whose set lacks it, is marked; a move within the sets, or none, is not."""
+    from fedleak.attacks.text.dager.encoder_moves import outside
+
+    sentence = torch.tensor([1, 5, 6, 2])
+    sets = [torch.tensor([1]), torch.tensor([5, 7]), torch.tensor([6, 5]), torch.tensor([2])]
+    variants = torch.tensor([[1, 7, 6, 2],   # 7 ∈ S_1: inside
+                             [1, 9, 6, 2],   # 9 ∉ S_1: outside
+                             [1, 6, 5, 2],   # 6 ∉ S_1 (5 ∈ S_2): outside
+                             [1, 5, 6, 2]])  # unchanged: inside
+    assert outside(variants, sentence, sets).tolist() == [False, True, True, False]

@@ -13,7 +13,12 @@ import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.encoder import _Objective, search_encoder
-from fedleak.attacks.text.dager.layer_search import dager, pinned_candidates, saturated
+from fedleak.attacks.text.dager.layer_search import (
+    dager,
+    pinned_candidates,
+    saturated,
+    start_layout,
+)
 from fedleak.attacks.text.dager.position_split import (
     end_lengths,
     pinned_positions,
@@ -170,3 +175,60 @@ def test_a_run_one_position_off_and_a_dropped_last_word_are_repaired(batch) -> N
                                [])
         assert found.tolist() == truth.tolist()
         assert score < config.l2_threshold
+
+
+def test_a_repeated_token_pinned_at_one_occurrence_is_reached_by_the_widened_moves() -> None:
+    """Shuffled held-out batch 0 at 4 × 32 (the bench's first batch): a token occurring twice
+    is pinned at one of its positions while its weight at the other is near 0 (0.02 here;
+    −0.09 to 0.04 at 8 × 32), so it is no candidate there and that text is out of the sets'
+    reach; the widened sets (every batch token) hold every true pair, and a descent from where
+    the bench's search ended (that token two places on, a run shifted) reaches the text,
+    certified, only with them."""
+    from fedleak.attacks.text.dager.encoder import POLISH, _descend
+    from fedleak.attacks.text.dager.encoder_shapes import Shapes
+
+    size, length = 4, 32
+    data = load_text_dataset("alice", "test", task="classify", seq_len=length,
+                             tokenizer=str(pretrained_folder("minilm")))
+    data = data.select(torch.randperm(len(data.labels),
+                                      generator=torch.Generator().manual_seed(0)))
+    torch.manual_seed(0)
+    model = build_text_model("minilm", data.info)
+    x, y = data.tokens[:size], data.labels[:size]
+    observation = observe_text(model, x, y, data.info, generator=torch.Generator().manual_seed(0))
+    tok = data.info.checked_tokenizer
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    tokens = torch.unique(x[x != tok.pad_id])
+    split = split_gradient(layout, gradients, tokens, length)
+    assert split is not None
+    weights = position_weights(split)
+    pinned = pinned_positions(weights)
+    truth = _truth_pairs(x, tok.pad_id)
+    row_of = {int(t): r for r, t in enumerate(tokens.tolist())}
+    candidates, _ = position_candidates(split, everywhere=tok.end_id)
+    candidates = start_layout(candidates, tok.start_id)
+    lost = [(t, p) for t, p in truth if row_of[t] in pinned and pinned[row_of[t]] != p
+            and t not in set(candidates[p].tolist())]
+    assert lost  # the case exists in this batch
+    assert all(float(weights[row_of[t], p]) < 0.05 for t, p in lost)
+    shapes = Shapes(candidates, tok.end_id, full=True,
+                    spare=torch.unique(torch.cat(candidates[1:])))
+    t, p = lost[0]
+    text = next(r[r != tok.pad_id] for r in x if p < len(r) and int(r[p]) == t)
+    ends = int(text[-1]) == tok.end_id
+    wide = shapes.widened(text.numel(), ends)
+    assert wide is not None and all(int(text[j]) in set(w.tolist()) for j, w in enumerate(wide))
+    sets = shapes.sets(text.numel(), ends)
+    start = text.clone()  # where the bench's search ended: the lost token two places on
+    start[p:p + 3] = torch.roll(text[p:p + 3], -1)
+    span = input_span(layout.layers[1].gradients(gradients))
+    objective = _Objective(layout, span, Work(20_000))
+    threshold = DagerConfig().l2_threshold
+    first = objective.distances(start[None])[0].median()
+    assert threshold <= float(first) < POLISH * threshold  # near its certificate, not at it
+    found, score = _descend(objective, sets, start, 64, threshold, (), wide)
+    assert found.tolist() == text.tolist()
+    assert score < threshold
+    narrow, narrow_score = _descend(objective, sets, start, 64, threshold)
+    assert narrow.tolist() != text.tolist() and narrow_score >= threshold

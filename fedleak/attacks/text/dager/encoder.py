@@ -49,7 +49,13 @@ starts in a row, or at ``max_evaluations`` sentence evaluations.
 first narrowed by splitting the first-layer gradient (:mod:`position_split`, tokens pinned to
 positions); the first starts are then the slots of the whole batch's assembly
 (:mod:`sentence_assembly`), certified ones peeled off and the rest assembled again, before the
-random starts take over. Each slot is first searched under a cap of ``max_evaluations/(2B)``
+random starts take over (each assembly :data:`SWEEPS` block-coordinate sweeps). The split's sets
+can miss a true pair — a repeated token pinned at one occurrence keeps a weight near 0 at
+another (:mod:`position_split`) — so a descent within POLISH·τ₂ of its certificate that no move
+over the sets improves also tries, in the screen's order and in blocks of ``WIDEN·screen``, the
+moves over the widened sets (every batch token but the start token wherever a set has a choice,
+:meth:`~fedleak.attacks.text.dager.encoder_shapes.Shapes.widened`) that put a token where the
+sets do not. Each slot is first searched under a cap of ``max_evaluations/(2B)``
 evaluations (one slow slot must not spend the budget of the others); the slots a cap stopped
 are resumed, nearest their certificate first, without it.
 """
@@ -61,7 +67,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
-from fedleak.attacks.text.dager.encoder_moves import indels, moves
+from fedleak.attacks.text.dager.encoder_moves import blocks, indels, moves, outside
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
@@ -84,6 +90,9 @@ SAME = 0.75
 SLIDE = 1
 #: assemblies in a row that certify nothing before the random starts take over
 ROUNDS = 2
+#: block-coordinate sweeps per assembly (a sweep costs B·(pinned + 3B) evaluations a position,
+#: ~8,000 at 8 × 32 of a 60,000 budget; 2 against up to 6: 54 of 80 sentences against 47)
+SWEEPS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
 
@@ -133,7 +142,10 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
     full = config.max_length is None or len(candidates) >= config.max_length
-    shapes = Shapes(candidates, config.end_token, full)
+    spare = None if pinned is None else torch.unique(torch.cat(candidates))
+    if spare is not None and config.start_token is not None:
+        spare = spare[spare != config.start_token]
+    shapes = Shapes(candidates, config.end_token, full, spare)
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
@@ -170,15 +182,17 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                found: list[tuple[list[int], float]]) -> None:
     """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
 
-    A certified sentence's pinned tokens leave their positions' sets (each is one occurrence),
-    so the next assembly has fewer slots and fewer tokens; ``ROUNDS`` assemblies in a row that
-    certify nothing end it.
+    A certified sentence's pinned tokens are no longer required at their positions (each is one
+    occurrence): they stay there as the first unpinned candidates, since a pinned token may
+    occur again at the same position (“ opening five texts of a batch at position 1, [SEP]
+    closing seven texts cut at 16 tokens); the next assembly has fewer slots and fewer required
+    tokens; ``ROUNDS`` assemblies in a row that certify nothing end it.
     """
     sets, counts = [c.clone() for c in candidates], list(pinned)
     idle = 0
     while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
-                                 generator, config.end_token, lengths=lengths)
+                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths)
         before = len(found)
         cap = max(config.max_evaluations // (2 * batch_size), 1)
         starts: list[tuple[torch.Tensor, int | None]] = [
@@ -205,8 +219,10 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                 for p, token in enumerate(tokens[:len(sets)]):
                     here = sets[p][:counts[p]]
                     if bool((here == token).any()) and sets[p].numel() > 1:
-                        sets[p] = sets[p][sets[p] != token]
+                        rest = sets[p][sets[p] != token]
                         counts[p] -= 1
+                        sets[p] = torch.cat([rest[:counts[p]], torch.tensor([token]),
+                                             rest[counts[p]:]])
         idle = 0 if len(found) > before else idle + 1
 
 
@@ -228,15 +244,16 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
     score = float("inf")
     for _ in range(len(shapes.options) + 1):
         sets = shapes.sets(sentence.numel(), shapes.closes(sentence))
+        wide = shapes.widened(sentence.numel(), shapes.closes(sentence))
         sentence, score = _descend(objective, sets, sentence, config.screen,
-                                   config.l2_threshold, found)
+                                   config.l2_threshold, found, wide)
         for _ in range(KICKS):
             if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
             kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
                                                                   generator),
-                                            config.screen, config.l2_threshold, found)
+                                            config.screen, config.l2_threshold, found, wide)
             if kicked_score < score:
                 sentence, score = kicked, kicked_score
         if score < config.l2_threshold or len(shapes.options) < 2 or score == DUPLICATE:
@@ -254,7 +271,8 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             and not objective.work.exhausted:
         grown, grown_score = _descend(objective, shapes.sets(longest, closed),
                                       shapes.shaped(sentence, filler, longest, closed),
-                                      config.screen, config.l2_threshold, found)
+                                      config.screen, config.l2_threshold, found,
+                                      shapes.widened(longest, closed))
         if grown_score < score:
             sentence, score = grown, grown_score
     return sentence, score
@@ -317,8 +335,8 @@ def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Ge
 
 
 def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Tensor,
-             screen: int, threshold: float, found: Sequence[list[int]] = ()
-             ) -> tuple[torch.Tensor, float]:
+             screen: int, threshold: float, found: Sequence[list[int]] = (),
+             wide: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, float]:
     """Search locally from ``sentence`` until no screened move helps.
 
     Local search from ``sentence`` until no screened move helps (a sentence that passes
@@ -326,6 +344,9 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
     and its certificate, the median span distance of its positions — or :data:`DUPLICATE` as soon as
     the sentence agrees with a ``found`` one of its length at :data:`SAME` of its positions (the
     descent is sliding onto a sentence already recovered: the rest of it would be wasted work).
+    ``wide``: larger sets (every batch token where a set has a choice); when no move over
+    ``sets`` helps a sentence within POLISH·τ₂ of its certificate, the moves over ``wide`` that
+    put a token where ``sets`` do not allow it are tried the same way, in the screen's order.
     """
     distances = objective.distances(sentence[None])[0]
     value = float(distances.mean())
@@ -336,20 +357,34 @@ def _descend(objective: _Objective, sets: list[torch.Tensor], sentence: torch.Te
         variants, gains = moves(sentence, sets, grad, objective.embeddings)
         order = torch.argsort(gains)
         stages = [order[:screen], order[screen:WIDEN * screen]]
-        if threshold <= float(distances.median()) < POLISH * threshold:
-            rest = order[WIDEN * screen:]
-            stages += [rest[i:i + WIDEN * screen] for i in range(0, rest.numel(), WIDEN * screen)]
-        improved = False
-        for chosen in stages:
-            if chosen.numel() == 0:
-                continue
-            d = objective.distances(variants[chosen])
-            values = d.mean(dim=1)
-            best = int(torch.argmin(values))
-            if float(values[best]) < value * (1 - 1e-9):
-                sentence, distances = variants[chosen[best]], d[best]
-                value, improved = float(values[best]), True
-                break
+        polish = threshold <= float(distances.median()) < POLISH * threshold
+        if polish:
+            stages += blocks(order[WIDEN * screen:], WIDEN * screen)
+        step = _first_better(objective, variants, stages, value)
+        if step is None and polish and wide is not None:
+            variants, gains = moves(sentence, wide, grad, objective.embeddings)
+            fresh = torch.nonzero(outside(variants, sentence, sets)).flatten()
+            step = _first_better(objective, variants,
+                                 blocks(fresh[torch.argsort(gains[fresh])], WIDEN * screen),
+                                 value)
+        improved = step is not None
+        if step is not None:
+            sentence, distances = step
+            value = float(distances.mean())
         if not improved:
             break
     return sentence, float(distances.median())
+
+
+def _first_better(objective: _Objective, variants: torch.Tensor, stages: list[torch.Tensor],
+                  value: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Return the best variant of the first stage holding one below ``value``, and its d₂."""
+    for chosen in stages:
+        if chosen.numel() == 0:
+            continue
+        d = objective.distances(variants[chosen])
+        values = d.mean(dim=1)
+        best = int(torch.argmin(values))
+        if float(values[best]) < value * (1 - 1e-9):
+            return variants[chosen[best]], d[best]
+    return None

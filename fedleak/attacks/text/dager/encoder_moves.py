@@ -6,7 +6,8 @@ gain ``Σ_m ⟨∇_{e_m} f, E_{new_m} − E_{s_m}⟩`` for the screen (:func:`mo
 closed sentence one token shorter or longer with its other tokens in order (:func:`indels`).
 A token one position off together with the run it sits in (a word dropped or doubled in the
 middle of a sentence) is one rotation, where replacements and transpositions need one move
-per token of the run, each of which may raise f.
+per token of the run, each of which may raise f. :func:`outside` picks the moves over widened
+sets that the narrow sets do not allow (the encoder's last stage when stuck).
 """
 
 from __future__ import annotations
@@ -122,3 +123,21 @@ def rotations(sentence: torch.Tensor, allowed: list[set[int]], current: torch.Te
         run = sentence[j:k + 1]
         block[row, j:k + 1] = torch.roll(run, -1 if left else 1)
     return block, torch.tensor(gains, dtype=torch.float64)
+
+
+def blocks(order: torch.Tensor, size: int) -> list[torch.Tensor]:
+    """Return ``order`` cut into consecutive blocks of ``size``."""
+    return [order[i:i + size] for i in range(0, order.numel(), size)]
+
+
+def outside(variants: torch.Tensor, sentence: torch.Tensor, sets: list[torch.Tensor]
+            ) -> torch.Tensor:
+    """Tell which variants [M, ℓ] of ``sentence`` put a token where ``sets`` do not hold it.
+
+    Row i is True when some position m has ``variants[i, m] ≠ sentence[m]`` and
+    ``variants[i, m] ∉ sets[m]``: the moves that only the widened sets allow.
+    """
+    found = torch.zeros_like(variants, dtype=torch.bool)
+    for m, options in enumerate(sets):
+        found[:, m] = (variants[:, m] != sentence[m]) & ~torch.isin(variants[:, m], options)
+    return found.any(dim=1)

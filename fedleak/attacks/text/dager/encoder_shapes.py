@@ -15,8 +15,11 @@ class Shapes:
     every position without it; and each shape's candidate sets.
     """
 
-    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool) -> None:
+    def __init__(self, candidates: list[torch.Tensor], end: int | None, full: bool,
+                 spare: torch.Tensor | None = None) -> None:
         self.candidates, self.end = candidates, end
+        #: tokens the search may also try anywhere once its moves over the sets are spent
+        self.spare = spare
         self.options: list[tuple[int, bool]] = []
         longest = len(candidates)
         #: the full shape's last position may hold the end token: a text of ``longest − 1``
@@ -41,6 +44,17 @@ class Shapes:
         elif ends and self.end is not None:
             content[-1] = torch.tensor([self.end])
         return content
+
+    def widened(self, length: int, ends: bool) -> list[torch.Tensor] | None:
+        """Return the shape's sets with every ``spare`` token added where a set has a choice.
+
+        None without spare tokens; the end token stays where :meth:`sets` puts it.
+        """
+        if self.spare is None:
+            return None
+        spare = self.spare if self.end is None else self.spare[self.spare != self.end]
+        return [c if c.numel() < 2 else torch.cat([c, spare[~torch.isin(spare, c)]])
+                for c in self.sets(length, ends)]
 
     def closes(self, sentence: torch.Tensor) -> bool:
         """Whether ``sentence`` ends with the end token."""

@@ -135,7 +135,7 @@ def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.T
     split = split_gradient(layout, gradients, tokens, len(candidates))
     if split is None or split.residual > 1e-4 or not split.trained:
         return candidates, None
-    narrowed, pinned = position_candidates(split)
+    narrowed, pinned = position_candidates(split, everywhere=config.end_token)
     if config.start_token is not None and narrowed:
         narrowed = start_layout(narrowed, config.start_token)
         pinned[0] = min(pinned[0], narrowed[0].numel())
