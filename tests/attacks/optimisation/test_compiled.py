@@ -12,7 +12,6 @@ import os
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
 
 from fedleak.attacks import create_attack
 from fedleak.attacks.attack_registry import AttackConfigError
@@ -55,39 +54,109 @@ def test_compiled_step_gives_the_eager_result():
     assert fast.objective == pytest.approx(eager.objective, rel=1e-4, abs=1e-6)
 
 
-def test_a_second_run_loads_the_compiled_step_from_the_cache():
-    """The persisted route: after Dynamo's and Inductor's in-memory caches are cleared, as a new
-    process would start, a run traces with Dynamo, then finds AOTAutograd's and Inductor's
-    entries on disk (no joint graph traced, no code generated) and takes the same steps. The
-    same step as the test above, in the same cache folder: one cold compile for the file (it
-    runs on one worker), and the first run here saves the entry or, where it was compiled
-    before, loads it."""
+def _spy_on_the_saved_steps(monkeypatch):
+    """Record each load (found or not) and each precompile of the compiled step."""
+    loads, traces = [], []
+    real_load, real_precompile = compiled.load_step, compiled.precompile
+
+    def load(path, closure):
+        found = real_load(path, closure)
+        loads.append(found is not None)
+        return found
+
+    def precompile(*args, **kwargs):
+        traces.append(1)
+        return real_precompile(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "load_step", load)
+    monkeypatch.setattr(compiled, "precompile", precompile)
+    return loads, traces
+
+
+def _as_a_new_process():
+    """Clear Dynamo's and Inductor's in-memory caches, as a new process starts."""
     from torch._inductor.utils import clear_caches
 
+    torch._dynamo.reset()
+    clear_caches()
+
+
+def test_a_second_run_loads_the_saved_step_and_traces_nothing(monkeypatch):
+    """The persisted route: after the in-memory caches are cleared, as a new process would
+    start, a run finds the step saved under its key (precompiled by the first run, or by an
+    earlier test process) and loads it: Dynamo traces nothing, and the steps are the same bit
+    for bit."""
+    loads, traces = _spy_on_the_saved_steps(monkeypatch)
     target = observation()
     options = {**OPTIONS, "compile": True}
-    runs, seen = [], []
+    runs = []
     try:
         for _ in range(2):
-            torch._dynamo.reset()
-            clear_caches()
-            counters.clear()
+            _as_a_new_process()
+            before = len(traces)
             runs.append(create_attack("inverting-gradients", options).reconstruct(
                 target, device="cpu", seed=1))
-            seen.append(dict(counters["aot_autograd"]))
+        assert len(traces) == before  # the second run traced nothing
     finally:
-        torch._dynamo.reset()
-        clear_caches()
-    first, second = seen
+        _as_a_new_process()
     assert not runs[0].warnings and not runs[1].warnings
-    # an inference graph: saved at once (a training graph never was, so every run missed)
-    assert first.get("autograd_cache_saved") == 1 or first.get("autograd_cache_hit") == 1, first
-    assert second.get("autograd_cache_hit") == 1 and not second.get("autograd_cache_miss"), second
-    assert any(compiled.compile_cache_dir().iterdir())
+    assert loads[-1] is True
+    assert list((compiled.compile_cache_dir() / "steps").glob("*.bin"))
     torch.testing.assert_close(runs[1].images, runs[0].images, rtol=0, atol=0)
 
 
-def test_a_step_that_cannot_compile_runs_eagerly_with_a_notice(monkeypatch):
+def test_a_saved_step_serves_another_model_of_the_same_structure(monkeypatch):
+    """The saved step holds no weights and no data: a LeNet with other weights, another image
+    and label load the same file and get that problem's own eager result."""
+    loads, traces = _spy_on_the_saved_steps(monkeypatch)
+    first = observation()
+    other = make_observation(MODEL, SHAPE, 10, smooth_image(SHAPE).flip(-1), torch.tensor([7]),
+                             seed=5)
+    options = {**OPTIONS, "compile": True}
+    try:
+        _as_a_new_process()
+        create_attack("inverting-gradients", options).reconstruct(first, device="cpu", seed=1)
+        _as_a_new_process()
+        before = len(traces)
+        fast = create_attack("inverting-gradients", options).reconstruct(other, device="cpu",
+                                                                         seed=1)
+        assert len(traces) == before and loads[-1] is True  # loaded, not traced
+    finally:
+        _as_a_new_process()
+    eager = create_attack("inverting-gradients", OPTIONS).reconstruct(other, device="cpu", seed=1)
+    torch.testing.assert_close(fast.images, eager.images, rtol=1e-4, atol=1e-5)
+    assert fast.objective == pytest.approx(eager.objective, rel=1e-4, abs=1e-6)
+
+
+def test_a_broken_saved_step_is_traced_again(monkeypatch, tmp_path):
+    """A file that does not load (truncated, another torch's) is a cache miss: removed, the step
+    traced and saved anew, the result the eager one."""
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path))
+    loads, traces = _spy_on_the_saved_steps(monkeypatch)
+    target = observation()
+    options = {**OPTIONS, "compile": True}
+    try:
+        _as_a_new_process()
+        create_attack("inverting-gradients", options).reconstruct(target, device="cpu", seed=1)
+        (saved,) = (tmp_path / "inductor" / "steps").glob("*.bin")
+        saved.write_bytes(saved.read_bytes()[:1000])
+        _as_a_new_process()
+        before = len(traces)
+        fast = create_attack("inverting-gradients", options).reconstruct(target, device="cpu",
+                                                                         seed=1)
+        assert loads[-1] is False and len(traces) == before + 1
+    finally:
+        _as_a_new_process()
+    assert not fast.warnings
+    assert saved.stat().st_size > 1000  # saved anew
+    eager = create_attack("inverting-gradients", OPTIONS).reconstruct(target, device="cpu",
+                                                                      seed=1)
+    torch.testing.assert_close(fast.images, eager.images, rtol=1e-4, atol=1e-5)
+
+
+def test_a_step_that_cannot_compile_runs_eagerly_with_a_notice(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path))  # no step saved by another test
+
     def broken(function, **options):
         def run(*args):
             raise RuntimeError("no C++ compiler")
@@ -165,3 +234,34 @@ def test_the_guards_are_skipped_in_the_loop_only_where_the_problem_never_revises
     create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
         target, device="cpu", seed=1)
     assert stances == [True]
+
+
+def test_a_problem_that_revises_its_replay_takes_the_jit_route(monkeypatch):
+    """A modelled visiting order revises the replay between iterations: a guard must see it,
+    so such a problem is never loaded from (or saved to) a file without its guards."""
+    import dataclasses
+
+    seen = {}
+    real = compiled.compiled_gradient
+
+    def capture(problem, terms, images, weights, *, unfold=False):
+        seen.update(problem=problem, terms=terms, images=images.detach().clone(),
+                    weights=weights)
+        return real(problem, terms, images, weights, unfold=unfold)
+
+    monkeypatch.setattr(compiled, "compiled_gradient", capture)
+    create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        observation(), device="cpu", seed=1)
+    revising = dataclasses.replace(seen["problem"], revise=lambda images: None, revise_at=(3,))
+    loads, traces = _spy_on_the_saved_steps(monkeypatch)
+    images, terms, weights = seen["images"], seen["terms"], seen["weights"]
+    try:
+        step = compiled._compiled_step(revising, terms, images, weights, {}, False)
+        grad, value = step(images, weights)
+    finally:
+        _as_a_new_process()
+    assert loads == [] and traces == []
+    want_grad, want_value = revising.value_and_gradient(images.clone().requires_grad_(True),
+                                                        terms, weights)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(value, want_value.detach(), rtol=1e-4, atol=1e-6)

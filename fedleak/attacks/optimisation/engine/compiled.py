@@ -34,22 +34,31 @@ compilation fails (an operation Dynamo or Inductor cannot handle, no C++ compile
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fedleak.attacks.optimisation.engine.eager import optimise_eager
+from fedleak.attacks.optimisation.engine.precompiled import (
+    load_step,
+    precompile,
+    save_step,
+    saved_step_path,
+)
 from fedleak.attacks.optimisation.engine.problem import (
     GradientFn,
     InversionProblem,
     ProgressSpan,
     Weight,
 )
+from fedleak.attacks.optimisation.engine.step_fingerprint import step_fingerprint
 from fedleak.attacks.optimisation.engine.unfold_convolutions import UnfoldConvolutions
+from fedleak.attacks.optimisation.engine.vector_isa import trust_probed_isa
 from fedleak.attacks.optimisation.priors import BoundPrior
 
 #: ``torch.compile``'s ``options``: Inductor settings by name
@@ -84,6 +93,7 @@ def use_compile_cache() -> None:
 
     inductor_config.fx_graph_cache = True
     functorch_config.enable_autograd_cache = True
+    trust_probed_isa(compile_cache_dir())
 
 
 def traced_gradient(problem: InversionProblem, terms: Sequence[BoundPrior]
@@ -148,9 +158,13 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
                    weights: Sequence[Weight],
                    options: InductorOptions, unfold: bool
                    ) -> GradientFn:
-    """Compile the step with Inductor ``options`` and run it once (raises where it cannot)."""
-    compiled = torch.compile(traced_gradient(problem, terms), dynamic=False,
-                             options=options or None)
+    """Compile the step with Inductor ``options`` and run it once (raises where it cannot).
+
+    A step saved by an earlier process under the same key is loaded instead of traced; a new
+    one is precompiled and saved (:mod:`~fedleak.attacks.optimisation.engine.precompiled`);
+    where that cannot be (a graph break, an unreadable problem, a problem that revises its
+    replay), the JIT route of ``torch.compile``.
+    """
     dtype, device = images.dtype, images.device
 
     def as_tensor(values: Sequence[Weight]) -> torch.Tensor:
@@ -158,14 +172,60 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
             return torch.zeros(0, dtype=dtype, device=device)
         return torch.stack([torch.as_tensor(w, dtype=dtype, device=device) for w in values])
 
-    def step(x: torch.Tensor, values: Sequence[Weight]) -> tuple[torch.Tensor, torch.Tensor]:
+    def context() -> ExitStack:
         # no_grad: an inference graph, which AOTAutograd's cache keeps (module docstring)
-        with torch.no_grad(), UnfoldConvolutions() if unfold else nullcontext():
-            grad, value = compiled(x.detach(), as_tensor(values))
+        stack = ExitStack()
+        stack.enter_context(torch.no_grad())
+        if unfold:
+            stack.enter_context(UnfoldConvolutions())
+        return stack
+
+    gradient = traced_gradient(problem, terms)
+    saved = None if problem.revise is not None else _saved_step(
+        gradient, problem, terms, (images.detach(), as_tensor(weights)), options, unfold,
+        context)
+    run = saved if saved is not None else torch.compile(gradient, dynamic=False,
+                                                         options=options or None)
+
+    def step(x: torch.Tensor, values: Sequence[Weight]) -> tuple[torch.Tensor, torch.Tensor]:
+        with context():
+            grad, value = run(x.detach(), as_tensor(values))
         return grad, value
 
     step(images, weights)
+    if saved is not None:
+        saved.disable_guard_check()  # checked on that first call; nothing they see changes
     return step
+
+
+def _saved_step(gradient: Callable[..., Any], problem: InversionProblem,
+                terms: Sequence[BoundPrior], example: tuple[torch.Tensor, torch.Tensor],
+                options: InductorOptions, unfold: bool,
+                context: Callable[[], ExitStack]) -> Any | None:
+    """Load the precompiled step saved under its key, or precompile and save it.
+
+    Loaded where the file exists and its guards pass; None where the step cannot be
+    precompiled (the JIT route then).
+    """
+    # what the traced step reads (traced_gradient): not the loop's settings (T, the optimiser)
+    key = step_fingerprint([problem.replay, problem.labels, problem.objective, terms, example],
+                           {**options, "unfold": unfold})
+    if key is None:
+        return None
+    path = saved_step_path(compile_cache_dir(), key)
+    closure = {"problem": problem, "terms": terms}
+    loaded = load_step(path, closure)
+    if loaded is not None:
+        with context():
+            if loaded.guard_check(*example):
+                return loaded
+    try:
+        fresh = precompile(gradient, example, dict(options), context)
+    except Exception:  # noqa: BLE001 - a graph break, or a step Dynamo cannot save: JIT
+        return None
+    with contextlib.suppress(Exception):
+        save_step(fresh, path, closure)
+    return fresh
 
 
 def optimise_compiled(problem: InversionProblem, images: torch.Tensor, span: ProgressSpan,

@@ -1,0 +1,227 @@
+"""What decides a compiled step's graph, as one digest: the key of a saved step.
+
+A compiled objective step (:mod:`~fedleak.attacks.optimisation.engine.compiled`) is a graph
+traced from ``(X, λ) → (∇F, F)`` with the problem and the prior terms in its closure. Dynamo
+reads every tensor it meets there as a graph *input* (the model's parameters, the observed
+update u*, the labels ŷ, the box), so their values never enter the graph; everything else it
+meets can: Python numbers and strings are constants of the graph, functions are inlined by
+their code, objects are read by their type and attributes, tensors by shape, dtype, stride and
+device. :func:`step_fingerprint` hashes exactly that, by walking everything reachable from the
+problem and the terms,
+
+    key = SHA-256(torch, Python, machine, fedleak's source, the options,
+                  walk(problem, terms, X's and λ's layout)),
+
+where ``walk`` records each object's type; numbers, strings and enums by value; tensors and
+arrays by layout (not values); containers, dataclasses, modules and objects by their contents
+in order; functions by their code (bytecode, constants, names), defaults, closure and the
+globals their code names; and an object met twice by its first visit's index. fedleak's own
+source files enter as one digest (an edited module is a new key); code outside fedleak and
+outside the process's ``__main__`` (torch's, numpy's) by name only, pinned by the versions.
+A walk that meets something it cannot read (more than :data:`MAX_OBJECTS` objects, or an
+object without a ``__dict__`` or slots) returns None: no key, and the step is traced as usual.
+
+Two problems with the same key trace to the same graph, up to what the key leaves out on
+purpose — tensor values — and what Dynamo's saved guards check again on the first call (types,
+tensor layouts, constants; :mod:`~fedleak.attacks.optimisation.engine.precompiled`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import platform
+import sys
+import types
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+#: the most objects one walk visits before it gives up (no key)
+MAX_OBJECTS = 50_000
+#: modules whose code is walked, not named: fedleak's and the running script's (a user's
+#: model factory or prior); everything else is pinned by its version
+WALKED_PREFIXES = ("fedleak", "__main__", "tests")
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
+          torch.layout, torch.memory_format, torch.Size, range, slice, type(Ellipsis))
+
+
+class Unreadable(Exception):
+    """The walk met an object it cannot describe: no key."""
+
+
+@functools.cache
+def fedleak_source_digest() -> str:
+    """SHA-256 of every ``.py`` file of the installed fedleak package (path and content)."""
+    root = Path(__file__).resolve().parents[3]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def step_fingerprint(roots: Iterable[Any], options: dict[str, Any]) -> str | None:
+    """Return the key of the step traced from ``roots`` (module docstring).
+
+    ``roots``: what the step reads (the replay, labels, objective, prior terms, X and λ).
+
+    ``options`` (Inductor's settings, the convolution rule) enter by value. None where the walk
+    cannot read what it meets.
+    """
+    digest = hashlib.sha256()
+    head = (torch.__version__, sys.version, platform.machine(), fedleak_source_digest(),
+            sorted((str(k), repr(v)) for k, v in options.items()))
+    digest.update(repr(head).encode())
+    walk = _Walk(digest)
+    try:
+        for root in roots:
+            walk.visit(root, 0)
+    except (Unreadable, RecursionError):
+        return None
+    return digest.hexdigest()
+
+
+class _Walk:
+    """One depth-first walk feeding a digest (:func:`step_fingerprint`)."""
+
+    def __init__(self, digest: Any) -> None:
+        self.digest = digest
+        self.seen: dict[int, int] = {}
+        self.kept: list[Any] = []  # keeps visited objects alive: ids stay unique
+
+    def put(self, *parts: object) -> None:
+        self.digest.update(repr(parts).encode())
+        self.digest.update(b"\x00")
+
+    def visit(self, obj: Any, depth: int) -> None:
+        kind = type(obj)
+        self.put("type", kind.__module__, kind.__qualname__)
+        if isinstance(obj, _ATOMS):
+            self.put(repr(obj))
+            return
+        if isinstance(obj, enum.Enum):
+            self.put(obj.name)
+            return
+        if isinstance(obj, torch.Tensor):
+            self.put(tuple(obj.shape), obj.dtype, obj.device, obj.layout, obj.requires_grad,
+                     obj.stride() if obj.layout == torch.strided else None,
+                     isinstance(obj, torch.nn.Parameter))
+            return
+        if isinstance(obj, np.ndarray):
+            self.put(obj.shape, obj.dtype.str, obj.tobytes() if obj.size <= 4096 else None)
+            return
+        if id(obj) in self.seen:
+            self.put("again", self.seen[id(obj)])
+            return
+        self.seen[id(obj)] = len(self.seen)
+        self.kept.append(obj)
+        if len(self.seen) > MAX_OBJECTS:
+            raise Unreadable("too many objects")
+        self.contents(obj, depth + 1)
+
+    def contents(self, obj: Any, depth: int) -> None:
+        if isinstance(obj, types.ModuleType):
+            self.put(obj.__name__)
+        elif isinstance(obj, type):
+            self.put(obj.__module__, obj.__qualname__)
+        elif isinstance(obj, (types.FunctionType, types.MethodType, functools.partial,
+                              types.BuiltinFunctionType, types.CodeType)):
+            self.callable(obj, depth)
+        elif isinstance(obj, (list, tuple)):
+            self.put(len(obj))
+            for item in obj:
+                self.visit(item, depth)
+        elif isinstance(obj, dict):
+            self.put(len(obj))
+            for key, value in obj.items():
+                self.visit(key, depth)
+                self.visit(value, depth)
+        elif isinstance(obj, (set, frozenset)):
+            self.put(sorted(repr(item) for item in obj))
+        elif dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):
+            for field in dataclasses.fields(obj):
+                self.put(field.name)
+                self.visit(getattr(obj, field.name), depth)
+        else:
+            self.attributes(obj, depth)
+
+    def attributes(self, obj: Any, depth: int) -> None:
+        found = False
+        if hasattr(obj, "__dict__"):
+            found = True
+            self.visit(dict(vars(obj)), depth)
+        for cls in type(obj).__mro__:
+            for name in getattr(cls, "__slots__", ()):
+                if name in ("__dict__", "__weakref__"):
+                    continue
+                found = True
+                self.put(name)
+                self.visit(getattr(obj, name, None), depth)
+        if not found and not _is_plain(obj):
+            raise Unreadable(type(obj).__qualname__)
+
+    def callable(self, obj: Any, depth: int) -> None:
+        if isinstance(obj, types.MethodType):
+            self.visit(obj.__func__, depth)
+            self.visit(obj.__self__, depth)
+            return
+        if isinstance(obj, functools.partial):
+            self.visit(obj.func, depth)
+            self.visit(obj.args, depth)
+            self.visit(obj.keywords, depth)
+            return
+        if isinstance(obj, types.BuiltinFunctionType):
+            self.put(getattr(obj, "__module__", None), obj.__qualname__)
+            return
+        if isinstance(obj, types.CodeType):
+            self.code(obj, depth)
+            return
+        module = obj.__module__ or ""
+        self.put(module, obj.__qualname__)
+        if not module.startswith(WALKED_PREFIXES):
+            return  # torch's and other libraries' code: pinned by the versions above
+        self.code(obj.__code__, depth)
+        self.visit(obj.__defaults__, depth)
+        self.visit(obj.__kwdefaults__, depth)
+        self.visit([cell.cell_contents if _filled(cell) else "<empty>"
+                    for cell in obj.__closure__ or ()], depth)
+        for name in _global_names(obj.__code__):
+            if name in obj.__globals__:
+                self.put("global", name)
+                self.visit(obj.__globals__[name], depth)
+
+    def code(self, code: types.CodeType, depth: int) -> None:
+        self.put(code.co_code, code.co_names, code.co_varnames, code.co_freevars)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                self.code(const, depth)
+            else:
+                self.visit(const, depth)
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """Every name ``code`` and the code nested in it look up (globals among them)."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_global_names(const))
+    return list(dict.fromkeys(names))
+
+
+def _is_plain(obj: Any) -> bool:
+    """Tell whether ``obj`` has no state to read (a bare ``object()``)."""
+    return type(obj) is object
