@@ -50,6 +50,12 @@ def test_what_decides_the_graph_changes_the_key(monkeypatch):
     assert _key(example=torch.zeros(2, 4, dtype=torch.float64)) != base
     assert _key(example=torch.zeros(4, 2).t()) != base  # another stride
     assert _key(options={"cpp_wrapper": False}) != base
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)  # Inductor's loops are written for a thread count
+        assert _key() != base
+    finally:
+        torch.set_num_threads(threads)
     monkeypatch.setitem(globals(), "SCALE", 3.0)
     assert _key() != base  # a global the replay's code reads
 

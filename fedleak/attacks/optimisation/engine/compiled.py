@@ -166,14 +166,20 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
     replay), the JIT route of ``torch.compile``.
     """
     dtype, device = images.dtype, images.device
+    last: list[Any] = [None, None]  # λ's last values and their tensor: most steps reuse it
 
     def as_tensor(values: Sequence[Weight]) -> torch.Tensor:
-        if not values:
-            return torch.zeros(0, dtype=dtype, device=device)
-        return torch.stack([torch.as_tensor(w, dtype=dtype, device=device) for w in values])
+        numbers = all(isinstance(w, (int, float)) for w in values)
+        if numbers and last[0] == tuple(values):
+            return last[1]  # type: ignore[no-any-return]
+        weights = torch.zeros(0, dtype=dtype, device=device) if not values else \
+            torch.stack([torch.as_tensor(w, dtype=dtype, device=device) for w in values])
+        last[:] = [tuple(values) if numbers else None, weights]
+        return weights
 
     def context() -> ExitStack:
-        # no_grad: an inference graph, which AOTAutograd's cache keeps (module docstring)
+        # no_grad: an inference graph, which AOTAutograd's cache keeps (module docstring);
+        # the unfolding mode: the compiled code reads the mode stack it was traced under
         stack = ExitStack()
         stack.enter_context(torch.no_grad())
         if unfold:

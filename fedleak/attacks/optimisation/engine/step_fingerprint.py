@@ -9,7 +9,7 @@ their code, objects are read by their type and attributes, tensors by shape, dty
 device. :func:`step_fingerprint` hashes exactly that, by walking everything reachable from the
 problem and the terms,
 
-    key = SHA-256(torch, Python, machine, fedleak's source, the options,
+    key = SHA-256(torch, Python, machine, fedleak's source, intra-op threads, the options,
                   walk(problem, terms, X's and λ's layout)),
 
 where ``walk`` records each object's type; numbers, strings and enums by value; tensors and
@@ -76,6 +76,7 @@ def step_fingerprint(roots: Iterable[Any], options: dict[str, Any]) -> str | Non
     """
     digest = hashlib.sha256()
     head = (torch.__version__, sys.version, platform.machine(), fedleak_source_digest(),
+            torch.get_num_threads(),  # Inductor writes the thread count into its loops
             sorted((str(k), repr(v)) for k, v in options.items()))
     digest.update(repr(head).encode())
     walk = _Walk(digest)
