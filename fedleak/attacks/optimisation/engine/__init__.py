@@ -13,6 +13,9 @@ module                    runs eq. (1)
 ``eager``                 first order, R restarts side by side, one Python step each
 ``captured``              the eager step with device-side state, recorded as a CUDA graph
 ``compiled``              the eager loop's objective step compiled by ``torch.compile``
+``precompiled``           that step saved whole, loaded by later processes without tracing
+``step_fingerprint``      the saved step's key: what the traced step reads, not tensor values
+``vector_isa``            Inductor's vector-ISA probe, run once per machine and remembered
 ``convolutions``          oneDNN or ATen's own CPU convolutions, chosen by shape
 ``first_order``           which first-order loop runs (captured, compiled, eager)
 ``lbfgs``                 L-BFGS restarts one by one, the closure's evaluation captured

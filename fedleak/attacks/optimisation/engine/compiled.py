@@ -15,12 +15,18 @@ convolutions and GEMMs. The weights λ_k(i) enter as a tensor, so a scheduled we
 recompile. The numbers are the eager engine's up to float rounding (fusion reorders sums;
 ``tests/attacks/optimisation/test_compiled.py`` holds them to a tolerance).
 
-The compilation (~10–25 s of CPU for a small model) is paid once per machine: Inductor's FX
-graph cache and AOTAutograd's cache live in :func:`compile_cache_dir` (fedleak's cache folder,
-``$FEDLEAK_CACHE`` — ``$FEDLEAK_CACHE_DIR``, its older name, is still read — else
-``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``, sub-folder ``inductor``), so a later
-process only retraces with Dynamo and loads the compiled code (a LeNet: about 2.5 s of CPU,
-1.45 s of it importing Dynamo and Inductor; ``docs/attacks.md``).
+The compilation (~10–25 s of CPU for a small model) is paid once per machine and problem
+structure: the compiled step is saved whole under a key of what it reads
+(:mod:`~fedleak.attacks.optimisation.engine.precompiled`,
+:mod:`~fedleak.attacks.optimisation.engine.step_fingerprint`) in :func:`compile_cache_dir`
+(fedleak's cache folder, ``$FEDLEAK_CACHE`` — ``$FEDLEAK_CACHE_DIR``, its older name, is still
+read — else ``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``, sub-folder ``inductor``), beside
+Inductor's FX graph cache and AOTAutograd's cache; a later process with the same key loads it
+without tracing (a LeNet on one image: about 1.4 s of CPU more than an eager run, most of it
+importing Dynamo and Inductor), whatever the model's weights, the target and the labels. Where
+the step cannot be saved (a graph break, a problem that revises its replay), the JIT route of
+``torch.compile`` retraces with Dynamo in every process and loads from those caches. Inductor's
+vector-ISA probe is remembered too (:mod:`~fedleak.attacks.optimisation.engine.vector_isa`).
 
 The step is called under ``torch.no_grad()``: the model's parameters require a gradient, and
 outside ``no_grad`` AOTAutograd would build a *training* graph (a joint forward–backward,
