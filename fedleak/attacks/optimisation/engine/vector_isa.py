@@ -12,8 +12,9 @@ answer to ``vector-isa.json`` in fedleak's compile cache under a key of the torc
 the ISAs the CPU lists and the compilers Inductor looks for (path, size and modification
 time). When every ISA the CPU lists passed, it sets Inductor's ``cpp.vec_isa_ok`` (take the
 CPU's list without probing) in this process and every later one with the same key: the same
-ISAs the probe returns, so the same code. When some ISA failed, nothing is trusted and every process probes as before.
-A ``cpp.vec_isa_ok`` the user set (``TORCHINDUCTOR_VEC_ISA_OK``) is left alone.
+ISAs the probe returns, so the same code. When some ISA failed, nothing is trusted and every
+process probes as before. A ``cpp.vec_isa_ok`` the user set (``TORCHINDUCTOR_VEC_ISA_OK``) is
+left alone.
 """
 
 from __future__ import annotations
