@@ -89,3 +89,42 @@ def test_shared_objects_and_cycles_are_walked_once():
     shared = [1.0]
     assert step_fingerprint([loop], {}) is not None
     assert step_fingerprint([[shared, shared]], {}) != step_fingerprint([[shared, [1.0]]], {})
+
+
+def _net(shifted: bool) -> type[torch.nn.Module]:
+    """The same class name twice, with another ``forward``: a user's model file edited."""
+    if shifted:
+        class Net(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x + 1.0
+    else:
+        class Net(torch.nn.Module):  # type: ignore[no-redef]
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 1.0
+    return Net
+
+
+def test_a_users_model_with_another_forward_has_another_key():
+    plain, shifted = _net(False)(), _net(True)()
+    assert type(plain).__qualname__ == type(shifted).__qualname__
+    assert step_fingerprint([plain], {}) != step_fingerprint([shifted], {})
+    assert step_fingerprint([plain], {}) == step_fingerprint([_net(False)()], {})
+
+
+def test_global_settings_that_change_a_trace_change_the_key():
+    base = step_fingerprint([torch.zeros(2)], {})
+    enabled = torch._C._get_mkldnn_enabled()
+    try:
+        torch._C._set_mkldnn_enabled(not enabled)
+        assert step_fingerprint([torch.zeros(2)], {}) != base
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+    assert step_fingerprint([torch.zeros(2)], {}) == base
+
+
+def test_libraries_are_named_and_fedleak_and_users_code_walked():
+    assert fingerprint._is_library("torch.nn.functional")
+    assert fingerprint._is_library("numpy.linalg") and fingerprint._is_library("collections")
+    assert not fingerprint._is_library("fedleak.attacks.optimisation.priors")
+    assert not fingerprint._is_library("tests.helpers")
+    assert fingerprint._is_users("tests.helpers") and not fingerprint._is_users("fedleak.flower")

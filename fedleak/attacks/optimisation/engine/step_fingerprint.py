@@ -16,8 +16,11 @@ where ``walk`` records each object's type; numbers, strings and enums by value; 
 arrays by layout (not values); containers, dataclasses, modules and objects by their contents
 in order; functions by their code (bytecode, constants, names), defaults, closure and the
 globals their code names; and an object met twice by its first visit's index. fedleak's own
-source files enter as one digest (an edited module is a new key); code outside fedleak and
-outside the process's ``__main__`` (torch's, numpy's) by name only, pinned by the versions.
+source files enter as one digest (an edited module is a new key); a user's code (a model
+factory's module, a script) is walked, its classes' methods too (an edited ``forward`` is a new
+key); a library's (torch, numpy, any package with a ``__version__``, the standard library) is
+named with its version. Global settings that change a trace enter the head too: intra-op
+threads, the default dtype, oneDNN on or off, deterministic algorithms, matmul precision.
 A walk that meets something it cannot read (more than :data:`MAX_OBJECTS` objects, or an
 object without a ``__dict__`` or slots) returns None: no key, and the step is traced as usual.
 
@@ -44,9 +47,9 @@ import torch
 
 #: the most objects one walk visits before it gives up (no key)
 MAX_OBJECTS = 50_000
-#: modules whose code is walked, not named: fedleak's and the running script's (a user's
-#: model factory or prior); everything else is pinned by its version
-WALKED_PREFIXES = ("fedleak", "__main__", "tests")
+#: libraries named, not walked, whose code is pinned by their version (torch's in the key's
+#: head; any other's, numpy, transformers, … as its ``__version__``); the standard library too
+NAMED = ("torch", "functorch", "numpy")
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device,
           torch.layout, torch.memory_format, torch.Size, range, slice, type(Ellipsis))
 
@@ -77,6 +80,8 @@ def step_fingerprint(roots: Iterable[Any], options: dict[str, Any]) -> str | Non
     digest = hashlib.sha256()
     head = (torch.__version__, sys.version, platform.machine(), fedleak_source_digest(),
             torch.get_num_threads(),  # Inductor writes the thread count into its loops
+            torch.get_default_dtype(), torch._C._get_mkldnn_enabled(),
+            torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision(),
             sorted((str(k), repr(v)) for k, v in options.items()))
     digest.update(repr(head).encode())
     walk = _Walk(digest)
@@ -103,6 +108,8 @@ class _Walk:
     def visit(self, obj: Any, depth: int) -> None:
         kind = type(obj)
         self.put("type", kind.__module__, kind.__qualname__)
+        if not isinstance(obj, type) and _is_users(kind.__module__):
+            self.visit(kind, depth)  # a user's class: its methods' code (a model's forward)
         if isinstance(obj, _ATOMS):
             self.put(repr(obj))
             return
@@ -131,6 +138,8 @@ class _Walk:
             self.put(obj.__name__)
         elif isinstance(obj, type):
             self.put(obj.__module__, obj.__qualname__)
+            if _is_users(obj.__module__):
+                self.methods(obj, depth)
         elif isinstance(obj, (types.FunctionType, types.MethodType, functools.partial,
                               types.BuiltinFunctionType, types.CodeType)):
             self.callable(obj, depth)
@@ -167,6 +176,20 @@ class _Walk:
         if not found and not _is_plain(obj):
             raise Unreadable(type(obj).__qualname__)
 
+    def methods(self, cls: type, depth: int) -> None:
+        """Walk the code of ``cls``'s own functions and its user-written bases'."""
+        for base in cls.__mro__:
+            if not _is_users(base.__module__):
+                continue
+            self.put("class", base.__module__, base.__qualname__)
+            for name, attribute in vars(base).items():
+                function = attribute.__func__ if isinstance(attribute, (staticmethod,
+                                                                       classmethod)) \
+                    else attribute.fget if isinstance(attribute, property) else attribute
+                if isinstance(function, types.FunctionType):
+                    self.put("method", name)
+                    self.visit(function, depth)
+
     def callable(self, obj: Any, depth: int) -> None:
         if isinstance(obj, types.MethodType):
             self.visit(obj.__func__, depth)
@@ -185,8 +208,9 @@ class _Walk:
             return
         module = obj.__module__ or ""
         self.put(module, obj.__qualname__)
-        if not module.startswith(WALKED_PREFIXES):
-            return  # torch's and other libraries' code: pinned by the versions above
+        if _is_library(module):
+            self.put(_library_version(module))
+            return  # a library's code: pinned by its version
         self.code(obj.__code__, depth)
         self.visit(obj.__defaults__, depth)
         self.visit(obj.__kwdefaults__, depth)
@@ -204,6 +228,40 @@ class _Walk:
                 self.code(const, depth)
             else:
                 self.visit(const, depth)
+
+
+@functools.cache
+def _is_library(module: str) -> bool:
+    """Tell whether ``module`` is a library's: named, not walked.
+
+    torch, numpy, another package with a ``__version__``, or the standard library; not fedleak
+    nor a user's code (walked).
+    """
+    top = module.split(".")[0]
+    if top in NAMED or top in sys.stdlib_module_names or top == "builtins":
+        return True
+    if top in ("fedleak", "__main__", "tests", ""):
+        return False
+    return _library_version(module) is not None
+
+
+def _is_users(module: str) -> bool:
+    """Tell whether ``module`` is a user's code: neither a library nor fedleak.
+
+    (fedleak's source is in the key's head.)
+    """
+    return not _is_library(module) and module.split(".")[0] != "fedleak"
+
+
+@functools.cache
+def _library_version(module: str) -> str | None:
+    """Return the ``__version__`` of ``module``'s top-level package, or None.
+
+    torch's is in the key's head, the standard library's is Python's.
+    """
+    top = sys.modules.get(module.split(".")[0])
+    version = getattr(top, "__version__", None)
+    return str(version) if version is not None else None
 
 
 def _filled(cell: types.CellType) -> bool:
