@@ -265,3 +265,31 @@ def test_a_problem_that_revises_its_replay_takes_the_jit_route(monkeypatch):
                                                         terms, weights)
     torch.testing.assert_close(grad, want_grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(value, want_value.detach(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_step_that_failed_to_compile_is_not_compiled_again(monkeypatch, tmp_path):
+    """Where both routes fail (here: no compiler at all), the key is remembered per Inductor
+    wrapper, and a later process runs eagerly at once, with a notice that says so."""
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path))
+    calls = []
+
+    def broken(function, **options):
+        calls.append(options)
+
+        def run(*args):
+            raise RuntimeError("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(compiled.torch, "compile", broken)
+    target = observation()
+    first = create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        target, device="cpu", seed=1)
+    assert any("no C++ compiler" in w for w in first.warnings)
+    assert len(list((tmp_path / "inductor" / "steps").glob("*.failed"))) == 2  # both wrappers
+    compiling = len(calls)
+    again = create_attack("inverting-gradients", {**OPTIONS, "compile": True}).reconstruct(
+        target, device="cpu", seed=1)
+    assert len(calls) == compiling  # nothing compiled
+    assert any("failed before on this machine: RuntimeError: no C++ compiler" in w
+               for w in again.warnings)
+    torch.testing.assert_close(again.images, first.images, rtol=0, atol=0)

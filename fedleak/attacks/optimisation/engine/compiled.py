@@ -51,8 +51,11 @@ import torch
 
 from fedleak.attacks.optimisation.engine.eager import optimise_eager
 from fedleak.attacks.optimisation.engine.precompiled import (
+    CompileFailedBefore,
+    failed_step_path,
     load_step,
     precompile,
+    remember_failure,
     save_step,
     saved_step_path,
 )
@@ -169,7 +172,10 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
     A step saved by an earlier process under the same key is loaded instead of traced; a new
     one is precompiled and saved (:mod:`~fedleak.attacks.optimisation.engine.precompiled`);
     where that cannot be (a graph break, an unreadable problem, a problem that revises its
-    replay), the JIT route of ``torch.compile``.
+    replay), the JIT route of ``torch.compile``. A key whose step failed to compile on both
+    routes is remembered, and a later process raises at once
+    (:class:`~fedleak.attacks.optimisation.engine.precompiled.CompileFailedBefore`) instead of
+    compiling it again.
     """
     dtype, device = images.dtype, images.device
     last: list[Any] = [None, None]  # λ's last values and their tensor: most steps reuse it
@@ -193,9 +199,17 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
         return stack
 
     gradient = traced_gradient(problem, terms)
-    saved = None if problem.revise is not None else _saved_step(
-        gradient, problem, terms, (images.detach(), as_tensor(weights)), options, unfold,
-        context)
+    example = (images.detach(), as_tensor(weights))
+    # the key of what the traced step reads (traced_gradient): not the loop's settings (T, the
+    # optimiser); none for a problem that revises its replay (its guards must stay)
+    key = None if problem.revise is not None else step_fingerprint(
+        [problem.replay, problem.labels, problem.objective, terms, example],
+        {**options, "unfold": unfold})
+    failed = failed_step_path(compile_cache_dir(), key) if key is not None else None
+    if failed is not None and failed.is_file():
+        raise CompileFailedBefore(failed.read_text(errors="replace").strip()[:200])
+    saved = None if key is None else _saved_step(gradient, problem, terms, example, key,
+                                                 options, context)
     run = saved if saved is not None else torch.compile(gradient, dynamic=False,
                                                          options=options or None)
 
@@ -204,7 +218,12 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
             grad, value = run(x.detach(), as_tensor(values))
         return grad, value
 
-    step(images, weights)
+    try:
+        step(images, weights)
+    except Exception as err:
+        if failed is not None:  # remembered: later processes do not compile it again
+            remember_failure(failed, err)
+        raise
     if saved is not None:
         saved.disable_guard_check()  # checked on that first call; nothing they see changes
     return step
@@ -212,18 +231,13 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
 
 def _saved_step(gradient: Callable[..., Any], problem: InversionProblem,
                 terms: Sequence[BoundPrior], example: tuple[torch.Tensor, torch.Tensor],
-                options: InductorOptions, unfold: bool,
+                key: str, options: InductorOptions,
                 context: Callable[[], ExitStack]) -> Any | None:
     """Load the precompiled step saved under its key, or precompile and save it.
 
     Loaded where the file exists and its guards pass; None where the step cannot be
     precompiled (the JIT route then).
     """
-    # what the traced step reads (traced_gradient): not the loop's settings (T, the optimiser)
-    key = step_fingerprint([problem.replay, problem.labels, problem.objective, terms, example],
-                           {**options, "unfold": unfold})
-    if key is None:
-        return None
     path = saved_step_path(compile_cache_dir(), key)
     closure = {"problem": problem, "terms": terms}
     loaded = load_step(path, closure)

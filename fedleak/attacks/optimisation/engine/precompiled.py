@@ -5,9 +5,9 @@ Inductor's caches can hand back the compiled code: for LeNet on one image about 
 bytecode tracing and 0.6 s of cache lookups, each run. Here the first process traces once with
 ``torch.compile(step, fullgraph=True).aot_compile(...)`` (Dynamo's *precompile*) and saves the
 whole compiled function — the transformed bytecode, the guards and Inductor's code, bundled —
-as one file under the step's key (:func:`~fedleak.attacks.optimisation.engine.step_fingerprint
-.step_fingerprint`) in fedleak's compile cache; a later process with the same key loads that
-file (no tracing, no code generation) and runs it.
+as one file under the step's key
+(:mod:`~fedleak.attacks.optimisation.engine.step_fingerprint`) in fedleak's compile cache; a
+later process with the same key loads that file (no tracing, no code generation) and runs it.
 
 The file holds no model and no data. What the step reads lives in its closure — the problem
 (its replay with the model's parameters, the observed update u*, the labels) and the prior
@@ -17,7 +17,9 @@ Dynamo can save (types, tensor shapes, dtypes and strides, constants; not object
 functions or dict versions, which the key stands in for), checked on the first call; a step
 that fails them, or a file that does not load, is traced as usual, with no notice (it is a
 cache). After that first call the loop calls the step without guard checks, as the JIT route
-does under ``skip_guard_eval_unsafe``.
+does under ``skip_guard_eval_unsafe``. A key whose step failed to compile on both routes is
+remembered as ``<key>.failed`` (its error), and later processes skip it (the next Inductor
+wrapper, or eager, with the notice).
 """
 
 from __future__ import annotations
@@ -38,6 +40,28 @@ UNSAVED_GUARDS = ("DICT_VERSION", "NN_MODULE", "ID_MATCH", "FUNCTION_MATCH", "CL
 def saved_step_path(cache_dir: Path, key: str) -> Path:
     """Where the step with ``key`` is saved in the compile cache ``cache_dir``."""
     return cache_dir / "steps" / f"{key}.bin"
+
+
+def failed_step_path(cache_dir: Path, key: str) -> Path:
+    """Where a step with ``key`` that did not compile is remembered (its error, one line)."""
+    return cache_dir / "steps" / f"{key}.failed"
+
+
+class CompileFailedBefore(RuntimeError):
+    """The step (its key, its Inductor options) failed to compile in an earlier process."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"failed before on this machine: {reason} (remove "
+                         "the .failed file under the compile cache's steps/ to try again)")
+
+
+def remember_failure(path: Path, error: BaseException) -> None:
+    """Write ``error``'s first line to ``path``; a failure to write is no error."""
+    text = str(error).strip()
+    reason = f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(reason + "\n")
 
 
 def saved_guards(entries: Sequence[Any]) -> list[bool]:
