@@ -5,12 +5,14 @@ For each preset (its defaults, plus the options below) on one FedSGD round of ``
 ``compile=on``, from the same seed, in this process. Printed: the largest difference of the
 reconstructed images (normalised space) and of the restart objectives, whether the compiled
 step ran (no fallback notice), and the extra CPU seconds of the compiled run over the eager
-one — the compile (first run on a machine) or the retrace and cache load (later runs: run the
-script twice; Inductor's caches live in the fedleak cache dir,
-:func:`fedleak.attacks.optimisation.engine.compiled.compile_cache_dir`). "extra CPU s" is this
-process's CPU time; "+ children" adds the CPU of the subprocesses that ended meanwhile (the C++
-compiler on a first run; on every run Inductor's probes that ``dlopen`` its vector-ISA test
-libraries, one Python start each), and "wall s" is the compiled run's wall time.
+one — the compile (first run on a machine and structure) or loading the saved step (later
+runs: run the script twice; the saved steps and Inductor's caches live in the fedleak cache
+dir, :func:`fedleak.attacks.optimisation.engine.compiled.compile_cache_dir`). Presets whose
+step has the same structure share one saved step (``inverting-gradients`` with and without
+``signed``: the optimiser is not in the step). "extra CPU s" is this process's CPU time;
+"+ children" adds the CPU of the subprocesses that ended meanwhile (the C++ compiler on a first
+run; Inductor's vector-ISA probe, once per machine), and "wall s" is the compiled run's wall
+time.
 
     .venv/bin/python bench/compiled_presets.py                 # every preset, lenet-zhu, n=1
     .venv/bin/python bench/compiled_presets.py --presets inverting-gradients --iterations 50
