@@ -6,10 +6,12 @@ maps [0, 1] to [−1, 1], 0/1 is the identity).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -265,3 +267,14 @@ def portable_figures(module: str, function: str) -> object:
     if done.returncode != 0:
         raise RuntimeError(f"{module}.{function} failed in the portable child:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run with ``count`` intra-op threads, then give the caller's count back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

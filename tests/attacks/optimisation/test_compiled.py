@@ -22,7 +22,7 @@ from fedleak.attacks.optimisation.engine.convolutions import (
     native_kernels,
 )
 from tests.attacks.optimisation.presets.test_inverting_gradients import smooth_image
-from tests.helpers import make_observation
+from tests.helpers import make_observation, torch_threads
 
 SHAPE = (3, 8, 8)
 #: the DLG LeNet on 8×8: its convolutions through the compiled double backward, small
@@ -33,10 +33,8 @@ OPTIONS = {"iterations": 6, "signed": False, "lr": 0.05, "log_every": 2}
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def observation():

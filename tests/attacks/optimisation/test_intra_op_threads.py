@@ -8,14 +8,13 @@ import torch
 from fedleak.attacks.optimisation.engine import first_order
 from fedleak.attacks.optimisation.engine.convolutions import NATIVE_MAX_COORDINATES
 from fedleak.attacks.optimisation.engine.intra_op_threads import intra_op_threads, single_thread
+from tests.helpers import torch_threads
 
 
 @pytest.fixture
 def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(2):
+        yield
 
 
 def test_one_small_image_of_a_small_model_runs_on_one_thread():
