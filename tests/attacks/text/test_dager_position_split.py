@@ -232,3 +232,39 @@ def test_a_repeated_token_pinned_at_one_occurrence_is_reached_by_the_widened_mov
     assert score < threshold
     narrow, narrow_score = _descend(objective, sets, start, 64, threshold)
     assert narrow.tolist() != text.tolist() and narrow_score >= threshold
+
+
+def test_a_recovered_sentence_peels_off_with_its_label_and_a_wrong_one_does_not(batch) -> None:
+    """The rest of the batch's gradient: each true sentence peels off with its own label (the
+    second span's rank falls by its length, for no other label); a sentence not in the batch
+    (two tokens of a true one swapped) is not peeled; with all four peeled the first layer's
+    Q/K/V gradient is gone to float32 rounding."""
+    from fedleak.attacks.text.dager.gradient_inversion import _sentence_gradient
+    from fedleak.attacks.text.dager.peeling import peel, singular_values, span_rank
+
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    gradient = _sentence_gradient(observation, torch.device("cpu"))
+    rows = [row[row != tok.pad_id].tolist() for row in x]
+    labels = load_text_dataset("alice", "test", task="classify", seq_len=T,
+                               tokenizer=str(pretrained_folder("minilm"))).labels[:B].tolist()
+    layer = layout.layers[1].gradients
+    scale = float(singular_values(layer, gradients)[0])
+    full = span_rank(layer, gradients, scale)
+    residual, found = peel(gradients, rows[:1], gradient, observation.num_classes, B, layer)
+    assert found == labels[:1]
+    assert span_rank(layer, residual, scale) == full - len(rows[0])
+    swapped = list(rows[1])
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    assert swapped != rows[1]
+    kept, none = peel(gradients, [swapped], gradient, observation.num_classes, B, layer)
+    assert none == [None] and all(kept[n] is gradients[n] or torch.equal(kept[n], gradients[n])
+                                  for n in gradients)
+    residual, found = peel(gradients, rows, gradient, observation.num_classes, B, layer)
+    assert found == labels
+    assert span_rank(layer, residual, scale) == 0
+    first = layout.layers[0].gradients
+    before = sum(float(g.norm() ** 2) for g in first(gradients)) ** 0.5
+    after = sum(float(g.norm() ** 2) for g in first(residual)) ** 0.5
+    assert after < 1e-4 * before

@@ -69,6 +69,7 @@ import torch
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.encoder_moves import blocks, indels, moves, outside
 from fedleak.attacks.text.dager.encoder_shapes import Shapes
+from fedleak.attacks.text.dager.peeling import Repin
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
 from fedleak.attacks.text.dager.span_check import InputSpan
@@ -95,6 +96,10 @@ ROUNDS = 2
 SWEEPS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
+
+import os as _os  # noqa: E402  (experiment toggles, temporary)
+
+_V = {k: True for k in _os.environ.get("ENC61", "").split(",") if k}
 
 
 class _Objective:
@@ -130,7 +135,8 @@ class _Objective:
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
                    gradients: Mapping[str, torch.Tensor],
-                   pinned: tuple[list[int], list[int] | None] | None = None) -> None:
+                   pinned: tuple[list[int], list[int] | None] | None = None,
+                   repin: Repin | None = None) -> None:
     """Fill ``result`` with the sentences the search recovers (module docstring).
 
     ``pinned = (counts, lengths)``: the first ``counts[p]`` candidates of position p are pinned
@@ -149,8 +155,8 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
-        _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size, config,
-                   generator, found)
+        shapes = _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size,
+                            config, generator, found, repin)
         failures = 0
     while len(found) < batch_size and failures < config.restarts and not work.exhausted \
             and shapes.options:
@@ -179,7 +185,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
 def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Tensor],
                pinned: list[int], lengths: list[int] | None, batch_size: int,
                config: DagerConfig, generator: torch.Generator,
-               found: list[tuple[list[int], float]]) -> None:
+               found: list[tuple[list[int], float]], repin: Repin | None = None) -> Shapes:
     """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
 
     A certified sentence's pinned tokens are no longer required at their positions (each is one
@@ -198,6 +204,7 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
         starts: list[tuple[torch.Tensor, int | None]] = [
             (slots[k], cap) for k in torch.argsort(values).tolist()]
         pending: list[tuple[float, torch.Tensor]] = []
+        repinned = False
         while starts:
             start, limit = starts.pop(0)
             if len(found) >= batch_size or objective.work.exhausted:
@@ -208,8 +215,13 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
             tokens = sentence.tolist()
             if config.l2_threshold <= score < DUPLICATE and limit is not None:
                 pending.append((score, sentence))
+            if not starts and pending and repinned and _V.get("reassemble"):
+                break
             if not starts and pending:  # the capped starts resumed, nearest first, uncapped
-                starts = [(s, None) for _, s in sorted(pending, key=lambda p: p[0])]
+                ordered = [s for _, s in sorted(pending, key=lambda p: p[0])]
+                if _V.get("dedup"):
+                    ordered = _spread(ordered)
+                starts = [(s, None) for s in ordered]
                 pending = []
             if score < config.l2_threshold and all(tokens != s for s, _ in found):
                 found.append((tokens, score))
@@ -223,7 +235,23 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                         counts[p] -= 1
                         sets[p] = torch.cat([rest[:counts[p]], torch.tensor([token]),
                                              rest[counts[p]:]])
+                fresh = None if repin is None else repin([s for s, _ in found])
+                if fresh is not None:  # the rest of the batch's gradient (module docstring)
+                    repinned = True
+                    objective.span, lengths = fresh.span, fresh.lengths
+                    sets, counts = [c.clone() for c in fresh.candidates], list(fresh.pinned)
+                    shapes = _reshaped(shapes, fresh.candidates, config)
         idle = 0 if len(found) > before else idle + 1
+    return shapes
+
+
+def _reshaped(shapes: Shapes, candidates: list[torch.Tensor], config: DagerConfig) -> Shapes:
+    """Return the shapes of new candidate sets (after a peel), their tokens the spare ones."""
+    spare = torch.unique(torch.cat(candidates))
+    if config.start_token is not None:
+        spare = spare[spare != config.start_token]
+    full = config.max_length is None or len(candidates) >= config.max_length
+    return Shapes(candidates, shapes.end, full, spare)
 
 
 def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
@@ -247,7 +275,9 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
         wide = shapes.widened(sentence.numel(), shapes.closes(sentence))
         sentence, score = _descend(objective, sets, sentence, config.screen,
                                    config.l2_threshold, found, wide)
-        for _ in range(KICKS):
+        kicks = 0 if _V.get("nokick") and objective.work.budget < config.max_evaluations \
+            else KICKS
+        for _ in range(kicks):
             if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
@@ -276,6 +306,25 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
         if grown_score < score:
             sentence, score = grown, grown_score
     return sentence, score
+
+
+def _spread(ordered: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Experiment: pending slots agreeing with a better one at 1/3 of positions go last."""
+    kept: list[torch.Tensor] = []
+    later: list[torch.Tensor] = []
+    for s in ordered:
+        (later if any(_agree(s, k) >= _SHARE for k in kept) else kept).append(s)
+    return kept + later
+
+
+_SHARE = float(_os.environ.get("ENC61_SHARE", "0.34"))
+
+
+def _agree(a: torch.Tensor, b: torch.Tensor) -> float:
+    inner = min(a.numel(), b.numel()) - 2
+    if inner <= 0:
+        return 0.0
+    return float((a[1:inner + 1] == b[1:inner + 1]).sum()) / inner
 
 
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
@@ -382,6 +431,8 @@ def _first_better(objective: _Objective, variants: torch.Tensor, stages: list[to
     for chosen in stages:
         if chosen.numel() == 0:
             continue
+        if _V.get("strict") and objective.work.exhausted:
+            return None
         d = objective.distances(variants[chosen])
         values = d.mean(dim=1)
         best = int(torch.argmin(values))
