@@ -67,8 +67,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
-from fedleak.attacks.text.dager.encoder_moves import blocks, indels, moves, outside
-from fedleak.attacks.text.dager.encoder_shapes import Shapes
+from fedleak.attacks.text.dager.encoder_moves import blocks, indels, kick, moves, outside
+from fedleak.attacks.text.dager.encoder_shapes import Shapes, shapes_of
 from fedleak.attacks.text.dager.peeling import Repin
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
@@ -96,10 +96,6 @@ ROUNDS = 2
 SWEEPS = 2
 #: the score of a start that slid onto a recovered sentence
 DUPLICATE = float("inf")
-
-import os as _os  # noqa: E402  (experiment toggles, temporary)
-
-_V = {k: True for k in _os.environ.get("ENC61", "").split(",") if k}
 
 
 class _Objective:
@@ -147,11 +143,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     del gradients
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
-    full = config.max_length is None or len(candidates) >= config.max_length
-    spare = None if pinned is None else torch.unique(torch.cat(candidates))
-    if spare is not None and config.start_token is not None:
-        spare = spare[spare != config.start_token]
-    shapes = Shapes(candidates, config.end_token, full, spare)
+    shapes = shapes_of(candidates, config, spare=pinned is not None)
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
@@ -196,9 +188,12 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
     """
     sets, counts = [c.clone() for c in candidates], list(pinned)
     idle = 0
+    warm: list[torch.Tensor] = []
     while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
-                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths)
+                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths,
+                                 starts=warm)
+        warm = []
         before = len(found)
         cap = max(config.max_evaluations // (2 * batch_size), 1)
         starts: list[tuple[torch.Tensor, int | None]] = [
@@ -215,13 +210,12 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
             tokens = sentence.tolist()
             if config.l2_threshold <= score < DUPLICATE and limit is not None:
                 pending.append((score, sentence))
-            if not starts and pending and repinned and _V.get("reassemble"):
+            if not starts and pending and repinned and 2 * (len(found) - before) >= len(slots):
+                warm = [s for v, s in sorted(pending, key=lambda p: p[0])
+                        if v < POLISH * config.l2_threshold]  # the next assembly's first rows
                 break
             if not starts and pending:  # the capped starts resumed, nearest first, uncapped
-                ordered = [s for _, s in sorted(pending, key=lambda p: p[0])]
-                if _V.get("dedup"):
-                    ordered = _spread(ordered)
-                starts = [(s, None) for s in ordered]
+                starts = [(s, None) for _, s in sorted(pending, key=lambda p: p[0])]
                 pending = []
             if score < config.l2_threshold and all(tokens != s for s, _ in found):
                 found.append((tokens, score))
@@ -240,18 +234,9 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                     repinned = True
                     objective.span, lengths = fresh.span, fresh.lengths
                     sets, counts = [c.clone() for c in fresh.candidates], list(fresh.pinned)
-                    shapes = _reshaped(shapes, fresh.candidates, config)
+                    shapes = shapes_of(fresh.candidates, config, spare=True)
         idle = 0 if len(found) > before else idle + 1
     return shapes
-
-
-def _reshaped(shapes: Shapes, candidates: list[torch.Tensor], config: DagerConfig) -> Shapes:
-    """Return the shapes of new candidate sets (after a peel), their tokens the spare ones."""
-    spare = torch.unique(torch.cat(candidates))
-    if config.start_token is not None:
-        spare = spare[spare != config.start_token]
-    full = config.max_length is None or len(candidates) >= config.max_length
-    return Shapes(candidates, shapes.end, full, spare)
 
 
 def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
@@ -275,13 +260,11 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
         wide = shapes.widened(sentence.numel(), shapes.closes(sentence))
         sentence, score = _descend(objective, sets, sentence, config.screen,
                                    config.l2_threshold, found, wide)
-        kicks = 0 if _V.get("nokick") and objective.work.budget < config.max_evaluations \
-            else KICKS
-        for _ in range(kicks):
+        for _ in range(KICKS):
             if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
-            kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
+            kicked, kicked_score = _descend(objective, sets, kick(sentence, fit, sets,
                                                                   generator),
                                             config.screen, config.l2_threshold, found, wide)
             if kicked_score < score:
@@ -308,25 +291,6 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
     return sentence, score
 
 
-def _spread(ordered: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Experiment: pending slots agreeing with a better one at 1/3 of positions go last."""
-    kept: list[torch.Tensor] = []
-    later: list[torch.Tensor] = []
-    for s in ordered:
-        (later if any(_agree(s, k) >= _SHARE for k in kept) else kept).append(s)
-    return kept + later
-
-
-_SHARE = float(_os.environ.get("ENC61_SHARE", "0.34"))
-
-
-def _agree(a: torch.Tensor, b: torch.Tensor) -> float:
-    inner = min(a.numel(), b.numel()) - 2
-    if inner <= 0:
-        return 0.0
-    return float((a[1:inner + 1] == b[1:inner + 1]).sum()) / inner
-
-
 def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
     """Tell whether ``sentence`` agrees with a found sentence.
 
@@ -346,20 +310,6 @@ def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
                                                      strict=True)) >= SAME * inner:
             return True
     return False
-
-
-def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
-          generator: torch.Generator) -> torch.Tensor:
-    """Redraw the worse-fitting half of the sentence's positions at random.
-
-    The sentence with the worse-fitting half of its positions (largest span distance) redrawn at
-    random: a stuck mixture keeps the tokens of the sentence it leans to.
-    """
-    kicked = sentence.clone()
-    for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
-        options = sets[j]
-        kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
-    return kicked
 
 
 def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator,
@@ -431,8 +381,6 @@ def _first_better(objective: _Objective, variants: torch.Tensor, stages: list[to
     for chosen in stages:
         if chosen.numel() == 0:
             continue
-        if _V.get("strict") and objective.work.exhausted:
-            return None
         d = objective.distances(variants[chosen])
         values = d.mean(dim=1)
         best = int(torch.argmin(values))
