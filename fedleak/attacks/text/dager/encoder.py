@@ -57,7 +57,11 @@ moves over the widened sets (every batch token but the start token wherever a se
 :meth:`~fedleak.attacks.text.dager.encoder_shapes.Shapes.widened`) that put a token where the
 sets do not. Each slot is first searched under a cap of ``max_evaluations/(2B)``
 evaluations (one slow slot must not spend the budget of the others); the slots a cap stopped
-are resumed, nearest their certificate first, without it.
+are resumed, nearest their certificate first, without it. **Peeling** (given ``repin``,
+:mod:`peeling`): each certified sentence's own gradient is subtracted from the update and the
+rest split again, so the objective, the sets and the pins are the remaining sentences' alone;
+a round whose capped slots certified half of them re-assembles the rest at once (its slots
+within POLISH·τ₂ of their certificate as the assembly's first rows) instead of resuming.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def _sentence_gradient(target: TextObservation, device: torch.device) -> Sentenc
     Padded to the round's length as the user's batch is (padding is masked); oriented like
     :meth:`~fedleak.attacks.text_observation.TextObservation.named_gradients`.
     """
-    embeddings = target.model.get_input_embeddings().weight.detach()
+    table = target.model.get_input_embeddings()  # type: ignore[operator]
+    embeddings = table.weight.detach()
     names = target.parameter_names
 
     def gradient(tokens: list[int], label: int) -> dict[str, torch.Tensor]:

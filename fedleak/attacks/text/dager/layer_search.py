@@ -200,7 +200,9 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
     name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
     :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the model's
     kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError for input it
-    cannot use, naming what to change.
+    cannot use, naming what to change. ``sentence_gradient`` (one sentence's own gradient with a
+    label) and ``classes``: an encoder's certified sentences are peeled off the gradient
+    (:mod:`~fedleak.attacks.text.dager.peeling`, through :func:`repinner`).
     """
     config = config or DagerConfig()
     layout = model if isinstance(model, TransformerLayout) else layout_of(model)

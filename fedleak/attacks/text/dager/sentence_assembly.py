@@ -66,7 +66,8 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
     ``distances(sentences [N, ℓ]) → d₂ [N, ℓ]``; ``candidates[p]`` lists the pinned tokens of
     position p first (``pinned[p]`` of them), then the others, best first; ``end`` the end token;
     ``lengths`` the slots' first lengths (else all L; kept only where every pinned token has a
-    slot).
+    slot); ``starts`` sentences the first slots start from (their tokens and lengths, each
+    slot's own token staying a column of every assignment), the rest as above.
     """
     extra = 3 * batch_size if extra is None else extra
     width = len(candidates)
@@ -86,7 +87,8 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
     if warm:
         rest = list(first)
         for s in warm:
-            rest.remove(min(rest, key=lambda n, s=s: abs(n - s.numel())))
+            gaps = [abs(n - s.numel()) for n in rest]
+            rest.pop(gaps.index(min(gaps)))
         trial = [s.numel() if end is not None and int(s[-1]) == end else width
                  for s in warm] + rest
         for k, s in enumerate(warm):
