@@ -185,6 +185,10 @@ def repinner(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
         result.pinned = pinned_before
         if pinned is None:
             return None
+        # past the longest remaining sentence V_p is 0 and the split ends its sets; the search's
+        # shapes keep every position (a slot may still be longer): the filter's there, unpinned
+        sets += narrowed[len(sets):]
+        pinned[0].extend([0] * (len(sets) - len(pinned[0])))
         return Repinned(input_span(layout.layers[1].gradients(residual)), sets, *pinned)
 
     return repin
