@@ -268,3 +268,36 @@ def test_a_recovered_sentence_peels_off_with_its_label_and_a_wrong_one_does_not(
     before = sum(float(g.norm() ** 2) for g in first(gradients)) ** 0.5
     after = sum(float(g.norm() ** 2) for g in first(residual)) ** 0.5
     assert after < 1e-4 * before
+
+
+def test_after_a_peel_the_rest_is_split_again_and_keeps_every_position(batch) -> None:
+    """Peeling the batch's longest texts leaves shorter ones: the residual's split pins only
+    tokens at their true positions among the rest, holds every remaining true pair, its
+    second span no longer holds a peeled text, and the sets still cover every position (past
+    the rest's longest text the filter's, unpinned: a slot may still be longer)."""
+    from fedleak.attacks.text.dager.gradient_inversion import _sentence_gradient
+    from fedleak.attacks.text.dager.layer_search import repinner
+
+    observation, x, tok = batch
+    layout, gradients, config, result, candidates, _, span = _pinned_search_start(batch)
+    saturated_sets = [torch.unique(x[x != tok.pad_id]) for _ in range(T)]
+    saturated_sets = start_layout(saturated_sets, tok.start_id)
+    rows = sorted((row[row != tok.pad_id].tolist() for row in x), key=len, reverse=True)
+    peeled, rest = rows[:2], rows[2:]
+    assert max(len(r) for r in rest) < T  # the rest's split ends before the last position
+    repin = repinner(layout, gradients, saturated_sets, B, config, result,
+                     _sentence_gradient(observation, torch.device("cpu")),
+                     observation.num_classes)
+    fresh = repin(peeled)
+    assert fresh is not None
+    assert len(fresh.candidates) == len(saturated_sets) == len(fresh.pinned)
+    for p, options in enumerate(fresh.candidates):
+        assert all(r[p] in set(options.tolist()) for r in rest if p < len(r))
+        pinned_here = set(options[:fresh.pinned[p]].tolist())
+        assert pinned_here <= {r[p] for r in rest if p < len(r)}
+    assert all(n == 0 for n in fresh.pinned[max(len(r) for r in rest):])
+    objective = _Objective(layout, fresh.span, Work(10 ** 6))
+    assert float(objective.distances(torch.tensor([rest[0]])).median()) < config.l2_threshold
+    assert float(objective.distances(torch.tensor([peeled[0]])).median()) > \
+        100 * config.l2_threshold
+    del span

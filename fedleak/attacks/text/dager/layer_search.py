@@ -187,7 +187,8 @@ def repinner(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
             return None
         # past the longest remaining sentence V_p is 0 and the split ends its sets; the search's
         # shapes keep every position (a slot may still be longer): the filter's there, unpinned
-        sets += narrowed[len(sets):]
+        sets += [n if n.numel() else c for n, c in zip(narrowed[len(sets):],
+                                                       candidates[len(sets):], strict=True)]
         pinned[0].extend([0] * (len(sets) - len(pinned[0])))
         return Repinned(input_span(layout.layers[1].gradients(residual)), sets, *pinned)
 
