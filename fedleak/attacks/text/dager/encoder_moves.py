@@ -153,5 +153,6 @@ def kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
     kicked = sentence.clone()
     for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
         options = sets[j]
-        kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
+        if options.numel():  # a peel can leave a position of an old slot's length empty
+            kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
     return kicked
