@@ -270,21 +270,30 @@ def test_a_recovered_sentence_peels_off_with_its_label_and_a_wrong_one_does_not(
     assert after < 1e-4 * before
 
 
-def test_after_a_peel_the_rest_is_split_again_and_keeps_every_position(batch) -> None:
-    """Peeling the batch's longest texts leaves shorter ones: the residual's split pins only
-    tokens at their true positions among the rest, holds every remaining true pair, its
-    second span no longer holds a peeled text, and the sets still cover every position (past
-    the rest's longest text the filter's, unpinned: a slot may still be longer)."""
+def test_after_a_peel_the_rest_is_split_again_and_keeps_every_position() -> None:
+    """Peeling the batch's three 12-token texts leaves a 9-token one: the residual's split pins
+    only tokens at their true positions in it, holds every true pair of it, its second span no
+    longer holds a peeled text, and the sets still cover every position (past the rest's last
+    token the filter's, unpinned: a slot of an older assembly may still be longer)."""
     from fedleak.attacks.text.dager.gradient_inversion import _sentence_gradient
     from fedleak.attacks.text.dager.layer_search import repinner
 
-    observation, x, tok = batch
-    layout, gradients, config, result, candidates, _, span = _pinned_search_start(batch)
-    saturated_sets = [torch.unique(x[x != tok.pad_id]) for _ in range(T)]
-    saturated_sets = start_layout(saturated_sets, tok.start_id)
-    rows = sorted((row[row != tok.pad_id].tolist() for row in x), key=len, reverse=True)
-    peeled, rest = rows[:2], rows[2:]
-    assert max(len(r) for r in rest) < T  # the rest's split ends before the last position
+    data = load_text_dataset("alice", "test", task="classify", seq_len=T,
+                             tokenizer=str(pretrained_folder("minilm")))
+    tok = data.info.checked_tokenizer
+    x, y = data.tokens[:B].clone(), data.labels[:B]
+    x[-1, 8], x[-1, 9:] = tok.end_id, tok.pad_id  # the last text cut to 9 tokens
+    torch.manual_seed(0)
+    observation = observe_text(build_text_model("minilm", data.info), x, y, data.info)
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id)
+    result = DagerResult([], [], [], [], (0, 0), 384)
+    saturated_sets = start_layout([torch.unique(x[x != tok.pad_id]) for _ in range(T)],
+                                  tok.start_id)
+    rows = [row[row != tok.pad_id].tolist() for row in x]
+    peeled, rest = rows[:-1], rows[-1]
+    assert len(rest) == 9 and all(len(r) == T for r in peeled)
     repin = repinner(layout, gradients, saturated_sets, B, config, result,
                      _sentence_gradient(observation, torch.device("cpu")),
                      observation.num_classes)
@@ -292,12 +301,12 @@ def test_after_a_peel_the_rest_is_split_again_and_keeps_every_position(batch) ->
     assert fresh is not None
     assert len(fresh.candidates) == len(saturated_sets) == len(fresh.pinned)
     for p, options in enumerate(fresh.candidates):
-        assert all(r[p] in set(options.tolist()) for r in rest if p < len(r))
-        pinned_here = set(options[:fresh.pinned[p]].tolist())
-        assert pinned_here <= {r[p] for r in rest if p < len(r)}
-    assert all(n == 0 for n in fresh.pinned[max(len(r) for r in rest):])
+        assert options.numel() > 0
+        if p < len(rest):
+            assert rest[p] in set(options.tolist())
+            assert set(options[:fresh.pinned[p]].tolist()) <= {rest[p]}
+    assert all(n == 0 for n in fresh.pinned[len(rest):])
     objective = _Objective(layout, fresh.span, Work(10 ** 6))
-    assert float(objective.distances(torch.tensor([rest[0]])).median()) < config.l2_threshold
+    assert float(objective.distances(torch.tensor([rest])).median()) < config.l2_threshold
     assert float(objective.distances(torch.tensor([peeled[0]])).median()) > \
         100 * config.l2_threshold
-    del span
