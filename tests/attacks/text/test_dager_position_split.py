@@ -232,3 +232,81 @@ def test_a_repeated_token_pinned_at_one_occurrence_is_reached_by_the_widened_mov
     assert score < threshold
     narrow, narrow_score = _descend(objective, sets, start, 64, threshold)
     assert narrow.tolist() != text.tolist() and narrow_score >= threshold
+
+
+def test_a_recovered_sentence_peels_off_with_its_label_and_a_wrong_one_does_not(batch) -> None:
+    """The rest of the batch's gradient: each true sentence peels off with its own label (the
+    second span's rank falls by its length, for no other label); a sentence not in the batch
+    (two tokens of a true one swapped) is not peeled; with all four peeled the first layer's
+    Q/K/V gradient is gone to float32 rounding."""
+    from fedleak.attacks.text.dager.gradient_inversion import _sentence_gradient
+    from fedleak.attacks.text.dager.peeling import peel, singular_values, span_rank
+
+    observation, x, tok = batch
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    gradient = _sentence_gradient(observation, torch.device("cpu"))
+    rows = [row[row != tok.pad_id].tolist() for row in x]
+    labels = load_text_dataset("alice", "test", task="classify", seq_len=T,
+                               tokenizer=str(pretrained_folder("minilm"))).labels[:B].tolist()
+    layer = layout.layers[1].gradients
+    scale = float(singular_values(layer, gradients)[0])
+    full = span_rank(layer, gradients, scale)
+    residual, found = peel(gradients, rows[:1], gradient, observation.num_classes, B, layer)
+    assert found == labels[:1]
+    assert span_rank(layer, residual, scale) == full - len(rows[0])
+    swapped = list(rows[1])
+    swapped[1], swapped[2] = swapped[2], swapped[1]
+    assert swapped != rows[1]
+    kept, none = peel(gradients, [swapped], gradient, observation.num_classes, B, layer)
+    assert none == [None] and all(kept[n] is gradients[n] or torch.equal(kept[n], gradients[n])
+                                  for n in gradients)
+    residual, found = peel(gradients, rows, gradient, observation.num_classes, B, layer)
+    assert found == labels
+    assert span_rank(layer, residual, scale) == 0
+    first = layout.layers[0].gradients
+    before = sum(float(g.norm() ** 2) for g in first(gradients)) ** 0.5
+    after = sum(float(g.norm() ** 2) for g in first(residual)) ** 0.5
+    assert after < 1e-4 * before
+
+
+def test_after_a_peel_the_rest_is_split_again_and_keeps_every_position() -> None:
+    """Peeling the batch's three 12-token texts leaves a 9-token one: the residual's split pins
+    only tokens at their true positions in it, holds every true pair of it, its second span no
+    longer holds a peeled text, and the sets still cover every position (past the rest's last
+    token the filter's, unpinned: a slot of an older assembly may still be longer)."""
+    from fedleak.attacks.text.dager.gradient_inversion import _sentence_gradient
+    from fedleak.attacks.text.dager.layer_search import repinner
+
+    data = load_text_dataset("alice", "test", task="classify", seq_len=T,
+                             tokenizer=str(pretrained_folder("minilm")))
+    tok = data.info.checked_tokenizer
+    x, y = data.tokens[:B].clone(), data.labels[:B]
+    x[-1, 8], x[-1, 9:] = tok.end_id, tok.pad_id  # the last text cut to 9 tokens
+    torch.manual_seed(0)
+    observation = observe_text(build_text_model("minilm", data.info), x, y, data.info)
+    layout = layout_of(observation.model)
+    gradients = observation.named_gradients()
+    config = DagerConfig(max_length=T, end_token=tok.end_id, start_token=tok.start_id)
+    result = DagerResult([], [], [], [], (0, 0), 384)
+    saturated_sets = start_layout([torch.unique(x[x != tok.pad_id]) for _ in range(T)],
+                                  tok.start_id)
+    rows = [row[row != tok.pad_id].tolist() for row in x]
+    peeled, rest = rows[:-1], rows[-1]
+    assert len(rest) == 9 and all(len(r) == T for r in peeled)
+    repin = repinner(layout, gradients, saturated_sets, B, config, result,
+                     _sentence_gradient(observation, torch.device("cpu")),
+                     observation.num_classes)
+    fresh = repin(peeled)
+    assert fresh is not None
+    assert len(fresh.candidates) == len(saturated_sets) == len(fresh.pinned)
+    for p, options in enumerate(fresh.candidates):
+        assert options.numel() > 0
+        if p < len(rest):
+            assert rest[p] in set(options.tolist())
+            assert set(options[:fresh.pinned[p]].tolist()) <= {rest[p]}
+    assert all(n == 0 for n in fresh.pinned[len(rest):])
+    objective = _Objective(layout, fresh.span, Work(10 ** 6))
+    assert float(objective.distances(torch.tensor([rest])).median()) < config.l2_threshold
+    assert float(objective.distances(torch.tensor([peeled[0]])).median()) > \
+        100 * config.l2_threshold

@@ -57,7 +57,11 @@ moves over the widened sets (every batch token but the start token wherever a se
 :meth:`~fedleak.attacks.text.dager.encoder_shapes.Shapes.widened`) that put a token where the
 sets do not. Each slot is first searched under a cap of ``max_evaluations/(2B)``
 evaluations (one slow slot must not spend the budget of the others); the slots a cap stopped
-are resumed, nearest their certificate first, without it.
+are resumed, nearest their certificate first, without it. **Peeling** (given ``repin``,
+:mod:`peeling`): each certified sentence's own gradient is subtracted from the update and the
+rest split again, so the objective, the sets and the pins are the remaining sentences' alone;
+a round whose capped slots certified half of them re-assembles the rest at once (its slots
+within POLISH·τ₂ of their certificate as the assembly's first rows) instead of resuming.
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
-from fedleak.attacks.text.dager.encoder_moves import blocks, indels, moves, outside
-from fedleak.attacks.text.dager.encoder_shapes import Shapes
+from fedleak.attacks.text.dager.encoder_moves import blocks, indels, kick, moves, outside
+from fedleak.attacks.text.dager.encoder_shapes import Shapes, shapes_of
+from fedleak.attacks.text.dager.peeling import Repin
 from fedleak.attacks.text.dager.sentence_assembly import assemble
 from fedleak.attacks.text.dager.sentence_assembly import objective as objective_values
 from fedleak.attacks.text.dager.span_check import InputSpan
@@ -130,7 +135,8 @@ class _Objective:
 def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[torch.Tensor],
                    batch_size: int, config: DagerConfig, work: Work, result: DagerResult,
                    gradients: Mapping[str, torch.Tensor],
-                   pinned: tuple[list[int], list[int] | None] | None = None) -> None:
+                   pinned: tuple[list[int], list[int] | None] | None = None,
+                   repin: Repin | None = None) -> None:
     """Fill ``result`` with the sentences the search recovers (module docstring).
 
     ``pinned = (counts, lengths)``: the first ``counts[p]`` candidates of position p are pinned
@@ -141,16 +147,12 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
     del gradients
     objective = _Objective(layout, span, work)
     generator = torch.Generator().manual_seed(config.seed)
-    full = config.max_length is None or len(candidates) >= config.max_length
-    spare = None if pinned is None else torch.unique(torch.cat(candidates))
-    if spare is not None and config.start_token is not None:
-        spare = spare[spare != config.start_token]
-    shapes = Shapes(candidates, config.end_token, full, spare)
+    shapes = shapes_of(candidates, config, spare=pinned is not None)
     found: list[tuple[list[int], float]] = []
     failures = 0
     if pinned is not None and shapes.options:
-        _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size, config,
-                   generator, found)
+        shapes = _assembled(objective, shapes, candidates, pinned[0], pinned[1], batch_size,
+                            config, generator, found, repin)
         failures = 0
     while len(found) < batch_size and failures < config.restarts and not work.exhausted \
             and shapes.options:
@@ -179,7 +181,7 @@ def search_encoder(layout: TransformerLayout, span: InputSpan, candidates: list[
 def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Tensor],
                pinned: list[int], lengths: list[int] | None, batch_size: int,
                config: DagerConfig, generator: torch.Generator,
-               found: list[tuple[list[int], float]]) -> None:
+               found: list[tuple[list[int], float]], repin: Repin | None = None) -> Shapes:
     """Assemble the remaining slots, certify what the local search can, peel it off, repeat.
 
     A certified sentence's pinned tokens are no longer required at their positions (each is one
@@ -190,14 +192,18 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
     """
     sets, counts = [c.clone() for c in candidates], list(pinned)
     idle = 0
+    warm: list[torch.Tensor] = []
     while len(found) < batch_size and idle < ROUNDS and not objective.work.exhausted:
         slots, values = assemble(objective.distances, sets, counts, batch_size - len(found),
-                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths)
+                                 generator, config.end_token, sweeps=SWEEPS, lengths=lengths,
+                                 starts=warm)
+        warm = []
         before = len(found)
         cap = max(config.max_evaluations // (2 * batch_size), 1)
         starts: list[tuple[torch.Tensor, int | None]] = [
             (slots[k], cap) for k in torch.argsort(values).tolist()]
         pending: list[tuple[float, torch.Tensor]] = []
+        repinned = False
         while starts:
             start, limit = starts.pop(0)
             if len(found) >= batch_size or objective.work.exhausted:
@@ -208,6 +214,10 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
             tokens = sentence.tolist()
             if config.l2_threshold <= score < DUPLICATE and limit is not None:
                 pending.append((score, sentence))
+            if not starts and pending and repinned and 2 * (len(found) - before) >= len(slots):
+                warm = [s for v, s in sorted(pending, key=lambda p: p[0])
+                        if v < POLISH * config.l2_threshold]  # the next assembly's first rows
+                break
             if not starts and pending:  # the capped starts resumed, nearest first, uncapped
                 starts = [(s, None) for _, s in sorted(pending, key=lambda p: p[0])]
                 pending = []
@@ -223,7 +233,14 @@ def _assembled(objective: _Objective, shapes: Shapes, candidates: list[torch.Ten
                         counts[p] -= 1
                         sets[p] = torch.cat([rest[:counts[p]], torch.tensor([token]),
                                              rest[counts[p]:]])
+                fresh = None if repin is None else repin([s for s, _ in found])
+                if fresh is not None:  # the rest of the batch's gradient (module docstring)
+                    repinned = True
+                    objective.span, lengths = fresh.span, fresh.lengths
+                    sets, counts = [c.clone() for c in fresh.candidates], list(fresh.pinned)
+                    shapes = shapes_of(fresh.candidates, config, spare=True)
         idle = 0 if len(found) > before else idle + 1
+    return shapes
 
 
 def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
@@ -251,7 +268,7 @@ def _search(objective: _Objective, shapes: Shapes, sentence: torch.Tensor,
             if score < config.l2_threshold or objective.work.exhausted or score == DUPLICATE:
                 break
             fit = objective.distances(sentence[None])[0]
-            kicked, kicked_score = _descend(objective, sets, _kick(sentence, fit, sets,
+            kicked, kicked_score = _descend(objective, sets, kick(sentence, fit, sets,
                                                                   generator),
                                             config.screen, config.l2_threshold, found, wide)
             if kicked_score < score:
@@ -297,20 +314,6 @@ def _repeats(sentence: torch.Tensor, found: Sequence[list[int]]) -> bool:
                                                      strict=True)) >= SAME * inner:
             return True
     return False
-
-
-def _kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
-          generator: torch.Generator) -> torch.Tensor:
-    """Redraw the worse-fitting half of the sentence's positions at random.
-
-    The sentence with the worse-fitting half of its positions (largest span distance) redrawn at
-    random: a stuck mixture keeps the tokens of the sentence it leans to.
-    """
-    kicked = sentence.clone()
-    for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
-        options = sets[j]
-        kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
-    return kicked
 
 
 def _start(sets: list[torch.Tensor], found: list[list[int]], generator: torch.Generator,

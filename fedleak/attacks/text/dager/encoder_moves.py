@@ -141,3 +141,18 @@ def outside(variants: torch.Tensor, sentence: torch.Tensor, sets: list[torch.Ten
     for m, options in enumerate(sets):
         found[:, m] = (variants[:, m] != sentence[m]) & ~torch.isin(variants[:, m], options)
     return found.any(dim=1)
+
+
+def kick(sentence: torch.Tensor, fit: torch.Tensor, sets: list[torch.Tensor],
+          generator: torch.Generator) -> torch.Tensor:
+    """Redraw the worse-fitting half of the sentence's positions at random.
+
+    The sentence with the worse-fitting half of its positions (largest span distance) redrawn at
+    random: a stuck mixture keeps the tokens of the sentence it leans to.
+    """
+    kicked = sentence.clone()
+    for j in torch.argsort(fit, descending=True)[:sentence.numel() // 2].tolist():
+        options = sets[j]
+        if options.numel():  # a peel can leave a position of an old slot's length empty
+            kicked[j] = options[int(torch.randint(len(options), (1,), generator=generator))]
+    return kicked

@@ -5,7 +5,12 @@ Used by :mod:`~fedleak.attacks.text.dager.encoder` (its docstring: **Lengths**).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from fedleak.attacks.text.dager.configuration import DagerConfig
 
 
 class Shapes:
@@ -79,3 +84,17 @@ class Shapes:
     def reshaped(self, sentence: torch.Tensor, filler: torch.Tensor) -> list[torch.Tensor]:
         """Return the sentence at every allowed shape (:meth:`shaped`)."""
         return [self.shaped(sentence, filler, *option) for option in self.options]
+
+
+def shapes_of(candidates: list[torch.Tensor], config: DagerConfig, spare: bool) -> Shapes:
+    """Return the shapes of a search's candidate sets (the split's, or a peel's: ``spare``).
+
+    With ``spare`` every token of the sets but the start token may also be tried anywhere
+    (:meth:`Shapes.widened`); the longest shape is open at its end when the sets reach
+    ``config.max_length``.
+    """
+    full = config.max_length is None or len(candidates) >= config.max_length
+    tokens = torch.unique(torch.cat(candidates)) if spare else None
+    if tokens is not None and config.start_token is not None:
+        tokens = tokens[tokens != config.start_token]
+    return Shapes(candidates, config.end_token, full, tokens)

@@ -28,6 +28,7 @@ from fedleak.attacks.attack_registry import register_attack
 from fedleak.attacks.base import Progress, UpdateSetting
 from fedleak.attacks.observation import Reconstruction
 from fedleak.attacks.text.dager.layer_search import DagerConfig, dager
+from fedleak.attacks.text.dager.peeling import SentenceGradient
 from fedleak.attacks.text.text_attack import TextAttack
 from fedleak.attacks.text_observation import ENCODER, TextObservation, TextReconstruction
 
@@ -94,7 +95,9 @@ class Dager(TextAttack):
             end_token=target.end_id if target.architecture == ENCODER else None,
             start_token=target.start_id)
         gradients = {n: g.to(device) for n, g in target.named_gradients().items()}
-        result = dager(target.model, gradients, target.num_sequences, config, progress)
+        result = dager(target.model, gradients, target.num_sequences, config, progress,
+                       sentence_gradient=_sentence_gradient(target, device),
+                       classes=target.num_classes if target.architecture == ENCODER else 0)
         if progress is not None:
             progress(result.evaluations, c.max_evaluations, float(len(result.sentences)))
         extras = {"certified": sum(result.certified), "sentences": len(result.sentences),
@@ -111,3 +114,25 @@ class Dager(TextAttack):
             sequences=sequences, padding=padding, iterations=result.evaluations,
             objective=max(result.scores, default=0.0), warnings=warnings + result.warnings,
             extras=extras)
+
+
+def _sentence_gradient(target: TextObservation, device: torch.device) -> SentenceGradient:
+    """One sentence's own gradient with a label, by the user's replay (a batch of one).
+
+    Padded to the round's length as the user's batch is (padding is masked); oriented like
+    :meth:`~fedleak.attacks.text_observation.TextObservation.named_gradients`.
+    """
+    table = target.model.get_input_embeddings()  # type: ignore[operator]
+    embeddings = table.weight.detach()
+    names = target.parameter_names
+
+    def gradient(tokens: list[int], label: int) -> dict[str, torch.Tensor]:
+        ids = torch.full((1, max(target.seq_len, len(tokens))), target.pad_id, dtype=torch.long)
+        ids[0, :len(tokens)] = torch.tensor(tokens)
+        mask = (ids != target.pad_id) | (torch.arange(ids.shape[1]) < len(tokens))
+        update = target.replay(embeddings[ids.to(embeddings.device)], mask.long().to(device),
+                               torch.tensor([label], device=device))
+        sign = -1.0 if target.update_kind == "delta" else 1.0
+        return {n: sign * u.detach().to(device) for n, u in zip(names, update, strict=True)}
+
+    return gradient

@@ -43,6 +43,7 @@ from torch import nn
 from fedleak.attacks.text.dager.configuration import DagerConfig, DagerResult, Work
 from fedleak.attacks.text.dager.decoder import search_decoder
 from fedleak.attacks.text.dager.encoder import search_encoder
+from fedleak.attacks.text.dager.peeling import Repin, Repinned, SentenceGradient, peel
 from fedleak.attacks.text.dager.position_split import (
     end_lengths,
     position_candidates,
@@ -149,16 +150,64 @@ def pinned_candidates(layout: TransformerLayout, gradients: Mapping[str, torch.T
     return narrowed, (pinned, lengths)
 
 
+def repinner(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
+             candidates: list[torch.Tensor], batch_size: int, config: DagerConfig,
+             result: DagerResult, sentence_gradient: SentenceGradient, classes: int) -> Repin:
+    """Return the encoder's :data:`~fedleak.attacks.text.dager.peeling.Repin`: peel, split again.
+
+    Each call peels the sentences found since the last (:func:`~fedleak.attacks.text.dager.
+    peeling.peel`) and splits the residual's first layer again over the filter's tokens that
+    still have a share in it (‖U_t‖ above 10⁻⁵ of the largest: a token of the peeled sentences
+    alone has none); None, from then on, once a sentence could not be peeled.
+    """
+    state: dict[str, object] = {"residual": gradients, "peeled": 0, "broken": False}
+    tokens = torch.unique(torch.cat(candidates))
+    keep = [t for t in (config.end_token, config.start_token) if t is not None]
+
+    def repin(found: list[list[int]]) -> Repinned | None:
+        done = int(state["peeled"])  # type: ignore[call-overload]
+        if state["broken"] or len(found) <= done or len(found) >= batch_size:
+            return None
+        residual, labels = peel(state["residual"], found[done:],  # type: ignore[arg-type]
+                                sentence_gradient, classes, batch_size,
+                                lambda g: layout.layers[1].gradients(g))
+        state.update(residual=residual, peeled=len(found), broken=None in labels)
+        split = split_gradient(layout, residual, tokens, len(candidates))
+        if state["broken"] or split is None:
+            state["broken"] = True
+            return None
+        norms = split.token_vectors.norm(dim=0)
+        alive = tokens[(norms > 1e-5 * norms.max()) | torch.isin(tokens, torch.tensor(keep))]
+        narrowed = [c[torch.isin(c, alive)] for c in candidates]
+        pinned_before = result.pinned
+        sets, pinned = pinned_candidates(layout, residual, narrowed, batch_size - len(found),
+                                         config, result)
+        result.pinned = pinned_before
+        if pinned is None:
+            return None
+        # past the longest remaining sentence V_p is 0 and the split ends its sets; the search's
+        # shapes keep every position (a slot may still be longer): the filter's there, unpinned
+        sets += [n if n.numel() else c for n, c in zip(narrowed[len(sets):],
+                                                       candidates[len(sets):], strict=True)]
+        pinned[0].extend([0] * (len(sets) - len(pinned[0])))
+        return Repinned(input_span(layout.layers[1].gradients(residual)), sets, *pinned)
+
+    return repin
+
+
 def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Tensor],
           batch_size: int, config: DagerConfig | None = None,
-          progress: Callable[[int, int, float], None] | None = None) -> DagerResult:
+          progress: Callable[[int, int, float], None] | None = None,
+          sentence_gradient: SentenceGradient | None = None, classes: int = 0) -> DagerResult:
     """Recover a batch of ``batch_size`` sentences from ``gradients`` of ``model``.
 
     Recover a batch of ``batch_size`` sentences from ``gradients`` (the FedSGD gradient by parameter
     name, oriented like ∇L) of ``model`` (a Hugging Face GPT-2 or BERT, or a
     :class:`TransformerLayout`): the decoder's greedy search or the encoder's search, by the model's
     kind; ``progress(evaluations, budget, sentences found)`` now and then. ValueError for input it
-    cannot use, naming what to change.
+    cannot use, naming what to change. ``sentence_gradient`` (one sentence's own gradient with a
+    label) and ``classes``: an encoder's certified sentences are peeled off the gradient
+    (:mod:`~fedleak.attacks.text.dager.peeling`, through :func:`repinner`).
     """
     config = config or DagerConfig()
     layout = model if isinstance(model, TransformerLayout) else layout_of(model)
@@ -185,9 +234,14 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
     if config.start_token is not None and candidates:
         candidates = start_layout(candidates, config.start_token)
     pinned: tuple[list[int], list[int] | None] | None = None
+    repin: Repin | None = None
     if layout.kind == "encoder" and saturated(candidates):
+        filtered = candidates
         candidates, pinned = pinned_candidates(layout, gradients, candidates, batch_size,
                                                config, result)
+        if pinned is not None and sentence_gradient is not None and classes > 0:
+            repin = repinner(layout, gradients, filtered, batch_size, config, result,
+                             sentence_gradient, classes)
     result.candidates = [c.numel() for c in candidates]
     if not candidates:
         result.warnings.append("no token passed the first span check at position 0: the "
@@ -203,7 +257,7 @@ def dager(model: nn.Module | TransformerLayout, gradients: Mapping[str, torch.Te
         search_decoder(layout, spans[1], candidates, batch_size, config, work, result, gradients)
     else:
         search_encoder(layout, spans[1], candidates, batch_size, config, work, result, gradients,
-                       pinned=pinned)
+                       pinned=pinned, repin=repin)
     result.evaluations = work.count
     if work.exhausted:
         result.truncated = True

@@ -58,14 +58,16 @@ def objective(distances: Distances, sentences: list[torch.Tensor]) -> torch.Tens
 
 def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[int],
              batch_size: int, generator: torch.Generator, end: int | None = None,
-             sweeps: int = 6, extra: int | None = None, lengths: list[int] | None = None
+             sweeps: int = 6, extra: int | None = None, lengths: list[int] | None = None,
+             starts: list[torch.Tensor] | None = None
              ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Return B sentences and f of each (module docstring).
 
     ``distances(sentences [N, ℓ]) → d₂ [N, ℓ]``; ``candidates[p]`` lists the pinned tokens of
     position p first (``pinned[p]`` of them), then the others, best first; ``end`` the end token;
     ``lengths`` the slots' first lengths (else all L; kept only where every pinned token has a
-    slot).
+    slot); ``starts`` sentences the first slots start from (their tokens and lengths, each
+    slot's own token staying a column of every assignment), the rest as above.
     """
     extra = 3 * batch_size if extra is None else extra
     width = len(candidates)
@@ -81,6 +83,17 @@ def assemble(distances: Distances, candidates: list[torch.Tensor], pinned: list[
     if end is not None and lengths is not None and len(lengths) >= batch_size:
         guess = sorted((min(max(n, 2), width) for n in lengths), reverse=True)[:batch_size]
         first = guess if _feasible(guess, pinned) else first
+    warm = [s[:width] for s in (starts or [])][:batch_size]
+    if warm:
+        rest = list(first)
+        for s in warm:
+            gaps = [abs(n - s.numel()) for n in rest]
+            rest.pop(gaps.index(min(gaps)))
+        trial = [s.numel() if end is not None and int(s[-1]) == end else width
+                 for s in warm] + rest
+        for k, s in enumerate(warm):
+            rows[k, :s.numel()] = s
+        first = trial if _feasible(trial, pinned) else first
     lengths = first
     values = objective(distances, [sentence(r, n, end) for r, n in zip(rows, lengths, strict=True)])
     for _ in range(sweeps):
@@ -108,6 +121,9 @@ def _assign(distances: Distances, rows: torch.Tensor, lengths: list[int], values
         return rows, values
     words = options if end is None or open_end else options[options != end]
     columns = words[:required + extra]
+    held = torch.unique(rows[slots, p])  # a warm slot's own token stays an option
+    held = held[~torch.isin(held, columns) & torch.isin(held, words)]
+    columns = torch.cat([columns, held])
     if columns.numel() < 2 and required == 0:
         return rows, values
     required = min(required, len(slots), columns.numel())
