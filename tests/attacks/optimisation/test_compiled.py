@@ -291,3 +291,35 @@ def test_a_step_that_failed_to_compile_is_not_compiled_again(monkeypatch, tmp_pa
     assert any("failed before on this machine: RuntimeError: no C++ compiler" in w
                for w in again.warnings)
     torch.testing.assert_close(again.images, first.images, rtol=0, atol=0)
+
+
+def test_a_saved_step_that_does_not_run_takes_the_jit_route(monkeypatch, tmp_path):
+    """A file that loads and passes its guards but fails on its first call is removed, and the
+    step is traced by the JIT route in the same run: no failure is remembered, the result is
+    the eager one."""
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path))
+    target = observation()
+    options = {**OPTIONS, "compile": True}
+
+    class Broken:
+        def guard_check(self, *args):
+            return True
+
+        def __call__(self, *args):
+            raise RuntimeError("a stale saved step")
+
+    try:
+        _as_a_new_process()
+        create_attack("inverting-gradients", options).reconstruct(target, device="cpu", seed=1)
+        monkeypatch.setattr(compiled, "load_step", lambda path, closure: Broken())
+        _as_a_new_process()
+        fast = create_attack("inverting-gradients", options).reconstruct(target, device="cpu",
+                                                                         seed=1)
+    finally:
+        _as_a_new_process()
+    steps = tmp_path / "inductor" / "steps"
+    assert not fast.warnings
+    assert not list(steps.glob("*.failed")) and not list(steps.glob("*.bin"))  # removed
+    eager = create_attack("inverting-gradients", OPTIONS).reconstruct(target, device="cpu",
+                                                                      seed=1)
+    torch.testing.assert_close(fast.images, eager.images, rtol=1e-4, atol=1e-5)

@@ -210,23 +210,32 @@ def _compiled_step(problem: InversionProblem, terms: Sequence[BoundPrior], image
         raise CompileFailedBefore(failed.read_text(errors="replace").strip()[:200])
     saved = None if key is None else _saved_step(gradient, problem, terms, example, key,
                                                  options, context)
-    run = saved if saved is not None else torch.compile(gradient, dynamic=False,
-                                                         options=options or None)
+    routes = ([saved] if saved is not None else []) + [None]  # None: the JIT route
+    for run in routes:
+        jit = run is None
+        compiled: Any = torch.compile(gradient, dynamic=False, options=options or None) \
+            if jit else run
 
-    def step(x: torch.Tensor, values: Sequence[Weight]) -> tuple[torch.Tensor, torch.Tensor]:
-        with context():
-            grad, value = run(x.detach(), as_tensor(values))
-        return grad, value
+        def step(x: torch.Tensor, values: Sequence[Weight], compiled: Any = compiled
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+            with context():
+                grad, value = compiled(x.detach(), as_tensor(values))
+            return grad, value
 
-    try:
-        step(images, weights)
-    except Exception as err:
-        if failed is not None:  # remembered: later processes do not compile it again
-            remember_failure(failed, err)
-        raise
-    if saved is not None:
-        saved.disable_guard_check()  # checked on that first call; nothing they see changes
-    return step
+        try:
+            step(images, weights)
+        except Exception as err:
+            if not jit:  # a saved step that does not run: a cache miss, the JIT route next
+                with contextlib.suppress(OSError):
+                    saved_step_path(compile_cache_dir(), str(key)).unlink()
+                continue
+            if failed is not None:  # remembered: later processes do not compile it again
+                remember_failure(failed, err)
+            raise
+        if not jit:
+            compiled.disable_guard_check()  # checked on that first call; nothing they see
+        return step  # changes in the loop
+    raise AssertionError("unreachable: the JIT route returns or raises")
 
 
 def _saved_step(gradient: Callable[..., Any], problem: InversionProblem,
