@@ -15,11 +15,11 @@ terms — and is passed *at load* as external data: the loaded code reads this p
 so one file serves every round, weight and target of the same structure. Its guards are those
 Dynamo can save (types, tensor shapes, dtypes and strides, constants; not object identities,
 functions or dict versions, which the key stands in for), checked on the first call; a step
-that fails them, a file that does not load, or a loaded step whose first call fails (the file is
-removed) is traced as usual, with no notice (it is a cache). After that first call the loop
-calls the step without guard checks, as the JIT route does under ``skip_guard_eval_unsafe``. A key whose step failed to compile on both routes is
-remembered as ``<key>.failed`` (its error), and later processes skip it (the next Inductor
-wrapper, or eager, with the notice).
+that fails them, a file that does not load, or a loaded step whose first call fails (the file
+is removed) is traced as usual, with no notice (it is a cache). After that first call the loop
+calls the step without guard checks, as the JIT route does under ``skip_guard_eval_unsafe``. A
+key whose step failed to compile on both routes is remembered as ``<key>.failed`` (its error),
+and later processes skip it (the next Inductor wrapper, or eager, with the notice).
 """
 
 from __future__ import annotations
