@@ -160,21 +160,21 @@ def repinner(layout: TransformerLayout, gradients: Mapping[str, torch.Tensor],
     still have a share in it (‖U_t‖ above 10⁻⁵ of the largest: a token of the peeled sentences
     alone has none); None, from then on, once a sentence could not be peeled.
     """
-    state: dict[str, object] = {"residual": gradients, "peeled": 0, "broken": False}
+    residual: Mapping[str, torch.Tensor] = gradients  # the batch's gradient less what is peeled
+    peeled, broken = 0, False
     tokens = torch.unique(torch.cat(candidates))
     keep = [t for t in (config.end_token, config.start_token) if t is not None]
 
     def repin(found: list[list[int]]) -> Repinned | None:
-        done = int(state["peeled"])  # type: ignore[call-overload]
-        if state["broken"] or len(found) <= done or len(found) >= batch_size:
+        nonlocal residual, peeled, broken
+        if broken or len(found) <= peeled or len(found) >= batch_size:
             return None
-        residual, labels = peel(state["residual"], found[done:],  # type: ignore[arg-type]
-                                sentence_gradient, classes, batch_size,
-                                lambda g: layout.layers[1].gradients(g))
-        state.update(residual=residual, peeled=len(found), broken=None in labels)
+        residual, labels = peel(residual, found[peeled:], sentence_gradient, classes,
+                                batch_size, lambda g: layout.layers[1].gradients(g))
+        peeled, broken = len(found), None in labels
         split = split_gradient(layout, residual, tokens, len(candidates))
-        if state["broken"] or split is None:
-            state["broken"] = True
+        if broken or split is None:
+            broken = True
             return None
         norms = split.token_vectors.norm(dim=0)
         alive = tokens[(norms > 1e-5 * norms.max()) | torch.isin(tokens, torch.tensor(keep))]
